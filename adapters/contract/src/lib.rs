@@ -1,0 +1,23 @@
+//! The contract between Switchboard's core and its platform adapters.
+//!
+//! Adapters know platforms, not agents: they turn a platform event into one
+//! [`InboundMessage`], hand it to an [`InboundSink`] (implemented by the core),
+//! and deliver [`OutboundMessage`]s through the [`PlatformSender`] they implement.
+//! This crate also holds what every adapter shares: newtype identifiers,
+//! splitting text to a platform's length limit without breaking code fences
+//! ([`split`]), and Markdown conversion hooks ([`markdown`]).
+//!
+//! The core depends on this crate and on the adapters; nothing here depends on
+//! the core.
+
+pub mod ids;
+pub mod markdown;
+pub mod message;
+pub mod platform;
+pub mod split;
+
+pub use ids::{AccountId, ChatId, EventId, IdError, PlatformName, ThreadId, UserId};
+pub use message::{
+    Attachment, ChatKind, DeliveryReceipt, InboundMessage, OutboundMessage, Sender,
+};
+pub use platform::{InboundSink, PlatformSender, SendError, SubmitError, Submitted};

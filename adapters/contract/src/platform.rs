@@ -1,0 +1,68 @@
+//! The two directions of the contract: the core's [`InboundSink`] that adapters
+//! submit to, and the [`PlatformSender`] that each adapter implements.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::message::{DeliveryReceipt, InboundMessage, OutboundMessage};
+
+/// The result of submitting an inbound message to the core.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Submitted {
+    /// Recorded and queued for its session.
+    Accepted,
+    /// The same platform event was recorded before; nothing happens.
+    Duplicate,
+    /// Not for the agent (a group message that does not address the bot, a
+    /// bot's message, an unauthorised sender); nothing happens.
+    Ignored,
+    /// Answered directly (a command); the reply goes through the outbox.
+    Handled,
+}
+
+/// Why the core could not take an inbound message.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The message itself is unusable; the platform should not redeliver it.
+    #[error("rejected: {0}")]
+    Rejected(String),
+    /// A transient failure (the database is unavailable); the platform may
+    /// redeliver.
+    #[error("temporarily unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Implemented by the core: where adapters deliver normalised messages.
+#[async_trait]
+pub trait InboundSink: Send + Sync {
+    /// Records the message (deduplicated by platform, account and event id)
+    /// and queues it for its session. Returns quickly: the turn runs later.
+    async fn submit(&self, message: InboundMessage) -> Result<Submitted, SubmitError>;
+}
+
+/// Why a send failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The platform asked us to wait; the caller retries after the delay.
+    #[error("rate limited, retry after {0:?}")]
+    RetryAfter(Duration),
+    /// A transient failure (network, 5xx); the caller may retry.
+    #[error("transient failure: {0}")]
+    Transient(String),
+    /// A permanent failure (chat gone, bot removed); retrying will not help.
+    #[error("permanent failure: {0}")]
+    Permanent(String),
+}
+
+/// Implemented by each adapter: delivers replies to its platform.
+#[async_trait]
+pub trait PlatformSender: Send + Sync {
+    /// Delivers one reply, splitting and converting it as the platform needs.
+    /// Must be idempotent per `message.idempotency_key` where the platform
+    /// allows it.
+    async fn send(&self, message: &OutboundMessage) -> Result<DeliveryReceipt, SendError>;
+
+    /// Shows that the agent is working (a typing indicator). Best effort.
+    async fn typing(&self, _message: &InboundMessage) {}
+}

@@ -1,0 +1,224 @@
+//! LLM providers behind one trait.
+//!
+//! The agent loop speaks [`ModelRequest`] / [`ModelResponse`]; each provider
+//! module turns them into its wire format: [`openai`] (Chat Completions, and
+//! every server that speaks it) and [`anthropic`] (Messages). [`retry`] holds
+//! the shared retry policy (capped exponential backoff with jitter, honouring
+//! `Retry-After`). Errors never carry an API key.
+
+pub mod anthropic;
+pub mod canonical;
+pub mod openai;
+pub mod retry;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+
+pub use canonical::canonical_json;
+pub use retry::RetryPolicy;
+
+/// Which wire protocol a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// OpenAI Chat Completions (also OpenRouter, DeepSeek, vLLM, Ollama, ...).
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Openai => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// A tool as offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: serde_json::Value,
+}
+
+/// A tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The provider's id for the call; results are matched to it.
+    pub id: String,
+    pub name: String,
+    /// The arguments as JSON text, re-serialised canonically (sorted keys, no
+    /// whitespace) when they parse; kept verbatim when they don't, so the loop
+    /// can report the error to the model.
+    pub arguments: String,
+}
+
+/// One message as the model sees it: internal fields stripped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum ChatMessage {
+    User {
+        content: String,
+    },
+    Assistant {
+        content: Option<String>,
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        tool_call_id: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+/// Everything one model call needs. The system prompt is passed separately
+/// and never appears in `messages`.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelRequest<'a> {
+    pub model: &'a str,
+    pub system: &'a str,
+    pub messages: &'a [ChatMessage],
+    /// Empty: the call offers no tools (the final summary call).
+    pub tools: &'a [ToolSpec],
+    /// Routes the request to a warm prompt cache: the session id.
+    pub cache_key: &'a str,
+    pub max_tokens: u32,
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model is done (`stop`, `end_turn`, `stop_sequence`).
+    EndTurn,
+    /// The model asked for tools.
+    ToolUse,
+    /// The output hit the token limit.
+    MaxTokens,
+    /// The provider refused or filtered the output.
+    Refused,
+    /// Anything else, verbatim.
+    Other(String),
+}
+
+/// Token counts of one model call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// All input tokens, including those read from or written to the cache.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+}
+
+/// What one model call returned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelResponse {
+    pub content: Option<String>,
+    /// Reasoning or thinking text, when the provider returns it. Stored, never
+    /// sent back.
+    pub reasoning: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub stop_reason: StopReason,
+    /// The provider's own finish/stop reason string.
+    pub finish_reason: String,
+    pub usage: Usage,
+    /// The model that answered, as the provider reports it.
+    pub model: String,
+    /// The provider's request id, when it sends one.
+    pub request_id: Option<String>,
+}
+
+/// Why a model call failed. Messages never contain a key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LlmError {
+    #[error("the model call timed out")]
+    Timeout,
+    #[error("rate limited by the provider (HTTP {status})")]
+    RateLimited {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
+    #[error("the provider failed (HTTP {status}): {message}")]
+    Server { status: u16, message: String },
+    #[error("the provider rejected the request (HTTP {status}): {message}")]
+    Rejected { status: u16, message: String },
+    #[error("could not reach the provider: {0}")]
+    Network(String),
+    #[error("the provider's response could not be understood: {0}")]
+    InvalidResponse(String),
+}
+
+impl LlmError {
+    /// Whether another attempt may succeed (429, 5xx, timeouts, network).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::Timeout | Self::RateLimited { .. } | Self::Server { .. } | Self::Network(_)
+        )
+    }
+
+    /// The delay the provider asked for, if any.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::RateLimited { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// A model provider.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    fn kind(&self) -> ProviderKind;
+
+    /// Calls the model once (retrying transient failures per the provider's
+    /// [`RetryPolicy`]).
+    ///
+    /// # Errors
+    /// The last failure once retries are spent, or the first non-retryable one.
+    async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, LlmError>;
+}
+
+/// How to reach one provider endpoint.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub kind: ProviderKind,
+    /// For OpenAI: up to and including `/v1`. For Anthropic: the host root
+    /// (the client appends `/v1/messages`).
+    pub base_url: String,
+    pub api_key: SecretString,
+    /// Per-call timeout.
+    pub timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("api_key", &"[redacted]")
+            .field("timeout", &self.timeout)
+            .field("retry", &self.retry)
+            .finish()
+    }
+}
+
+/// Builds the provider for an endpoint, sharing one HTTP client (and its
+/// connection pool) across all providers.
+pub fn build_provider(endpoint: Endpoint, http: reqwest::Client) -> Arc<dyn Provider> {
+    match endpoint.kind {
+        ProviderKind::Openai => Arc::new(openai::OpenAiProvider::new(endpoint, http)),
+        ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::new(endpoint, http)),
+    }
+}

@@ -1,0 +1,1 @@
+//! http_get tool.

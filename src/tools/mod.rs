@@ -1,0 +1,187 @@
+//! Tools the agent can call, and the long-lived registry that owns them.
+//!
+//! A [`Tool`] has a name, a description written for the model, a JSON schema
+//! for its arguments, and an async `call`. Tools live in the gateway's
+//! [`ToolRegistry`] for the life of the process, so whatever a tool keeps
+//! between calls (an HTTP client and its connection pool) survives agent
+//! eviction and the end of a turn. A [`Toolset`] is the ordered subset a
+//! session offers; its specs serialise in a fixed order (sorted by name).
+//!
+//! Every result the model sees is a JSON object with a `success` field; the
+//! agent loop adds `"success": true` to a tool's output and turns errors into
+//! `{"success": false, "error": "…"}`.
+
+pub mod calculator;
+pub mod current_time;
+pub mod delegate;
+pub mod http_get;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::llm::ToolSpec;
+
+/// What a tool call knows about its surroundings.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// Stable across a re-run of the same call after a crash, so a tool with
+    /// side effects can deduplicate.
+    pub request_id: String,
+    pub session_id: String,
+    /// Present when the tool may start sub-agents (the `delegate` tool).
+    pub subagents: Option<Arc<dyn SubAgents>>,
+}
+
+/// Starts sub-agents for the `delegate` tool; implemented by the agent loop.
+#[async_trait]
+pub trait SubAgents: Send + Sync {
+    /// Runs `task` in a fresh context with the named tools (a subset of the
+    /// parent's; empty means the parent's tools minus `delegate` at the last
+    /// depth) and returns the sub-agent's final answer.
+    ///
+    /// # Errors
+    /// A message for the model: delegation too deep, no budget left, unknown
+    /// tools, or the sub-agent failing.
+    async fn run(&self, task: String, tools: Vec<String>) -> Result<String, String>;
+}
+
+/// Why a tool call failed; the message is shown to the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A tool the model can call.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// What the tool does and when to use it, written for the model.
+    fn description(&self) -> &'static str;
+
+    /// JSON Schema of the arguments object.
+    fn parameters(&self) -> Value;
+
+    /// Whether running the same call twice is harmless (a read). A crashed
+    /// call of an idempotent tool is re-run on recovery; others are not.
+    fn idempotent(&self) -> bool {
+        false
+    }
+
+    /// Runs the tool. The returned object is what the model sees, after the
+    /// loop adds `"success": true`.
+    ///
+    /// # Errors
+    /// Shown to the model as `{"success": false, "error": "…"}`.
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError>;
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name().to_owned(),
+            description: self.description().to_owned(),
+            parameters: self.parameters(),
+        }
+    }
+}
+
+/// All tools the gateway offers, built once at start.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+}
+
+impl ToolRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn register(&mut self, tool: Arc<dyn Tool>) {
+        self.tools.insert(tool.name(), tool);
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.tools.keys().copied()
+    }
+
+    /// The toolset with the given names, sorted by name. Unknown names are
+    /// returned as the error.
+    ///
+    /// # Errors
+    /// The names that no registered tool has.
+    pub fn toolset<S: AsRef<str>>(&self, names: &[S]) -> Result<Toolset, Vec<String>> {
+        let mut tools = BTreeMap::new();
+        let mut unknown = Vec::new();
+        for name in names {
+            match self.tools.get(name.as_ref()) {
+                Some(tool) => {
+                    tools.insert(tool.name(), Arc::clone(tool));
+                }
+                None => unknown.push(name.as_ref().to_owned()),
+            }
+        }
+        if unknown.is_empty() {
+            Ok(Toolset::from_map(tools))
+        } else {
+            Err(unknown)
+        }
+    }
+}
+
+/// An ordered set of tools with their specs computed once.
+#[derive(Clone, Default)]
+pub struct Toolset {
+    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+    specs: Arc<[ToolSpec]>,
+}
+
+impl Toolset {
+    fn from_map(tools: BTreeMap<&'static str, Arc<dyn Tool>>) -> Self {
+        let specs = tools.values().map(|tool| tool.spec()).collect();
+        Self { tools, specs }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// Specs in name order: the fixed order the prompt prefix relies on.
+    pub fn specs(&self) -> &[ToolSpec] {
+        &self.specs
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.tools.keys().map(|name| (*name).to_owned()).collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// The same toolset without the named tool.
+    pub fn without(&self, name: &str) -> Self {
+        let mut tools = self.tools.clone();
+        tools.remove(name);
+        Self::from_map(tools)
+    }
+
+    /// The subset with the given names (unknown names are ignored).
+    pub fn subset<S: AsRef<str>>(&self, names: &[S]) -> Self {
+        let tools = self
+            .tools
+            .iter()
+            .filter(|(name, _)| names.iter().any(|wanted| wanted.as_ref() == **name))
+            .map(|(name, tool)| (*name, Arc::clone(tool)))
+            .collect();
+        Self::from_map(tools)
+    }
+}
