@@ -1,4 +1,21 @@
 //! Switchboard: a multi-platform chat gateway for an LLM agent.
+//!
+//! Layout: [`config`] (typed settings), [`store`] (sqlx, SQLite or
+//! PostgreSQL), [`llm`] (providers), [`tools`] (built-in tools and their
+//! registry), [`agent`] (the loop, the wallet, the agent cache), [`session`]
+//! (session service, commands, per-session runner), [`api`] (the
+//! OpenAI-compatible HTTP API), [`terminal`] (the terminal chat), [`gateway`]
+//! (wiring it all together), [`bench`] (the throughput benchmark).
 
+pub mod agent;
+pub mod api;
+pub mod bench;
+pub mod cli;
+pub mod config;
+pub mod gateway;
 pub mod llm;
+pub mod session;
+pub mod store;
+pub mod telemetry;
+pub mod terminal;
 pub mod tools;

@@ -1,8 +1,31 @@
 //! Anthropic Messages provider.
+//!
+//! Owns the Messages wire format: building the request body (system prompt as
+//! a cached block, strictly alternating roles, tool results inside user
+//! messages, prompt-cache breakpoints), parsing the response into a
+//! [`ModelResponse`], and classifying HTTP failures (529 "overloaded" is
+//! treated like a rate limit).
+
 use async_trait::async_trait;
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_TYPE, HeaderMap};
+use secrecy::ExposeSecret;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::{Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind};
+use super::retry::{error_message, retry_after_from_headers, transport_error, with_retry};
+use super::{
+    ChatMessage, Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind,
+    StopReason, ToolCall, Usage, canonical_json,
+};
 
+/// The API version this module's wire format follows.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Anthropic's "overloaded" status: transient, like a rate limit.
+const OVERLOADED: u16 = 529;
+
+/// A provider speaking Anthropic Messages.
 pub struct AnthropicProvider {
     endpoint: Endpoint,
     http: reqwest::Client,
@@ -12,6 +35,38 @@ impl AnthropicProvider {
     pub fn new(endpoint: Endpoint, http: reqwest::Client) -> Self {
         Self { endpoint, http }
     }
+
+    fn url(&self) -> String {
+        format!(
+            "{}/v1/messages",
+            self.endpoint.base_url.trim_end_matches('/')
+        )
+    }
+
+    async fn attempt(&self, body: &[u8], request_model: &str) -> Result<ModelResponse, LlmError> {
+        let key = self.endpoint.api_key.expose_secret();
+        let response = self
+            .http
+            .post(self.url())
+            .timeout(self.endpoint.timeout)
+            .header("x-api-key", key)
+            .header("anthropic-version", ANTHROPIC_VERSION)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.to_vec())
+            .send()
+            .await
+            .map_err(|error| transport_error(error, key))?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|error| transport_error(error, key))?;
+        if !status.is_success() {
+            return Err(status_error(status, &headers, &bytes, key));
+        }
+        parse_response(&bytes, &headers, request_model)
+    }
 }
 
 #[async_trait]
@@ -20,8 +75,889 @@ impl Provider for AnthropicProvider {
         ProviderKind::Anthropic
     }
 
-    async fn complete(&self, _request: &ModelRequest<'_>) -> Result<ModelResponse, LlmError> {
-        let _ = (&self.endpoint, &self.http);
-        Err(LlmError::Network("not implemented".to_owned()))
+    async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, LlmError> {
+        let body = request_body(request)?;
+        with_retry(&self.endpoint.retry, || self.attempt(&body, request.model)).await
+    }
+}
+
+/// The request body; field order is the serialisation order.
+#[derive(Serialize)]
+struct MessagesRequest<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    system: Vec<Block<'a>>,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: Role,
+    content: Vec<Block<'a>>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+struct CacheControl {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+const EPHEMERAL: Option<CacheControl> = Some(CacheControl { kind: "ephemeral" });
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block<'a> {
+    Text {
+        text: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+        #[serde(skip_serializing_if = "is_false")]
+        is_error: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
+}
+
+impl Block<'_> {
+    fn mark_cache_breakpoint(&mut self) {
+        match self {
+            Self::Text { cache_control, .. }
+            | Self::ToolUse { cache_control, .. }
+            | Self::ToolResult { cache_control, .. } => *cache_control = EPHEMERAL,
+        }
+    }
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    description: &'a str,
+    // A `Value` serialises the same bytes every time, which the cache needs.
+    input_schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
+}
+
+/// The stored arguments as the object Anthropic requires for `input`; `{}`
+/// when they are not a JSON object (the model already saw its error).
+fn tool_input(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(value @ Value::Object(_)) => value,
+        _ => Value::Object(serde_json::Map::new()),
+    }
+}
+
+/// Maps one history item to its role and blocks.
+fn blocks_of(message: &ChatMessage) -> (Role, Vec<Block<'_>>) {
+    match message {
+        ChatMessage::User { content } => (
+            Role::User,
+            vec![Block::Text {
+                text: content,
+                cache_control: None,
+            }],
+        ),
+        ChatMessage::Assistant {
+            content,
+            tool_calls,
+        } => {
+            let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
+            // Anthropic rejects empty text blocks, so empty text is dropped; a
+            // turn left with no blocks at all is skipped by the caller.
+            if let Some(text) = content.as_deref().filter(|text| !text.is_empty()) {
+                blocks.push(Block::Text {
+                    text,
+                    cache_control: None,
+                });
+            }
+            blocks.extend(tool_calls.iter().map(|call| Block::ToolUse {
+                id: &call.id,
+                name: &call.name,
+                input: tool_input(&call.arguments),
+                cache_control: None,
+            }));
+            (Role::Assistant, blocks)
+        }
+        ChatMessage::Tool {
+            tool_call_id,
+            content,
+            is_error,
+        } => (
+            Role::User,
+            vec![Block::ToolResult {
+                tool_use_id: tool_call_id,
+                content,
+                is_error: *is_error,
+                cache_control: None,
+            }],
+        ),
+    }
+}
+
+/// Builds strictly alternating messages: consecutive items of the same role
+/// are merged into one message, with tool results ahead of any text in a
+/// user message (Anthropic requires both). An assistant turn with neither
+/// text nor tool calls is skipped rather than sent as a blank text block,
+/// which the API rejects; its neighbours then merge.
+fn wire_messages(messages: &[ChatMessage]) -> Vec<WireMessage<'_>> {
+    let mut out: Vec<WireMessage<'_>> = Vec::with_capacity(messages.len());
+    for message in messages {
+        let (role, blocks) = blocks_of(message);
+        if blocks.is_empty() {
+            continue;
+        }
+        if out.last().is_none_or(|last| last.role != role) {
+            out.push(WireMessage {
+                role,
+                content: Vec::with_capacity(blocks.len()),
+            });
+        }
+        let Some(target) = out.last_mut() else {
+            continue;
+        };
+        for block in blocks {
+            if matches!(block, Block::ToolResult { .. }) {
+                let results = target
+                    .content
+                    .iter()
+                    .take_while(|block| matches!(block, Block::ToolResult { .. }))
+                    .count();
+                target.content.insert(results, block);
+            } else {
+                target.content.push(block);
+            }
+        }
+    }
+    mark_message_breakpoints(&mut out);
+    out
+}
+
+/// Puts a cache breakpoint on the last block of the last message (this
+/// request's whole prefix gets written), and on the last block of the user
+/// message before it: that is where the previous request ended, so its
+/// cached prefix is found even if this turn added more than the ~20 blocks
+/// Anthropic looks back from a breakpoint. With the system and tools
+/// breakpoints that makes at most 4, Anthropic's limit.
+fn mark_message_breakpoints(messages: &mut [WireMessage<'_>]) {
+    let Some((last, earlier)) = messages.split_last_mut() else {
+        return;
+    };
+    if let Some(block) = last.content.last_mut() {
+        block.mark_cache_breakpoint();
+    }
+    if let Some(block) = earlier
+        .iter_mut()
+        .rev()
+        .find(|message| message.role == Role::User)
+        .and_then(|message| message.content.last_mut())
+    {
+        block.mark_cache_breakpoint();
+    }
+}
+
+/// Serialises the request body once, so every retry sends the same bytes.
+fn request_body(request: &ModelRequest<'_>) -> Result<Vec<u8>, LlmError> {
+    let system = if request.system.is_empty() {
+        // An empty text block is rejected; no system block at all is fine.
+        Vec::new()
+    } else {
+        vec![Block::Text {
+            text: request.system,
+            cache_control: EPHEMERAL,
+        }]
+    };
+    let mut tools: Vec<WireTool<'_>> = request
+        .tools
+        .iter()
+        .map(|tool| WireTool {
+            name: &tool.name,
+            description: &tool.description,
+            input_schema: &tool.parameters,
+            cache_control: None,
+        })
+        .collect();
+    if let Some(last) = tools.last_mut() {
+        last.cache_control = EPHEMERAL;
+    }
+    let body = MessagesRequest {
+        model: request.model,
+        max_tokens: request.max_tokens,
+        system,
+        messages: wire_messages(request.messages),
+        tools,
+    };
+    serde_json::to_vec(&body)
+        .map_err(|error| LlmError::InvalidResponse(format!("could not encode request: {error}")))
+}
+
+#[derive(Deserialize)]
+struct MessagesResponse {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    content: Vec<ResponseBlock>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ResponseBlock {
+    Text {
+        text: String,
+    },
+    Thinking {
+        thinking: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        #[serde(default)]
+        input: Value,
+    },
+    /// Redacted thinking, server tool blocks and whatever comes next.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize, Default)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+}
+
+fn parse_response(
+    bytes: &[u8],
+    headers: &HeaderMap,
+    request_model: &str,
+) -> Result<ModelResponse, LlmError> {
+    let response: MessagesResponse = serde_json::from_slice(bytes)
+        .map_err(|error| LlmError::InvalidResponse(format!("unexpected response body: {error}")))?;
+    let mut texts = Vec::new();
+    let mut thoughts = Vec::new();
+    let mut tool_calls = Vec::new();
+    for block in response.content {
+        match block {
+            ResponseBlock::Text { text } => texts.push(text),
+            ResponseBlock::Thinking { thinking } => thoughts.push(thinking),
+            ResponseBlock::ToolUse { id, name, input } => {
+                let input = if input.is_null() {
+                    Value::Object(serde_json::Map::new())
+                } else {
+                    input
+                };
+                tool_calls.push(ToolCall {
+                    id,
+                    name,
+                    arguments: canonical_json(&input),
+                });
+            }
+            ResponseBlock::Other => {}
+        }
+    }
+    // Text is split into several blocks around citations, so the pieces join
+    // seamlessly; separate thinking blocks are separate thoughts.
+    let content = Some(texts.concat()).filter(|text| !text.is_empty());
+    let reasoning = Some(thoughts.join("\n")).filter(|text| !text.is_empty());
+    let finish_reason = response.stop_reason.unwrap_or_default();
+    let stop_reason = stop_reason(&finish_reason, !tool_calls.is_empty());
+    let usage = response.usage.unwrap_or_default();
+    let cache_read = usage.cache_read_input_tokens.unwrap_or(0);
+    let cache_write = usage.cache_creation_input_tokens.unwrap_or(0);
+    let usage = Usage {
+        // Anthropic's `input_tokens` excludes cached tokens; ours counts all.
+        input_tokens: usage
+            .input_tokens
+            .unwrap_or(0)
+            .saturating_add(cache_read)
+            .saturating_add(cache_write),
+        output_tokens: usage.output_tokens.unwrap_or(0),
+        cache_read_tokens: cache_read,
+        cache_write_tokens: cache_write,
+    };
+    let request_id = headers
+        .get("request-id")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+        .or(response.id);
+    Ok(ModelResponse {
+        content,
+        reasoning,
+        tool_calls,
+        stop_reason,
+        finish_reason,
+        usage,
+        model: response
+            .model
+            .filter(|model| !model.is_empty())
+            .unwrap_or_else(|| request_model.to_owned()),
+        request_id,
+    })
+}
+
+fn stop_reason(stop_reason: &str, has_tool_calls: bool) -> StopReason {
+    match stop_reason {
+        "end_turn" | "stop_sequence" => StopReason::EndTurn,
+        "tool_use" => StopReason::ToolUse,
+        "max_tokens" => StopReason::MaxTokens,
+        "refusal" => StopReason::Refused,
+        "" if has_tool_calls => StopReason::ToolUse,
+        "" => StopReason::EndTurn,
+        other => StopReason::Other(other.to_owned()),
+    }
+}
+
+fn status_error(status: StatusCode, headers: &HeaderMap, body: &[u8], key: &str) -> LlmError {
+    let code = status.as_u16();
+    if status == StatusCode::TOO_MANY_REQUESTS || code == OVERLOADED {
+        LlmError::RateLimited {
+            status: code,
+            retry_after: retry_after_from_headers(headers),
+        }
+    } else if status.is_server_error() {
+        LlmError::Server {
+            status: code,
+            message: error_message(body, key),
+        }
+    } else {
+        LlmError::Rejected {
+            status: code,
+            message: error_message(body, key),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use secrecy::SecretString;
+    use serde_json::json;
+
+    use super::super::retry::fake_server::{FakeServer, Reply, closed_port};
+    use super::super::{RetryPolicy, ToolSpec};
+    use super::*;
+
+    const KEY: &str = "sk-secret-123";
+
+    fn make_provider(base_url: &str, retry: RetryPolicy, timeout: Duration) -> AnthropicProvider {
+        AnthropicProvider::new(
+            Endpoint {
+                kind: ProviderKind::Anthropic,
+                base_url: base_url.to_owned(),
+                api_key: SecretString::from(KEY),
+                timeout,
+                retry,
+            },
+            reqwest::Client::new(),
+        )
+    }
+
+    fn fast_retry(max_retries: u32) -> RetryPolicy {
+        RetryPolicy {
+            max_retries,
+            base_delay: Duration::from_millis(2),
+            max_delay: Duration::from_millis(5),
+        }
+    }
+
+    async fn setup(script: Vec<Reply>) -> (FakeServer, AnthropicProvider) {
+        let server = FakeServer::start(script).await;
+        // Trailing slash on purpose: it must be trimmed.
+        let provider = make_provider(
+            &format!("{}/", server.base),
+            fast_retry(3),
+            Duration::from_secs(10),
+        );
+        (server, provider)
+    }
+
+    fn ok_body() -> String {
+        json!({
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test-1",
+            "content": [{"type": "text", "text": "hi"}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 10, "output_tokens": 2}
+        })
+        .to_string()
+    }
+
+    fn tools() -> Vec<ToolSpec> {
+        vec![
+            ToolSpec {
+                name: "calc".to_owned(),
+                description: "Evaluates arithmetic".to_owned(),
+                parameters: json!({"type": "object", "properties": {"expr": {"type": "string"}}}),
+            },
+            ToolSpec {
+                name: "now".to_owned(),
+                description: "Current time".to_owned(),
+                parameters: json!({"type": "object", "properties": {}}),
+            },
+        ]
+    }
+
+    fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            arguments: arguments.to_owned(),
+        }
+    }
+
+    fn user(text: &str) -> ChatMessage {
+        ChatMessage::User {
+            content: text.to_owned(),
+        }
+    }
+
+    fn result(id: &str, content: &str, is_error: bool) -> ChatMessage {
+        ChatMessage::Tool {
+            tool_call_id: id.to_owned(),
+            content: content.to_owned(),
+            is_error,
+        }
+    }
+
+    fn history() -> Vec<ChatMessage> {
+        vec![
+            user("what is 2+2 and the time?"),
+            ChatMessage::Assistant {
+                content: Some("Checking.".to_owned()),
+                tool_calls: vec![
+                    call("toolu_1", "calc", r#"{"expr":"2+2"}"#),
+                    call("toolu_2", "now", "{broken"),
+                ],
+            },
+            result("toolu_1", "4", false),
+            result("toolu_2", "invalid arguments", true),
+            ChatMessage::Assistant {
+                content: Some("4, and I could not read the clock.".to_owned()),
+                tool_calls: vec![],
+            },
+            user("thanks"),
+        ]
+    }
+
+    fn request<'a>(messages: &'a [ChatMessage], tools: &'a [ToolSpec]) -> ModelRequest<'a> {
+        ModelRequest {
+            model: "claude-test",
+            system: "You are terse.",
+            messages,
+            tools,
+            cache_key: "session-42",
+            max_tokens: 512,
+        }
+    }
+
+    fn count_breakpoints(body: &str) -> usize {
+        body.matches(r#""cache_control":{"type":"ephemeral"}"#)
+            .count()
+    }
+
+    #[tokio::test]
+    async fn request_body_is_built_field_by_field() {
+        let (server, provider) = setup(vec![Reply::json(200, ok_body())]).await;
+        let messages = history();
+        let tools = tools();
+        provider
+            .complete(&request(&messages, &tools))
+            .await
+            .expect("success");
+
+        let requests = server.requests();
+        assert_eq!(requests.len(), 1);
+        let sent = &requests[0];
+        assert_eq!(sent.path, "/v1/messages");
+        assert_eq!(sent.header("x-api-key").as_deref(), Some(KEY));
+        assert_eq!(
+            sent.header("anthropic-version").as_deref(),
+            Some("2023-06-01")
+        );
+        assert_eq!(
+            sent.header("content-type").as_deref(),
+            Some("application/json")
+        );
+        assert_eq!(sent.header("authorization"), None);
+
+        let ephemeral = json!({"type": "ephemeral"});
+        assert_eq!(
+            sent.json(),
+            json!({
+                "model": "claude-test",
+                "max_tokens": 512,
+                "system": [{"type": "text", "text": "You are terse.", "cache_control": ephemeral}],
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "what is 2+2 and the time?"}]},
+                    {"role": "assistant", "content": [
+                        {"type": "text", "text": "Checking."},
+                        {"type": "tool_use", "id": "toolu_1", "name": "calc", "input": {"expr": "2+2"}},
+                        {"type": "tool_use", "id": "toolu_2", "name": "now", "input": {}}
+                    ]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "4"},
+                        {"type": "tool_result", "tool_use_id": "toolu_2", "content": "invalid arguments",
+                         "is_error": true, "cache_control": ephemeral}
+                    ]},
+                    {"role": "assistant", "content": [{"type": "text", "text": "4, and I could not read the clock."}]},
+                    {"role": "user", "content": [{"type": "text", "text": "thanks", "cache_control": ephemeral}]}
+                ],
+                "tools": [
+                    {"name": "calc", "description": "Evaluates arithmetic",
+                     "input_schema": {"type": "object", "properties": {"expr": {"type": "string"}}}},
+                    {"name": "now", "description": "Current time",
+                     "input_schema": {"type": "object", "properties": {}}, "cache_control": ephemeral}
+                ]
+            })
+        );
+        let text = sent.text();
+        assert_eq!(count_breakpoints(&text), 4, "{text}");
+        assert!(
+            text.starts_with(
+                r#"{"model":"claude-test","max_tokens":512,"system":[{"type":"text","#
+            )
+        );
+        assert!(!text.contains("session-42"));
+    }
+
+    #[tokio::test]
+    async fn tools_omitted_and_breakpoints_on_a_first_turn() {
+        let (server, provider) = setup(vec![Reply::json(200, ok_body())]).await;
+        let messages = vec![user("hello")];
+        provider
+            .complete(&request(&messages, &[]))
+            .await
+            .expect("success");
+        let sent = &server.requests()[0];
+        let body = sent.json();
+        assert!(body.get("tools").is_none(), "{body}");
+        assert_eq!(
+            body["messages"],
+            json!([{"role": "user", "content": [{"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]}])
+        );
+        assert_eq!(count_breakpoints(&sent.text()), 2);
+    }
+
+    #[tokio::test]
+    async fn user_items_merge_into_one_message_tool_results_first() {
+        let (server, provider) = setup(vec![Reply::json(200, ok_body())]).await;
+        let messages = vec![
+            user("run it"),
+            ChatMessage::Assistant {
+                content: None,
+                tool_calls: vec![call("toolu_a", "calc", r#"{"expr":"1"}"#)],
+            },
+            // The user spoke before the result was recorded.
+            user("also, hurry"),
+            result("toolu_a", "1", false),
+            // A blank assistant turn is skipped and its neighbours merge.
+            ChatMessage::Assistant {
+                content: Some(String::new()),
+                tool_calls: vec![],
+            },
+            user("well?"),
+        ];
+        provider
+            .complete(&request(&messages, &[]))
+            .await
+            .expect("success");
+        let body = server.requests()[0].json();
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "run it", "cache_control": {"type": "ephemeral"}}]},
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": "toolu_a", "name": "calc", "input": {"expr": "1"}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_a", "content": "1"},
+                    {"type": "text", "text": "also, hurry"},
+                    {"type": "text", "text": "well?", "cache_control": {"type": "ephemeral"}}
+                ]}
+            ])
+        );
+    }
+
+    #[tokio::test]
+    async fn response_is_parsed_field_by_field() {
+        let body = json!({
+            "id": "msg_9",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test-2025",
+            "content": [
+                {"type": "thinking", "thinking": "Need the calculator.", "signature": "sig"},
+                {"type": "redacted_thinking", "data": "xyz"},
+                {"type": "text", "text": "Let me "},
+                {"type": "text", "text": "check."},
+                {"type": "tool_use", "id": "toolu_9", "name": "calc", "input": {"b": 1, "a": 2}},
+                {"type": "tool_use", "id": "toolu_10", "name": "now", "input": {}}
+            ],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 50, "output_tokens": 30,
+                      "cache_creation_input_tokens": 200, "cache_read_input_tokens": 1000}
+        });
+        let (_server, provider) = setup(vec![
+            Reply::json(200, body.to_string()).header("request-id", "req_011"),
+        ])
+        .await;
+        let messages = history();
+        let response = provider
+            .complete(&request(&messages, &[]))
+            .await
+            .expect("success");
+        assert_eq!(
+            response,
+            ModelResponse {
+                content: Some("Let me check.".to_owned()),
+                reasoning: Some("Need the calculator.".to_owned()),
+                tool_calls: vec![
+                    call("toolu_9", "calc", r#"{"a":2,"b":1}"#),
+                    call("toolu_10", "now", "{}"),
+                ],
+                stop_reason: StopReason::ToolUse,
+                finish_reason: "tool_use".to_owned(),
+                usage: Usage {
+                    input_tokens: 1250,
+                    output_tokens: 30,
+                    cache_read_tokens: 1000,
+                    cache_write_tokens: 200,
+                },
+                model: "claude-test-2025".to_owned(),
+                request_id: Some("req_011".to_owned()),
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn response_fallbacks() {
+        let body = json!({"id": "msg_2", "content": [], "stop_reason": "max_tokens"});
+        let (_server, provider) = setup(vec![Reply::json(200, body.to_string())]).await;
+        let messages = history();
+        let response = provider
+            .complete(&request(&messages, &[]))
+            .await
+            .expect("success");
+        assert_eq!(response.content, None);
+        assert_eq!(response.reasoning, None);
+        assert_eq!(response.stop_reason, StopReason::MaxTokens);
+        assert_eq!(response.usage, Usage::default());
+        assert_eq!(response.model, "claude-test");
+        assert_eq!(response.request_id.as_deref(), Some("msg_2"));
+    }
+
+    #[test]
+    fn stop_reasons_map() {
+        assert_eq!(stop_reason("end_turn", false), StopReason::EndTurn);
+        assert_eq!(stop_reason("stop_sequence", false), StopReason::EndTurn);
+        assert_eq!(stop_reason("tool_use", true), StopReason::ToolUse);
+        assert_eq!(stop_reason("max_tokens", false), StopReason::MaxTokens);
+        assert_eq!(stop_reason("refusal", false), StopReason::Refused);
+        assert_eq!(
+            stop_reason("pause_turn", false),
+            StopReason::Other("pause_turn".to_owned())
+        );
+        assert_eq!(stop_reason("", true), StopReason::ToolUse);
+        assert_eq!(stop_reason("", false), StopReason::EndTurn);
+    }
+
+    #[tokio::test]
+    async fn rate_limit_with_retry_after_zero_then_success() {
+        let (server, provider) = setup(vec![
+            Reply::json(
+                429,
+                r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow"}}"#,
+            )
+            .header("retry-after", "0"),
+            Reply::json(200, ok_body()),
+        ])
+        .await;
+        let messages = history();
+        let response = provider
+            .complete(&request(&messages, &[]))
+            .await
+            .expect("success");
+        assert_eq!(response.content.as_deref(), Some("hi"));
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2);
+        assert_eq!(requests[0].body, requests[1].body);
+    }
+
+    #[tokio::test]
+    async fn server_errors_and_overload_are_retried() {
+        let (server, provider) = setup(vec![
+            Reply::json(
+                500,
+                r#"{"type":"error","error":{"type":"api_error","message":"x"}}"#,
+            ),
+            Reply::json(
+                529,
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            ),
+            Reply::json(200, ok_body()),
+        ])
+        .await;
+        let messages = history();
+        provider
+            .complete(&request(&messages, &[]))
+            .await
+            .expect("success");
+        assert_eq!(server.requests().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn bad_request_is_not_retried() {
+        let (server, provider) = setup(vec![
+            Reply::json(
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}"#,
+            ),
+            Reply::json(200, ok_body()),
+        ])
+        .await;
+        let messages = history();
+        let error = provider
+            .complete(&request(&messages, &[]))
+            .await
+            .expect_err("rejected");
+        assert_eq!(
+            error,
+            LlmError::Rejected {
+                status: 400,
+                message: "messages: roles must alternate".to_owned()
+            }
+        );
+        assert_eq!(server.requests().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn exhausted_retries_return_the_last_error() {
+        let overloaded =
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        let (server, provider) = setup(vec![
+            Reply::json(529, overloaded),
+            Reply::json(529, overloaded),
+            Reply::json(529, overloaded),
+            Reply::json(529, overloaded),
+        ])
+        .await;
+        let messages = history();
+        let error = provider
+            .complete(&request(&messages, &[]))
+            .await
+            .expect_err("exhausted");
+        assert_eq!(
+            error,
+            LlmError::RateLimited {
+                status: 529,
+                retry_after: None
+            }
+        );
+        assert_eq!(server.requests().len(), 4);
+    }
+
+    #[tokio::test]
+    async fn slow_server_times_out() {
+        let server = FakeServer::start(vec![
+            Reply::json(200, ok_body()).delayed(Duration::from_secs(2)),
+        ])
+        .await;
+        let provider = make_provider(&server.base, fast_retry(0), Duration::from_millis(200));
+        let messages = history();
+        let error = provider
+            .complete(&request(&messages, &[]))
+            .await
+            .expect_err("timeout");
+        assert_eq!(error, LlmError::Timeout);
+    }
+
+    #[tokio::test]
+    async fn invalid_json_is_an_invalid_response() {
+        let (_server, provider) = setup(vec![Reply::json(200, "{\"content\": 5}")]).await;
+        let messages = history();
+        let error = provider
+            .complete(&request(&messages, &[]))
+            .await
+            .expect_err("invalid");
+        assert!(matches!(error, LlmError::InvalidResponse(_)), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn api_key_never_leaks_into_errors() {
+        let (_server, provider) = setup(vec![
+            Reply::json(
+                401,
+                format!(r#"{{"type":"error","error":{{"type":"authentication_error","message":"invalid x-api-key {KEY}"}}}}"#),
+            ),
+            Reply::json(403, format!("forbidden: {KEY}")),
+        ])
+        .await;
+        let messages = history();
+        let mut errors = Vec::new();
+        for _ in 0..2 {
+            errors.push(
+                provider
+                    .complete(&request(&messages, &[]))
+                    .await
+                    .expect_err("fails"),
+            );
+        }
+        let port = closed_port().await;
+        let unreachable = make_provider(
+            &format!("http://127.0.0.1:{port}/{KEY}"),
+            fast_retry(0),
+            Duration::from_secs(5),
+        );
+        errors.push(
+            unreachable
+                .complete(&request(&messages, &[]))
+                .await
+                .expect_err("unreachable"),
+        );
+        assert!(matches!(errors[0], LlmError::Rejected { status: 401, .. }));
+        assert!(matches!(errors[1], LlmError::Rejected { status: 403, .. }));
+        assert!(matches!(errors[2], LlmError::Network(_)));
+        for error in &errors {
+            let shown = format!("{error} {error:?}");
+            assert!(!shown.contains(KEY), "{shown}");
+        }
     }
 }

@@ -1,5 +1,27 @@
-//! Retry policy for model calls.
+//! Retrying model calls, and the failure plumbing both providers share.
+//!
+//! Owns [`RetryPolicy`] and [`with_retry`] (capped exponential backoff with
+//! jitter, honouring the provider's `Retry-After`), the parsing of the
+//! `Retry-After` / `retry-after-ms` headers, and the turning of transport
+//! errors and error bodies into [`LlmError`]s that never carry a secret.
+
+use std::future::Future;
 use std::time::Duration;
+
+use reqwest::header::HeaderMap;
+
+use super::LlmError;
+
+/// The longest wait we accept from a provider's `Retry-After`.
+///
+/// The provider knows when its window resets better than our backoff does, so
+/// its delay is honoured even beyond [`RetryPolicy::max_delay`]; but a chat
+/// user is waiting on the other end, so anything past a minute is cut to a
+/// minute (the retry will then most likely fail fast and surface the error).
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// Longest provider error message we keep, in characters.
+const MAX_MESSAGE_CHARS: usize = 300;
 
 /// How often and how long to retry a failed model call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -8,4 +30,547 @@ pub struct RetryPolicy {
     pub max_retries: u32,
     pub base_delay: Duration,
     pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// Three retries, starting at 500 ms, never waiting more than 20 s.
+    fn default() -> Self {
+        Self {
+            max_retries: 3,
+            base_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(20),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The backoff ceiling before retry number `retry` (0-based):
+    /// `base_delay * 2^retry`, capped at `max_delay`, without jitter.
+    pub fn backoff_ceiling(&self, retry: u32) -> Duration {
+        let factor = 1u32.checked_shl(retry).unwrap_or(u32::MAX);
+        self.base_delay
+            .checked_mul(factor)
+            .unwrap_or(Duration::MAX)
+            .min(self.max_delay)
+    }
+
+    /// How long to wait before retry number `retry` (0-based) after `error`.
+    ///
+    /// A provider-sent `Retry-After` wins (capped at [`MAX_RETRY_AFTER`]) and is
+    /// used as is. Otherwise "equal jitter": a uniformly random delay between
+    /// half the ceiling and the ceiling, so that many sessions hitting the
+    /// same rate limit do not retry in lockstep, yet each still backs off.
+    pub fn delay_for(&self, retry: u32, error: &LlmError) -> Duration {
+        if let Some(after) = error.retry_after() {
+            return after.min(MAX_RETRY_AFTER);
+        }
+        let ceiling = self.backoff_ceiling(retry);
+        ceiling.mul_f64(0.5 + fastrand::f64() * 0.5)
+    }
+}
+
+/// Runs `attempt` until it succeeds, fails with a non-retryable error, or the
+/// policy's retries are spent; returns the last result.
+///
+/// Only [`LlmError::is_retryable`] errors (429, 5xx, timeouts, network) are
+/// retried: any other 4xx would fail the same way again.
+///
+/// # Errors
+/// The first non-retryable error, or the last error once retries are spent.
+pub async fn with_retry<T, F, Fut>(policy: &RetryPolicy, mut attempt: F) -> Result<T, LlmError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, LlmError>>,
+{
+    let mut retries = 0u32;
+    loop {
+        match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(error) if error.is_retryable() && retries < policy.max_retries => {
+                let delay = policy.delay_for(retries, &error);
+                retries += 1;
+                tracing::warn!(
+                    retry = retries,
+                    max_retries = policy.max_retries,
+                    delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                    error = %error,
+                    "model call failed, retrying"
+                );
+                tokio::time::sleep(delay).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// The delay a response asks for: `retry-after-ms` (sent by OpenAI, more
+/// precise) first, then `Retry-After` in seconds or as an HTTP-date.
+/// Unparseable values are ignored.
+pub fn retry_after_from_headers(headers: &HeaderMap) -> Option<Duration> {
+    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    header("retry-after-ms")
+        .and_then(parse_retry_after_ms)
+        .or_else(|| {
+            header("retry-after").and_then(|value| parse_retry_after(value, jiff::Timestamp::now()))
+        })
+}
+
+/// Parses a `retry-after-ms` value: milliseconds, possibly fractional.
+pub fn parse_retry_after_ms(value: &str) -> Option<Duration> {
+    parse_seconds(value).map(|seconds| seconds / 1000)
+}
+
+/// Parses a `Retry-After` value: seconds (possibly fractional) or an HTTP-date,
+/// taken relative to `now` (a date in the past means "now").
+pub fn parse_retry_after(value: &str, now: jiff::Timestamp) -> Option<Duration> {
+    let value = value.trim();
+    if let Some(seconds) = parse_seconds(value) {
+        return Some(seconds);
+    }
+    let at = jiff::fmt::rfc2822::DateTimeParser::new()
+        .parse_timestamp(value)
+        .ok()?;
+    let millis = at.as_millisecond().saturating_sub(now.as_millisecond());
+    Some(Duration::from_millis(u64::try_from(millis).unwrap_or(0)))
+}
+
+/// A non-negative, finite decimal number of seconds.
+fn parse_seconds(value: &str) -> Option<Duration> {
+    let seconds: f64 = value.trim().parse().ok()?;
+    if !seconds.is_finite() || seconds < 0.0 {
+        return None;
+    }
+    Duration::try_from_secs_f64(seconds).ok()
+}
+
+/// Maps a reqwest failure (sending, or reading the body) to an [`LlmError`].
+///
+/// reqwest's `Display` includes the request URL, which may carry credentials
+/// (a key in a query string or userinfo), so the URL is stripped; the
+/// innermost cause (e.g. "Connection refused") is kept because it is what an
+/// operator needs, and scrubbed of `secret` defensively.
+pub(crate) fn transport_error(error: reqwest::Error, secret: &str) -> LlmError {
+    if error.is_timeout() {
+        return LlmError::Timeout;
+    }
+    let error = error.without_url();
+    let mut text = error.to_string();
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(&error);
+    let mut innermost = None;
+    while let Some(current) = cause {
+        innermost = Some(current);
+        cause = current.source();
+    }
+    if let Some(innermost) = innermost {
+        text.push_str(": ");
+        text.push_str(&innermost.to_string());
+    }
+    LlmError::Network(scrub(&text, secret))
+}
+
+/// A short, secret-free description of a failed response, for the error.
+///
+/// Prefers the provider's `error.message` (both OpenAI and Anthropic use that
+/// shape); falls back to the start of the body, since a proxy's HTML or plain
+/// text error is still more useful than nothing. Either way, providers echo
+/// keys back ("Incorrect API key provided: ..."), so the key is removed.
+pub(crate) fn error_message(body: &[u8], secret: &str) -> String {
+    let from_json = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|value| match value.pointer("/error/message") {
+            Some(serde_json::Value::String(message)) => Some(message.clone()),
+            _ => None,
+        });
+    let raw = from_json.unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    let collapsed = raw.split_whitespace().collect::<Vec<_>>().join(" ");
+    // Scrub before truncating, so a key cut in half cannot survive.
+    let clean = scrub(&collapsed, secret);
+    if clean.is_empty() {
+        return "no error message".to_owned();
+    }
+    truncate_chars(&clean, MAX_MESSAGE_CHARS)
+}
+
+/// Removes every occurrence of `secret` from `text`.
+pub(crate) fn scrub(text: &str, secret: &str) -> String {
+    // An empty pattern would match between every character.
+    if secret.is_empty() {
+        return text.to_owned();
+    }
+    text.replace(secret, "[redacted]")
+}
+
+fn truncate_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// A scripted fake provider for the provider modules' HTTP tests.
+#[cfg(test)]
+pub(crate) mod fake_server {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use axum::body::Bytes;
+    use axum::extract::State;
+    use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
+    use axum::response::{IntoResponse, Response};
+
+    /// One canned answer.
+    #[derive(Debug, Clone)]
+    pub struct Reply {
+        pub status: u16,
+        pub headers: Vec<(String, String)>,
+        pub body: String,
+        /// Wait this long before answering.
+        pub delay: Duration,
+    }
+
+    impl Reply {
+        pub fn json(status: u16, body: impl Into<String>) -> Self {
+            Self {
+                status,
+                headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+                body: body.into(),
+                delay: Duration::ZERO,
+            }
+        }
+
+        pub fn header(mut self, name: &str, value: &str) -> Self {
+            self.headers.push((name.to_owned(), value.to_owned()));
+            self
+        }
+
+        pub fn delayed(mut self, delay: Duration) -> Self {
+            self.delay = delay;
+            self
+        }
+    }
+
+    /// One request as the server saw it.
+    #[derive(Debug, Clone)]
+    pub struct Recorded {
+        pub path: String,
+        pub headers: HeaderMap,
+        pub body: Vec<u8>,
+    }
+
+    impl Recorded {
+        pub fn json(&self) -> serde_json::Value {
+            serde_json::from_slice(&self.body).expect("request body is JSON")
+        }
+
+        pub fn text(&self) -> String {
+            String::from_utf8(self.body.clone()).expect("request body is UTF-8")
+        }
+
+        pub fn header(&self, name: &str) -> Option<String> {
+            self.headers
+                .get(name)
+                .map(|value| value.to_str().expect("ascii header").to_owned())
+        }
+    }
+
+    #[derive(Default)]
+    struct Shared {
+        script: Mutex<VecDeque<Reply>>,
+        requests: Mutex<Vec<Recorded>>,
+    }
+
+    /// A running fake server; it stops with the test's runtime.
+    pub struct FakeServer {
+        pub base: String,
+        shared: Arc<Shared>,
+    }
+
+    impl FakeServer {
+        /// Starts on an ephemeral port, answering from `script` in order (and
+        /// with a 500 once the script is exhausted).
+        pub async fn start(script: Vec<Reply>) -> Self {
+            let shared = Arc::new(Shared {
+                script: Mutex::new(script.into()),
+                requests: Mutex::default(),
+            });
+            let app = axum::Router::new()
+                .fallback(handle)
+                .with_state(Arc::clone(&shared));
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let port = listener.local_addr().expect("local addr").port();
+            tokio::spawn(async move {
+                axum::serve(listener, app).await.expect("serve");
+            });
+            Self {
+                base: format!("http://127.0.0.1:{port}"),
+                shared,
+            }
+        }
+
+        pub fn requests(&self) -> Vec<Recorded> {
+            self.shared.requests.lock().expect("lock").clone()
+        }
+    }
+
+    async fn handle(
+        State(shared): State<Arc<Shared>>,
+        uri: Uri,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Response {
+        shared.requests.lock().expect("lock").push(Recorded {
+            path: uri.path().to_owned(),
+            headers,
+            body: body.to_vec(),
+        });
+        let reply = shared.script.lock().expect("lock").pop_front();
+        let Some(reply) = reply else {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "script exhausted").into_response();
+        };
+        if !reply.delay.is_zero() {
+            tokio::time::sleep(reply.delay).await;
+        }
+        let mut response = (
+            StatusCode::from_u16(reply.status).expect("status"),
+            reply.body,
+        )
+            .into_response();
+        for (name, value) in reply.headers {
+            response.headers_mut().insert(
+                HeaderName::from_bytes(name.as_bytes()).expect("header name"),
+                HeaderValue::from_str(&value).expect("header value"),
+            );
+        }
+        response
+    }
+
+    /// A port nothing listens on.
+    pub async fn closed_port() -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        listener.local_addr().expect("local addr").port()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use tokio::time::Instant;
+
+    use super::*;
+
+    fn policy(max_retries: u32, base_ms: u64, max_ms: u64) -> RetryPolicy {
+        RetryPolicy {
+            max_retries,
+            base_delay: Duration::from_millis(base_ms),
+            max_delay: Duration::from_millis(max_ms),
+        }
+    }
+
+    fn server_error() -> LlmError {
+        LlmError::Server {
+            status: 503,
+            message: "busy".to_owned(),
+        }
+    }
+
+    /// Fails with the given errors in turn, then succeeds; counts calls.
+    async fn run(
+        policy: &RetryPolicy,
+        errors: Vec<LlmError>,
+    ) -> (Result<&'static str, LlmError>, u32, Duration) {
+        let calls = AtomicU32::new(0);
+        let start = Instant::now();
+        let result = with_retry(policy, || {
+            let index = calls.fetch_add(1, Ordering::SeqCst) as usize;
+            let outcome = errors.get(index).cloned().map_or(Ok("done"), Err);
+            async move { outcome }
+        })
+        .await;
+        (result, calls.load(Ordering::SeqCst), start.elapsed())
+    }
+
+    #[test]
+    fn default_policy() {
+        let policy = RetryPolicy::default();
+        assert_eq!(policy.max_retries, 3);
+        assert_eq!(policy.base_delay, Duration::from_millis(500));
+        assert_eq!(policy.max_delay, Duration::from_secs(20));
+    }
+
+    #[test]
+    fn backoff_doubles_then_caps_without_overflow() {
+        let policy = policy(10, 100, 1000);
+        let ceilings: Vec<_> = (0..6)
+            .map(|n| policy.backoff_ceiling(n).as_millis())
+            .collect();
+        assert_eq!(ceilings, [100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(policy.backoff_ceiling(40), Duration::from_millis(1000));
+        assert_eq!(
+            policy.backoff_ceiling(u32::MAX),
+            Duration::from_millis(1000)
+        );
+    }
+
+    #[test]
+    fn jittered_delay_stays_between_half_and_full_ceiling() {
+        let policy = policy(10, 100, 1000);
+        for retry in 0..8 {
+            let ceiling = policy.backoff_ceiling(retry);
+            for _ in 0..50 {
+                let delay = policy.delay_for(retry, &server_error());
+                assert!(delay >= ceiling / 2 && delay <= ceiling, "{delay:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn retry_after_wins_and_is_capped() {
+        let policy = policy(3, 100, 1000);
+        let limited = |secs| LlmError::RateLimited {
+            status: 429,
+            retry_after: Some(Duration::from_secs(secs)),
+        };
+        assert_eq!(policy.delay_for(0, &limited(5)), Duration::from_secs(5));
+        assert_eq!(policy.delay_for(0, &limited(0)), Duration::ZERO);
+        assert_eq!(policy.delay_for(0, &limited(3600)), MAX_RETRY_AFTER);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_transient_errors_with_backoff() {
+        let policy = policy(3, 100, 1000);
+        let (result, calls, elapsed) = run(&policy, vec![server_error(), LlmError::Timeout]).await;
+        assert_eq!(result, Ok("done"));
+        assert_eq!(calls, 3);
+        // First wait in [50, 100] ms, second in [100, 200] ms.
+        assert!(
+            elapsed >= Duration::from_millis(150) && elapsed <= Duration::from_millis(300),
+            "{elapsed:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn honours_retry_after_exactly() {
+        let policy = policy(3, 100, 1000);
+        let limited = LlmError::RateLimited {
+            status: 429,
+            retry_after: Some(Duration::from_secs(7)),
+        };
+        let (result, calls, elapsed) = run(&policy, vec![limited]).await;
+        assert_eq!(result, Ok("done"));
+        assert_eq!(calls, 2);
+        assert_eq!(elapsed, Duration::from_secs(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn caps_long_retry_after() {
+        let policy = policy(3, 100, 1000);
+        let limited = LlmError::RateLimited {
+            status: 429,
+            retry_after: Some(Duration::from_secs(3600)),
+        };
+        let (_, _, elapsed) = run(&policy, vec![limited]).await;
+        assert_eq!(elapsed, MAX_RETRY_AFTER);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn does_not_retry_rejections() {
+        let policy = policy(3, 100, 1000);
+        let rejected = LlmError::Rejected {
+            status: 400,
+            message: "bad".to_owned(),
+        };
+        let (result, calls, elapsed) = run(&policy, vec![rejected.clone()]).await;
+        assert_eq!(result, Err(rejected));
+        assert_eq!(calls, 1);
+        assert_eq!(elapsed, Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gives_up_after_max_retries_with_last_error() {
+        let policy = policy(2, 100, 1000);
+        let last = LlmError::Network("down".to_owned());
+        let (result, calls, elapsed) =
+            run(&policy, vec![server_error(), server_error(), last.clone()]).await;
+        assert_eq!(result, Err(last));
+        assert_eq!(calls, 3);
+        assert!(elapsed <= Duration::from_millis(300), "{elapsed:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn zero_retries_means_one_attempt() {
+        let policy = policy(0, 100, 1000);
+        let (result, calls, _) = run(&policy, vec![server_error()]).await;
+        assert_eq!(result, Err(server_error()));
+        assert_eq!(calls, 1);
+    }
+
+    #[test]
+    fn parses_retry_after_values() {
+        let now: jiff::Timestamp = "2024-01-01T00:00:00Z".parse().expect("timestamp");
+        assert_eq!(parse_retry_after("3", now), Some(Duration::from_secs(3)));
+        assert_eq!(
+            parse_retry_after(" 1.5 ", now),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(parse_retry_after("0", now), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after("-1", now), None);
+        assert_eq!(parse_retry_after("NaN", now), None);
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(
+            parse_retry_after("Mon, 01 Jan 2024 00:00:30 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 31 Dec 2023 23:59:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            parse_retry_after_ms("250"),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            parse_retry_after_ms("1.5"),
+            Some(Duration::from_micros(1500))
+        );
+    }
+
+    #[test]
+    fn retry_after_ms_header_takes_precedence() {
+        let mut headers = HeaderMap::new();
+        headers.insert("retry-after", "2".parse().expect("value"));
+        assert_eq!(
+            retry_after_from_headers(&headers),
+            Some(Duration::from_secs(2))
+        );
+        headers.insert("retry-after-ms", "120".parse().expect("value"));
+        assert_eq!(
+            retry_after_from_headers(&headers),
+            Some(Duration::from_millis(120))
+        );
+        assert_eq!(retry_after_from_headers(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn error_messages_are_extracted_scrubbed_and_truncated() {
+        let key = "sk-secret-123";
+        let body =
+            br#"{"error":{"message":"Incorrect API key provided: sk-secret-123.","type":"x"}}"#;
+        let message = error_message(body, key);
+        assert_eq!(message, "Incorrect API key provided: [redacted].");
+
+        let message = error_message(b"<html>\n  bad   gateway sk-secret-123 </html>", key);
+        assert_eq!(message, "<html> bad gateway [redacted] </html>");
+
+        let long = "é".repeat(1000);
+        let message = error_message(long.as_bytes(), key);
+        assert_eq!(message.chars().count(), MAX_MESSAGE_CHARS + 1);
+        assert_eq!(error_message(b"", key), "no error message");
+        assert_eq!(scrub("abc", ""), "abc");
+    }
 }

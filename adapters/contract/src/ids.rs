@@ -126,10 +126,7 @@ mod tests {
 
     #[test]
     fn empty_ids_are_rejected() {
-        assert_eq!(
-            ChatId::parse(""),
-            Err(IdError::Empty { kind: "chat id" })
-        );
+        assert_eq!(ChatId::parse(""), Err(IdError::Empty { kind: "chat id" }));
     }
 
     #[test]

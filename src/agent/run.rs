@@ -1,0 +1,360 @@
+//! The agent loop: call the model, run the tools it asks for, write every
+//! step back, repeat until the model is done or the wallet is empty.
+//!
+//! Calls of one round run concurrently; each result is matched to its call by
+//! id and appended in call order. Before a tool runs its call is checkpointed
+//! as `running` with a request id derived from the stored assistant entry, and
+//! after it as `done`/`failed`. Unknown tools, invalid arguments, tool errors,
+//! timeouts and panics all become `{"success": false, "error": "…"}` results
+//! the model sees: nothing the model outputs can crash the loop.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use serde_json::{Map, Value};
+use tracing::Instrument;
+
+use super::Agent;
+use super::subagent::SubAgentRunner;
+use super::wallet::{CallKind, Purse};
+use crate::llm::{ChatMessage, LlmError, ModelRequest, ModelResponse, ToolCall, canonical_json};
+use crate::store::{MessageMeta, NewMessage, Store, StoreError, ToolCheckpoint, UsageRecord};
+use crate::tools::{ToolContext, ToolError};
+
+/// The note that asks for a summary when the wallet is spent. Stored like any
+/// user entry so later requests keep the same prefix.
+pub const BUDGET_NOTE: &str = "[switchboard] The step budget for this task is used up, so no \
+    more tools can be called. Reply to the user now: summarise what you did, what you found, and \
+    what is left to do.";
+
+/// Everything a loop run needs besides the agent and its purse.
+#[derive(Debug, Clone)]
+pub struct LoopEnv {
+    pub store: Store,
+    pub session_id: String,
+    pub task_id: i64,
+    /// `""` for the session's own conversation; a sub-agent's path otherwise.
+    pub scope: String,
+    pub system_prompt: String,
+    pub max_tokens: u32,
+    pub tool_timeout: Duration,
+    /// 0 for the top agent.
+    pub depth: u32,
+    pub max_depth: u32,
+    pub parent_reserve: u32,
+}
+
+/// How the loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopEnd {
+    /// The model said it was done.
+    Answered,
+    /// The wallet ran out; the answer is the final summary.
+    BudgetExhausted,
+}
+
+impl LoopEnd {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Answered => "answered",
+            Self::BudgetExhausted => "budget_exhausted",
+        }
+    }
+}
+
+/// The loop's result: the final assistant entry, not yet stored (the caller
+/// stores it with the outbox row in one transaction).
+#[derive(Debug, Clone)]
+pub struct LoopOutcome {
+    pub final_message: NewMessage,
+    pub text: String,
+    pub end: LoopEnd,
+}
+
+/// Why the loop stopped without an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    #[error(transparent)]
+    Model(#[from] LlmError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the task's step budget was spent before the model could answer")]
+    NoBudget,
+}
+
+/// Runs the loop over `history` (the wire view, without the system prompt).
+///
+/// # Errors
+/// A model call that failed after retries, a database failure, or an empty
+/// purse at the start.
+pub async fn run_loop(
+    agent: Arc<Agent>,
+    env: Arc<LoopEnv>,
+    purse: Arc<Purse>,
+    mut history: Vec<ChatMessage>,
+) -> Result<LoopOutcome, LoopError> {
+    let mut iteration = 0u32;
+    loop {
+        iteration += 1;
+        let kind = if purse.try_spend(CallKind::Step) {
+            CallKind::Step
+        } else if purse.try_spend(CallKind::Final) {
+            append(
+                &env,
+                &mut history,
+                ChatMessage::User {
+                    content: BUDGET_NOTE.to_owned(),
+                },
+            )
+            .await?;
+            tracing::warn!(
+                iteration,
+                scope = env.scope,
+                "step budget spent; asking for a summary"
+            );
+            CallKind::Final
+        } else {
+            return Err(LoopError::NoBudget);
+        };
+        let tools = match kind {
+            CallKind::Step => agent.toolset.specs(),
+            CallKind::Final => &[],
+        };
+        let request = ModelRequest {
+            model: &agent.model,
+            system: &env.system_prompt,
+            messages: &history,
+            tools,
+            cache_key: &env.session_id,
+            max_tokens: env.max_tokens,
+        };
+        let started = Instant::now();
+        let response = agent.provider.complete(&request).await?;
+        let latency_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+        env.store
+            .record_usage(&UsageRecord {
+                session_id: env.session_id.clone(),
+                task_id: Some(env.task_id),
+                provider: agent.provider_kind.as_str().to_owned(),
+                model: response.model.clone(),
+                usage: response.usage,
+                latency_ms,
+            })
+            .await?;
+        tracing::info!(
+            iteration,
+            scope = env.scope,
+            input_tokens = response.usage.input_tokens,
+            output_tokens = response.usage.output_tokens,
+            cache_read_tokens = response.usage.cache_read_tokens,
+            cache_write_tokens = response.usage.cache_write_tokens,
+            context_messages = history.len(),
+            tool_calls = response.tool_calls.len(),
+            latency_ms,
+            "model call"
+        );
+        let meta = meta_of(&response, latency_ms);
+        if response.tool_calls.is_empty() || kind == CallKind::Final {
+            let text = response.content.clone().unwrap_or_default();
+            let final_message = NewMessage::from_wire(
+                &env.session_id,
+                Some(env.task_id),
+                &env.scope,
+                ChatMessage::Assistant {
+                    content: response.content,
+                    tool_calls: Vec::new(),
+                },
+            )
+            .with_meta(meta);
+            let end = match kind {
+                CallKind::Step => LoopEnd::Answered,
+                CallKind::Final => LoopEnd::BudgetExhausted,
+            };
+            return Ok(LoopOutcome {
+                final_message,
+                text,
+                end,
+            });
+        }
+        let calls = response.tool_calls.clone();
+        let assistant = ChatMessage::Assistant {
+            content: response.content,
+            tool_calls: calls.clone(),
+        };
+        let assistant_id = env
+            .store
+            .append_message(
+                &NewMessage::from_wire(
+                    &env.session_id,
+                    Some(env.task_id),
+                    &env.scope,
+                    assistant.clone(),
+                )
+                .with_meta(meta),
+            )
+            .await?;
+        history.push(assistant);
+        let results = run_round(&agent, &env, &purse, assistant_id, &calls).await?;
+        for result in results {
+            append(&env, &mut history, result).await?;
+        }
+    }
+}
+
+/// Stores a wire message in the loop's scope and adds it to the history.
+async fn append(
+    env: &LoopEnv,
+    history: &mut Vec<ChatMessage>,
+    message: ChatMessage,
+) -> Result<(), StoreError> {
+    env.store
+        .append_message(&NewMessage::from_wire(
+            &env.session_id,
+            Some(env.task_id),
+            &env.scope,
+            message.clone(),
+        ))
+        .await?;
+    history.push(message);
+    Ok(())
+}
+
+fn meta_of(response: &ModelResponse, latency_ms: i64) -> MessageMeta {
+    MessageMeta {
+        reasoning: response.reasoning.clone(),
+        model: Some(response.model.clone()),
+        finish_reason: Some(response.finish_reason.clone()),
+        usage: Some(response.usage),
+        latency_ms: Some(latency_ms),
+        request_id: response.request_id.clone(),
+    }
+}
+
+/// Runs one round of tool calls concurrently; results come back in call
+/// order, one per call, each carrying its call's id.
+async fn run_round(
+    agent: &Arc<Agent>,
+    env: &Arc<LoopEnv>,
+    purse: &Arc<Purse>,
+    assistant_id: i64,
+    calls: &[ToolCall],
+) -> Result<Vec<ChatMessage>, StoreError> {
+    let runs = calls.iter().enumerate().map(|(index, call)| {
+        let request_id = format!("{assistant_id}-{index}");
+        let span = tracing::info_span!("tool", call_id = %call.id, name = %call.name);
+        run_call(agent, env, purse, request_id, call).instrument(span)
+    });
+    join_all(runs).await.into_iter().collect()
+}
+
+async fn run_call(
+    agent: &Arc<Agent>,
+    env: &Arc<LoopEnv>,
+    purse: &Arc<Purse>,
+    request_id: String,
+    call: &ToolCall,
+) -> Result<ChatMessage, StoreError> {
+    let started = Instant::now();
+    env.store
+        .start_tool_call(&ToolCheckpoint {
+            request_id: &request_id,
+            session_id: &env.session_id,
+            task_id: Some(env.task_id),
+            scope: &env.scope,
+            call_id: &call.id,
+            name: &call.name,
+            arguments: &call.arguments,
+        })
+        .await?;
+    let outcome = execute(agent, env, purse, &request_id, call).await;
+    let failed = outcome.is_err();
+    let content = canonical_json(&result_object(outcome));
+    env.store
+        .finish_tool_call(&request_id, &content, failed)
+        .await?;
+    tracing::info!(
+        status = if failed { "failed" } else { "done" },
+        duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "tool call"
+    );
+    Ok(ChatMessage::Tool {
+        tool_call_id: call.id.clone(),
+        content,
+        is_error: failed,
+    })
+}
+
+/// Finds, validates and runs one call, containing every failure.
+async fn execute(
+    agent: &Arc<Agent>,
+    env: &Arc<LoopEnv>,
+    purse: &Arc<Purse>,
+    request_id: &str,
+    call: &ToolCall,
+) -> Result<Value, String> {
+    let Some(tool) = agent.toolset.get(&call.name).cloned() else {
+        return Err(format!(
+            "unknown tool `{}`; available tools: {}",
+            call.name,
+            agent.toolset.names().join(", ")
+        ));
+    };
+    let args: Value = serde_json::from_str(&call.arguments)
+        .map_err(|err| format!("the arguments are not valid JSON: {err}"))?;
+    if !args.is_object() {
+        return Err("the arguments must be a JSON object".to_owned());
+    }
+    let ctx = ToolContext {
+        request_id: request_id.to_owned(),
+        session_id: env.session_id.clone(),
+        subagents: Some(Arc::new(SubAgentRunner::new(
+            Arc::clone(agent),
+            Arc::clone(env),
+            Arc::clone(purse),
+            request_id.to_owned(),
+        ))),
+    };
+    let timeout = env.tool_timeout;
+    // Spawned so a panicking tool is caught as a JoinError instead of
+    // unwinding through the loop.
+    let task =
+        tokio::spawn(async move { tokio::time::timeout(timeout, tool.call(&ctx, args)).await });
+    match task.await {
+        Ok(Ok(Ok(value))) => Ok(value),
+        Ok(Ok(Err(ToolError::InvalidArguments(message)))) => {
+            Err(format!("invalid arguments: {message}"))
+        }
+        Ok(Ok(Err(ToolError::Failed(message)))) => Err(message),
+        Ok(Err(_elapsed)) => Err(format!(
+            "the tool did not finish within {} s",
+            timeout.as_secs_f32()
+        )),
+        Err(join_error) => {
+            tracing::error!(error = %join_error, "tool panicked");
+            Err("the tool failed unexpectedly".to_owned())
+        }
+    }
+}
+
+/// The object the model sees: the tool's fields plus `success`.
+fn result_object(outcome: Result<Value, String>) -> Value {
+    match outcome {
+        Ok(Value::Object(mut fields)) => {
+            fields.insert("success".to_owned(), Value::Bool(true));
+            Value::Object(fields)
+        }
+        Ok(other) => {
+            let mut fields = Map::new();
+            fields.insert("success".to_owned(), Value::Bool(true));
+            fields.insert("result".to_owned(), other);
+            Value::Object(fields)
+        }
+        Err(error) => {
+            let mut fields = Map::new();
+            fields.insert("success".to_owned(), Value::Bool(false));
+            fields.insert("error".to_owned(), Value::String(error));
+            Value::Object(fields)
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Sub-agents for the `delegate` tool: a fresh context, a subset of the
+//! parent's tools, and a purse reserved from the parent's, so the whole task
+//! still spends from one wallet.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::Agent;
+use super::prompt::sub_agent_prompt;
+use super::run::{LoopEnv, run_loop};
+use super::wallet::Purse;
+use crate::llm::ChatMessage;
+use crate::tools::SubAgents;
+use crate::tools::delegate::DELEGATE;
+
+/// Starts sub-agents on behalf of one tool call.
+pub struct SubAgentRunner {
+    parent: Arc<Agent>,
+    env: Arc<LoopEnv>,
+    purse: Arc<Purse>,
+    request_id: String,
+}
+
+impl SubAgentRunner {
+    pub fn new(
+        parent: Arc<Agent>,
+        env: Arc<LoopEnv>,
+        purse: Arc<Purse>,
+        request_id: String,
+    ) -> Self {
+        Self {
+            parent,
+            env,
+            purse,
+            request_id,
+        }
+    }
+}
+
+#[async_trait]
+impl SubAgents for SubAgentRunner {
+    async fn run(&self, task: String, tools: Vec<String>) -> Result<String, String> {
+        let depth = self.env.depth + 1;
+        if depth > self.env.max_depth {
+            return Err(format!(
+                "delegation is limited to depth {}; do this task yourself",
+                self.env.max_depth
+            ));
+        }
+        let mut toolset = if tools.is_empty() {
+            self.parent.toolset.clone()
+        } else {
+            let unknown: Vec<&String> = tools
+                .iter()
+                .filter(|name| self.parent.toolset.get(name).is_none())
+                .collect();
+            if !unknown.is_empty() {
+                return Err(format!(
+                    "unknown tools for the sub-agent: {}; available: {}",
+                    unknown
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    self.parent.toolset.names().join(", ")
+                ));
+            }
+            self.parent.toolset.subset(&tools)
+        };
+        if depth >= self.env.max_depth {
+            toolset = toolset.without(DELEGATE);
+        }
+        let purse = self.purse.child(self.env.parent_reserve).ok_or_else(|| {
+            "not enough step budget left to delegate; finish the task yourself".to_owned()
+        })?;
+        let child = Arc::new(Agent {
+            provider: Arc::clone(&self.parent.provider),
+            provider_kind: self.parent.provider_kind,
+            model: self.parent.model.clone(),
+            signature: self.parent.signature.clone(),
+            toolset,
+        });
+        let env = Arc::new(LoopEnv {
+            scope: format!("{}/{}", self.env.scope, self.request_id),
+            system_prompt: sub_agent_prompt(child.toolset.specs()),
+            depth,
+            ..(*self.env).clone()
+        });
+        let history = vec![ChatMessage::User { content: task }];
+        env.store
+            .append_message(&crate::store::NewMessage::from_wire(
+                &env.session_id,
+                Some(env.task_id),
+                &env.scope,
+                history[0].clone(),
+            ))
+            .await
+            .map_err(|err| {
+                tracing::error!(error = %err, "sub-agent task not stored");
+                "the sub-agent could not start".to_owned()
+            })?;
+        let outcome = run_loop(child, Arc::clone(&env), Arc::new(purse), history)
+            .await
+            .map_err(|err| format!("the sub-agent failed: {err}"))?;
+        env.store
+            .append_message(&outcome.final_message)
+            .await
+            .map_err(|err| {
+                tracing::error!(error = %err, "sub-agent answer not stored");
+                "the sub-agent's answer could not be stored".to_owned()
+            })?;
+        Ok(outcome.text)
+    }
+}

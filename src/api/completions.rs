@@ -1,0 +1,316 @@
+//! `POST /v1/chat/completions`: one user message into a session, the turn's
+//! reply out, as a `chat.completion` object or as server-sent
+//! `chat.completion.chunk` events.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Json, Response};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use switchboard_contract::{
+    AccountId, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender, UserId,
+};
+
+use super::{ApiError, ApiState, SESSION_HEADER};
+use crate::session::runner::TurnReply;
+use crate::session::service::{Admission, ServiceError, SubmitOptions};
+use crate::store::InboundStatus;
+
+/// The part of an OpenAI request the gateway reads; other fields are
+/// accepted and ignored (the server owns the history and the settings).
+#[derive(Debug, Deserialize)]
+pub struct ChatRequest {
+    #[serde(default)]
+    model: Option<String>,
+    messages: Vec<RequestMessage>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    user: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RequestMessage {
+    role: String,
+    #[serde(default)]
+    content: Option<Content>,
+}
+
+/// Message content: a string, or an array of parts of which the text parts
+/// are read.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Deserialize)]
+struct Part {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+impl Content {
+    fn text(&self) -> String {
+        match self {
+            Self::Text(text) => text.clone(),
+            Self::Parts(parts) => parts
+                .iter()
+                .filter(|part| part.kind == "text")
+                .filter_map(|part| part.text.as_deref())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+}
+
+pub async fn create(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    body: Result<Json<ChatRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(request) = body?;
+    let text = request
+        .messages
+        .iter()
+        .rev()
+        .find(|message| message.role == "user")
+        .and_then(|message| message.content.as_ref())
+        .map(Content::text)
+        .filter(|text| !text.trim().is_empty())
+        .ok_or_else(|| {
+            ApiError::BadRequest("`messages` must end with a non-empty user message".to_owned())
+        })?;
+    let session = header_value(&headers, SESSION_HEADER)?;
+    let event_id = header_value(&headers, "idempotency-key")?
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let chat = session
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let message = inbound(&chat, &event_id, request.user.as_deref(), text)?;
+
+    let submission = state
+        .service
+        .submit(
+            message,
+            SubmitOptions {
+                session,
+                wait: true,
+            },
+        )
+        .await
+        .map_err(|err| match err {
+            ServiceError::UnknownSession(id) => {
+                ApiError::NotFound(format!("no session with id {id}"))
+            }
+            ServiceError::Store(err) => ApiError::Internal(err.to_string()),
+        })?;
+    let (inbound_id, session_id) = match submission.admission {
+        Admission::Accepted {
+            inbound_id,
+            session_id,
+        }
+        | Admission::Handled {
+            inbound_id,
+            session_id,
+            ..
+        } => (inbound_id, session_id),
+        Admission::Duplicate => {
+            return Err(ApiError::Conflict(
+                "this Idempotency-Key was used before".to_owned(),
+            ));
+        }
+        Admission::Ignored => return Err(ApiError::BadRequest("message ignored".to_owned())),
+    };
+    let receiver = submission
+        .reply
+        .ok_or_else(|| ApiError::Internal("no reply receiver".to_owned()))?;
+    let model = match state.store.session(&session_id).await {
+        Ok(Some(session)) => session.model,
+        _ => request.model.clone().unwrap_or_default(),
+    };
+    let completion = Completion {
+        id: format!("chatcmpl-{inbound_id}"),
+        created: unix_now(),
+        model,
+    };
+    let session_header =
+        HeaderValue::from_str(&session_id).map_err(|err| ApiError::Internal(err.to_string()))?;
+
+    if request.stream {
+        let timeout = state.reply_timeout;
+        let runner = state.service.runner().clone();
+        let events = futures::stream::once(async move {
+            let reply = match tokio::time::timeout(timeout, receiver).await {
+                Ok(Ok(reply)) => Ok(reply),
+                _ => {
+                    runner.forget(inbound_id);
+                    Err(())
+                }
+            };
+            futures::stream::iter(completion.chunks(reply))
+        })
+        .flatten()
+        .map(Ok::<Event, Infallible>);
+        let mut response = Sse::new(events)
+            .keep_alive(KeepAlive::default())
+            .into_response();
+        response
+            .headers_mut()
+            .insert(SESSION_HEADER, session_header);
+        return Ok(response);
+    }
+
+    let reply = match tokio::time::timeout(state.reply_timeout, receiver).await {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(_closed)) => {
+            return Err(ApiError::Internal(
+                "the turn ended without a reply".to_owned(),
+            ));
+        }
+        Err(_elapsed) => {
+            state.service.runner().forget(inbound_id);
+            return Err(ApiError::Timeout);
+        }
+    };
+    let usage = state
+        .store
+        .task_usage(inbound_id)
+        .await
+        .map_err(|err| ApiError::Internal(err.to_string()))?;
+    let prompt = usage.usage.input_tokens;
+    let completion_tokens = usage.usage.output_tokens;
+    let body = json!({
+        "id": completion.id,
+        "object": "chat.completion",
+        "created": completion.created,
+        "model": completion.model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": reply.text},
+            "finish_reason": finish_reason(&reply),
+        }],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": usage.usage.cache_read_tokens},
+        },
+    });
+    let mut response = Json(body).into_response();
+    response
+        .headers_mut()
+        .insert(SESSION_HEADER, session_header);
+    Ok(response)
+}
+
+struct Completion {
+    id: String,
+    created: u64,
+    model: String,
+}
+
+impl Completion {
+    /// The SSE events for a finished turn: the role, the content, the finish
+    /// reason, then `[DONE]`. A turn that timed out ends with an error event.
+    fn chunks(&self, reply: Result<TurnReply, ()>) -> Vec<Event> {
+        let chunk = |delta: Value, finish: Value| {
+            Event::default().data(
+                json!({
+                    "id": self.id,
+                    "object": "chat.completion.chunk",
+                    "created": self.created,
+                    "model": self.model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                })
+                .to_string(),
+            )
+        };
+        let mut events = vec![chunk(
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+        )];
+        match reply {
+            Ok(reply) => {
+                events.push(chunk(json!({"content": reply.text}), Value::Null));
+                events.push(chunk(json!({}), json!(finish_reason(&reply))));
+            }
+            Err(()) => {
+                events.push(Event::default().data(
+                    json!({"error": {"message": ApiError::Timeout.to_string(), "type": "server_error"}})
+                        .to_string(),
+                ));
+            }
+        }
+        events.push(Event::default().data("[DONE]"));
+        events
+    }
+}
+
+fn finish_reason(reply: &TurnReply) -> &'static str {
+    match reply.status {
+        InboundStatus::Failed => "error",
+        _ => "stop",
+    }
+}
+
+fn header_value(headers: &HeaderMap, name: &str) -> Result<Option<String>, ApiError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) => {
+            let value = value
+                .to_str()
+                .map_err(|_| ApiError::BadRequest(format!("header {name} is not valid text")))?
+                .trim();
+            if value.is_empty() || value.len() > 128 {
+                return Err(ApiError::BadRequest(format!(
+                    "header {name} must be 1 to 128 characters"
+                )));
+            }
+            Ok(Some(value.to_owned()))
+        }
+    }
+}
+
+fn inbound(
+    chat: &str,
+    event_id: &str,
+    user: Option<&str>,
+    text: String,
+) -> Result<InboundMessage, ApiError> {
+    let bad = |err: switchboard_contract::IdError| ApiError::BadRequest(err.to_string());
+    Ok(InboundMessage {
+        platform: PlatformName::parse("api").map_err(bad)?,
+        account: AccountId::parse("default").map_err(bad)?,
+        event_id: EventId::parse(event_id).map_err(bad)?,
+        chat: ChatId::parse(chat).map_err(bad)?,
+        chat_kind: ChatKind::Direct,
+        thread: None,
+        sender: Sender {
+            id: UserId::parse(user.filter(|u| !u.is_empty()).unwrap_or("api")).map_err(bad)?,
+            display_name: None,
+            is_bot: false,
+        },
+        text,
+        mentions_bot: true,
+        reply_to: None,
+        message_id: None,
+        attachments: Vec::new(),
+    })
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
+}

@@ -1,0 +1,72 @@
+//! API errors in OpenAI's shape: `{"error": {"message", "type", "code"}}`.
+//!
+//! Two faces: what the client may see (a clear message for its own mistakes,
+//! a generic one for ours) and what the log keeps (the real cause, once).
+
+use axum::extract::rejection::JsonRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Json, Response};
+use serde_json::json;
+
+/// An error answered to an API client.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("invalid or missing API key")]
+    Unauthorized,
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("the request body is too large")]
+    TooLarge,
+    #[error("the reply is taking too long; it will be in the conversation's history")]
+    Timeout,
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Unauthorized => "authentication_error",
+            Self::Internal(_) | Self::Timeout => "server_error",
+            _ => "invalid_request_error",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let Self::Internal(cause) = &self {
+            tracing::error!(%cause, "API request failed");
+        }
+        let body = json!({
+            "error": {"message": self.to_string(), "type": self.kind(), "code": null}
+        });
+        (self.status(), Json(body)).into_response()
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Self::TooLarge
+        } else {
+            Self::BadRequest(rejection.body_text())
+        }
+    }
+}

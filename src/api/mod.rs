@@ -1,0 +1,84 @@
+//! The gateway's HTTP server: the OpenAI-compatible API and health checks.
+//!
+//! `POST /v1/chat/completions` (plain and `stream: true`), `GET /v1/models`,
+//! `GET /healthz`. The server keeps each conversation's history: a client
+//! names the conversation with the `X-Session-Id` header and sends only the
+//! new user message; without the header a new session starts and its id comes
+//! back in the `X-Session-Id` response header. Bearer keys come from the
+//! environment variable named in `api.keys_env`.
+
+mod auth;
+mod completions;
+mod error;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{get, post};
+use axum::{Router, middleware};
+use secrecy::SecretString;
+use serde_json::json;
+
+use crate::session::service::SessionService;
+use crate::store::Store;
+
+pub use error::ApiError;
+
+/// The response header (and request header) naming a conversation.
+pub const SESSION_HEADER: &str = "x-session-id";
+
+/// What the handlers share.
+pub struct ApiState {
+    pub service: Arc<SessionService>,
+    pub store: Store,
+    pub keys: Vec<SecretString>,
+    /// Models listed by `GET /v1/models`; the first is the default.
+    pub models: Vec<String>,
+    pub reply_timeout: std::time::Duration,
+}
+
+/// Builds the router (also used by tests without a socket).
+pub fn router(state: Arc<ApiState>, max_body_bytes: usize) -> Router {
+    let v1 = Router::new()
+        .route("/chat/completions", post(completions::create))
+        .route("/models", get(models))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            auth::require_key,
+        ));
+    Router::new()
+        .nest("/v1", v1)
+        .route("/healthz", get(health))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+async fn health(State(state): State<Arc<ApiState>>) -> Response {
+    match state.store.ping().await {
+        Ok(()) => Json(json!({"status": "ok"})).into_response(),
+        Err(err) => {
+            tracing::error!(error = %err, "health check: database unreachable");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"status": "unavailable"})),
+            )
+                .into_response()
+        }
+    }
+}
+
+async fn models(State(state): State<Arc<ApiState>>) -> Json<serde_json::Value> {
+    let data: Vec<_> = state
+        .models
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchboard"}))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".to_owned())
+}

@@ -1,0 +1,294 @@
+//! `switchboard bench`: the gateway's own cost per turn.
+//!
+//! N concurrent sessions each run M turns through the real session service,
+//! runner, agent loop and SQLite store, against an instant in-process model
+//! that asks for one tool call (`current_time`) and then answers. Because the
+//! model takes no time, a turn's latency is the gateway's overhead. Reports
+//! turns/s, overhead p50/p99, CPU time per turn, idle and peak RSS, and the
+//! first turn's latency after start.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use switchboard_contract::{
+    AccountId, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender, UserId,
+};
+
+use crate::agent::cache::ProviderFactory;
+use crate::config::Settings;
+use crate::gateway::Gateway;
+use crate::llm::{
+    ChatMessage, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind, StopReason,
+    ToolCall, Usage,
+};
+use crate::session::service::SubmitOptions;
+
+/// Benchmark shape.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchOptions {
+    /// Sessions running at once.
+    #[arg(long, default_value_t = 8)]
+    pub sessions: usize,
+    /// Measured turns per session.
+    #[arg(long, default_value_t = 250)]
+    pub turns: usize,
+    /// Turns each session has in its history before measuring.
+    #[arg(long, default_value_t = 20)]
+    pub history: usize,
+}
+
+/// What the benchmark measured.
+#[derive(Debug, Clone)]
+pub struct BenchReport {
+    pub options: BenchOptions,
+    pub turns: usize,
+    pub elapsed: Duration,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub cpu_per_turn: Duration,
+    pub first_turn: Duration,
+    pub idle_rss_kib: u64,
+    pub peak_rss_kib: u64,
+}
+
+/// Why the benchmark failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("setup failed: {0}")]
+    Setup(String),
+    #[error("a turn failed: {0}")]
+    Turn(String),
+}
+
+/// Runs the benchmark in a fresh temporary SQLite database.
+///
+/// # Errors
+/// Setup or a turn failing.
+pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
+    let dir = tempfile_dir()?;
+    let mut settings = Settings::default();
+    settings.database.url = format!("sqlite://{}/bench.db", dir.display());
+    settings.agent.tools = vec!["current_time".to_owned()];
+    settings.runner.max_concurrent_turns = options.sessions.max(1);
+    let factory: ProviderFactory = Arc::new(|_| Arc::new(InstantModel) as Arc<dyn Provider>);
+    let started = Instant::now();
+    let gateway = Arc::new(
+        Gateway::build_with(settings, factory)
+            .await
+            .map_err(|err| BenchError::Setup(err.to_string()))?,
+    );
+    let idle_rss_kib = rss_kib("VmRSS:");
+    let first_turn = turn(&gateway, "first", 0).await?;
+    let _startup = started.elapsed();
+
+    // Give every session its history first.
+    let warm = (0..options.sessions).map(|session| {
+        let gateway = Arc::clone(&gateway);
+        async move {
+            for index in 0..options.history {
+                turn(&gateway, &format!("s{session}"), index).await?;
+            }
+            Ok::<(), BenchError>(())
+        }
+    });
+    for result in futures::future::join_all(warm).await {
+        result?;
+    }
+
+    let cpu_before = cpu_time();
+    let wall = Instant::now();
+    let (turns, history) = (options.turns, options.history);
+    let runs = (0..options.sessions).map(|session| {
+        let gateway = Arc::clone(&gateway);
+        tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(turns);
+            for index in 0..turns {
+                latencies.push(turn(&gateway, &format!("s{session}"), history + index).await?);
+            }
+            Ok::<Vec<Duration>, BenchError>(latencies)
+        })
+    });
+    let mut latencies = Vec::new();
+    for handle in futures::future::join_all(runs).await {
+        let measured = handle.map_err(|err| BenchError::Turn(err.to_string()))??;
+        latencies.extend(measured);
+    }
+    let elapsed = wall.elapsed();
+    let cpu = cpu_time().saturating_sub(cpu_before);
+    latencies.sort();
+    let turns = latencies.len();
+    let percentile = |p: f64| {
+        let index = ((turns as f64 * p).ceil() as usize).saturating_sub(1);
+        latencies.get(index).copied().unwrap_or_default()
+    };
+    let report = BenchReport {
+        options: options.clone(),
+        turns,
+        elapsed,
+        p50: percentile(0.50),
+        p99: percentile(0.99),
+        cpu_per_turn: cpu / u32::try_from(turns.max(1)).unwrap_or(u32::MAX),
+        first_turn,
+        idle_rss_kib,
+        peak_rss_kib: rss_kib("VmHWM:"),
+    };
+    gateway.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(report)
+}
+
+impl fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.elapsed.as_secs_f64().max(f64::EPSILON);
+        writeln!(
+            f,
+            "switchboard bench: {} sessions x {} turns (history {} turns), one tool call per turn, SQLite",
+            self.options.sessions, self.options.turns, self.options.history
+        )?;
+        writeln!(f, "  turns/s            {:.0}", self.turns as f64 / secs)?;
+        writeln!(f, "  overhead p50       {:.3} ms", ms(self.p50))?;
+        writeln!(f, "  overhead p99       {:.3} ms", ms(self.p99))?;
+        writeln!(f, "  CPU per turn       {:.3} ms", ms(self.cpu_per_turn))?;
+        writeln!(f, "  first turn         {:.3} ms", ms(self.first_turn))?;
+        writeln!(
+            f,
+            "  RSS idle           {:.1} MiB",
+            self.idle_rss_kib as f64 / 1024.0
+        )?;
+        write!(
+            f,
+            "  RSS peak           {:.1} MiB",
+            self.peak_rss_kib as f64 / 1024.0
+        )
+    }
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+/// One turn through the session service; returns its latency.
+async fn turn(gateway: &Gateway, chat: &str, index: usize) -> Result<Duration, BenchError> {
+    let message = message(chat, index).map_err(BenchError::Setup)?;
+    let started = Instant::now();
+    let submission = gateway
+        .service
+        .submit(
+            message,
+            SubmitOptions {
+                session: None,
+                wait: true,
+            },
+        )
+        .await
+        .map_err(|err| BenchError::Turn(err.to_string()))?;
+    let receiver = submission
+        .reply
+        .ok_or_else(|| BenchError::Turn("message not accepted".to_owned()))?;
+    receiver
+        .await
+        .map_err(|_| BenchError::Turn("no reply".to_owned()))?;
+    Ok(started.elapsed())
+}
+
+fn message(chat: &str, index: usize) -> Result<InboundMessage, String> {
+    let err = |e: switchboard_contract::IdError| e.to_string();
+    Ok(InboundMessage {
+        platform: PlatformName::parse("api").map_err(err)?,
+        account: AccountId::parse("bench").map_err(err)?,
+        event_id: EventId::parse(format!("{chat}-{index}")).map_err(err)?,
+        chat: ChatId::parse(chat).map_err(err)?,
+        chat_kind: ChatKind::Direct,
+        thread: None,
+        sender: Sender {
+            id: UserId::parse("bench").map_err(err)?,
+            display_name: None,
+            is_bot: false,
+        },
+        text: format!("What time is it? (message {index})"),
+        mentions_bot: true,
+        reply_to: None,
+        message_id: None,
+        attachments: Vec::new(),
+    })
+}
+
+/// A model that answers instantly: a tool call for a new user message, then
+/// a short answer once the tool result is in.
+struct InstantModel;
+
+#[async_trait]
+impl Provider for InstantModel {
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Openai
+    }
+
+    async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, LlmError> {
+        let asked = matches!(request.messages.last(), Some(ChatMessage::User { .. }));
+        let tool_calls = if asked {
+            vec![ToolCall {
+                id: format!("call_{}", request.messages.len()),
+                name: "current_time".to_owned(),
+                arguments: "{}".to_owned(),
+            }]
+        } else {
+            Vec::new()
+        };
+        Ok(ModelResponse {
+            content: (!asked).then(|| "It is now.".to_owned()),
+            reasoning: None,
+            stop_reason: if asked {
+                StopReason::ToolUse
+            } else {
+                StopReason::EndTurn
+            },
+            finish_reason: if asked { "tool_calls" } else { "stop" }.to_owned(),
+            tool_calls,
+            usage: Usage {
+                input_tokens: 100,
+                output_tokens: 10,
+                cache_read_tokens: 90,
+                cache_write_tokens: 0,
+            },
+            model: request.model.to_owned(),
+            request_id: None,
+        })
+    }
+}
+
+fn tempfile_dir() -> Result<std::path::PathBuf, BenchError> {
+    let dir = std::env::temp_dir().join(format!("switchboard-bench-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).map_err(|err| BenchError::Setup(err.to_string()))?;
+    Ok(dir)
+}
+
+/// User plus system CPU time of this process.
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage only writes into the struct we pass.
+    let mut usage = unsafe { std::mem::zeroed::<libc::rusage>() };
+    // SAFETY: RUSAGE_SELF is valid and `usage` is a valid, writable rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut usage) } != 0 {
+        return Duration::ZERO;
+    }
+    let to_duration = |tv: libc::timeval| {
+        Duration::from_secs(u64::try_from(tv.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(tv.tv_usec).unwrap_or(0))
+    };
+    to_duration(usage.ru_utime) + to_duration(usage.ru_stime)
+}
+
+/// A memory figure from /proc/self/status in KiB (0 where unavailable).
+fn rss_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|line| line.starts_with(field))
+                .and_then(|line| line.split_whitespace().nth(1))
+                .and_then(|value| value.parse().ok())
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,189 @@
+//! The command line: `serve`, `chat`, `migrate`, `bench`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, ApiState};
+use crate::bench::{self, BenchOptions};
+use crate::config::Settings;
+use crate::gateway::Gateway;
+use crate::store::{Store, StoreOptions};
+use crate::{telemetry, terminal};
+
+/// A multi-platform chat gateway for an LLM agent.
+#[derive(Debug, Parser)]
+#[command(name = "switchboard", version, about)]
+pub struct Cli {
+    /// Configuration file (default: config/switchboard.toml if present).
+    #[arg(long, short, global = true, env = "SWITCHBOARD_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway: the HTTP API and every configured platform.
+    Serve,
+    /// Chat with the agent in this terminal.
+    Chat {
+        /// Continue this session (from any platform).
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Measure the gateway's own overhead with an instant in-process model.
+    Bench(BenchOptions),
+}
+
+/// Runs the parsed command.
+///
+/// # Errors
+/// Whatever stopped the command, with context.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let settings = Settings::load(cli.config.as_deref()).context("loading the configuration")?;
+    match cli.command {
+        Command::Serve => {
+            telemetry::init(&settings.log, None);
+            serve(settings).await
+        }
+        Command::Chat { session } => {
+            telemetry::init(&settings.log, Some("warn"));
+            chat(settings, session).await
+        }
+        Command::Migrate => {
+            telemetry::init(&settings.log, None);
+            let store = Store::connect(&StoreOptions::new(&settings.database.url))
+                .await
+                .context("migrating the database")?;
+            store.close().await;
+            tracing::info!("migrations applied");
+            Ok(())
+        }
+        Command::Bench(options) => {
+            telemetry::init(&settings.log, Some("error"));
+            let report = bench::run(&options)
+                .await
+                .context("running the benchmark")?;
+            println!("{report}");
+            Ok(())
+        }
+    }
+}
+
+async fn serve(settings: Settings) -> anyhow::Result<()> {
+    let addr: SocketAddr = settings.bind_addr()?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    let gateway = Gateway::build(settings)
+        .await
+        .context("starting the gateway")?;
+    let shutdown = gateway.shutdown.clone();
+    tokio::spawn(watch_signals(shutdown.clone()));
+    run_server(&gateway, listener, shutdown.cancelled_owned()).await?;
+    gateway.shutdown().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Serves the gateway on `listener` until `stop` resolves: recovers
+/// unfinished work first, then answers HTTP.
+///
+/// # Errors
+/// Recovery or the server failing.
+pub async fn run_server(
+    gateway: &Gateway,
+    listener: TcpListener,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    gateway
+        .recover()
+        .await
+        .context("recovering unfinished work")?;
+    let settings = &gateway.settings;
+    let mut models = vec![settings.llm.model.clone()];
+    models.extend(settings.llm.extra_models.iter().cloned());
+    let keys = settings.api.keys();
+    if keys.is_empty() {
+        tracing::warn!(
+            env = settings.api.keys_env,
+            "no API keys configured: the API accepts any caller; keep server.bind on loopback"
+        );
+    }
+    let state = Arc::new(ApiState {
+        service: Arc::clone(&gateway.service),
+        store: gateway.store.clone(),
+        keys,
+        models,
+        reply_timeout: Duration::from_secs(settings.api.reply_timeout_secs),
+    });
+    let router = api::router(state, settings.api.max_body_bytes);
+    let local = listener.local_addr()?;
+    tracing::info!(address = %local, "listening");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(stop)
+        .await
+        .context("serving HTTP")?;
+    Ok(())
+}
+
+async fn chat(settings: Settings, session: Option<String>) -> anyhow::Result<()> {
+    let reply_timeout = Duration::from_secs(settings.api.reply_timeout_secs);
+    let gateway = Gateway::build(settings)
+        .await
+        .context("starting the gateway")?;
+    gateway
+        .recover()
+        .await
+        .context("recovering unfinished work")?;
+    let stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    let result = terminal::run_chat(
+        &gateway.service,
+        session,
+        stdin,
+        tokio::io::stdout(),
+        reply_timeout,
+    )
+    .await;
+    gateway.shutdown().await;
+    result.context("chat")
+}
+
+/// Cancels `token` on Ctrl-C or SIGTERM.
+async fn watch_signals(token: CancellationToken) {
+    let ctrl_c = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %err, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+    tracing::info!("shutting down");
+    token.cancel();
+}

@@ -1,0 +1,410 @@
+//! Typed settings, layered: built-in defaults, then a TOML file, then
+//! `SWITCHBOARD__SECTION__KEY` environment variables.
+//!
+//! Secrets are never written in the file: the file names the environment
+//! variable that holds each one (`api_key_env`, `keys_env`), and they are read
+//! once at start into [`secrecy::SecretString`]s.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use secrecy::SecretString;
+use serde::Deserialize;
+
+use crate::llm::{Endpoint, ProviderKind, RetryPolicy};
+use crate::tools::http_get::HttpGetConfig;
+
+/// Why the settings could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("could not read the configuration: {0}")]
+    Load(#[from] config::ConfigError),
+    #[error("invalid setting `{key}`: {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+/// All settings.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub database: DatabaseSettings,
+    pub llm: LlmSettings,
+    pub agent: AgentSettings,
+    pub agent_cache: AgentCacheSettings,
+    pub sessions: SessionSettings,
+    pub runner: RunnerSettings,
+    pub api: ApiSettings,
+    pub tools: ToolSettings,
+    pub log: LogSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Address the HTTP server listens on.
+    pub bind: String,
+    /// How long shutdown waits for running turns.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            bind: "127.0.0.1:8080".to_owned(),
+            shutdown_grace_secs: 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// `sqlite://path/to/file.db` (created on first run) or `postgres://…`.
+    pub url: String,
+    /// PostgreSQL pool size (SQLite always uses one connection).
+    pub max_connections: u32,
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self {
+            url: "sqlite://data/switchboard.db".to_owned(),
+            max_connections: 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmSettings {
+    /// `openai` (any Chat Completions server) or `anthropic`.
+    pub provider: ProviderKind,
+    /// OpenAI: up to and including `/v1`. Anthropic: the host root.
+    pub base_url: String,
+    /// The model new sessions use.
+    pub model: String,
+    /// Further models clients may pick (`GET /v1/models`).
+    pub extra_models: Vec<String>,
+    /// Name of the environment variable holding the API key.
+    pub api_key_env: String,
+    pub timeout_secs: u64,
+    pub max_retries: u32,
+    pub retry_base_ms: u64,
+    pub retry_max_ms: u64,
+    /// Output token cap per call.
+    pub max_tokens: u32,
+}
+
+impl Default for LlmSettings {
+    fn default() -> Self {
+        Self {
+            provider: ProviderKind::Openai,
+            base_url: "https://api.openai.com/v1".to_owned(),
+            model: "gpt-4o-mini".to_owned(),
+            extra_models: Vec::new(),
+            api_key_env: "OPENAI_API_KEY".to_owned(),
+            timeout_secs: 120,
+            max_retries: 3,
+            retry_base_ms: 500,
+            retry_max_ms: 20_000,
+            max_tokens: 4096,
+        }
+    }
+}
+
+impl LlmSettings {
+    /// The endpoint, with the key read from the environment (empty when the
+    /// variable is unset: local servers often need none).
+    pub fn endpoint(&self) -> Endpoint {
+        let key = std::env::var(&self.api_key_env).unwrap_or_default();
+        Endpoint {
+            kind: self.provider,
+            base_url: self.base_url.clone(),
+            api_key: SecretString::from(key),
+            timeout: Duration::from_secs(self.timeout_secs),
+            retry: RetryPolicy {
+                max_retries: self.max_retries,
+                base_delay: Duration::from_millis(self.retry_base_ms),
+                max_delay: Duration::from_millis(self.retry_max_ms),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentSettings {
+    /// Who the agent is; the first part of every new session's system prompt.
+    pub persona: String,
+    /// House rules appended to the persona.
+    pub rules: String,
+    /// A memory/context file read when a session starts (later edits reach
+    /// new sessions only).
+    pub memory_file: Option<PathBuf>,
+    /// Tools offered to new sessions.
+    pub tools: Vec<String>,
+    /// Model calls one task (one user message) may make, sub-agents included.
+    pub max_iterations: u32,
+    /// How deep `delegate` may nest (the top agent is depth 0).
+    pub max_delegation_depth: u32,
+    /// Model calls a parent keeps for itself while children run.
+    pub parent_reserve: u32,
+    /// Longest a single tool call may run.
+    pub tool_timeout_secs: u64,
+}
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        Self {
+            persona: "You are Switchboard, a helpful assistant reachable from several chat \
+                      platforms. Answer clearly and concisely."
+                .to_owned(),
+            rules: "Use tools when they help; say so when you are unsure. Format answers in \
+                    Markdown."
+                .to_owned(),
+            memory_file: None,
+            tools: ["calculator", "current_time", "delegate", "http_get"]
+                .map(str::to_owned)
+                .to_vec(),
+            max_iterations: 90,
+            max_delegation_depth: 2,
+            parent_reserve: 2,
+            tool_timeout_secs: 60,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentCacheSettings {
+    /// Most agent instances kept.
+    pub max_capacity: u64,
+    /// An instance unused this long is dropped.
+    pub idle_ttl_secs: u64,
+}
+
+impl Default for AgentCacheSettings {
+    fn default() -> Self {
+        Self {
+            max_capacity: 1000,
+            idle_ttl_secs: 1800,
+        }
+    }
+}
+
+/// How group chats map to sessions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupSessions {
+    /// One session per group chat (or thread).
+    #[default]
+    PerChat,
+    /// One session per sender within a group chat.
+    PerUser,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionSettings {
+    pub group_sessions: GroupSessions,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunnerSettings {
+    /// Turns running at once across all sessions; others wait in order.
+    pub max_concurrent_turns: usize,
+    /// How long a session lease lasts without renewal.
+    pub lease_ttl_secs: u64,
+}
+
+impl Default for RunnerSettings {
+    fn default() -> Self {
+        Self {
+            max_concurrent_turns: 32,
+            lease_ttl_secs: 60,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiSettings {
+    /// Serve the OpenAI-compatible API.
+    pub enabled: bool,
+    /// Name of the environment variable holding the accepted bearer keys
+    /// (comma-separated). Unset or empty: no key is required (keep `bind` on
+    /// loopback then).
+    pub keys_env: String,
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+    /// Longest a request waits for its turn's reply.
+    pub reply_timeout_secs: u64,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            keys_env: "SWITCHBOARD_API_KEYS".to_owned(),
+            max_body_bytes: 1024 * 1024,
+            reply_timeout_secs: 600,
+        }
+    }
+}
+
+impl ApiSettings {
+    /// The accepted keys, read from the environment.
+    pub fn keys(&self) -> Vec<SecretString> {
+        std::env::var(&self.keys_env)
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|key| !key.is_empty())
+            .map(|key| SecretString::from(key.to_owned()))
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolSettings {
+    pub http_get: HttpGetConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSettings {
+    /// A `tracing` filter (`RUST_LOG` overrides it).
+    pub filter: String,
+    /// One JSON object per line instead of text.
+    pub json: bool,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self {
+            filter: "info".to_owned(),
+            json: false,
+        }
+    }
+}
+
+impl Settings {
+    /// Loads the settings: defaults, then `file` (required when given;
+    /// otherwise `config/switchboard.toml` if it exists), then the
+    /// environment.
+    ///
+    /// # Errors
+    /// An unreadable file, a value of the wrong type, an unknown key, or an
+    /// invalid value (the error names the key).
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut builder = config::Config::builder();
+        match file {
+            Some(path) => builder = builder.add_source(config::File::from(path).required(true)),
+            None => {
+                builder = builder
+                    .add_source(config::File::with_name("config/switchboard").required(false));
+            }
+        }
+        let settings: Self = builder
+            .add_source(
+                config::Environment::with_prefix("SWITCHBOARD")
+                    .prefix_separator("__")
+                    .separator("__")
+                    .try_parsing(true)
+                    .list_separator(",")
+                    .with_list_parse_key("agent.tools")
+                    .with_list_parse_key("llm.extra_models")
+                    .with_list_parse_key("tools.http_get.allow_hosts")
+                    .with_list_parse_key("tools.http_get.deny_hosts"),
+            )
+            .build()?
+            .try_deserialize()?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Checks values that parse but make no sense.
+    ///
+    /// # Errors
+    /// The first invalid value, by key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: &str| ConfigError::Invalid {
+            key,
+            reason: reason.to_owned(),
+        };
+        self.server
+            .bind
+            .parse::<SocketAddr>()
+            .map_err(|err| invalid("server.bind", &err.to_string()))?;
+        if !(self.database.url.starts_with("sqlite:")
+            || self.database.url.starts_with("postgres://")
+            || self.database.url.starts_with("postgresql://"))
+        {
+            return Err(invalid("database.url", "use sqlite://… or postgres://…"));
+        }
+        if !(self.llm.base_url.starts_with("http://") || self.llm.base_url.starts_with("https://"))
+        {
+            return Err(invalid("llm.base_url", "must be an http(s) URL"));
+        }
+        if self.llm.model.trim().is_empty() {
+            return Err(invalid("llm.model", "must not be empty"));
+        }
+        if self.agent.max_iterations == 0 {
+            return Err(invalid("agent.max_iterations", "must be at least 1"));
+        }
+        if self.runner.max_concurrent_turns == 0 {
+            return Err(invalid("runner.max_concurrent_turns", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    pub fn bind_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.server
+            .bind
+            .parse()
+            .map_err(|err: std::net::AddrParseError| ConfigError::Invalid {
+                key: "server.bind",
+                reason: err.to_string(),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Settings::default().validate().expect("defaults valid");
+    }
+
+    #[test]
+    fn a_file_overrides_defaults_and_unknown_keys_are_rejected() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        std::fs::write(
+            &path,
+            "[llm]\nmodel = \"m-1\"\n[agent]\nmax_iterations = 7\n",
+        )
+        .expect("write");
+        let settings = Settings::load(Some(&path)).expect("loads");
+        assert_eq!(settings.llm.model, "m-1");
+        assert_eq!(settings.agent.max_iterations, 7);
+        assert_eq!(settings.runner.max_concurrent_turns, 32);
+
+        std::fs::write(&path, "[llm]\nmodle = \"typo\"\n").expect("write");
+        assert!(Settings::load(Some(&path)).is_err());
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        let mut settings = Settings::default();
+        settings.database.url = "mysql://x".to_owned();
+        let err = settings.validate().expect_err("invalid");
+        assert!(err.to_string().contains("database.url"));
+    }
+}

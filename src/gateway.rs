@@ -1,0 +1,150 @@
+//! Wiring: builds the store, the tool registry, the agent cache, the runner
+//! and the session service from the settings, and owns the process-wide
+//! resources (the HTTP client, the shutdown token).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::cache::{AgentCache, ProviderFactory};
+use crate::config::Settings;
+use crate::llm::build_provider;
+use crate::session::runner::Runner;
+use crate::session::service::SessionService;
+use crate::session::turn::TurnExecutor;
+use crate::store::{Store, StoreError, StoreOptions};
+use crate::tools::ToolRegistry;
+use crate::tools::calculator::Calculator;
+use crate::tools::current_time::CurrentTime;
+use crate::tools::delegate::Delegate;
+use crate::tools::http_get::HttpGet;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("could not build the HTTP client: {0}")]
+    Http(String),
+    #[error("unknown tool `{0}` in agent.tools")]
+    UnknownTool(String),
+}
+
+/// The running core, shared by the API, the terminal and the adapters.
+pub struct Gateway {
+    pub settings: Settings,
+    pub store: Store,
+    pub cache: Arc<AgentCache>,
+    pub service: Arc<SessionService>,
+    pub shutdown: CancellationToken,
+}
+
+impl Gateway {
+    /// Builds the gateway with HTTP model providers.
+    ///
+    /// # Errors
+    /// The database cannot be opened or migrated, or a setting names an
+    /// unknown tool.
+    pub async fn build(settings: Settings) -> Result<Self, StartError> {
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .map_err(|err| StartError::Http(err.without_url().to_string()))?;
+        let factory: ProviderFactory =
+            Arc::new(move |endpoint| build_provider(endpoint.clone(), http.clone()));
+        Self::build_with(settings, factory).await
+    }
+
+    /// Builds the gateway with a given provider factory (the benchmark's
+    /// in-process model).
+    ///
+    /// # Errors
+    /// As [`Gateway::build`].
+    pub async fn build_with(
+        settings: Settings,
+        factory: ProviderFactory,
+    ) -> Result<Self, StartError> {
+        let store = Store::connect(&StoreOptions {
+            max_connections: settings.database.max_connections,
+            ..StoreOptions::new(&settings.database.url)
+        })
+        .await?;
+        let registry = Arc::new(build_registry(&settings)?);
+        let cache = Arc::new(AgentCache::new(
+            settings.llm.endpoint(),
+            factory,
+            settings.agent_cache.max_capacity,
+            Duration::from_secs(settings.agent_cache.idle_ttl_secs),
+        ));
+        let shutdown = CancellationToken::new();
+        let turns = TurnExecutor {
+            store: store.clone(),
+            cache: Arc::clone(&cache),
+            registry: Arc::clone(&registry),
+            agent: settings.agent.clone(),
+            max_tokens: settings.llm.max_tokens,
+        };
+        let runner = Runner::new(
+            store.clone(),
+            turns,
+            settings.runner.max_concurrent_turns,
+            Duration::from_secs(settings.runner.lease_ttl_secs.max(1)),
+            shutdown.clone(),
+        );
+        let service = Arc::new(SessionService::new(
+            store.clone(),
+            runner,
+            registry,
+            settings.agent.clone(),
+            settings.llm.model.clone(),
+            settings.sessions.group_sessions,
+        ));
+        Ok(Self {
+            settings,
+            store,
+            cache,
+            service,
+            shutdown,
+        })
+    }
+
+    /// Resumes work left unfinished by a previous run.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn recover(&self) -> Result<(), StoreError> {
+        self.service.runner().recover().await
+    }
+
+    /// Stops taking work, waits for running turns up to the grace period, and
+    /// closes the database.
+    pub async fn shutdown(&self) {
+        self.shutdown.cancel();
+        self.service
+            .runner()
+            .shutdown(Duration::from_secs(
+                self.settings.server.shutdown_grace_secs,
+            ))
+            .await;
+        self.store.close().await;
+    }
+}
+
+/// The tools this deployment offers, each built once for the process.
+fn build_registry(settings: &Settings) -> Result<ToolRegistry, StartError> {
+    let mut registry = ToolRegistry::new();
+    for name in &settings.agent.tools {
+        match name.as_str() {
+            "calculator" => registry.register(Arc::new(Calculator)),
+            "current_time" => registry.register(Arc::new(CurrentTime)),
+            "delegate" => registry.register(Arc::new(Delegate)),
+            "http_get" => registry.register(Arc::new(
+                HttpGet::new(settings.tools.http_get.clone())
+                    .map_err(|err| StartError::Http(err.without_url().to_string()))?,
+            )),
+            other => return Err(StartError::UnknownTool(other.to_owned())),
+        }
+    }
+    Ok(registry)
+}

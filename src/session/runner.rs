@@ -1,0 +1,344 @@
+//! The per-session runner: one turn at a time per session, sessions in
+//! parallel, replies delivered through the outbox.
+//!
+//! The queue lives in the database (`inbound` rows waiting as `pending`); the
+//! runner only keeps, per active session, one worker task and a `dirty` flag.
+//! [`Runner::notify`] marks a session dirty or starts its worker; a worker
+//! drains its session's queue in arrival order and exits only when nothing
+//! new arrived meanwhile (checked under the same lock that `notify` takes, so
+//! no wake-up is lost). A database lease makes "one turn per session" hold
+//! across processes too; a global semaphore caps turns running at once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use switchboard_contract::{
+    AccountId, ChatId, OutboundMessage, PlatformName, PlatformSender, SendError, ThreadId,
+};
+use tokio::sync::{Semaphore, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use super::turn::TurnExecutor;
+use crate::store::{InboundStatus, OutboxRow, Store, StoreError};
+
+/// Platforms whose replies are handed to a waiting caller in this process
+/// (the HTTP API's request, the terminal) rather than sent to a platform.
+pub const LOCAL_PLATFORMS: [&str; 2] = ["api", "terminal"];
+
+/// How a turn ended, for whoever waits on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnReply {
+    pub inbound_id: i64,
+    pub session_id: String,
+    pub text: String,
+    pub status: InboundStatus,
+}
+
+/// Delivery attempts per outbox row before it waits for the next pump.
+const SEND_ATTEMPTS: u32 = 5;
+
+/// Runs sessions' turns and delivers their replies.
+#[derive(Clone)]
+pub struct Runner {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    turns: TurnExecutor,
+    /// Identifies this process in lease rows.
+    owner: String,
+    lease_ttl: Duration,
+    permits: Semaphore,
+    /// Active sessions and whether new work arrived since their worker last
+    /// looked. A std mutex: held for a map operation only, never across an
+    /// await.
+    workers: Mutex<HashMap<String, bool>>,
+    /// Callers waiting for a turn's reply, by inbound id.
+    waiters: Mutex<HashMap<i64, oneshot::Sender<TurnReply>>>,
+    senders: Mutex<HashMap<String, Arc<dyn PlatformSender>>>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Runner {
+    pub fn new(
+        store: Store,
+        turns: TurnExecutor,
+        max_concurrent_turns: usize,
+        lease_ttl: Duration,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                turns,
+                owner: uuid::Uuid::new_v4().to_string(),
+                lease_ttl,
+                permits: Semaphore::new(max_concurrent_turns),
+                workers: Mutex::new(HashMap::new()),
+                waiters: Mutex::new(HashMap::new()),
+                senders: Mutex::new(HashMap::new()),
+                shutdown,
+                tracker: TaskTracker::new(),
+            }),
+        }
+    }
+
+    /// Registers the sender that delivers replies for a platform.
+    pub fn register_sender(&self, platform: &str, sender: Arc<dyn PlatformSender>) {
+        lock(&self.inner.senders).insert(platform.to_owned(), sender);
+    }
+
+    /// Returns a receiver for the reply to an inbound message. Register
+    /// before calling [`Runner::notify`] so the reply cannot be missed.
+    pub fn wait_for(&self, inbound_id: i64) -> oneshot::Receiver<TurnReply> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.inner.waiters).insert(inbound_id, tx);
+        rx
+    }
+
+    /// Forgets a waiter (its caller gave up).
+    pub fn forget(&self, inbound_id: i64) {
+        lock(&self.inner.waiters).remove(&inbound_id);
+    }
+
+    /// Tells the runner a session has new work.
+    pub fn notify(&self, session_id: &str) {
+        if self.inner.shutdown.is_cancelled() {
+            return;
+        }
+        let mut workers = lock(&self.inner.workers);
+        if let Some(dirty) = workers.get_mut(session_id) {
+            *dirty = true;
+            return;
+        }
+        workers.insert(session_id.to_owned(), false);
+        drop(workers);
+        let runner = self.clone();
+        let session_id = session_id.to_owned();
+        let span = tracing::info_span!("session", session_id = %session_id);
+        self.inner
+            .tracker
+            .spawn(async move { runner.work(session_id).await }.instrument(span));
+    }
+
+    /// Picks up work left by a previous run: unfinished messages and
+    /// undelivered replies.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn recover(&self) -> Result<(), StoreError> {
+        let sessions = self.inner.store.sessions_with_unfinished_inbound().await?;
+        if !sessions.is_empty() {
+            tracing::info!(sessions = sessions.len(), "resuming unfinished turns");
+        }
+        for session_id in sessions {
+            self.notify(&session_id);
+        }
+        for row in self.inner.store.pending_outbox(1000).await? {
+            self.deliver(&row).await;
+        }
+        Ok(())
+    }
+
+    /// Stops taking work and waits (up to `grace`) for running turns.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.inner.shutdown.cancel();
+        self.inner.tracker.close();
+        if tokio::time::timeout(grace, self.inner.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("shutdown grace period over; unfinished turns resume on next start");
+        }
+    }
+
+    /// Sessions with a worker right now.
+    pub fn active_sessions(&self) -> usize {
+        lock(&self.inner.workers).len()
+    }
+
+    async fn work(self, session_id: String) {
+        loop {
+            if let Some(dirty) = lock(&self.inner.workers).get_mut(&session_id) {
+                *dirty = false;
+            }
+            if let Err(err) = self.drain(&session_id).await {
+                tracing::error!(error = %err, "session worker failed; retrying shortly");
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    () = self.inner.shutdown.cancelled() => {}
+                }
+                if !self.inner.shutdown.is_cancelled() {
+                    continue;
+                }
+            }
+            let mut workers = lock(&self.inner.workers);
+            let dirty = workers.get(&session_id).copied().unwrap_or(false);
+            if dirty && !self.inner.shutdown.is_cancelled() {
+                continue;
+            }
+            workers.remove(&session_id);
+            return;
+        }
+    }
+
+    /// Runs every waiting message of the session, in order, under its lease.
+    async fn drain(&self, session_id: &str) -> Result<(), StoreError> {
+        let store = &self.inner.store;
+        let ttl_ms = i64::try_from(self.inner.lease_ttl.as_millis()).unwrap_or(i64::MAX);
+        while !store
+            .try_acquire_lease(session_id, &self.inner.owner, ttl_ms)
+            .await?
+        {
+            // Another process runs this session; it drains the queue too, but
+            // keep checking in case it dies before reaching our message.
+            tokio::select! {
+                () = tokio::time::sleep(self.inner.lease_ttl / 4) => {}
+                () = self.inner.shutdown.cancelled() => return Ok(()),
+            }
+        }
+        let result = self.drain_leased(session_id, ttl_ms).await;
+        store.release_lease(session_id, &self.inner.owner).await?;
+        result
+    }
+
+    async fn drain_leased(&self, session_id: &str, ttl_ms: i64) -> Result<(), StoreError> {
+        let store = &self.inner.store;
+        while !self.inner.shutdown.is_cancelled() {
+            let Some(inbound) = store.next_inbound(session_id).await? else {
+                return Ok(());
+            };
+            // The semaphore is never closed, so acquire cannot fail.
+            let Ok(_permit) = self.inner.permits.acquire().await else {
+                return Ok(());
+            };
+            let trace_id = uuid::Uuid::now_v7().to_string();
+            let span = tracing::info_span!("turn", trace_id = %trace_id, inbound_id = inbound.id);
+            let turn = self.inner.turns.run(&inbound).instrument(span.clone());
+            let row = self.with_lease_renewal(session_id, ttl_ms, turn).await?;
+            self.deliver(&row).instrument(span).await;
+        }
+        Ok(())
+    }
+
+    /// Runs `work` while renewing the session's lease.
+    async fn with_lease_renewal<T>(
+        &self,
+        session_id: &str,
+        ttl_ms: i64,
+        work: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let mut work = std::pin::pin!(work);
+        let mut renew = tokio::time::interval(self.inner.lease_ttl / 3);
+        renew.tick().await;
+        loop {
+            tokio::select! {
+                result = &mut work => return result,
+                _ = renew.tick() => {
+                    if let Err(err) = self.inner.store
+                        .try_acquire_lease(session_id, &self.inner.owner, ttl_ms)
+                        .await
+                    {
+                        tracing::warn!(error = %err, "lease renewal failed");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands a reply to its waiter and its platform, then marks it sent.
+    pub async fn deliver(&self, row: &OutboxRow) {
+        let status = self
+            .inner
+            .store
+            .inbound(row.inbound_id)
+            .await
+            .ok()
+            .flatten()
+            .map_or(InboundStatus::Done, |inbound| inbound.status);
+        if let Some(waiter) = lock(&self.inner.waiters).remove(&row.inbound_id) {
+            // The receiver may be gone (the client hung up); the reply stays
+            // in the history either way.
+            let _ = waiter.send(TurnReply {
+                inbound_id: row.inbound_id,
+                session_id: row.session_id.clone(),
+                text: row.text.clone(),
+                status,
+            });
+        }
+        let sender = lock(&self.inner.senders).get(&row.platform).cloned();
+        let result = match sender {
+            Some(sender) => self.send_with_retries(sender.as_ref(), row).await,
+            None if LOCAL_PLATFORMS.contains(&row.platform.as_str()) => Ok(None),
+            // No adapter for this platform in this process: another instance
+            // (or a later start) delivers it.
+            None => return,
+        };
+        let store = &self.inner.store;
+        let marked = match result {
+            Ok(message_id) => store.mark_outbox_sent(row.id, message_id.as_deref()).await,
+            Err(permanent) => store.mark_outbox_attempt_failed(row.id, permanent).await,
+        };
+        if let Err(err) = marked {
+            tracing::error!(error = %err, outbox_id = row.id, "outbox status not recorded");
+        }
+    }
+
+    /// Sends with retries; `Err(true)` when the failure is permanent.
+    async fn send_with_retries(
+        &self,
+        sender: &dyn PlatformSender,
+        row: &OutboxRow,
+    ) -> Result<Option<String>, bool> {
+        let Some(message) = outbound_of(row) else {
+            tracing::error!(outbox_id = row.id, "outbox row has invalid ids");
+            return Err(true);
+        };
+        let mut delay = Duration::from_millis(500);
+        for attempt in 1..=SEND_ATTEMPTS {
+            match sender.send(&message).await {
+                Ok(receipt) => return Ok(receipt.message_ids.first().cloned()),
+                Err(SendError::Permanent(reason)) => {
+                    tracing::error!(outbox_id = row.id, %reason, "reply cannot be delivered");
+                    return Err(true);
+                }
+                Err(SendError::RetryAfter(wait)) => {
+                    tracing::warn!(outbox_id = row.id, attempt, ?wait, "platform rate limit");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(SendError::Transient(reason)) => {
+                    tracing::warn!(outbox_id = row.id, attempt, %reason, "send failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+        Err(false)
+    }
+}
+
+fn outbound_of(row: &OutboxRow) -> Option<OutboundMessage> {
+    Some(OutboundMessage {
+        idempotency_key: row.idempotency_key(),
+        platform: PlatformName::parse(&row.platform).ok()?,
+        account: AccountId::parse(&row.account).ok()?,
+        chat: ChatId::parse(&row.chat_id).ok()?,
+        thread: match &row.thread_id {
+            Some(thread) => Some(ThreadId::parse(thread).ok()?),
+            None => None,
+        },
+        reply_to: row.reply_to.clone(),
+        text: row.text.clone(),
+    })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section is a single map operation; a panic cannot leave
+    // the map half-updated, so a poisoned lock is safe to reuse.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,129 @@
+//! One turn: load the session row and its history from the database (always,
+//! even when a cached agent exists), run the agent loop, and end the turn in
+//! one transaction with its reply in the outbox.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::agent::cache::AgentCache;
+use crate::agent::run::{LoopEnv, LoopError, run_loop};
+use crate::agent::wallet::Wallet;
+use crate::config::AgentSettings;
+use crate::llm::ChatMessage;
+use crate::store::{
+    InboundRow, InboundStatus, NewMessage, OutboxRow, Role, Store, StoreError, TurnEnd,
+};
+use crate::tools::ToolRegistry;
+
+/// Shown when the model returns nothing at all.
+const EMPTY_REPLY: &str = "(The model returned an empty reply.)";
+
+/// Runs turns; shared by all session workers.
+pub struct TurnExecutor {
+    pub store: Store,
+    pub cache: Arc<AgentCache>,
+    pub registry: Arc<ToolRegistry>,
+    pub agent: AgentSettings,
+    pub max_tokens: u32,
+}
+
+impl TurnExecutor {
+    /// Runs the turn for one inbound message and returns its outbox row.
+    ///
+    /// # Errors
+    /// A database failure; the message stays unfinished and is retried.
+    pub async fn run(&self, inbound: &InboundRow) -> Result<OutboxRow, StoreError> {
+        let session = self
+            .store
+            .session(&inbound.session_id)
+            .await?
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!("session {} missing", inbound.session_id))
+            })?;
+        self.store.mark_inbound_running(inbound.id).await?;
+        let toolset = self
+            .registry
+            .toolset(&session.toolset)
+            .unwrap_or_else(|unknown| {
+                tracing::warn!(?unknown, "tools no longer configured are left out");
+                let known: Vec<&String> = session
+                    .toolset
+                    .iter()
+                    .filter(|name| self.registry.get(name).is_some())
+                    .collect();
+                self.registry.toolset(&known).unwrap_or_default()
+            });
+        let agent = self.cache.get(&session.model, &toolset).await;
+
+        let stored = self.store.history(&session.id, "").await?;
+        let mut history: Vec<ChatMessage> = stored.iter().map(|entry| entry.to_wire()).collect();
+        let asked = stored.iter().any(|entry| {
+            entry.message.task_id == Some(inbound.id) && entry.message.role == Role::User
+        });
+        if !asked {
+            let user = ChatMessage::User {
+                content: inbound.text.clone(),
+            };
+            self.store
+                .append_message(&NewMessage::from_wire(
+                    &session.id,
+                    Some(inbound.id),
+                    "",
+                    user.clone(),
+                ))
+                .await?;
+            history.push(user);
+        }
+
+        let env = Arc::new(LoopEnv {
+            store: self.store.clone(),
+            session_id: session.id.clone(),
+            task_id: inbound.id,
+            scope: String::new(),
+            system_prompt: session.system_prompt.clone(),
+            max_tokens: self.max_tokens,
+            tool_timeout: Duration::from_secs(self.agent.tool_timeout_secs),
+            depth: 0,
+            max_depth: self.agent.max_delegation_depth,
+            parent_reserve: self.agent.parent_reserve,
+        });
+        let purse = Arc::new(Wallet::open(self.agent.max_iterations));
+        let result = match run_loop(agent, env, Arc::clone(&purse), history).await {
+            Err(LoopError::Store(err)) => return Err(err),
+            other => other,
+        };
+        tracing::info!(model_calls = purse.task_calls(), "turn finished");
+        let end = match &result {
+            Ok(outcome) => TurnEnd {
+                inbound_id: inbound.id,
+                final_message: Some(&outcome.final_message),
+                reply: if outcome.text.trim().is_empty() {
+                    EMPTY_REPLY
+                } else {
+                    &outcome.text
+                },
+                status: InboundStatus::Done,
+                outcome: outcome.end.as_str(),
+            },
+            Err(LoopError::Model(err)) => {
+                tracing::error!(error = %err, "model call failed; the turn ends with an apology");
+                TurnEnd {
+                    inbound_id: inbound.id,
+                    final_message: None,
+                    reply: "Sorry, the model could not be reached, so this message was not \
+                            answered. Please try again in a moment.",
+                    status: InboundStatus::Failed,
+                    outcome: "model_error",
+                }
+            }
+            Err(LoopError::NoBudget | LoopError::Store(_)) => TurnEnd {
+                inbound_id: inbound.id,
+                final_message: None,
+                reply: "Sorry, this task used up its step budget before an answer was ready.",
+                status: InboundStatus::Failed,
+                outcome: "budget_exhausted",
+            },
+        };
+        self.store.finish_turn(&end).await
+    }
+}

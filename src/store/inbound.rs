@@ -1,0 +1,210 @@
+//! Inbound events: the deduplication record and the per-session queue.
+//!
+//! Every message for the agent is recorded here once, unique per platform,
+//! account and event id, before it is acknowledged. A redelivered event finds
+//! its row and is dropped. Rows wait as `pending` until the session's runner
+//! takes them in id order, so a message that arrives during a turn is queued,
+//! never lost, and survives a restart.
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::{Store, StoreError, now_ms};
+
+/// Where an inbound message is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboundStatus {
+    /// Waiting for its session's runner.
+    Pending,
+    /// Its turn is running (or was, when the process died).
+    Running,
+    /// Answered; the reply is in the outbox.
+    Done,
+    /// Ended without a normal answer; the reason is in `outcome`.
+    Failed,
+    /// A command, answered directly.
+    Command,
+}
+
+impl InboundStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Done => "done",
+            Self::Failed => "failed",
+            Self::Command => "command",
+        }
+    }
+
+    fn parse(value: &str) -> Result<Self, StoreError> {
+        Ok(match value {
+            "pending" => Self::Pending,
+            "running" => Self::Running,
+            "done" => Self::Done,
+            "failed" => Self::Failed,
+            "command" => Self::Command,
+            other => return Err(StoreError::Corrupt(format!("inbound status {other}"))),
+        })
+    }
+}
+
+/// An inbound message to record.
+#[derive(Debug, Clone)]
+pub struct NewInbound {
+    pub platform: String,
+    pub account: String,
+    pub event_id: String,
+    pub session_id: String,
+    pub chat_id: String,
+    pub thread_id: Option<String>,
+    pub message_id: Option<String>,
+    pub sender_id: String,
+    pub sender_name: Option<String>,
+    pub text: String,
+    pub status: InboundStatus,
+}
+
+/// An inbound message as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboundRow {
+    pub id: i64,
+    pub platform: String,
+    pub account: String,
+    pub event_id: String,
+    pub session_id: String,
+    pub chat_id: String,
+    pub thread_id: Option<String>,
+    pub message_id: Option<String>,
+    pub sender_id: String,
+    pub sender_name: Option<String>,
+    pub text: String,
+    pub status: InboundStatus,
+    pub outcome: Option<String>,
+    pub received_at: i64,
+}
+
+const INBOUND_COLUMNS: &str = "id, platform, account, event_id, session_id, chat_id, thread_id, \
+    message_id, sender_id, sender_name, text, status, outcome, received_at";
+
+impl Store {
+    /// Records an inbound message. Returns its id, or `None` when the same
+    /// platform event was recorded before.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn record_inbound(&self, inbound: &NewInbound) -> Result<Option<i64>, StoreError> {
+        let id = sqlx::query_scalar::<_, i64>(
+            "INSERT INTO inbound (platform, account, event_id, session_id, chat_id, thread_id, \
+             message_id, sender_id, sender_name, text, status, received_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             ON CONFLICT (platform, account, event_id) DO NOTHING RETURNING id",
+        )
+        .bind(&inbound.platform)
+        .bind(&inbound.account)
+        .bind(&inbound.event_id)
+        .bind(&inbound.session_id)
+        .bind(&inbound.chat_id)
+        .bind(inbound.thread_id.as_deref())
+        .bind(inbound.message_id.as_deref())
+        .bind(&inbound.sender_id)
+        .bind(inbound.sender_name.as_deref())
+        .bind(&inbound.text)
+        .bind(inbound.status.as_str())
+        .bind(now_ms())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(id)
+    }
+
+    /// The oldest unfinished message of a session: `running` first (a turn
+    /// interrupted by a crash), then `pending` in arrival order.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn next_inbound(&self, session_id: &str) -> Result<Option<InboundRow>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {INBOUND_COLUMNS} FROM inbound \
+             WHERE session_id = $1 AND status IN ('pending', 'running') ORDER BY id LIMIT 1"
+        ))
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| inbound_from_row(&row)).transpose()
+    }
+
+    /// The inbound message with this id.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn inbound(&self, id: i64) -> Result<Option<InboundRow>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {INBOUND_COLUMNS} FROM inbound WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| inbound_from_row(&row)).transpose()
+    }
+
+    /// Marks a message as taken by a running turn.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn mark_inbound_running(&self, id: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE inbound SET status = 'running' WHERE id = $1 AND status = 'pending'")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Sessions with unfinished messages (for recovery at start).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn sessions_with_unfinished_inbound(&self) -> Result<Vec<String>, StoreError> {
+        let ids = sqlx::query_scalar::<_, String>(
+            "SELECT DISTINCT session_id FROM inbound WHERE status IN ('pending', 'running')",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ids)
+    }
+
+    /// Deletes deduplication records of finished messages older than
+    /// `older_than_ms` that no outbox row refers to. Returns how many went.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn prune_inbound(&self, older_than_ms: i64) -> Result<u64, StoreError> {
+        let result = sqlx::query(
+            "DELETE FROM inbound WHERE received_at < $1 AND status IN ('done', 'failed', 'command') \
+             AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.inbound_id = inbound.id)",
+        )
+        .bind(older_than_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(result.rows_affected())
+    }
+}
+
+pub(super) fn inbound_from_row(row: &AnyRow) -> Result<InboundRow, StoreError> {
+    let status: String = row.try_get("status")?;
+    Ok(InboundRow {
+        id: row.try_get("id")?,
+        platform: row.try_get("platform")?,
+        account: row.try_get("account")?,
+        event_id: row.try_get("event_id")?,
+        session_id: row.try_get("session_id")?,
+        chat_id: row.try_get("chat_id")?,
+        thread_id: row.try_get("thread_id")?,
+        message_id: row.try_get("message_id")?,
+        sender_id: row.try_get("sender_id")?,
+        sender_name: row.try_get("sender_name")?,
+        text: row.try_get("text")?,
+        status: InboundStatus::parse(&status)?,
+        outcome: row.try_get("outcome")?,
+        received_at: row.try_get("received_at")?,
+    })
+}

@@ -1,0 +1,51 @@
+//! Session leases: at most one turn runs per session, across processes.
+//!
+//! A lease row names its owner (one gateway process) and an expiry. A process
+//! takes a free or expired lease, renews it while the turn runs, and releases
+//! it after; if the holder dies, the lease expires and another process takes
+//! over. The upsert below is atomic on both backends.
+
+use super::{Store, StoreError, now_ms};
+
+impl Store {
+    /// Takes the session's lease for `ttl_ms` if it is free, expired, or
+    /// already ours. Returns whether we hold it.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn try_acquire_lease(
+        &self,
+        session_id: &str,
+        owner: &str,
+        ttl_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let held = sqlx::query_scalar::<_, String>(
+            "INSERT INTO session_leases (session_id, owner, expires_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, \
+             expires_at = excluded.expires_at \
+             WHERE session_leases.owner = excluded.owner OR session_leases.expires_at < $4 \
+             RETURNING owner",
+        )
+        .bind(session_id)
+        .bind(owner)
+        .bind(now.saturating_add(ttl_ms))
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(held.is_some())
+    }
+
+    /// Gives the lease up, if we hold it.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn release_lease(&self, session_id: &str, owner: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM session_leases WHERE session_id = $1 AND owner = $2")
+            .bind(session_id)
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}

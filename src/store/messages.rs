@@ -1,0 +1,338 @@
+//! The stored transcript (append-only messages with every internal field) and
+//! the tool-call checkpoints.
+//!
+//! The stored transcript keeps what the wire never carries: reasoning, token
+//! usage, latency, model, finish reason, request ids. [`StoredMessage::to_wire`]
+//! strips all of it.
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::{Store, StoreError, now_ms, to_i64, to_u64};
+use crate::llm::{ChatMessage, ToolCall, Usage};
+
+/// Who a transcript entry is from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Assistant => "assistant",
+            Self::Tool => "tool",
+        }
+    }
+
+    fn parse(value: &str) -> Result<Self, StoreError> {
+        match value {
+            "user" => Ok(Self::User),
+            "assistant" => Ok(Self::Assistant),
+            "tool" => Ok(Self::Tool),
+            other => Err(StoreError::Corrupt(format!("message role {other}"))),
+        }
+    }
+}
+
+/// The internal fields of an entry, never sent to a model.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MessageMeta {
+    pub reasoning: Option<String>,
+    pub model: Option<String>,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Usage>,
+    pub latency_ms: Option<i64>,
+    pub request_id: Option<String>,
+}
+
+/// An entry to append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewMessage {
+    pub session_id: String,
+    /// The inbound message whose task produced this entry.
+    pub task_id: Option<i64>,
+    /// `""` for the session's own conversation; a sub-agent's path otherwise.
+    pub scope: String,
+    pub role: Role,
+    pub content: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub tool_call_id: Option<String>,
+    pub is_error: bool,
+    pub meta: MessageMeta,
+}
+
+impl NewMessage {
+    /// Builds the entry that a wire message came from.
+    pub fn from_wire(
+        session_id: &str,
+        task_id: Option<i64>,
+        scope: &str,
+        wire: ChatMessage,
+    ) -> Self {
+        let (role, content, tool_calls, tool_call_id, is_error) = match wire {
+            ChatMessage::User { content } => (Role::User, Some(content), Vec::new(), None, false),
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => (Role::Assistant, content, tool_calls, None, false),
+            ChatMessage::Tool {
+                tool_call_id,
+                content,
+                is_error,
+            } => (
+                Role::Tool,
+                Some(content),
+                Vec::new(),
+                Some(tool_call_id),
+                is_error,
+            ),
+        };
+        Self {
+            session_id: session_id.to_owned(),
+            task_id,
+            scope: scope.to_owned(),
+            role,
+            content,
+            tool_calls,
+            tool_call_id,
+            is_error,
+            meta: MessageMeta::default(),
+        }
+    }
+
+    #[must_use]
+    pub fn with_meta(mut self, meta: MessageMeta) -> Self {
+        self.meta = meta;
+        self
+    }
+}
+
+/// An entry as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMessage {
+    pub id: i64,
+    pub message: NewMessage,
+    pub created_at: i64,
+}
+
+impl StoredMessage {
+    /// The wire view: role, content, tool calls and their ids; nothing else.
+    pub fn to_wire(&self) -> ChatMessage {
+        let message = &self.message;
+        match message.role {
+            Role::User => ChatMessage::User {
+                content: message.content.clone().unwrap_or_default(),
+            },
+            Role::Assistant => ChatMessage::Assistant {
+                content: message.content.clone(),
+                tool_calls: message.tool_calls.clone(),
+            },
+            Role::Tool => ChatMessage::Tool {
+                tool_call_id: message.tool_call_id.clone().unwrap_or_default(),
+                content: message.content.clone().unwrap_or_default(),
+                is_error: message.is_error,
+            },
+        }
+    }
+}
+
+const MESSAGE_COLUMNS: &str = "id, session_id, task_id, scope, role, content, tool_calls, \
+    tool_call_id, is_error, reasoning, model, finish_reason, input_tokens, output_tokens, \
+    cache_read_tokens, cache_write_tokens, latency_ms, request_id, created_at";
+
+impl Store {
+    /// Appends one transcript entry.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn append_message(&self, message: &NewMessage) -> Result<i64, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        append_message(&mut conn, message).await
+    }
+
+    /// A session's transcript in one scope, oldest first.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn history(
+        &self,
+        session_id: &str,
+        scope: &str,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 AND scope = $2 ORDER BY id"
+        ))
+        .bind(session_id)
+        .bind(scope)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    /// Records that a tool call is about to run (status `running`).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn start_tool_call(&self, checkpoint: &ToolCheckpoint<'_>) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO tool_calls (request_id, session_id, task_id, scope, call_id, name, \
+             arguments, status, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', $8) \
+             ON CONFLICT (request_id) DO UPDATE SET status = 'running', started_at = excluded.started_at",
+        )
+        .bind(checkpoint.request_id)
+        .bind(checkpoint.session_id)
+        .bind(checkpoint.task_id)
+        .bind(checkpoint.scope)
+        .bind(checkpoint.call_id)
+        .bind(checkpoint.name)
+        .bind(checkpoint.arguments)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Records a tool call's result (status `done`, or `failed` when the
+    /// result is an error).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn finish_tool_call(
+        &self,
+        request_id: &str,
+        result: &str,
+        failed: bool,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE tool_calls SET status = $1, result = $2, finished_at = $3 WHERE request_id = $4",
+        )
+        .bind(if failed { "failed" } else { "done" })
+        .bind(result)
+        .bind(now_ms())
+        .bind(request_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The status of a tool call checkpoint, if recorded.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn tool_call_status(&self, request_id: &str) -> Result<Option<String>, StoreError> {
+        Ok(
+            sqlx::query_scalar::<_, String>("SELECT status FROM tool_calls WHERE request_id = $1")
+                .bind(request_id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+}
+
+/// A tool call about to run.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolCheckpoint<'a> {
+    pub request_id: &'a str,
+    pub session_id: &'a str,
+    pub task_id: Option<i64>,
+    pub scope: &'a str,
+    pub call_id: &'a str,
+    pub name: &'a str,
+    pub arguments: &'a str,
+}
+
+pub(super) async fn append_message(
+    conn: &mut sqlx::AnyConnection,
+    message: &NewMessage,
+) -> Result<i64, StoreError> {
+    let tool_calls = if message.tool_calls.is_empty() {
+        None
+    } else {
+        Some(
+            serde_json::to_string(&message.tool_calls)
+                .map_err(|err| StoreError::Corrupt(err.to_string()))?,
+        )
+    };
+    let usage = message.meta.usage;
+    let id = sqlx::query_scalar::<_, i64>(
+        "INSERT INTO messages (session_id, task_id, scope, role, content, tool_calls, \
+         tool_call_id, is_error, reasoning, model, finish_reason, input_tokens, output_tokens, \
+         cache_read_tokens, cache_write_tokens, latency_ms, request_id, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
+         RETURNING id",
+    )
+    .bind(&message.session_id)
+    .bind(message.task_id)
+    .bind(&message.scope)
+    .bind(message.role.as_str())
+    .bind(message.content.as_deref())
+    .bind(tool_calls)
+    .bind(message.tool_call_id.as_deref())
+    .bind(i64::from(message.is_error))
+    .bind(message.meta.reasoning.as_deref())
+    .bind(message.meta.model.as_deref())
+    .bind(message.meta.finish_reason.as_deref())
+    .bind(usage.map(|u| to_i64(u.input_tokens)))
+    .bind(usage.map(|u| to_i64(u.output_tokens)))
+    .bind(usage.map(|u| to_i64(u.cache_read_tokens)))
+    .bind(usage.map(|u| to_i64(u.cache_write_tokens)))
+    .bind(message.meta.latency_ms)
+    .bind(message.meta.request_id.as_deref())
+    .bind(now_ms())
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(id)
+}
+
+fn message_from_row(row: &AnyRow) -> Result<StoredMessage, StoreError> {
+    let role: String = row.try_get("role")?;
+    let tool_calls: Option<String> = row.try_get("tool_calls")?;
+    let tool_calls = match tool_calls {
+        Some(raw) => serde_json::from_str(&raw)
+            .map_err(|err| StoreError::Corrupt(format!("message tool calls: {err}")))?,
+        None => Vec::new(),
+    };
+    let input: Option<i64> = row.try_get("input_tokens")?;
+    let usage = match input {
+        Some(input) => Some(Usage {
+            input_tokens: to_u64(input),
+            output_tokens: to_u64(row.try_get::<Option<i64>, _>("output_tokens")?.unwrap_or(0)),
+            cache_read_tokens: to_u64(
+                row.try_get::<Option<i64>, _>("cache_read_tokens")?
+                    .unwrap_or(0),
+            ),
+            cache_write_tokens: to_u64(
+                row.try_get::<Option<i64>, _>("cache_write_tokens")?
+                    .unwrap_or(0),
+            ),
+        }),
+        None => None,
+    };
+    let is_error: i64 = row.try_get("is_error")?;
+    Ok(StoredMessage {
+        id: row.try_get("id")?,
+        message: NewMessage {
+            session_id: row.try_get("session_id")?,
+            task_id: row.try_get("task_id")?,
+            scope: row.try_get("scope")?,
+            role: Role::parse(&role)?,
+            content: row.try_get("content")?,
+            tool_calls,
+            tool_call_id: row.try_get("tool_call_id")?,
+            is_error: is_error != 0,
+            meta: MessageMeta {
+                reasoning: row.try_get("reasoning")?,
+                model: row.try_get("model")?,
+                finish_reason: row.try_get("finish_reason")?,
+                usage,
+                latency_ms: row.try_get("latency_ms")?,
+                request_id: row.try_get("request_id")?,
+            },
+        },
+        created_at: row.try_get("created_at")?,
+    })
+}

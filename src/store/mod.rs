@@ -1,0 +1,262 @@
+//! The database: connection, migrations, and typed access to every table.
+//!
+//! One code path serves SQLite (the default: a file in WAL mode, created with
+//! its folder on first run) and PostgreSQL (for several gateway instances),
+//! through sqlx's `Any` driver with runtime-checked queries. Queries use `$N`
+//! placeholders, which both backends accept. Timestamps are Unix milliseconds.
+//!
+//! Each table has its own module adding methods to [`Store`].
+
+mod inbound;
+mod leases;
+mod messages;
+mod outbox;
+mod sessions;
+mod usage;
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::{AnyPool, Executor};
+
+pub use inbound::{InboundRow, InboundStatus, NewInbound};
+pub use messages::ToolCheckpoint;
+pub use messages::{MessageMeta, NewMessage, Role, StoredMessage};
+pub use outbox::{OutboxRow, OutboxStatus, TurnEnd};
+pub use sessions::{NewSession, SessionRow, SessionTotals};
+pub use usage::{UsageRecord, UsageSummary};
+
+static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Which database engine a [`Store`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Why a database operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("unsupported database URL (use sqlite:// or postgres://)")]
+    UnsupportedUrl,
+    #[error("could not create the database folder {path}: {source}")]
+    CreateDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored data is invalid: {0}")]
+    Corrupt(String),
+}
+
+/// Connection settings.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub url: String,
+    /// PostgreSQL pool size. SQLite always uses one connection: SQLite allows
+    /// one writer at a time, and a single connection avoids "database is
+    /// locked" under concurrent sessions while costing little (each query is
+    /// microseconds; no connection is held across a model call).
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+}
+
+impl StoreOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A handle to the database; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Store {
+    /// Connects (creating a SQLite file and its folder when needed) and runs
+    /// the migrations.
+    ///
+    /// # Errors
+    /// An unsupported URL, an unreachable database, or a failed migration.
+    pub async fn connect(options: &StoreOptions) -> Result<Self, StoreError> {
+        let store = Self::connect_without_migrating(options).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Connects without running migrations.
+    ///
+    /// # Errors
+    /// An unsupported URL or an unreachable database.
+    pub async fn connect_without_migrating(options: &StoreOptions) -> Result<Self, StoreError> {
+        install_default_drivers();
+        let backend = backend_of(&options.url)?;
+        let pool = match backend {
+            Backend::Sqlite => {
+                let url = prepare_sqlite_url(&options.url)?;
+                AnyPoolOptions::new()
+                    .max_connections(1)
+                    .min_connections(1)
+                    .acquire_timeout(options.acquire_timeout)
+                    // The one connection must never be recycled mid-run.
+                    .idle_timeout(None)
+                    .max_lifetime(None)
+                    .after_connect(|conn, _meta| {
+                        Box::pin(async move {
+                            // WAL: readers never block the writer; NORMAL
+                            // survives a process crash without an fsync per
+                            // commit.
+                            conn.execute("PRAGMA journal_mode = WAL").await?;
+                            conn.execute("PRAGMA synchronous = NORMAL").await?;
+                            conn.execute("PRAGMA busy_timeout = 10000").await?;
+                            conn.execute("PRAGMA foreign_keys = ON").await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(&url)
+                    .await?
+            }
+            Backend::Postgres => {
+                AnyPoolOptions::new()
+                    .max_connections(options.max_connections.max(1))
+                    .acquire_timeout(options.acquire_timeout)
+                    .connect(&options.url)
+                    .await?
+            }
+        };
+        Ok(Self { pool, backend })
+    }
+
+    /// Applies pending migrations for this backend.
+    ///
+    /// # Errors
+    /// A migration that fails or was changed after it was applied.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        match self.backend {
+            Backend::Sqlite => SQLITE_MIGRATOR.run(&self.pool).await?,
+            Backend::Postgres => POSTGRES_MIGRATOR.run(&self.pool).await?,
+        }
+        Ok(())
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Checks the database answers.
+    ///
+    /// # Errors
+    /// The database is unreachable.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// The current time in Unix milliseconds.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
+        })
+}
+
+fn backend_of(url: &str) -> Result<Backend, StoreError> {
+    if url.starts_with("sqlite:") {
+        Ok(Backend::Sqlite)
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Backend::Postgres)
+    } else {
+        Err(StoreError::UnsupportedUrl)
+    }
+}
+
+/// Creates the database file's folder and asks SQLite to create the file.
+fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
+    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if path.is_empty() || path == ":memory:" {
+        return Ok(url.to_owned());
+    }
+    if let Some(parent) = Path::new(path)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
+            path: parent.display().to_string(),
+            source,
+        })?;
+    }
+    let mut query = query.to_owned();
+    if !query.split('&').any(|pair| pair.starts_with("mode=")) {
+        if !query.is_empty() {
+            query.push('&');
+        }
+        query.push_str("mode=rwc");
+    }
+    Ok(format!("sqlite://{path}?{query}"))
+}
+
+/// Converts an unsigned counter for storage (saturating: counters never get
+/// near `i64::MAX`, but a hostile provider response must not wrap around).
+pub(crate) fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Converts a stored counter back (negative values, which the code never
+/// writes, read as zero).
+pub(crate) fn to_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+impl FromStr for Backend {
+    type Err = StoreError;
+    fn from_str(url: &str) -> Result<Self, Self::Err> {
+        backend_of(url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_urls_gain_create_mode_and_keep_their_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("nested/deeper/db.sqlite");
+        let url = format!("sqlite://{}", path.display());
+        let prepared = prepare_sqlite_url(&url).expect("prepared");
+        assert_eq!(prepared, format!("sqlite://{}?mode=rwc", path.display()));
+        assert!(path.parent().is_some_and(Path::exists));
+    }
+
+    #[test]
+    fn other_schemes_are_rejected() {
+        assert!(matches!(
+            backend_of("mysql://localhost/x"),
+            Err(StoreError::UnsupportedUrl)
+        ));
+    }
+}

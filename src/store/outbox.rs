@@ -1,0 +1,213 @@
+//! The outbox: replies written in the transaction that ends a turn, then
+//! delivered and marked sent with the platform's message id.
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::messages::append_message;
+use super::{InboundStatus, NewMessage, Store, StoreError, now_ms};
+
+/// Where a reply is in its delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutboxStatus {
+    Pending,
+    Sent,
+    /// Delivery failed permanently (the chat is gone); kept for inspection.
+    Failed,
+}
+
+impl OutboxStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Sent => "sent",
+            Self::Failed => "failed",
+        }
+    }
+
+    fn parse(value: &str) -> Result<Self, StoreError> {
+        match value {
+            "pending" => Ok(Self::Pending),
+            "sent" => Ok(Self::Sent),
+            "failed" => Ok(Self::Failed),
+            other => Err(StoreError::Corrupt(format!("outbox status {other}"))),
+        }
+    }
+}
+
+/// A reply as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRow {
+    pub id: i64,
+    pub session_id: String,
+    pub inbound_id: i64,
+    pub platform: String,
+    pub account: String,
+    pub chat_id: String,
+    pub thread_id: Option<String>,
+    pub reply_to: Option<String>,
+    pub text: String,
+    pub status: OutboxStatus,
+    pub platform_message_id: Option<String>,
+    pub attempts: i64,
+}
+
+impl OutboxRow {
+    /// The idempotency key platforms get for this reply: derived from the row,
+    /// so a re-send after a crash carries the same key.
+    pub fn idempotency_key(&self) -> String {
+        format!("sb-{}", self.id)
+    }
+}
+
+/// How a turn ended, written atomically with its reply.
+#[derive(Debug, Clone)]
+pub struct TurnEnd<'a> {
+    pub inbound_id: i64,
+    /// The final assistant entry, if the turn produced one.
+    pub final_message: Option<&'a NewMessage>,
+    pub reply: &'a str,
+    pub status: InboundStatus,
+    /// Why the turn ended (`done`, or the limit that stopped it).
+    pub outcome: &'a str,
+}
+
+const OUTBOX_COLUMNS: &str = "id, session_id, inbound_id, platform, account, chat_id, thread_id, \
+    reply_to, text, status, platform_message_id, attempts";
+
+impl Store {
+    /// Ends a turn in one transaction: appends the final assistant entry,
+    /// writes the reply as a pending outbox row, and marks the inbound
+    /// message finished. Returns the outbox row.
+    ///
+    /// # Errors
+    /// A database failure (nothing is written then).
+    pub async fn finish_turn(&self, end: &TurnEnd<'_>) -> Result<OutboxRow, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let inbound = sqlx::query(&format!(
+            "SELECT {} FROM inbound WHERE id = $1",
+            "id, platform, account, event_id, session_id, chat_id, thread_id, message_id, \
+             sender_id, sender_name, text, status, outcome, received_at"
+        ))
+        .bind(end.inbound_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let inbound = super::inbound::inbound_from_row(&inbound)?;
+        if let Some(message) = end.final_message {
+            append_message(&mut tx, message).await?;
+        }
+        let row = sqlx::query(&format!(
+            "INSERT INTO outbox (session_id, inbound_id, platform, account, chat_id, thread_id, \
+             reply_to, text, status, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9) RETURNING {OUTBOX_COLUMNS}"
+        ))
+        .bind(&inbound.session_id)
+        .bind(inbound.id)
+        .bind(&inbound.platform)
+        .bind(&inbound.account)
+        .bind(&inbound.chat_id)
+        .bind(inbound.thread_id.as_deref())
+        .bind(inbound.message_id.as_deref())
+        .bind(end.reply)
+        .bind(now_ms())
+        .fetch_one(&mut *tx)
+        .await?;
+        let row = outbox_from_row(&row)?;
+        sqlx::query("UPDATE inbound SET status = $1, outcome = $2, finished_at = $3 WHERE id = $4")
+            .bind(end.status.as_str())
+            .bind(end.outcome)
+            .bind(now_ms())
+            .bind(end.inbound_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    /// Marks a reply delivered.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn mark_outbox_sent(
+        &self,
+        id: i64,
+        platform_message_id: Option<&str>,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE outbox SET status = 'sent', platform_message_id = $1, sent_at = $2, \
+             attempts = attempts + 1 WHERE id = $3",
+        )
+        .bind(platform_message_id)
+        .bind(now_ms())
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Records a failed delivery attempt; `permanent` gives the row up.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn mark_outbox_attempt_failed(
+        &self,
+        id: i64,
+        permanent: bool,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE outbox SET attempts = attempts + 1, status = $1 WHERE id = $2")
+            .bind(if permanent { "failed" } else { "pending" })
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Replies waiting for delivery, oldest first.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn pending_outbox(&self, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = 'pending' ORDER BY id LIMIT $1"
+        ))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(outbox_from_row).collect()
+    }
+
+    /// The reply to one inbound message, if written.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn outbox_for_inbound(
+        &self,
+        inbound_id: i64,
+    ) -> Result<Option<OutboxRow>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE inbound_id = $1"
+        ))
+        .bind(inbound_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| outbox_from_row(&row)).transpose()
+    }
+}
+
+fn outbox_from_row(row: &AnyRow) -> Result<OutboxRow, StoreError> {
+    let status: String = row.try_get("status")?;
+    Ok(OutboxRow {
+        id: row.try_get("id")?,
+        session_id: row.try_get("session_id")?,
+        inbound_id: row.try_get("inbound_id")?,
+        platform: row.try_get("platform")?,
+        account: row.try_get("account")?,
+        chat_id: row.try_get("chat_id")?,
+        thread_id: row.try_get("thread_id")?,
+        reply_to: row.try_get("reply_to")?,
+        text: row.try_get("text")?,
+        status: OutboxStatus::parse(&status)?,
+        platform_message_id: row.try_get("platform_message_id")?,
+        attempts: row.try_get("attempts")?,
+    })
+}

@@ -1,0 +1,214 @@
+//! Sessions (one conversation each, with its stored system prompt, model and
+//! toolset) and routes (which session a chat currently talks to).
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::{Store, StoreError, now_ms, to_u64};
+
+/// A session as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRow {
+    pub id: String,
+    /// The escaped origin key of the chat where the session started.
+    pub origin_key: String,
+    pub platform: String,
+    pub account: String,
+    pub chat_id: String,
+    pub thread_id: Option<String>,
+    /// Built once when the session started; read back verbatim every turn.
+    pub system_prompt: String,
+    pub model: String,
+    pub toolset: Vec<String>,
+    pub title: Option<String>,
+    pub totals: SessionTotals,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// Token and cost totals of a session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionTotals {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub cost_micros: u64,
+}
+
+/// What a new session starts with.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub id: String,
+    pub origin_key: String,
+    pub platform: String,
+    pub account: String,
+    pub chat_id: String,
+    pub thread_id: Option<String>,
+    pub system_prompt: String,
+    pub model: String,
+    pub toolset: Vec<String>,
+}
+
+const SESSION_COLUMNS: &str = "id, origin_key, platform, account, chat_id, thread_id, \
+    system_prompt, model, toolset, title, input_tokens, output_tokens, cache_read_tokens, \
+    cache_write_tokens, cost_micros, created_at, updated_at";
+
+impl Store {
+    /// The session with this id.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn session(&self, id: &str) -> Result<Option<SessionRow>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| session_from_row(&row)).transpose()
+    }
+
+    /// The session a route currently points at.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn route(&self, route_key: &str) -> Result<Option<String>, StoreError> {
+        let session =
+            sqlx::query_scalar::<_, String>("SELECT session_id FROM routes WHERE route_key = $1")
+                .bind(route_key)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(session)
+    }
+
+    /// Points a route at a session (used by `/new`, `/resume`, and the
+    /// terminal chat's `--session`).
+    ///
+    /// # Errors
+    /// A database failure, or an unknown session (foreign key).
+    pub async fn bind_route(&self, route_key: &str, session_id: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO routes (route_key, session_id, updated_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (route_key) DO UPDATE SET session_id = excluded.session_id, \
+             updated_at = excluded.updated_at",
+        )
+        .bind(route_key)
+        .bind(session_id)
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Creates a session and points the route at it, unless the route already
+    /// points somewhere (a concurrent first message won the race): then the
+    /// new session is not created and the existing id is returned.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn create_routed_session(
+        &self,
+        route_key: &str,
+        session: &NewSession,
+    ) -> Result<String, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        insert_session(&mut tx, session).await?;
+        let bound = sqlx::query_scalar::<_, String>(
+            "INSERT INTO routes (route_key, session_id, updated_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (route_key) DO NOTHING RETURNING session_id",
+        )
+        .bind(route_key)
+        .bind(&session.id)
+        .bind(now_ms())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if bound.is_some() {
+            tx.commit().await?;
+            return Ok(session.id.clone());
+        }
+        tx.rollback().await?;
+        self.route(route_key)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("route {route_key} vanished")))
+    }
+
+    /// Creates a session without a route (sub-sessions, tests).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn create_session(&self, session: &NewSession) -> Result<(), StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        insert_session(&mut conn, session).await
+    }
+
+    /// Switches a session's model (a new cache signature; the stored system
+    /// prompt is kept).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn set_session_model(&self, id: &str, model: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE sessions SET model = $1, updated_at = $2 WHERE id = $3")
+            .bind(model)
+            .bind(now_ms())
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+async fn insert_session(
+    conn: &mut sqlx::AnyConnection,
+    session: &NewSession,
+) -> Result<(), StoreError> {
+    let now = now_ms();
+    let toolset = serde_json::to_string(&session.toolset)
+        .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+    sqlx::query(
+        "INSERT INTO sessions (id, origin_key, platform, account, chat_id, thread_id, \
+         system_prompt, model, toolset, created_at, updated_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    )
+    .bind(&session.id)
+    .bind(&session.origin_key)
+    .bind(&session.platform)
+    .bind(&session.account)
+    .bind(&session.chat_id)
+    .bind(session.thread_id.as_deref())
+    .bind(&session.system_prompt)
+    .bind(&session.model)
+    .bind(toolset)
+    .bind(now)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+fn session_from_row(row: &AnyRow) -> Result<SessionRow, StoreError> {
+    let toolset: String = row.try_get("toolset")?;
+    let toolset = serde_json::from_str(&toolset)
+        .map_err(|err| StoreError::Corrupt(format!("session toolset: {err}")))?;
+    Ok(SessionRow {
+        id: row.try_get("id")?,
+        origin_key: row.try_get("origin_key")?,
+        platform: row.try_get("platform")?,
+        account: row.try_get("account")?,
+        chat_id: row.try_get("chat_id")?,
+        thread_id: row.try_get("thread_id")?,
+        system_prompt: row.try_get("system_prompt")?,
+        model: row.try_get("model")?,
+        toolset,
+        title: row.try_get("title")?,
+        totals: SessionTotals {
+            input_tokens: to_u64(row.try_get("input_tokens")?),
+            output_tokens: to_u64(row.try_get("output_tokens")?),
+            cache_read_tokens: to_u64(row.try_get("cache_read_tokens")?),
+            cache_write_tokens: to_u64(row.try_get("cache_write_tokens")?),
+            cost_micros: to_u64(row.try_get("cost_micros")?),
+        },
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}

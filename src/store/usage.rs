@@ -1,0 +1,91 @@
+//! Token usage per model call, and the running totals on each session.
+
+use super::{Store, StoreError, now_ms, to_i64, to_u64};
+use crate::llm::Usage;
+
+/// One model call's usage.
+#[derive(Debug, Clone)]
+pub struct UsageRecord {
+    pub session_id: String,
+    pub task_id: Option<i64>,
+    pub provider: String,
+    pub model: String,
+    pub usage: Usage,
+    pub latency_ms: i64,
+}
+
+/// Usage added up over some calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageSummary {
+    pub calls: u64,
+    pub usage: Usage,
+}
+
+impl Store {
+    /// Records a model call's usage and adds it to the session's totals.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn record_usage(&self, record: &UsageRecord) -> Result<(), StoreError> {
+        let usage = record.usage;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO usage (session_id, task_id, provider, model, input_tokens, output_tokens, \
+             cache_read_tokens, cache_write_tokens, latency_ms, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .bind(&record.session_id)
+        .bind(record.task_id)
+        .bind(&record.provider)
+        .bind(&record.model)
+        .bind(to_i64(usage.input_tokens))
+        .bind(to_i64(usage.output_tokens))
+        .bind(to_i64(usage.cache_read_tokens))
+        .bind(to_i64(usage.cache_write_tokens))
+        .bind(record.latency_ms)
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE sessions SET input_tokens = input_tokens + $1, output_tokens = output_tokens + $2, \
+             cache_read_tokens = cache_read_tokens + $3, cache_write_tokens = cache_write_tokens + $4, \
+             updated_at = $5 WHERE id = $6",
+        )
+        .bind(to_i64(usage.input_tokens))
+        .bind(to_i64(usage.output_tokens))
+        .bind(to_i64(usage.cache_read_tokens))
+        .bind(to_i64(usage.cache_write_tokens))
+        .bind(now_ms())
+        .bind(&record.session_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The usage of one task (all model calls made for one user message,
+    /// sub-agents included).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn task_usage(&self, task_id: i64) -> Result<UsageSummary, StoreError> {
+        let (calls, input, output, read, write) = sqlx::query_as::<_, (i64, i64, i64, i64, i64)>(
+            "SELECT COUNT(*), CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(cache_read_tokens), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(cache_write_tokens), 0) AS BIGINT) FROM usage WHERE task_id = $1",
+        )
+        .bind(task_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(UsageSummary {
+            calls: to_u64(calls),
+            usage: Usage {
+                input_tokens: to_u64(input),
+                output_tokens: to_u64(output),
+                cache_read_tokens: to_u64(read),
+                cache_write_tokens: to_u64(write),
+            },
+        })
+    }
+}
