@@ -1,0 +1,377 @@
+//! The OpenAI-compatible API: sessions by header, streaming, auth, bad input.
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{FakeLlm, TestApp, last_user_text};
+
+#[tokio::test]
+async fn a_new_conversation_returns_its_session_id_and_the_reply() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+
+    let (status, session, body) = app.chat(None, "hello there").await;
+
+    assert_eq!(status, StatusCode::OK);
+    assert!(session.is_some_and(|s| !s.is_empty()));
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "echo: hello there"
+    );
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    assert_eq!(body["model"], "fake-model");
+    assert_eq!(body["usage"]["prompt_tokens"], 120);
+    assert_eq!(body["usage"]["prompt_tokens_details"]["cached_tokens"], 100);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_server_keeps_the_history_so_clients_send_only_the_new_message() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+
+    let (session, _) = app.say(None, "first").await;
+    let (same, reply) = app.say(Some(&session), "second").await;
+
+    assert_eq!(same, session);
+    assert_eq!(reply, "echo: second");
+    let second = llm.requests()[1].json();
+    let messages = second["messages"].as_array().expect("messages");
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"]);
+    assert_eq!(messages[1]["content"], "first");
+    assert_eq!(messages[2]["content"], "echo: first");
+    assert_eq!(second["prompt_cache_key"], session.as_str());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn conversations_without_the_header_are_separate() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+
+    let (a, _) = app.say(None, "one").await;
+    let (b, _) = app.say(None, "two").await;
+
+    assert_ne!(a, b);
+    let second = llm.requests()[1].json();
+    assert_eq!(second["messages"].as_array().map(Vec::len), Some(2));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn streaming_sends_chunks_then_done() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+
+    let response = app
+        .http
+        .post(app.url("/v1/chat/completions"))
+        .json(&json!({"model": "fake-model", "stream": true,
+                      "messages": [{"role": "user", "content": "stream me"}]}))
+        .send()
+        .await
+        .expect("sent");
+
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.headers().contains_key("x-session-id"));
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .is_ok_and(|v| v.starts_with("text/event-stream"))
+    );
+    let text = response.text().await.expect("body");
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .collect();
+    assert_eq!(data.last(), Some(&"[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("chunk json"))
+        .collect();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(content, "echo: stream me");
+    assert_eq!(
+        chunks.last().expect("chunk")["choices"][0]["finish_reason"],
+        "stop"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn content_parts_are_read_as_text() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+
+    let response = app
+        .http
+        .post(app.url("/v1/chat/completions"))
+        .json(&json!({"model": "fake-model", "messages": [
+            {"role": "system", "content": "client system prompts are ignored"},
+            {"role": "user", "content": [{"type": "text", "text": "parts work"}]}
+        ]}))
+        .send()
+        .await
+        .expect("sent");
+
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(last_user_text(&llm.requests()[0].json()), "parts work");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn bearer_keys_are_required_when_configured() {
+    // SAFETY (test): the variable name is unique to this test.
+    unsafe { std::env::set_var("SB_TEST_KEYS_AUTH", "key-one, key-two") };
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn_with(&llm, |s| s.api.keys_env = "SB_TEST_KEYS_AUTH".to_owned()).await;
+    let body = json!({"messages": [{"role": "user", "content": "hi"}]});
+
+    let missing = app
+        .http
+        .post(app.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .expect("sent");
+    let wrong = app
+        .http
+        .post(app.url("/v1/chat/completions"))
+        .bearer_auth("key-three")
+        .json(&body)
+        .send()
+        .await
+        .expect("sent");
+    let right = app
+        .http
+        .post(app.url("/v1/chat/completions"))
+        .bearer_auth("key-two")
+        .json(&body)
+        .send()
+        .await
+        .expect("sent");
+    let health = app
+        .http
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .expect("sent");
+
+    assert_eq!(missing.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let wrong_body: Value = wrong.json().await.expect("json");
+    assert_eq!(wrong_body["error"]["type"], "authentication_error");
+    assert_eq!(right.status(), StatusCode::OK);
+    assert_eq!(health.status(), StatusCode::OK);
+    assert_eq!(
+        llm.requests().len(),
+        1,
+        "rejected requests never reach the model"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn models_are_listed() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn_with(&llm, |s| s.llm.extra_models = vec!["other".to_owned()]).await;
+
+    let body: Value = app
+        .http
+        .get(app.url("/v1/models"))
+        .send()
+        .await
+        .expect("sent")
+        .json()
+        .await
+        .expect("json");
+
+    assert_eq!(body["object"], "list");
+    let ids: Vec<&str> = body["data"]
+        .as_array()
+        .expect("data")
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["fake-model", "other"]);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_clear_400_and_stores_nothing() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+
+    let response = app
+        .http
+        .post(app.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body("{\"messages\": [")
+        .send()
+        .await
+        .expect("sent");
+
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body: Value = response.json().await.expect("json error");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+    );
+    assert_eq!(app.count("inbound").await, 0);
+    assert_eq!(app.count("sessions").await, 0);
+    assert!(llm.requests().is_empty());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_without_a_user_message_is_rejected() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+
+    let response = app
+        .http
+        .post(app.url("/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "system", "content": "x"}]}))
+        .send()
+        .await
+        .expect("sent");
+
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(app.count("sessions").await, 0);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_oversized_body_is_rejected_with_413() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn_with(&llm, |s| s.api.max_body_bytes = 1024).await;
+
+    let response = app
+        .http
+        .post(app.url("/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "x".repeat(4096)}]}))
+        .send()
+        .await
+        .expect("sent");
+
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(app.count("inbound").await, 0);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_unknown_session_id_is_404() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+
+    let (status, _, body) = app.chat(Some("no-such-session"), "hi").await;
+
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no-such-session"))
+    );
+    assert_eq!(app.count("inbound").await, 0);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_reused_idempotency_key_starts_no_second_turn() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+    let (session, _) = app.say(None, "first").await;
+    let send = || {
+        app.http
+            .post(app.url("/v1/chat/completions"))
+            .header("X-Session-Id", &session)
+            .header("Idempotency-Key", "evt-1")
+            .json(&json!({"messages": [{"role": "user", "content": "again"}]}))
+            .send()
+    };
+
+    let first = send().await.expect("sent");
+    let second = send().await.expect("sent");
+
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(second.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        llm.requests().len(),
+        2,
+        "one model call per distinct message"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn commands_are_answered_without_the_model() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+    let (session, _) = app.say(None, "hello").await;
+
+    let (_, help) = app.say(Some(&session), "/help").await;
+    let (_, unknown) = app.say(Some(&session), "/frobnicate").await;
+    let (_, status) = app.say(Some(&session), "/status").await;
+
+    assert!(help.contains("/new"));
+    assert!(unknown.starts_with("Unknown command /frobnicate"));
+    assert!(status.contains(&session));
+    assert_eq!(llm.requests().len(), 1);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn new_starts_a_fresh_session_for_the_chat() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+    let (session, _) = app.say(None, "remember me").await;
+
+    let (fresh, reply) = app.say(Some(&session), "/new").await;
+
+    assert_ne!(fresh, session);
+    assert!(reply.contains(&fresh));
+    let (_, _) = app.say(Some(&fresh), "who am i").await;
+    let last = llm.requests().last().expect("request").json();
+    assert_eq!(
+        last["messages"].as_array().map(Vec::len),
+        Some(2),
+        "fresh history"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_health_check_answers() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+
+    let response = app
+        .http
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .expect("sent");
+
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.json::<Value>().await.expect("json")["status"],
+        "ok"
+    );
+    app.stop().await;
+}

@@ -1,0 +1,369 @@
+//! The test harness: a fake LLM server on 127.0.0.1 that records every
+//! request and answers from a script, and a `TestApp` running the real
+//! gateway (HTTP server included) on a fresh database: a SQLite file, or a
+//! fresh PostgreSQL database when `TEST_DATABASE_URL` is set.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use switchboard::config::Settings;
+use switchboard::gateway::Gateway;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// What the fake model answers.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Text(String),
+    /// Tool calls: (id, name, raw JSON arguments).
+    Tools(Vec<(String, String, String)>),
+    /// An HTTP error status with a body.
+    Status(u16, String),
+}
+
+/// Decides the reply from the parsed request body.
+pub type Script = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
+
+/// One request the fake model received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Recorded {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).expect("request body is JSON")
+    }
+
+    /// The raw bytes of the request's `messages` array.
+    pub fn raw_messages(&self) -> String {
+        #[derive(serde::Deserialize)]
+        struct Body<'a> {
+            #[serde(borrow)]
+            messages: &'a serde_json::value::RawValue,
+        }
+        let body: Body<'_> = serde_json::from_str(&self.body).expect("messages present");
+        body.messages.get().to_owned()
+    }
+}
+
+#[derive(Clone)]
+struct FakeState {
+    script: Script,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    delay: Duration,
+}
+
+/// A fake OpenAI-compatible and Anthropic-compatible model server.
+#[derive(Clone)]
+pub struct FakeLlm {
+    pub addr: SocketAddr,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+}
+
+impl FakeLlm {
+    /// Starts a server answering every request with `script`.
+    pub async fn start(script: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> Self {
+        Self::start_with_delay(script, Duration::ZERO).await
+    }
+
+    /// Like [`FakeLlm::start`], waiting `delay` before each answer.
+    pub async fn start_with_delay(
+        script: impl Fn(&Value) -> Reply + Send + Sync + 'static,
+        delay: Duration,
+    ) -> Self {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let state = FakeState {
+            script: Arc::new(script),
+            requests: Arc::clone(&requests),
+            delay,
+        };
+        let app = Router::new()
+            .route("/v1/chat/completions", post(openai))
+            .route("/v1/messages", post(anthropic))
+            .with_state(state);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { addr, requests }
+    }
+
+    /// A model that answers `echo: <last user text>`.
+    pub async fn echo() -> Self {
+        Self::start(|body| Reply::Text(format!("echo: {}", last_user_text(body)))).await
+    }
+
+    pub fn openai_base(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn anthropic_base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.requests.lock().expect("lock").clone()
+    }
+}
+
+async fn record(state: &FakeState, path: &str, headers: HeaderMap, body: &Bytes) -> Value {
+    let text = String::from_utf8_lossy(body).into_owned();
+    state.requests.lock().expect("lock").push(Recorded {
+        path: path.to_owned(),
+        headers,
+        body: text.clone(),
+    });
+    if !state.delay.is_zero() {
+        tokio::time::sleep(state.delay).await;
+    }
+    serde_json::from_str(&text).unwrap_or(Value::Null)
+}
+
+async fn openai(State(state): State<FakeState>, headers: HeaderMap, body: Bytes) -> Response {
+    let request = record(&state, "/v1/chat/completions", headers, &body).await;
+    let n = state.requests.lock().expect("lock").len();
+    let (message, finish) = match (state.script)(&request) {
+        Reply::Status(code, body) => return status(code, body),
+        Reply::Text(text) => (json!({"role": "assistant", "content": text}), "stop"),
+        Reply::Tools(calls) => {
+            let calls: Vec<Value> = calls
+                .into_iter()
+                .map(|(id, name, args)| {
+                    json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
+                })
+                .collect();
+            (
+                json!({"role": "assistant", "content": null, "tool_calls": calls, "reasoning_content": "thinking about tools"}),
+                "tool_calls",
+            )
+        }
+    };
+    let body = json!({
+        "id": format!("chatcmpl-fake-{n}"),
+        "object": "chat.completion",
+        "model": request["model"],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 120, "completion_tokens": 7, "total_tokens": 127,
+                  "prompt_tokens_details": {"cached_tokens": 100}}
+    });
+    ([("x-request-id", format!("req-{n}"))], axum::Json(body)).into_response()
+}
+
+async fn anthropic(State(state): State<FakeState>, headers: HeaderMap, body: Bytes) -> Response {
+    let request = record(&state, "/v1/messages", headers, &body).await;
+    let n = state.requests.lock().expect("lock").len();
+    let (content, stop) = match (state.script)(&request) {
+        Reply::Status(code, body) => return status(code, body),
+        Reply::Text(text) => (
+            json!([{"type": "thinking", "thinking": "pondering"}, {"type": "text", "text": text}]),
+            "end_turn",
+        ),
+        Reply::Tools(calls) => {
+            let blocks: Vec<Value> = calls
+                .into_iter()
+                .map(|(id, name, args)| {
+                    let input: Value = serde_json::from_str(&args).unwrap_or(json!({}));
+                    json!({"type": "tool_use", "id": id, "name": name, "input": input})
+                })
+                .collect();
+            (Value::Array(blocks), "tool_use")
+        }
+    };
+    let body = json!({
+        "id": format!("msg_fake_{n}"),
+        "type": "message",
+        "role": "assistant",
+        "model": request["model"],
+        "content": content,
+        "stop_reason": stop,
+        "usage": {"input_tokens": 20, "output_tokens": 7,
+                  "cache_read_input_tokens": 100, "cache_creation_input_tokens": 5}
+    });
+    ([("request-id", format!("req-{n}"))], axum::Json(body)).into_response()
+}
+
+fn status(code: u16, body: String) -> Response {
+    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (code, [("retry-after", "0")], body).into_response()
+}
+
+/// The text of the last user message of an OpenAI or Anthropic request.
+pub fn last_user_text(body: &Value) -> String {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    for message in messages.iter().rev() {
+        if message["role"] != "user" {
+            continue;
+        }
+        if let Some(text) = message["content"].as_str() {
+            return text.to_owned();
+        }
+        if let Some(blocks) = message["content"].as_array() {
+            for block in blocks.iter().rev() {
+                if block["type"] == "text" {
+                    return block["text"].as_str().unwrap_or_default().to_owned();
+                }
+            }
+        }
+    }
+    String::new()
+}
+
+/// The role of the last message (`tool` for an OpenAI tool result; `user`
+/// for an Anthropic tool result, whose blocks are `tool_result`).
+pub fn last_is_tool_result(body: &Value) -> bool {
+    let Some(last) = body["messages"].as_array().and_then(|m| m.last()) else {
+        return false;
+    };
+    last["role"] == "tool"
+        || last["content"]
+            .as_array()
+            .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
+}
+
+/// A fresh database URL: a new PostgreSQL database when
+/// `TEST_DATABASE_URL` is set, else a SQLite file in `dir`.
+pub async fn fresh_database(dir: &std::path::Path) -> String {
+    match std::env::var("TEST_DATABASE_URL") {
+        Ok(base) if !base.is_empty() => {
+            use sqlx::Connection;
+            let name = format!("sb_test_{}", uuid::Uuid::new_v4().simple());
+            let mut conn = sqlx::PgConnection::connect(&base)
+                .await
+                .expect("connect to TEST_DATABASE_URL");
+            sqlx::Executor::execute(&mut conn, format!("CREATE DATABASE {name}").as_str())
+                .await
+                .expect("create test database");
+            let mut url = url::Url::parse(&base).expect("TEST_DATABASE_URL is a URL");
+            url.set_path(&name);
+            url.to_string()
+        }
+        _ => format!("sqlite://{}/switchboard.db", dir.display()),
+    }
+}
+
+/// The gateway running on 127.0.0.1 with its HTTP API.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub http: reqwest::Client,
+    pub gateway: Arc<Gateway>,
+    /// Keeps the SQLite file (and anything a test puts there) alive.
+    _dir: tempfile::TempDir,
+    stop: CancellationToken,
+}
+
+impl TestApp {
+    /// Starts the gateway against `llm` (OpenAI wire format).
+    pub async fn spawn(llm: &FakeLlm) -> Self {
+        Self::spawn_with(llm, |_| {}).await
+    }
+
+    /// Starts the gateway after `configure` adjusts the settings.
+    pub async fn spawn_with(llm: &FakeLlm, configure: impl FnOnce(&mut Settings)) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut settings = Settings::default();
+        settings.database.url = fresh_database(dir.path()).await;
+        settings.llm.base_url = llm.openai_base();
+        settings.llm.model = "fake-model".to_owned();
+        settings.llm.api_key_env = "SWITCHBOARD_TEST_LLM_KEY".to_owned();
+        settings.llm.retry_base_ms = 1;
+        settings.llm.retry_max_ms = 5;
+        settings.llm.timeout_secs = 10;
+        settings.agent.tools = vec![
+            "calculator".to_owned(),
+            "current_time".to_owned(),
+            "delegate".to_owned(),
+        ];
+        settings.api.keys_env = "SWITCHBOARD_TEST_API_KEYS_UNSET".to_owned();
+        settings.api.reply_timeout_secs = 60;
+        configure(&mut settings);
+        Self::start(settings, dir).await
+    }
+
+    /// Starts the gateway with exactly these settings.
+    pub async fn start(settings: Settings, dir: tempfile::TempDir) -> Self {
+        let gateway = Arc::new(Gateway::build(settings).await.expect("gateway builds"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stop = CancellationToken::new();
+        let server_gateway = Arc::clone(&gateway);
+        let server_stop = stop.clone();
+        tokio::spawn(async move {
+            switchboard::cli::run_server(&server_gateway, listener, server_stop.cancelled_owned())
+                .await
+                .expect("server runs");
+        });
+        Self {
+            addr,
+            http: reqwest::Client::new(),
+            gateway,
+            _dir: dir,
+            stop,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Sends one user message; returns the status, the session id header and
+    /// the JSON body.
+    pub async fn chat(
+        &self,
+        session: Option<&str>,
+        text: &str,
+    ) -> (StatusCode, Option<String>, Value) {
+        let mut request = self
+            .http
+            .post(self.url("/v1/chat/completions"))
+            .json(&json!({
+                "model": "fake-model",
+                "messages": [{"role": "user", "content": text}]
+            }));
+        if let Some(session) = session {
+            request = request.header("X-Session-Id", session);
+        }
+        let response = request.send().await.expect("request sent");
+        let status = StatusCode::from_u16(response.status().as_u16()).expect("status");
+        let session = response
+            .headers()
+            .get("x-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = response.json().await.unwrap_or(Value::Null);
+        (status, session, body)
+    }
+
+    /// Sends one message and returns (session id, reply text), asserting 200.
+    pub async fn say(&self, session: Option<&str>, text: &str) -> (String, String) {
+        let (status, session, body) = self.chat(session, text).await;
+        assert_eq!(status, StatusCode::OK, "body: {body}");
+        let reply = body["choices"][0]["message"]["content"]
+            .as_str()
+            .expect("reply text")
+            .to_owned();
+        (session.expect("session header"), reply)
+    }
+
+    /// Counts rows in a table.
+    pub async fn count(&self, table: &str) -> i64 {
+        sqlx::query_scalar::<_, i64>(&format!("SELECT COUNT(*) FROM {table}"))
+            .fetch_one(self.gateway.store.pool())
+            .await
+            .expect("count")
+    }
+
+    pub async fn stop(self) {
+        self.stop.cancel();
+        self.gateway.shutdown().await;
+    }
+}

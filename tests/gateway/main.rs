@@ -1,0 +1,9 @@
+//! Integration tests: the real gateway over HTTP against a fake model server
+//! on 127.0.0.1, on SQLite (or PostgreSQL with `TEST_DATABASE_URL`).
+
+mod agent_loop;
+mod api;
+mod helpers;
+mod prefix;
+mod prompt;
+mod transcripts;
