@@ -12,7 +12,7 @@ fn tool_every_other_turn(body: &Value) -> Reply {
     }
     let text = last_user_text(body);
     let turn: usize = text.trim_start_matches("turn ").parse().unwrap_or(0);
-    if turn % 2 == 0 {
+    if turn.is_multiple_of(2) {
         Reply::Tools(vec![(
             format!("call_{turn}"),
             "calculator".to_owned(),
