@@ -126,7 +126,7 @@ pub async fn run_server(
         models,
         reply_timeout: Duration::from_secs(settings.api.reply_timeout_secs),
     });
-    let router = api::router(state, settings.api.max_body_bytes);
+    let router = api::router(state, settings.api.max_body_bytes, settings.api.enabled);
     let local = listener.local_addr()?;
     tracing::info!(address = %local, "listening");
     axum::serve(listener, router)

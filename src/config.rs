@@ -401,6 +401,14 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_parses_and_matches_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/switchboard.example.toml");
+        let example = Settings::load(Some(&path)).expect("example parses");
+        let defaults = Settings::default();
+        assert_eq!(format!("{example:?}"), format!("{defaults:?}"));
+    }
+
+    #[test]
     fn invalid_values_name_their_key() {
         let mut settings = Settings::default();
         settings.database.url = "mysql://x".to_owned();

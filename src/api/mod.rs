@@ -39,8 +39,9 @@ pub struct ApiState {
     pub reply_timeout: std::time::Duration,
 }
 
-/// Builds the router (also used by tests without a socket).
-pub fn router(state: Arc<ApiState>, max_body_bytes: usize) -> Router {
+/// Builds the router (also used by tests without a socket). With
+/// `api_enabled` false only the health check is served.
+pub fn router(state: Arc<ApiState>, max_body_bytes: usize, api_enabled: bool) -> Router {
     let v1 = Router::new()
         .route("/chat/completions", post(completions::create))
         .route("/models", get(models))
@@ -48,9 +49,12 @@ pub fn router(state: Arc<ApiState>, max_body_bytes: usize) -> Router {
             Arc::clone(&state),
             auth::require_key,
         ));
-    Router::new()
-        .nest("/v1", v1)
-        .route("/healthz", get(health))
+    let root = if api_enabled {
+        Router::new().nest("/v1", v1)
+    } else {
+        Router::new()
+    };
+    root.route("/healthz", get(health))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
