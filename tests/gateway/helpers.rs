@@ -3,6 +3,7 @@
 //! gateway (HTTP server included) on a fresh database: a SQLite file, or a
 //! fresh PostgreSQL database when `TEST_DATABASE_URL` is set.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,6 +63,47 @@ struct FakeState {
     script: Script,
     requests: Arc<Mutex<Vec<Recorded>>>,
     delay: Duration,
+    load: Arc<Mutex<Load>>,
+}
+
+/// Requests in flight, overall and per prompt-cache key (session).
+#[derive(Debug, Default)]
+struct Load {
+    now: usize,
+    peak: usize,
+    per_key: HashMap<String, (usize, usize)>,
+}
+
+/// Counts a request in flight until dropped.
+struct InFlight {
+    load: Arc<Mutex<Load>>,
+    key: String,
+}
+
+impl InFlight {
+    fn enter(load: &Arc<Mutex<Load>>, key: String) -> Self {
+        let mut guard = load.lock().expect("lock");
+        guard.now += 1;
+        guard.peak = guard.peak.max(guard.now);
+        let entry = guard.per_key.entry(key.clone()).or_default();
+        entry.0 += 1;
+        entry.1 = entry.1.max(entry.0);
+        drop(guard);
+        Self {
+            load: Arc::clone(load),
+            key,
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut guard = self.load.lock().expect("lock");
+        guard.now -= 1;
+        if let Some(entry) = guard.per_key.get_mut(&self.key) {
+            entry.0 -= 1;
+        }
+    }
 }
 
 /// A fake OpenAI-compatible and Anthropic-compatible model server.
@@ -69,6 +111,7 @@ struct FakeState {
 pub struct FakeLlm {
     pub addr: SocketAddr,
     requests: Arc<Mutex<Vec<Recorded>>>,
+    load: Arc<Mutex<Load>>,
 }
 
 impl FakeLlm {
@@ -83,10 +126,12 @@ impl FakeLlm {
         delay: Duration,
     ) -> Self {
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let load = Arc::new(Mutex::new(Load::default()));
         let state = FakeState {
             script: Arc::new(script),
             requests: Arc::clone(&requests),
             delay,
+            load: Arc::clone(&load),
         };
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
@@ -95,7 +140,11 @@ impl FakeLlm {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Self { addr, requests }
+        Self {
+            addr,
+            requests,
+            load,
+        }
     }
 
     /// A model that answers `echo: <last user text>`.
@@ -114,10 +163,31 @@ impl FakeLlm {
     pub fn requests(&self) -> Vec<Recorded> {
         self.requests.lock().expect("lock").clone()
     }
+
+    /// Most requests ever in flight at once.
+    pub fn peak_concurrency(&self) -> usize {
+        self.load.lock().expect("lock").peak
+    }
+
+    /// Most requests ever in flight at once for one session (OpenAI
+    /// `prompt_cache_key`).
+    pub fn peak_concurrency_per_session(&self) -> usize {
+        let load = self.load.lock().expect("lock");
+        load.per_key
+            .values()
+            .map(|(_, peak)| *peak)
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 async fn record(state: &FakeState, path: &str, headers: HeaderMap, body: &Bytes) -> Value {
     let text = String::from_utf8_lossy(body).into_owned();
+    let key = serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|v| v["prompt_cache_key"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let _in_flight = InFlight::enter(&state.load, key);
     state.requests.lock().expect("lock").push(Recorded {
         path: path.to_owned(),
         headers,

@@ -3,7 +3,10 @@
 
 mod agent_loop;
 mod api;
+mod budget;
 mod helpers;
 mod prefix;
 mod prompt;
+mod runner;
+mod terminal;
 mod transcripts;
