@@ -28,7 +28,7 @@ impl Command {
     pub fn parse(text: &str, bot_name: Option<&str>) -> Option<Self> {
         let text = text.trim_start();
         let rest = text.strip_prefix('/')?;
-        let word = rest.split_whitespace().next().unwrap_or("");
+        let word = rest.split(char::is_whitespace).next().unwrap_or("");
         let (name, addressee) = match word.split_once('@') {
             Some((name, addressee)) => (name, Some(addressee)),
             None => (word, None),
