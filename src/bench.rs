@@ -25,16 +25,20 @@ use crate::llm::{
 };
 use crate::session::service::SubmitOptions;
 
+/// Measured turns per session before moving to the next, so the history
+/// stays near the requested length.
+const TURNS_PER_SESSION: usize = 10;
+
 /// Benchmark shape.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchOptions {
     /// Sessions running at once.
     #[arg(long, default_value_t = 8)]
     pub sessions: usize,
-    /// Measured turns per session.
+    /// Measured turns per concurrent session.
     #[arg(long, default_value_t = 250)]
     pub turns: usize,
-    /// Turns each session has in its history before measuring.
+    /// Turns of history the measured turns see, on average.
     #[arg(long, default_value_t = 20)]
     pub history: usize,
 }
@@ -83,12 +87,18 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let first_turn = turn(&gateway, "first", 0).await?;
     let _startup = started.elapsed();
 
-    // Give every session its history first.
-    let warm = (0..options.sessions).map(|session| {
+    // Each worker spreads its turns over several sessions, TURNS_PER_SESSION
+    // each, seeded so that the measured turns see `history` turns of history
+    // on average (a session's history grows by one turn per turn).
+    let per_worker = options.turns.div_ceil(TURNS_PER_SESSION);
+    let seeded = options.history.saturating_sub(TURNS_PER_SESSION / 2);
+    let warm = (0..options.sessions).map(|worker| {
         let gateway = Arc::clone(&gateway);
         async move {
-            for index in 0..options.history {
-                turn(&gateway, &format!("s{session}"), index).await?;
+            for session in 0..per_worker {
+                for index in 0..seeded {
+                    turn(&gateway, &format!("w{worker}-s{session}"), index).await?;
+                }
             }
             Ok::<(), BenchError>(())
         }
@@ -99,13 +109,15 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
 
     let cpu_before = cpu_time();
     let wall = Instant::now();
-    let (turns, history) = (options.turns, options.history);
-    let runs = (0..options.sessions).map(|session| {
+    let turns = options.turns;
+    let runs = (0..options.sessions).map(|worker| {
         let gateway = Arc::clone(&gateway);
         tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(turns);
             for index in 0..turns {
-                latencies.push(turn(&gateway, &format!("s{session}"), history + index).await?);
+                let chat = format!("w{worker}-s{}", index / TURNS_PER_SESSION);
+                let event = seeded + index % TURNS_PER_SESSION;
+                latencies.push(turn(&gateway, &chat, event).await?);
             }
             Ok::<Vec<Duration>, BenchError>(latencies)
         })

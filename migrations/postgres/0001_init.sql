@@ -98,6 +98,7 @@ CREATE TABLE usage (
     created_at         BIGINT NOT NULL
 );
 CREATE INDEX usage_session ON usage (session_id, created_at);
+CREATE INDEX usage_task ON usage (task_id);
 
 CREATE TABLE outbox (
     id                  BIGSERIAL PRIMARY KEY,

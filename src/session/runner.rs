@@ -140,7 +140,8 @@ impl Runner {
             self.notify(&session_id);
         }
         for row in self.inner.store.pending_outbox(1000).await? {
-            self.deliver(&row).await;
+            // Nobody waits for these any more; the status only feeds waiters.
+            self.deliver(&row, InboundStatus::Done).await;
         }
         Ok(())
     }
@@ -210,7 +211,7 @@ impl Runner {
     async fn drain_leased(&self, session_id: &str, ttl_ms: i64) -> Result<(), StoreError> {
         let store = &self.inner.store;
         while !self.inner.shutdown.is_cancelled() {
-            let Some(inbound) = store.next_inbound(session_id).await? else {
+            let Some(inbound) = store.claim_next_inbound(session_id).await? else {
                 return Ok(());
             };
             // The semaphore is never closed, so acquire cannot fail.
@@ -220,8 +221,8 @@ impl Runner {
             let trace_id = uuid::Uuid::now_v7().to_string();
             let span = tracing::info_span!("turn", trace_id = %trace_id, inbound_id = inbound.id);
             let turn = self.inner.turns.run(&inbound).instrument(span.clone());
-            let row = self.with_lease_renewal(session_id, ttl_ms, turn).await?;
-            self.deliver(&row).instrument(span).await;
+            let (row, status) = self.with_lease_renewal(session_id, ttl_ms, turn).await?;
+            self.deliver(&row, status).instrument(span).await;
         }
         Ok(())
     }
@@ -252,15 +253,7 @@ impl Runner {
     }
 
     /// Hands a reply to its waiter and its platform, then marks it sent.
-    pub async fn deliver(&self, row: &OutboxRow) {
-        let status = self
-            .inner
-            .store
-            .inbound(row.inbound_id)
-            .await
-            .ok()
-            .flatten()
-            .map_or(InboundStatus::Done, |inbound| inbound.status);
+    pub async fn deliver(&self, row: &OutboxRow, status: InboundStatus) {
         if let Some(waiter) = lock(&self.inner.waiters).remove(&row.inbound_id) {
             // The receiver may be gone (the client hung up); the reply stays
             // in the history either way.

@@ -160,7 +160,7 @@ impl SessionService {
                         outcome: "command",
                     })
                     .await?;
-                self.runner.deliver(&row).await;
+                self.runner.deliver(&row, InboundStatus::Command).await;
                 Admission::Handled {
                     inbound_id,
                     session_id,

@@ -10,9 +10,7 @@ use crate::agent::run::{LoopEnv, LoopError, run_loop};
 use crate::agent::wallet::Wallet;
 use crate::config::AgentSettings;
 use crate::llm::ChatMessage;
-use crate::store::{
-    InboundRow, InboundStatus, NewMessage, OutboxRow, Role, Store, StoreError, TurnEnd,
-};
+use crate::store::{InboundRow, InboundStatus, NewMessage, OutboxRow, Store, StoreError, TurnEnd};
 use crate::tools::ToolRegistry;
 
 /// Shown when the model returns nothing at all.
@@ -28,11 +26,15 @@ pub struct TurnExecutor {
 }
 
 impl TurnExecutor {
-    /// Runs the turn for one inbound message and returns its outbox row.
+    /// Runs the turn for one inbound message (already claimed) and returns
+    /// its outbox row and how it ended.
     ///
     /// # Errors
     /// A database failure; the message stays unfinished and is retried.
-    pub async fn run(&self, inbound: &InboundRow) -> Result<OutboxRow, StoreError> {
+    pub async fn run(
+        &self,
+        inbound: &InboundRow,
+    ) -> Result<(OutboxRow, InboundStatus), StoreError> {
         let session = self
             .store
             .session(&inbound.session_id)
@@ -40,7 +42,6 @@ impl TurnExecutor {
             .ok_or_else(|| {
                 StoreError::Corrupt(format!("session {} missing", inbound.session_id))
             })?;
-        self.store.mark_inbound_running(inbound.id).await?;
         let toolset = self
             .registry
             .toolset(&session.toolset)
@@ -55,11 +56,11 @@ impl TurnExecutor {
             });
         let agent = self.cache.get(&session.model, &toolset).await;
 
-        let stored = self.store.history(&session.id, "").await?;
-        let mut history: Vec<ChatMessage> = stored.iter().map(|entry| entry.to_wire()).collect();
+        let stored = self.store.wire_history(&session.id, "").await?;
         let asked = stored.iter().any(|entry| {
-            entry.message.task_id == Some(inbound.id) && entry.message.role == Role::User
+            entry.task_id == Some(inbound.id) && matches!(entry.message, ChatMessage::User { .. })
         });
+        let mut history: Vec<ChatMessage> = stored.into_iter().map(|entry| entry.message).collect();
         if !asked {
             let user = ChatMessage::User {
                 content: inbound.text.clone(),
@@ -124,6 +125,7 @@ impl TurnExecutor {
                 outcome: "budget_exhausted",
             },
         };
-        self.store.finish_turn(&end).await
+        let row = self.store.finish_turn(&end).await?;
+        Ok((row, end.status))
     }
 }

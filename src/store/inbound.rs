@@ -112,23 +112,29 @@ impl Store {
         .bind(&inbound.text)
         .bind(inbound.status.as_str())
         .bind(now_ms())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.conn().await?)
         .await?;
         Ok(id)
     }
 
-    /// The oldest unfinished message of a session: `running` first (a turn
-    /// interrupted by a crash), then `pending` in arrival order.
+    /// Takes the oldest unfinished message of a session and marks it
+    /// `running`: a `running` one first (a turn interrupted by a crash), then
+    /// `pending` ones in arrival order. One statement, so claiming costs one
+    /// round trip. Only the holder of the session's lease calls this.
     ///
     /// # Errors
     /// A database failure or a corrupt row.
-    pub async fn next_inbound(&self, session_id: &str) -> Result<Option<InboundRow>, StoreError> {
+    pub async fn claim_next_inbound(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<InboundRow>, StoreError> {
         let row = sqlx::query(&format!(
-            "SELECT {INBOUND_COLUMNS} FROM inbound \
-             WHERE session_id = $1 AND status IN ('pending', 'running') ORDER BY id LIMIT 1"
+            "UPDATE inbound SET status = 'running' WHERE id = (SELECT id FROM inbound \
+             WHERE session_id = $1 AND status IN ('pending', 'running') ORDER BY id LIMIT 1) \
+             RETURNING {INBOUND_COLUMNS}"
         ))
         .bind(session_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.conn().await?)
         .await?;
         row.map(|row| inbound_from_row(&row)).transpose()
     }
@@ -142,21 +148,9 @@ impl Store {
             "SELECT {INBOUND_COLUMNS} FROM inbound WHERE id = $1"
         ))
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.conn().await?)
         .await?;
         row.map(|row| inbound_from_row(&row)).transpose()
-    }
-
-    /// Marks a message as taken by a running turn.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn mark_inbound_running(&self, id: i64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE inbound SET status = 'running' WHERE id = $1 AND status = 'pending'")
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
     }
 
     /// Sessions with unfinished messages (for recovery at start).
@@ -167,7 +161,7 @@ impl Store {
         let ids = sqlx::query_scalar::<_, String>(
             "SELECT DISTINCT session_id FROM inbound WHERE status IN ('pending', 'running')",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await?;
         Ok(ids)
     }
@@ -183,7 +177,7 @@ impl Store {
              AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.inbound_id = inbound.id)",
         )
         .bind(older_than_ms)
-        .execute(&self.pool)
+        .execute(&mut *self.conn().await?)
         .await?;
         Ok(result.rows_affected())
     }

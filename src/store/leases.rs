@@ -31,7 +31,7 @@ impl Store {
         .bind(owner)
         .bind(now.saturating_add(ttl_ms))
         .bind(now)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.conn().await?)
         .await?;
         Ok(held.is_some())
     }
@@ -44,7 +44,7 @@ impl Store {
         sqlx::query("DELETE FROM session_leases WHERE session_id = $1 AND owner = $2")
             .bind(session_id)
             .bind(owner)
-            .execute(&self.pool)
+            .execute(&mut *self.conn().await?)
             .await?;
         Ok(())
     }

@@ -150,7 +150,7 @@ impl Store {
     /// # Errors
     /// A database failure.
     pub async fn append_message(&self, message: &NewMessage) -> Result<i64, StoreError> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.conn().await?;
         append_message(&mut conn, message).await
     }
 
@@ -168,9 +168,57 @@ impl Store {
         ))
         .bind(session_id)
         .bind(scope)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await?;
         rows.iter().map(message_from_row).collect()
+    }
+
+    /// A session's conversation in one scope as the model sees it, oldest
+    /// first, with each entry's task id. Reads only the wire columns: this
+    /// runs on every turn.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn wire_history(
+        &self,
+        session_id: &str,
+        scope: &str,
+    ) -> Result<Vec<WireEntry>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT task_id, role, content, tool_calls, tool_call_id, is_error FROM messages \
+             WHERE session_id = $1 AND scope = $2 ORDER BY id",
+        )
+        .bind(session_id)
+        .bind(scope)
+        .fetch_all(&mut *self.conn().await?)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let role: String = row.try_get("role")?;
+                let role = Role::parse(&role)?;
+                let content: Option<String> = row.try_get("content")?;
+                let message = match role {
+                    Role::User => ChatMessage::User {
+                        content: content.unwrap_or_default(),
+                    },
+                    Role::Assistant => ChatMessage::Assistant {
+                        content,
+                        tool_calls: parse_tool_calls(row.try_get("tool_calls")?)?,
+                    },
+                    Role::Tool => ChatMessage::Tool {
+                        tool_call_id: row
+                            .try_get::<Option<String>, _>("tool_call_id")?
+                            .unwrap_or_default(),
+                        content: content.unwrap_or_default(),
+                        is_error: row.try_get::<i64, _>("is_error")? != 0,
+                    },
+                };
+                Ok(WireEntry {
+                    task_id: row.try_get("task_id")?,
+                    message,
+                })
+            })
+            .collect()
     }
 
     /// Records that a tool call is about to run (status `running`).
@@ -191,7 +239,7 @@ impl Store {
         .bind(checkpoint.name)
         .bind(checkpoint.arguments)
         .bind(now_ms())
-        .execute(&self.pool)
+        .execute(&mut *self.conn().await?)
         .await?;
         Ok(())
     }
@@ -214,7 +262,7 @@ impl Store {
         .bind(result)
         .bind(now_ms())
         .bind(request_id)
-        .execute(&self.pool)
+        .execute(&mut *self.conn().await?)
         .await?;
         Ok(())
     }
@@ -227,10 +275,17 @@ impl Store {
         Ok(
             sqlx::query_scalar::<_, String>("SELECT status FROM tool_calls WHERE request_id = $1")
                 .bind(request_id)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.conn().await?)
                 .await?,
         )
     }
+}
+
+/// One entry of the wire view, with the task that produced it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireEntry {
+    pub task_id: Option<i64>,
+    pub message: ChatMessage,
 }
 
 /// A tool call about to run.
@@ -288,14 +343,17 @@ pub(super) async fn append_message(
     Ok(id)
 }
 
+fn parse_tool_calls(raw: Option<String>) -> Result<Vec<ToolCall>, StoreError> {
+    match raw {
+        Some(raw) => serde_json::from_str(&raw)
+            .map_err(|err| StoreError::Corrupt(format!("message tool calls: {err}"))),
+        None => Ok(Vec::new()),
+    }
+}
+
 fn message_from_row(row: &AnyRow) -> Result<StoredMessage, StoreError> {
     let role: String = row.try_get("role")?;
-    let tool_calls: Option<String> = row.try_get("tool_calls")?;
-    let tool_calls = match tool_calls {
-        Some(raw) => serde_json::from_str(&raw)
-            .map_err(|err| StoreError::Corrupt(format!("message tool calls: {err}")))?,
-        None => Vec::new(),
-    };
+    let tool_calls = parse_tool_calls(row.try_get("tool_calls")?)?;
     let input: Option<i64> = row.try_get("input_tokens")?;
     let usage = match input {
         Some(input) => Some(Usage {

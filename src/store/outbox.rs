@@ -4,6 +4,8 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use sqlx::Connection;
+
 use super::messages::append_message;
 use super::{InboundStatus, NewMessage, Store, StoreError, now_ms};
 
@@ -83,33 +85,20 @@ impl Store {
     /// # Errors
     /// A database failure (nothing is written then).
     pub async fn finish_turn(&self, end: &TurnEnd<'_>) -> Result<OutboxRow, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let inbound = sqlx::query(&format!(
-            "SELECT {} FROM inbound WHERE id = $1",
-            "id, platform, account, event_id, session_id, chat_id, thread_id, message_id, \
-             sender_id, sender_name, text, status, outcome, received_at"
-        ))
-        .bind(end.inbound_id)
-        .fetch_one(&mut *tx)
-        .await?;
-        let inbound = super::inbound::inbound_from_row(&inbound)?;
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin().await?;
         if let Some(message) = end.final_message {
             append_message(&mut tx, message).await?;
         }
         let row = sqlx::query(&format!(
             "INSERT INTO outbox (session_id, inbound_id, platform, account, chat_id, thread_id, \
              reply_to, text, status, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'pending', $9) RETURNING {OUTBOX_COLUMNS}"
+             SELECT session_id, id, platform, account, chat_id, thread_id, message_id, $1, \
+             'pending', $2 FROM inbound WHERE id = $3 RETURNING {OUTBOX_COLUMNS}"
         ))
-        .bind(&inbound.session_id)
-        .bind(inbound.id)
-        .bind(&inbound.platform)
-        .bind(&inbound.account)
-        .bind(&inbound.chat_id)
-        .bind(inbound.thread_id.as_deref())
-        .bind(inbound.message_id.as_deref())
         .bind(end.reply)
         .bind(now_ms())
+        .bind(end.inbound_id)
         .fetch_one(&mut *tx)
         .await?;
         let row = outbox_from_row(&row)?;
@@ -120,6 +109,20 @@ impl Store {
             .bind(end.inbound_id)
             .execute(&mut *tx)
             .await?;
+        // The session's totals catch up with every model call of this task.
+        sqlx::query(
+            "UPDATE sessions SET \
+             input_tokens = input_tokens + (SELECT COALESCE(SUM(input_tokens), 0) FROM usage WHERE task_id = $1), \
+             output_tokens = output_tokens + (SELECT COALESCE(SUM(output_tokens), 0) FROM usage WHERE task_id = $1), \
+             cache_read_tokens = cache_read_tokens + (SELECT COALESCE(SUM(cache_read_tokens), 0) FROM usage WHERE task_id = $1), \
+             cache_write_tokens = cache_write_tokens + (SELECT COALESCE(SUM(cache_write_tokens), 0) FROM usage WHERE task_id = $1), \
+             updated_at = $2 WHERE id = $3",
+        )
+        .bind(end.inbound_id)
+        .bind(now_ms())
+        .bind(&row.session_id)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(row)
     }
@@ -140,7 +143,7 @@ impl Store {
         .bind(platform_message_id)
         .bind(now_ms())
         .bind(id)
-        .execute(&self.pool)
+        .execute(&mut *self.conn().await?)
         .await?;
         Ok(())
     }
@@ -157,7 +160,7 @@ impl Store {
         sqlx::query("UPDATE outbox SET attempts = attempts + 1, status = $1 WHERE id = $2")
             .bind(if permanent { "failed" } else { "pending" })
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut *self.conn().await?)
             .await?;
         Ok(())
     }
@@ -171,7 +174,7 @@ impl Store {
             "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = 'pending' ORDER BY id LIMIT $1"
         ))
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.conn().await?)
         .await?;
         rows.iter().map(outbox_from_row).collect()
     }
@@ -188,7 +191,7 @@ impl Store {
             "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE inbound_id = $1"
         ))
         .bind(inbound_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.conn().await?)
         .await?;
         row.map(|row| outbox_from_row(&row)).transpose()
     }

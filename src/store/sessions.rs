@@ -4,6 +4,8 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use sqlx::Connection;
+
 use super::{Store, StoreError, now_ms, to_u64};
 
 /// A session as stored.
@@ -64,7 +66,7 @@ impl Store {
             "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"
         ))
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *self.conn().await?)
         .await?;
         row.map(|row| session_from_row(&row)).transpose()
     }
@@ -77,7 +79,7 @@ impl Store {
         let session =
             sqlx::query_scalar::<_, String>("SELECT session_id FROM routes WHERE route_key = $1")
                 .bind(route_key)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.conn().await?)
                 .await?;
         Ok(session)
     }
@@ -96,7 +98,7 @@ impl Store {
         .bind(route_key)
         .bind(session_id)
         .bind(now_ms())
-        .execute(&self.pool)
+        .execute(&mut *self.conn().await?)
         .await?;
         Ok(())
     }
@@ -112,7 +114,8 @@ impl Store {
         route_key: &str,
         session: &NewSession,
     ) -> Result<String, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin().await?;
         insert_session(&mut tx, session).await?;
         let bound = sqlx::query_scalar::<_, String>(
             "INSERT INTO routes (route_key, session_id, updated_at) VALUES ($1, $2, $3) \
@@ -138,7 +141,7 @@ impl Store {
     /// # Errors
     /// A database failure.
     pub async fn create_session(&self, session: &NewSession) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.conn().await?;
         insert_session(&mut conn, session).await
     }
 
@@ -152,7 +155,7 @@ impl Store {
             .bind(model)
             .bind(now_ms())
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut *self.conn().await?)
             .await?;
         Ok(())
     }

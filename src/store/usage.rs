@@ -22,13 +22,13 @@ pub struct UsageSummary {
 }
 
 impl Store {
-    /// Records a model call's usage and adds it to the session's totals.
+    /// Records a model call's usage. The session's totals are brought up to
+    /// date when the turn ends (`finish_turn`), in the same transaction.
     ///
     /// # Errors
     /// A database failure.
     pub async fn record_usage(&self, record: &UsageRecord) -> Result<(), StoreError> {
         let usage = record.usage;
-        let mut tx = self.pool.begin().await?;
         sqlx::query(
             "INSERT INTO usage (session_id, task_id, provider, model, input_tokens, output_tokens, \
              cache_read_tokens, cache_write_tokens, latency_ms, created_at) \
@@ -44,22 +44,8 @@ impl Store {
         .bind(to_i64(usage.cache_write_tokens))
         .bind(record.latency_ms)
         .bind(now_ms())
-        .execute(&mut *tx)
+        .execute(&mut *self.conn().await?)
         .await?;
-        sqlx::query(
-            "UPDATE sessions SET input_tokens = input_tokens + $1, output_tokens = output_tokens + $2, \
-             cache_read_tokens = cache_read_tokens + $3, cache_write_tokens = cache_write_tokens + $4, \
-             updated_at = $5 WHERE id = $6",
-        )
-        .bind(to_i64(usage.input_tokens))
-        .bind(to_i64(usage.output_tokens))
-        .bind(to_i64(usage.cache_read_tokens))
-        .bind(to_i64(usage.cache_write_tokens))
-        .bind(now_ms())
-        .bind(&record.session_id)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -76,7 +62,7 @@ impl Store {
              CAST(COALESCE(SUM(cache_write_tokens), 0) AS BIGINT) FROM usage WHERE task_id = $1",
         )
         .bind(task_id)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *self.conn().await?)
         .await?;
         Ok(UsageSummary {
             calls: to_u64(calls),

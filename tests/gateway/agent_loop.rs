@@ -232,7 +232,7 @@ async fn the_api_key_never_reaches_the_database_or_replies() {
         "routes",
     ] {
         let rows = sqlx::query(&format!("SELECT * FROM {table}"))
-            .fetch_all(app.gateway.store.pool())
+            .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
             .await
             .expect("rows");
         for row in rows {

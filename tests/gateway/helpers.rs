@@ -427,7 +427,7 @@ impl TestApp {
     /// Counts rows in a table.
     pub async fn count(&self, table: &str) -> i64 {
         sqlx::query_scalar::<_, i64>(&format!("SELECT COUNT(*) FROM {table}"))
-            .fetch_one(self.gateway.store.pool())
+            .fetch_one(&mut *self.gateway.store.conn().await.expect("conn"))
             .await
             .expect("count")
     }
