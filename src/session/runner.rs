@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use switchboard_contract::{
-    AccountId, ChatId, OutboundMessage, PlatformName, PlatformSender, SendError, ThreadId,
+    AccountId, ChatId, ChatRef, OutboundMessage, PlatformName, PlatformSender, SendError, ThreadId,
 };
 use tokio::sync::{Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::turn::TurnExecutor;
-use crate::store::{InboundStatus, OutboxRow, Store, StoreError};
+use crate::store::{InboundRow, InboundStatus, OutboxRow, Store, StoreError};
 
 /// Platforms whose replies are handed to a waiting caller in this process
 /// (the HTTP API's request, the terminal) rather than sent to a platform.
@@ -220,11 +220,39 @@ impl Runner {
             };
             let trace_id = uuid::Uuid::now_v7().to_string();
             let span = tracing::info_span!("turn", trace_id = %trace_id, inbound_id = inbound.id);
+            let typing = self.typing_indicator(&inbound);
             let turn = self.inner.turns.run(&inbound).instrument(span.clone());
-            let (row, status) = self.with_lease_renewal(session_id, ttl_ms, turn).await?;
+            let result = self.with_lease_renewal(session_id, ttl_ms, turn).await;
+            if let Some(typing) = typing {
+                typing.abort();
+            }
+            let (row, status) = result?;
             self.deliver(&row, status).instrument(span).await;
         }
         Ok(())
+    }
+
+    /// Repeats the platform's typing indicator while a turn runs; the caller
+    /// aborts the returned task when the turn ends.
+    fn typing_indicator(&self, inbound: &InboundRow) -> Option<tokio::task::JoinHandle<()>> {
+        let sender = lock(&self.inner.senders).get(&inbound.platform).cloned()?;
+        let every = sender.typing_interval()?;
+        let chat = ChatRef {
+            platform: PlatformName::parse(&inbound.platform).ok()?,
+            account: AccountId::parse(&inbound.account).ok()?,
+            chat: ChatId::parse(&inbound.chat_id).ok()?,
+            thread: match &inbound.thread_id {
+                Some(thread) => Some(ThreadId::parse(thread).ok()?),
+                None => None,
+            },
+        };
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                sender.typing(&chat).await;
+            }
+        }))
     }
 
     /// Runs `work` while renewing the session's lease.

@@ -18,6 +18,8 @@ pub mod split;
 
 pub use ids::{AccountId, ChatId, EventId, IdError, PlatformName, ThreadId, UserId};
 pub use markdown::{MarkupRenderer, PlainText, TelegramHtml, escape_html};
-pub use message::{Attachment, ChatKind, DeliveryReceipt, InboundMessage, OutboundMessage, Sender};
+pub use message::{
+    Attachment, ChatKind, ChatRef, DeliveryReceipt, InboundMessage, OutboundMessage, Sender,
+};
 pub use platform::{InboundSink, PlatformSender, SendError, SubmitError, Submitted};
 pub use split::{LengthUnit, split_message};

@@ -54,6 +54,15 @@ pub struct InboundMessage {
     pub attachments: Vec<Attachment>,
 }
 
+/// Where a message goes: a chat (and thread) of one account on a platform.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ChatRef {
+    pub platform: PlatformName,
+    pub account: AccountId,
+    pub chat: ChatId,
+    pub thread: Option<ThreadId>,
+}
+
 /// A reply for an adapter to deliver.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutboundMessage {
@@ -68,6 +77,18 @@ pub struct OutboundMessage {
     /// A stable key derived from the reply's identity (its outbox row), for
     /// platforms with idempotent sends (Feishu `uuid`, Discord `nonce`).
     pub idempotency_key: String,
+}
+
+impl OutboundMessage {
+    /// The chat this reply goes to.
+    pub fn chat_ref(&self) -> ChatRef {
+        ChatRef {
+            platform: self.platform.clone(),
+            account: self.account.clone(),
+            chat: self.chat.clone(),
+            thread: self.thread.clone(),
+        }
+    }
 }
 
 /// What a platform returned for a delivered reply.

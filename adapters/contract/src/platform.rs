@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::message::{DeliveryReceipt, InboundMessage, OutboundMessage};
+use crate::message::{ChatRef, DeliveryReceipt, InboundMessage, OutboundMessage};
 
 /// The result of submitting an inbound message to the core.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +63,14 @@ pub trait PlatformSender: Send + Sync {
     /// allows it.
     async fn send(&self, message: &OutboundMessage) -> Result<DeliveryReceipt, SendError>;
 
-    /// Shows that the agent is working (a typing indicator). Best effort.
-    async fn typing(&self, _message: &InboundMessage) {}
+    /// Shows that the agent is working (a typing indicator) in `chat`. Best
+    /// effort: failures are the adapter's to log, never the caller's.
+    async fn typing(&self, _chat: &ChatRef) {}
+
+    /// How often the core repeats [`PlatformSender::typing`] while a turn
+    /// runs (a platform's indicator fades after a few seconds). `None`: the
+    /// platform has no indicator.
+    fn typing_interval(&self) -> Option<Duration> {
+        None
+    }
 }
