@@ -224,7 +224,7 @@ impl Default for RunnerSettings {
     fn default() -> Self {
         Self {
             max_concurrent_turns: 32,
-            lease_ttl_secs: 60,
+            lease_ttl_secs: 30,
         }
     }
 }

@@ -83,7 +83,19 @@ pub enum LoopError {
     NoBudget,
 }
 
-/// Runs the loop over `history` (the wire view, without the system prompt).
+/// A tool round cut short by a crash: the assistant entry that asked for the
+/// calls is stored, some results are not.
+#[derive(Debug, Clone)]
+pub struct InterruptedRound {
+    /// The stored assistant entry's id (request ids derive from it).
+    pub assistant_id: i64,
+    pub calls: Vec<ToolCall>,
+    /// Ids of the calls whose results are already in the history.
+    pub answered: Vec<String>,
+}
+
+/// Runs the loop over `history` (the wire view, without the system prompt),
+/// first completing an interrupted tool round if there is one.
 ///
 /// # Errors
 /// A model call that failed after retries, a database failure, or an empty
@@ -93,7 +105,13 @@ pub async fn run_loop(
     env: Arc<LoopEnv>,
     purse: Arc<Purse>,
     mut history: Vec<ChatMessage>,
+    interrupted: Option<InterruptedRound>,
 ) -> Result<LoopOutcome, LoopError> {
+    if let Some(round) = interrupted {
+        for result in resume_round(&agent, &env, &purse, &round).await? {
+            append(&env, &mut history, result).await?;
+        }
+    }
     let mut iteration = 0u32;
     loop {
         iteration += 1;
@@ -246,6 +264,65 @@ async fn run_round(
         run_call(agent, env, purse, request_id, call).instrument(span)
     });
     join_all(runs).await.into_iter().collect()
+}
+
+/// Answers the unanswered calls of an interrupted round from their
+/// checkpoints: a finished call's stored result is reused; a call that never
+/// started runs now; a call caught `running` is re-run with the same request
+/// id only if its tool is idempotent, and otherwise gets an "outcome
+/// unknown" error result, so the history never holds a call without a result.
+async fn resume_round(
+    agent: &Arc<Agent>,
+    env: &Arc<LoopEnv>,
+    purse: &Arc<Purse>,
+    round: &InterruptedRound,
+) -> Result<Vec<ChatMessage>, StoreError> {
+    let mut results = Vec::new();
+    for (index, call) in round.calls.iter().enumerate() {
+        if round.answered.contains(&call.id) {
+            continue;
+        }
+        let request_id = format!("{}-{index}", round.assistant_id);
+        let checkpoint = env.store.tool_call_checkpoint(&request_id).await?;
+        let result = match checkpoint {
+            Some((status, Some(result))) if status == "done" || status == "failed" => {
+                tracing::info!(call_id = %call.id, "recovery: reusing a finished tool result");
+                ChatMessage::Tool {
+                    tool_call_id: call.id.clone(),
+                    content: result,
+                    is_error: status == "failed",
+                }
+            }
+            Some(_running) => {
+                let idempotent = agent
+                    .toolset
+                    .get(&call.name)
+                    .is_some_and(|tool| tool.idempotent());
+                if idempotent {
+                    tracing::info!(call_id = %call.id, "recovery: re-running an idempotent tool");
+                    run_call(agent, env, purse, request_id, call).await?
+                } else {
+                    tracing::warn!(call_id = %call.id, "recovery: tool outcome unknown, not retried");
+                    let content = canonical_json(&result_object(Err(
+                        "the gateway restarted while this tool was running; its outcome is \
+                         unknown and it was not retried"
+                            .to_owned(),
+                    )));
+                    env.store
+                        .finish_tool_call(&request_id, &content, true)
+                        .await?;
+                    ChatMessage::Tool {
+                        tool_call_id: call.id.clone(),
+                        content,
+                        is_error: true,
+                    }
+                }
+            }
+            None => run_call(agent, env, purse, request_id, call).await?,
+        };
+        results.push(result);
+    }
+    Ok(results)
 }
 
 async fn run_call(

@@ -100,7 +100,7 @@ impl SubAgents for SubAgentRunner {
                 tracing::error!(error = %err, "sub-agent task not stored");
                 "the sub-agent could not start".to_owned()
             })?;
-        let outcome = run_loop(child, Arc::clone(&env), Arc::new(purse), history)
+        let outcome = run_loop(child, Arc::clone(&env), Arc::new(purse), history, None)
             .await
             .map_err(|err| format!("the sub-agent failed: {err}"))?;
         env.store

@@ -6,12 +6,44 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::agent::cache::AgentCache;
-use crate::agent::run::{LoopEnv, LoopError, run_loop};
+use crate::agent::run::{InterruptedRound, LoopEnv, LoopError, run_loop};
 use crate::agent::wallet::Wallet;
 use crate::config::AgentSettings;
 use crate::llm::ChatMessage;
-use crate::store::{InboundRow, InboundStatus, NewMessage, OutboxRow, Store, StoreError, TurnEnd};
+use crate::store::{
+    InboundRow, InboundStatus, NewMessage, OutboxRow, Store, StoreError, TurnEnd, WireEntry,
+};
 use crate::tools::ToolRegistry;
+
+/// The last tool round, if a crash cut it short: the history ends with an
+/// assistant entry asking for tools followed by fewer results than calls.
+fn interrupted_round(stored: &[WireEntry]) -> Option<InterruptedRound> {
+    let last_request = stored
+        .iter()
+        .rposition(|entry| !matches!(entry.message, ChatMessage::Tool { .. }))?;
+    let entry = &stored[last_request];
+    let ChatMessage::Assistant { tool_calls, .. } = &entry.message else {
+        return None;
+    };
+    if tool_calls.is_empty() {
+        return None;
+    }
+    let answered: Vec<String> = stored[last_request + 1..]
+        .iter()
+        .filter_map(|entry| match &entry.message {
+            ChatMessage::Tool { tool_call_id, .. } => Some(tool_call_id.clone()),
+            _ => None,
+        })
+        .collect();
+    if tool_calls.iter().all(|call| answered.contains(&call.id)) {
+        return None;
+    }
+    Some(InterruptedRound {
+        assistant_id: entry.id,
+        calls: tool_calls.clone(),
+        answered,
+    })
+}
 
 /// Shown when the model returns nothing at all.
 const EMPTY_REPLY: &str = "(The model returned an empty reply.)";
@@ -60,6 +92,7 @@ impl TurnExecutor {
         let asked = stored.iter().any(|entry| {
             entry.task_id == Some(inbound.id) && matches!(entry.message, ChatMessage::User { .. })
         });
+        let interrupted = interrupted_round(&stored);
         let mut history: Vec<ChatMessage> = stored.into_iter().map(|entry| entry.message).collect();
         if !asked {
             let user = ChatMessage::User {
@@ -88,8 +121,11 @@ impl TurnExecutor {
             max_depth: self.agent.max_delegation_depth,
             parent_reserve: self.agent.parent_reserve,
         });
-        let purse = Arc::new(Wallet::open(self.agent.max_iterations));
-        let result = match run_loop(agent, env, Arc::clone(&purse), history).await {
+        // A resumed task keeps spending from what it had left.
+        let spent = self.store.task_usage(inbound.id).await?.calls;
+        let budget = u64::from(self.agent.max_iterations).saturating_sub(spent);
+        let purse = Arc::new(Wallet::open(u32::try_from(budget).unwrap_or(0)));
+        let result = match run_loop(agent, env, Arc::clone(&purse), history, interrupted).await {
             Err(LoopError::Store(err)) => return Err(err),
             other => other,
         };

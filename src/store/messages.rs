@@ -185,7 +185,7 @@ impl Store {
         scope: &str,
     ) -> Result<Vec<WireEntry>, StoreError> {
         let rows = sqlx::query(
-            "SELECT task_id, role, content, tool_calls, tool_call_id, is_error FROM messages \
+            "SELECT id, task_id, role, content, tool_calls, tool_call_id, is_error FROM messages \
              WHERE session_id = $1 AND scope = $2 ORDER BY id",
         )
         .bind(session_id)
@@ -214,6 +214,7 @@ impl Store {
                     },
                 };
                 Ok(WireEntry {
+                    id: row.try_get("id")?,
                     task_id: row.try_get("task_id")?,
                     message,
                 })
@@ -267,23 +268,27 @@ impl Store {
         Ok(())
     }
 
-    /// The status of a tool call checkpoint, if recorded.
+    /// A tool call checkpoint's status and result, if recorded.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn tool_call_status(&self, request_id: &str) -> Result<Option<String>, StoreError> {
-        Ok(
-            sqlx::query_scalar::<_, String>("SELECT status FROM tool_calls WHERE request_id = $1")
-                .bind(request_id)
-                .fetch_optional(&mut *self.conn().await?)
-                .await?,
+    pub async fn tool_call_checkpoint(
+        &self,
+        request_id: &str,
+    ) -> Result<Option<(String, Option<String>)>, StoreError> {
+        Ok(sqlx::query_as::<_, (String, Option<String>)>(
+            "SELECT status, result FROM tool_calls WHERE request_id = $1",
         )
+        .bind(request_id)
+        .fetch_optional(&mut *self.conn().await?)
+        .await?)
     }
 }
 
 /// One entry of the wire view, with the task that produced it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireEntry {
+    pub id: i64,
     pub task_id: Option<i64>,
     pub message: ChatMessage,
 }

@@ -7,6 +7,7 @@ mod budget;
 mod helpers;
 mod prefix;
 mod prompt;
+mod recovery;
 mod runner;
 mod terminal;
 mod transcripts;

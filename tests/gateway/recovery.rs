@@ -1,0 +1,221 @@
+//! Every tool call is a checkpoint: a task cut short by a crash resumes from
+//! its last step, re-running a `running` call only if its tool is idempotent.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use switchboard::config::Settings;
+use switchboard::gateway::Gateway;
+use switchboard::session::service::SubmitOptions;
+use switchboard::store::Store;
+use switchboard_contract::{
+    AccountId, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender, UserId,
+};
+
+use crate::helpers::{FakeLlm, Reply, TestApp, fresh_database, last_is_tool_result};
+
+fn message(text: &str) -> InboundMessage {
+    InboundMessage {
+        platform: PlatformName::parse("api").expect("id"),
+        account: AccountId::parse("default").expect("id"),
+        event_id: EventId::parse("crash-1").expect("id"),
+        chat: ChatId::parse("crash-chat").expect("id"),
+        chat_kind: ChatKind::Direct,
+        thread: None,
+        sender: Sender {
+            id: UserId::parse("u1").expect("id"),
+            display_name: None,
+            is_bot: false,
+        },
+        text: text.to_owned(),
+        mentions_bot: true,
+        reply_to: None,
+        message_id: None,
+        attachments: Vec::new(),
+    }
+}
+
+async fn running_checkpoints(store: &Store) -> i64 {
+    sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM tool_calls WHERE status = 'running'")
+        .fetch_one(&mut *store.conn().await.expect("conn"))
+        .await
+        .unwrap_or(0)
+}
+
+/// Runs the gateway on its own runtime until a tool call is checkpointed as
+/// running, then drops the runtime with everything on it: as far as the
+/// database can tell, the process died mid-call.
+fn crash_while_a_tool_runs(settings: Settings) {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let gateway = Gateway::build(settings).await.expect("gateway");
+            gateway
+                .service
+                .submit(message("do the thing"), SubmitOptions::default())
+                .await
+                .expect("submitted");
+            for _ in 0..500 {
+                if running_checkpoints(&gateway.store).await > 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("the tool never started");
+        });
+        runtime.shutdown_background();
+    })
+    .join()
+    .expect("crashed cleanly");
+}
+
+async fn wait_until_answered(app: &TestApp) -> String {
+    for _ in 0..500 {
+        let reply: Option<String> =
+            sqlx::query_scalar("SELECT text FROM outbox ORDER BY id LIMIT 1")
+                .fetch_optional(&mut *app.gateway.store.conn().await.expect("conn"))
+                .await
+                .expect("query");
+        if let Some(reply) = reply {
+            return reply;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the resumed task was never answered");
+}
+
+fn last_tool_result(body: &Value) -> Value {
+    let messages = body["messages"].as_array().expect("messages");
+    let last = messages.last().expect("message");
+    serde_json::from_str(last["content"].as_str().expect("content")).expect("json")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_idempotent_call_caught_running_gets_an_outcome_unknown_result() {
+    // The top agent delegates; the sub-agent's model call never returns
+    // before the crash.
+    let llm = FakeLlm::start_with_delay(
+        |body| {
+            let sub_agent = body["messages"][0]["content"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("You are a sub-agent"));
+            if sub_agent {
+                Reply::Status(500, "never reached in time".to_owned())
+            } else if last_is_tool_result(body) {
+                Reply::Text("resumed and answered".to_owned())
+            } else {
+                Reply::Tools(vec![(
+                    "call_d".to_owned(),
+                    "delegate".to_owned(),
+                    r#"{"task":"long work"}"#.to_owned(),
+                )])
+            }
+        },
+        Duration::from_millis(300),
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut settings = settings_for(&llm, &dir).await;
+    settings.llm.max_retries = 0;
+    crash_while_a_tool_runs(settings.clone());
+
+    let app = TestApp::start(settings, dir).await;
+    let reply = wait_until_answered(&app).await;
+
+    assert_eq!(reply, "resumed and answered");
+    let last = llm.requests().last().expect("request").json();
+    let result = last_tool_result(&last);
+    assert_eq!(result["success"], false);
+    assert!(
+        result["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("outcome is unknown"))
+    );
+    assert_eq!(app.count("outbox").await, 1);
+    assert_eq!(running_checkpoints(&app.gateway.store).await, 0);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_call_caught_running_is_rerun_with_the_same_request_id() {
+    // http_get is idempotent; its target hangs during the first run only.
+    let slow_first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let target = {
+        let slow_first = std::sync::Arc::clone(&slow_first);
+        let app = axum::Router::new().route(
+            "/data",
+            axum::routing::get(move || {
+                let slow = slow_first.swap(false, std::sync::atomic::Ordering::SeqCst);
+                async move {
+                    if slow {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                    }
+                    "the data"
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        addr
+    };
+    let url = format!("http://{target}/data");
+    let llm = FakeLlm::start(move |body| {
+        if last_is_tool_result(body) {
+            Reply::Text("fetched".to_owned())
+        } else {
+            Reply::Tools(vec![(
+                "call_h".to_owned(),
+                "http_get".to_owned(),
+                serde_json::json!({"url": url}).to_string(),
+            )])
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut settings = settings_for(&llm, &dir).await;
+    settings.agent.tools.push("http_get".to_owned());
+    settings.tools.http_get.allow_private = true;
+    crash_while_a_tool_runs(settings.clone());
+
+    let app = TestApp::start(settings, dir).await;
+    let reply = wait_until_answered(&app).await;
+
+    assert_eq!(reply, "fetched");
+    let last = llm.requests().last().expect("request").json();
+    let result = last_tool_result(&last);
+    assert_eq!(result["success"], true, "{result}");
+    assert_eq!(result["body"], "the data");
+    assert_eq!(
+        app.count("tool_calls").await,
+        1,
+        "the same checkpoint, re-run"
+    );
+    assert_eq!(
+        llm.requests().len(),
+        2,
+        "the first model call is not repeated"
+    );
+    app.stop().await;
+}
+
+async fn settings_for(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {
+    let mut settings = Settings::default();
+    settings.database.url = fresh_database(dir.path()).await;
+    settings.llm.base_url = llm.openai_base();
+    settings.llm.model = "fake-model".to_owned();
+    settings.llm.api_key_env = "SB_TEST_NO_KEY".to_owned();
+    settings.llm.retry_base_ms = 1;
+    settings.llm.retry_max_ms = 5;
+    settings.agent.tools = vec!["calculator".to_owned(), "delegate".to_owned()];
+    settings.api.keys_env = "SB_TEST_NO_KEYS".to_owned();
+    // The crashed process's lease must expire before another takes over.
+    settings.runner.lease_ttl_secs = 1;
+    settings
+}
