@@ -1,0 +1,217 @@
+//! Replies go through the outbox to the platform's sender: retried on rate
+//! limits, delivered once, marked sent with the platform's id; typing shown
+//! while the turn runs. Also the service's gating and deduplication, as an
+//! adapter sees them through `InboundSink`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use switchboard_contract::{
+    AccountId, ChatId, ChatKind, ChatRef, DeliveryReceipt, EventId, InboundMessage, InboundSink,
+    OutboundMessage, PlatformName, PlatformSender, SendError, Sender, Submitted, UserId,
+};
+
+use crate::helpers::{FakeLlm, Reply, TestApp, last_user_text};
+
+#[derive(Default)]
+struct FakeSender {
+    attempts: Mutex<Vec<OutboundMessage>>,
+    typing: Mutex<Vec<ChatRef>>,
+    /// Answers 429 to the first attempt.
+    rate_limit_first: bool,
+}
+
+#[async_trait]
+impl PlatformSender for FakeSender {
+    async fn send(&self, message: &OutboundMessage) -> Result<DeliveryReceipt, SendError> {
+        let mut attempts = self.attempts.lock().expect("lock");
+        attempts.push(message.clone());
+        if self.rate_limit_first && attempts.len() == 1 {
+            return Err(SendError::RetryAfter(Duration::from_millis(20)));
+        }
+        Ok(DeliveryReceipt {
+            message_ids: vec![format!("m{}", attempts.len())],
+        })
+    }
+
+    async fn typing(&self, chat: &ChatRef) {
+        self.typing.lock().expect("lock").push(chat.clone());
+    }
+
+    fn typing_interval(&self) -> Option<Duration> {
+        Some(Duration::from_millis(20))
+    }
+}
+
+fn inbound(event: &str, kind: ChatKind, mentions_bot: bool, is_bot: bool) -> InboundMessage {
+    InboundMessage {
+        platform: PlatformName::parse("fake").expect("id"),
+        account: AccountId::parse("bot-1").expect("id"),
+        event_id: EventId::parse(event).expect("id"),
+        chat: ChatId::parse("chat-9").expect("id"),
+        chat_kind: kind,
+        thread: None,
+        sender: Sender {
+            id: UserId::parse("alice").expect("id"),
+            display_name: Some("Alice".to_owned()),
+            is_bot,
+        },
+        text: format!("hello {event}"),
+        mentions_bot,
+        reply_to: None,
+        message_id: Some(format!("pm-{event}")),
+        attachments: Vec::new(),
+    }
+}
+
+async fn sent_rows(app: &TestApp) -> Vec<(String, Option<String>, String)> {
+    sqlx::query_as::<_, (String, Option<String>, String)>(
+        "SELECT status, platform_message_id, reply_to FROM outbox ORDER BY id",
+    )
+    .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
+    .await
+    .expect("rows")
+}
+
+async fn wait_for_sent(app: &TestApp, count: usize) {
+    for _ in 0..500 {
+        let rows = sent_rows(app).await;
+        if rows
+            .iter()
+            .filter(|(status, _, _)| status == "sent")
+            .count()
+            >= count
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("replies were not delivered");
+}
+
+#[tokio::test]
+async fn a_rate_limited_reply_is_delivered_once_and_marked_sent() {
+    let llm = FakeLlm::start_with_delay(
+        |body| Reply::Text(format!("echo: {}", last_user_text(body))),
+        Duration::from_millis(120),
+    )
+    .await;
+    let app = TestApp::spawn(&llm).await;
+    let sender = Arc::new(FakeSender {
+        rate_limit_first: true,
+        ..FakeSender::default()
+    });
+    app.gateway
+        .service
+        .runner()
+        .register_sender("fake", Arc::clone(&sender) as Arc<dyn PlatformSender>);
+    let sink: &dyn InboundSink = app.gateway.service.as_ref();
+
+    let submitted = sink
+        .submit(inbound("e1", ChatKind::Direct, true, false))
+        .await
+        .expect("submitted");
+    wait_for_sent(&app, 1).await;
+
+    assert_eq!(submitted, Submitted::Accepted);
+    let attempts = sender.attempts.lock().expect("lock").clone();
+    assert_eq!(attempts.len(), 2, "one 429, one success");
+    assert_eq!(attempts[0], attempts[1], "the retry is the same message");
+    assert_eq!(attempts[1].text, "echo: hello e1");
+    assert_eq!(attempts[1].reply_to.as_deref(), Some("pm-e1"));
+    assert_eq!(attempts[1].chat.as_str(), "chat-9");
+    let rows = sent_rows(&app).await;
+    assert_eq!(
+        rows,
+        [("sent".to_owned(), Some("m2".to_owned()), "pm-e1".to_owned())]
+    );
+    assert!(
+        sender.typing.lock().expect("lock").len() >= 2,
+        "typing repeated while the model worked"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_redelivered_event_starts_no_second_turn() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+    let sender = Arc::new(FakeSender::default());
+    app.gateway
+        .service
+        .runner()
+        .register_sender("fake", Arc::clone(&sender) as Arc<dyn PlatformSender>);
+    let sink: &dyn InboundSink = app.gateway.service.as_ref();
+
+    let first = sink
+        .submit(inbound("e7", ChatKind::Direct, true, false))
+        .await
+        .expect("ok");
+    wait_for_sent(&app, 1).await;
+    let again = sink
+        .submit(inbound("e7", ChatKind::Direct, true, false))
+        .await
+        .expect("ok");
+    let third = sink
+        .submit(inbound("e7", ChatKind::Direct, true, false))
+        .await
+        .expect("ok");
+
+    assert_eq!(first, Submitted::Accepted);
+    assert_eq!(again, Submitted::Duplicate);
+    assert_eq!(third, Submitted::Duplicate);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(llm.requests().len(), 1);
+    assert_eq!(sender.attempts.lock().expect("lock").len(), 1);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn group_messages_that_do_not_address_the_bot_and_bot_messages_are_ignored() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+    let sink: &dyn InboundSink = app.gateway.service.as_ref();
+
+    let unaddressed = sink
+        .submit(inbound("g1", ChatKind::Group, false, false))
+        .await
+        .expect("ok");
+    let from_bot = sink
+        .submit(inbound("g2", ChatKind::Direct, true, true))
+        .await
+        .expect("ok");
+    let addressed = sink
+        .submit(inbound("g3", ChatKind::Group, true, false))
+        .await
+        .expect("ok");
+
+    assert_eq!(unaddressed, Submitted::Ignored);
+    assert_eq!(from_bot, Submitted::Ignored);
+    assert_eq!(addressed, Submitted::Accepted);
+    let events: Vec<String> = sqlx::query_scalar("SELECT event_id FROM inbound")
+        .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("rows");
+    assert_eq!(events, ["g3"], "ignored messages store nothing");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn group_sessions_can_be_per_user() {
+    use switchboard::config::GroupSessions;
+    let llm = FakeLlm::echo().await;
+    let app =
+        TestApp::spawn_with(&llm, |s| s.sessions.group_sessions = GroupSessions::PerUser).await;
+    let sink: &dyn InboundSink = app.gateway.service.as_ref();
+    let mut bob = inbound("p2", ChatKind::Group, true, false);
+    bob.sender.id = UserId::parse("bob").expect("id");
+
+    sink.submit(inbound("p1", ChatKind::Group, true, false))
+        .await
+        .expect("ok");
+    sink.submit(bob).await.expect("ok");
+
+    assert_eq!(app.count("sessions").await, 2);
+    app.stop().await;
+}
