@@ -35,6 +35,7 @@ pub struct Settings {
     pub agent_cache: AgentCacheSettings,
     pub sessions: SessionSettings,
     pub runner: RunnerSettings,
+    pub limits: LimitSettings,
     pub api: ApiSettings,
     pub tools: ToolSettings,
     pub log: LogSettings,
@@ -205,10 +206,48 @@ pub enum GroupSessions {
     PerUser,
 }
 
+/// What a message does when its session is busy with a turn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BusyMode {
+    /// Wait for the running turn, then run.
+    #[default]
+    Queue,
+    /// Stop the running turn, then run.
+    Interrupt,
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SessionSettings {
     pub group_sessions: GroupSessions,
+    pub busy: BusyMode,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitSettings {
+    /// Longest one task (one user message) may run, in seconds.
+    pub task_timeout_secs: u64,
+    /// Input plus output tokens one task may use over all its model calls;
+    /// 0 for no limit.
+    pub task_max_tokens: u64,
+    /// The same tool call giving the same result this many times in a row
+    /// stops the task; 0 never stops.
+    pub repeat_limit: u32,
+    /// A model tried once when the session's model keeps failing (429/5xx).
+    pub fallback_model: Option<String>,
+}
+
+impl Default for LimitSettings {
+    fn default() -> Self {
+        Self {
+            task_timeout_secs: 900,
+            task_max_tokens: 2_000_000,
+            repeat_limit: 3,
+            fallback_model: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

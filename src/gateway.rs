@@ -83,6 +83,7 @@ impl Gateway {
             cache: Arc::clone(&cache),
             registry: Arc::clone(&registry),
             agent: settings.agent.clone(),
+            limits: settings.limits.clone(),
             max_tokens: settings.llm.max_tokens,
         };
         let runner = Runner::new(
@@ -98,7 +99,7 @@ impl Gateway {
             registry,
             settings.agent.clone(),
             settings.llm.model.clone(),
-            settings.sessions.group_sessions,
+            settings.sessions.clone(),
         ));
         Ok(Self {
             settings,

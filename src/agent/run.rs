@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Agent;
@@ -43,6 +44,23 @@ pub struct LoopEnv {
     pub depth: u32,
     pub max_depth: u32,
     pub parent_reserve: u32,
+    /// Limits on the whole task (shared with sub-agents).
+    pub limits: TaskLimits,
+    /// Cancelled by `/stop`, an interrupting message, or the task's time
+    /// limit; sub-agents share it.
+    pub cancel: CancellationToken,
+}
+
+/// Limits that stop runaway work.
+#[derive(Debug, Clone, Default)]
+pub struct TaskLimits {
+    /// Input plus output tokens over all of the task's model calls; 0: none.
+    pub max_tokens: u64,
+    /// The same tool with the same arguments giving the same result this
+    /// many times in a row stops the loop; 0: never.
+    pub repeat_limit: u32,
+    /// Tried once when the session's model keeps failing (429/5xx).
+    pub fallback_model: Option<String>,
 }
 
 /// How the loop ended.
@@ -81,6 +99,12 @@ pub enum LoopError {
     Store(#[from] StoreError),
     #[error("the task's step budget was spent before the model could answer")]
     NoBudget,
+    #[error("the task was cancelled")]
+    Cancelled,
+    #[error("the task used more than its {limit} tokens")]
+    TokenLimit { limit: u64 },
+    #[error("no progress: `{tool}` returned the same result {times} times in a row")]
+    NoProgress { tool: String, times: u32 },
 }
 
 /// A tool round cut short by a crash: the assistant entry that asked for the
@@ -113,8 +137,12 @@ pub async fn run_loop(
         }
     }
     let mut iteration = 0u32;
+    let mut repeats = RepeatTracker::default();
     loop {
         iteration += 1;
+        if env.cancel.is_cancelled() {
+            return Err(LoopError::Cancelled);
+        }
         let kind = if purse.try_spend(CallKind::Step) {
             CallKind::Step
         } else if purse.try_spend(CallKind::Final) {
@@ -148,7 +176,7 @@ pub async fn run_loop(
             max_tokens: env.max_tokens,
         };
         let started = Instant::now();
-        let response = agent.provider.complete(&request).await?;
+        let response = call_model(&agent, &env, request).await?;
         let latency_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
         env.store
             .record_usage(&UsageRecord {
@@ -172,6 +200,18 @@ pub async fn run_loop(
             latency_ms,
             "model call"
         );
+        let task_tokens =
+            purse.add_tokens(response.usage.input_tokens + response.usage.output_tokens);
+        let limit = env.limits.max_tokens;
+        if limit > 0 {
+            if task_tokens > limit {
+                tracing::warn!(task_tokens, limit, "task token limit reached");
+                return Err(LoopError::TokenLimit { limit });
+            }
+            if task_tokens * 5 > limit * 4 {
+                tracing::warn!(task_tokens, limit, "task passed 80% of its token limit");
+            }
+        }
         let meta = meta_of(&response, latency_ms);
         if response.tool_calls.is_empty() || kind == CallKind::Final {
             let text = response.content.clone().unwrap_or_default();
@@ -214,9 +254,74 @@ pub async fn run_loop(
             .await?;
         history.push(assistant);
         let results = run_round(&agent, &env, &purse, assistant_id, &calls).await?;
+        let mut stuck = None;
+        for (call, result) in calls.iter().zip(&results) {
+            if let ChatMessage::Tool { content, .. } = result {
+                let times = repeats.observe(call, content);
+                if env.limits.repeat_limit > 0 && times >= env.limits.repeat_limit {
+                    stuck = Some(LoopError::NoProgress {
+                        tool: call.name.clone(),
+                        times,
+                    });
+                }
+            }
+        }
         for result in results {
             append(&env, &mut history, result).await?;
         }
+        if let Some(stuck) = stuck {
+            tracing::warn!(error = %stuck, "stopping a loop that makes no progress");
+            return Err(stuck);
+        }
+    }
+}
+
+/// Calls the model, racing the task's cancellation, and falls back to the
+/// configured fallback model once when the session's model keeps failing.
+async fn call_model(
+    agent: &Agent,
+    env: &LoopEnv,
+    request: ModelRequest<'_>,
+) -> Result<ModelResponse, LoopError> {
+    let first = tokio::select! {
+        result = agent.provider.complete(&request) => result,
+        () = env.cancel.cancelled() => return Err(LoopError::Cancelled),
+    };
+    match (first, &env.limits.fallback_model) {
+        (Err(err), Some(fallback)) if err.is_retryable() && fallback != request.model => {
+            tracing::warn!(error = %err, fallback, "model failing; trying the fallback model");
+            let request = ModelRequest {
+                model: fallback,
+                ..request
+            };
+            tokio::select! {
+                result = agent.provider.complete(&request) => Ok(result?),
+                () = env.cancel.cancelled() => Err(LoopError::Cancelled),
+            }
+        }
+        (result, _) => Ok(result?),
+    }
+}
+
+/// Counts how often in a row each tool call repeated with the same result.
+#[derive(Debug, Default)]
+struct RepeatTracker {
+    last: Option<(String, String, String)>,
+    times: u32,
+}
+
+impl RepeatTracker {
+    /// Records one call and its result; returns how many times in a row this
+    /// exact call gave this exact result.
+    fn observe(&mut self, call: &ToolCall, result: &str) -> u32 {
+        let key = (call.name.clone(), call.arguments.clone(), result.to_owned());
+        if self.last.as_ref() == Some(&key) {
+            self.times += 1;
+        } else {
+            self.last = Some(key);
+            self.times = 1;
+        }
+        self.times
     }
 }
 
@@ -395,9 +500,16 @@ async fn execute(
     let timeout = env.tool_timeout;
     // Spawned so a panicking tool is caught as a JoinError instead of
     // unwinding through the loop.
-    let task =
+    let mut task =
         tokio::spawn(async move { tokio::time::timeout(timeout, tool.call(&ctx, args)).await });
-    match task.await {
+    let joined = tokio::select! {
+        joined = &mut task => joined,
+        () = env.cancel.cancelled() => {
+            task.abort();
+            return Err("cancelled: the task was stopped before this tool finished".to_owned());
+        }
+    };
+    match joined {
         Ok(Ok(Ok(value))) => Ok(value),
         Ok(Ok(Err(ToolError::InvalidArguments(message)))) => {
             Err(format!("invalid arguments: {message}"))

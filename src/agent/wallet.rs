@@ -34,6 +34,8 @@ pub struct Wallet {
 struct WalletState {
     nodes: Vec<Node>,
     calls: u32,
+    /// Input plus output tokens of every call of the task.
+    tokens: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -64,6 +66,7 @@ impl Wallet {
                     closed: false,
                 }],
                 calls: 0,
+                tokens: 0,
             }),
         });
         Purse { wallet, node: 0 }
@@ -129,6 +132,13 @@ impl Purse {
         let state = self.wallet.lock();
         let node = state.nodes[self.node];
         node.cap.saturating_sub(node.used)
+    }
+
+    /// Adds a call's tokens to the task's count; returns the new total.
+    pub fn add_tokens(&self, tokens: u64) -> u64 {
+        let mut state = self.wallet.lock();
+        state.tokens = state.tokens.saturating_add(tokens);
+        state.tokens
     }
 
     /// Model calls made so far by the whole task.

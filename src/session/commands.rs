@@ -10,6 +10,8 @@ pub enum Command {
     New,
     /// Show the session, model and token totals.
     Status,
+    /// Stop the running task.
+    Stop,
     /// Anything else that looks like a command.
     Unknown(String),
 }
@@ -19,6 +21,7 @@ pub const HELP: &str = "Commands:\n\
     /help: this list\n\
     /new: start a fresh conversation in this chat\n\
     /status: show this conversation's id, model and token use\n\
+    /stop: stop the task that is running\n\
     Anything else goes to the assistant.";
 
 impl Command {
@@ -45,6 +48,7 @@ impl Command {
             "help" | "start" => Self::Help,
             "new" | "reset" => Self::New,
             "status" => Self::Status,
+            "stop" | "cancel" => Self::Stop,
             other => Self::Unknown(other.to_owned()),
         })
     }

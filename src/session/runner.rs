@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::turn::TurnExecutor;
+use super::turn::{StopCause, TurnControl, TurnExecutor};
 use crate::store::{InboundRow, InboundStatus, OutboxRow, Store, StoreError};
 
 /// Platforms whose replies are handed to a waiting caller in this process
@@ -57,6 +57,8 @@ struct Inner {
     /// looked. A std mutex: held for a map operation only, never across an
     /// await.
     workers: Mutex<HashMap<String, bool>>,
+    /// The running turn of each session, to stop it.
+    running: Mutex<HashMap<String, Arc<TurnControl>>>,
     /// Callers waiting for a turn's reply, by inbound id.
     waiters: Mutex<HashMap<i64, oneshot::Sender<TurnReply>>>,
     senders: Mutex<HashMap<String, Arc<dyn PlatformSender>>>,
@@ -80,6 +82,7 @@ impl Runner {
                 lease_ttl,
                 permits: Semaphore::new(max_concurrent_turns),
                 workers: Mutex::new(HashMap::new()),
+                running: Mutex::new(HashMap::new()),
                 waiters: Mutex::new(HashMap::new()),
                 senders: Mutex::new(HashMap::new()),
                 shutdown,
@@ -158,6 +161,20 @@ impl Runner {
         }
     }
 
+    /// Stops the session's running turn, if this process runs one. Returns
+    /// whether there was one.
+    pub fn stop(&self, session_id: &str, cause: StopCause) -> bool {
+        let control = lock(&self.inner.running).get(session_id).cloned();
+        match control {
+            Some(control) => {
+                tracing::info!(session_id, ?cause, "stopping the running turn");
+                control.stop(cause);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Sessions with a worker right now.
     pub fn active_sessions(&self) -> usize {
         lock(&self.inner.workers).len()
@@ -221,8 +238,15 @@ impl Runner {
             let trace_id = uuid::Uuid::now_v7().to_string();
             let span = tracing::info_span!("turn", trace_id = %trace_id, inbound_id = inbound.id);
             let typing = self.typing_indicator(&inbound);
-            let turn = self.inner.turns.run(&inbound).instrument(span.clone());
+            let control = Arc::new(TurnControl::default());
+            lock(&self.inner.running).insert(session_id.to_owned(), Arc::clone(&control));
+            let turn = self
+                .inner
+                .turns
+                .run(&inbound, &control)
+                .instrument(span.clone());
             let result = self.with_lease_renewal(session_id, ttl_ms, turn).await;
+            lock(&self.inner.running).remove(session_id);
             if let Some(typing) = typing {
                 typing.abort();
             }

@@ -15,8 +15,9 @@ use tokio::sync::oneshot;
 use super::commands::{Command, HELP};
 use super::key::{Origin, RouteKey};
 use super::runner::{Runner, TurnReply};
+use super::turn::StopCause;
 use crate::agent::prompt::build_system_prompt;
-use crate::config::{AgentSettings, GroupSessions};
+use crate::config::{AgentSettings, BusyMode, GroupSessions, SessionSettings};
 use crate::store::{InboundStatus, NewInbound, NewSession, Store, StoreError, TurnEnd};
 use crate::tools::ToolRegistry;
 
@@ -69,7 +70,7 @@ pub struct SessionService {
     registry: Arc<ToolRegistry>,
     agent: AgentSettings,
     model: String,
-    group_sessions: GroupSessions,
+    sessions: SessionSettings,
 }
 
 impl SessionService {
@@ -79,7 +80,7 @@ impl SessionService {
         registry: Arc<ToolRegistry>,
         agent: AgentSettings,
         model: String,
-        group_sessions: GroupSessions,
+        sessions: SessionSettings,
     ) -> Self {
         Self {
             store,
@@ -87,7 +88,7 @@ impl SessionService {
             registry,
             agent,
             model,
-            group_sessions,
+            sessions,
         }
     }
 
@@ -168,6 +169,9 @@ impl SessionService {
                 }
             }
             None => {
+                if self.sessions.busy == BusyMode::Interrupt {
+                    self.runner.stop(&session_id, StopCause::Interrupted);
+                }
                 self.runner.notify(&session_id);
                 Admission::Accepted {
                     inbound_id,
@@ -192,8 +196,8 @@ impl SessionService {
     }
 
     fn origin_of(&self, message: &InboundMessage) -> Origin {
-        let per_user =
-            message.chat_kind == ChatKind::Group && self.group_sessions == GroupSessions::PerUser;
+        let per_user = message.chat_kind == ChatKind::Group
+            && self.sessions.group_sessions == GroupSessions::PerUser;
         Origin {
             platform: message.platform.clone(),
             account: message.account.clone(),
@@ -275,6 +279,14 @@ impl SessionService {
                     None => "No conversation yet.".to_owned(),
                 };
                 (session_id.to_owned(), text)
+            }
+            Command::Stop => {
+                let text = if self.runner.stop(session_id, StopCause::User) {
+                    "Stopping the running task."
+                } else {
+                    "Nothing is running."
+                };
+                (session_id.to_owned(), text.to_owned())
             }
             Command::Unknown(name) => (
                 session_id.to_owned(),

@@ -5,10 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::agent::cache::AgentCache;
-use crate::agent::run::{InterruptedRound, LoopEnv, LoopError, run_loop};
+use crate::agent::run::{InterruptedRound, LoopEnv, LoopError, TaskLimits, run_loop};
 use crate::agent::wallet::Wallet;
-use crate::config::AgentSettings;
+use crate::config::{AgentSettings, LimitSettings};
 use crate::llm::ChatMessage;
 use crate::store::{
     InboundRow, InboundStatus, NewMessage, OutboxRow, Store, StoreError, TurnEnd, WireEntry,
@@ -54,7 +56,44 @@ pub struct TurnExecutor {
     pub cache: Arc<AgentCache>,
     pub registry: Arc<ToolRegistry>,
     pub agent: AgentSettings,
+    pub limits: LimitSettings,
     pub max_tokens: u32,
+}
+
+/// Why a running turn was stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopCause {
+    /// `/stop`.
+    User,
+    /// A newer message, with `sessions.busy = "interrupt"`.
+    Interrupted,
+    /// The task's wall-clock limit.
+    TimeLimit,
+}
+
+/// The handle that stops one running turn.
+#[derive(Debug, Default)]
+pub struct TurnControl {
+    pub token: CancellationToken,
+    cause: std::sync::Mutex<Option<StopCause>>,
+}
+
+impl TurnControl {
+    /// Stops the turn; the first cause given is the one reported.
+    pub fn stop(&self, cause: StopCause) {
+        self.cause
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get_or_insert(cause);
+        self.token.cancel();
+    }
+
+    pub fn cause(&self) -> Option<StopCause> {
+        *self
+            .cause
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 impl TurnExecutor {
@@ -66,6 +105,7 @@ impl TurnExecutor {
     pub async fn run(
         &self,
         inbound: &InboundRow,
+        control: &TurnControl,
     ) -> Result<(OutboxRow, InboundStatus), StoreError> {
         let session = self
             .store
@@ -120,46 +160,108 @@ impl TurnExecutor {
             depth: 0,
             max_depth: self.agent.max_delegation_depth,
             parent_reserve: self.agent.parent_reserve,
+            limits: TaskLimits {
+                max_tokens: self.limits.task_max_tokens,
+                repeat_limit: self.limits.repeat_limit,
+                fallback_model: self.limits.fallback_model.clone(),
+            },
+            cancel: control.token.clone(),
         });
         // A resumed task keeps spending from what it had left.
         let spent = self.store.task_usage(inbound.id).await?.calls;
         let budget = u64::from(self.agent.max_iterations).saturating_sub(spent);
         let purse = Arc::new(Wallet::open(u32::try_from(budget).unwrap_or(0)));
-        let result = match run_loop(agent, env, Arc::clone(&purse), history, interrupted).await {
+        let run = run_loop(agent, env, Arc::clone(&purse), history, interrupted);
+        let mut run = std::pin::pin!(run);
+        let time_limit = Duration::from_secs(self.limits.task_timeout_secs);
+        let result = tokio::select! {
+            result = &mut run => result,
+            () = tokio::time::sleep(time_limit) => {
+                tracing::warn!(limit_secs = time_limit.as_secs(), "task time limit reached");
+                control.stop(StopCause::TimeLimit);
+                // The loop winds down on its own, recording a result for
+                // every call in flight, so the history stays valid.
+                run.await
+            }
+        };
+        let result = match result {
             Err(LoopError::Store(err)) => return Err(err),
             other => other,
         };
         tracing::info!(model_calls = purse.task_calls(), "turn finished");
-        let end = match &result {
-            Ok(outcome) => TurnEnd {
-                inbound_id: inbound.id,
-                final_message: Some(&outcome.final_message),
-                reply: if outcome.text.trim().is_empty() {
+        let limit_reply;
+        let (final_message, reply, status, outcome) = match &result {
+            Ok(outcome) => (
+                Some(&outcome.final_message),
+                if outcome.text.trim().is_empty() {
                     EMPTY_REPLY
                 } else {
-                    &outcome.text
+                    outcome.text.as_str()
                 },
-                status: InboundStatus::Done,
-                outcome: outcome.end.as_str(),
-            },
+                InboundStatus::Done,
+                outcome.end.as_str(),
+            ),
             Err(LoopError::Model(err)) => {
                 tracing::error!(error = %err, "model call failed; the turn ends with an apology");
-                TurnEnd {
-                    inbound_id: inbound.id,
-                    final_message: None,
-                    reply: "Sorry, the model could not be reached, so this message was not \
-                            answered. Please try again in a moment.",
-                    status: InboundStatus::Failed,
-                    outcome: "model_error",
-                }
+                (
+                    None,
+                    "Sorry, the model could not be reached, so this message was not answered. \
+                     Please try again in a moment.",
+                    InboundStatus::Failed,
+                    "model_error",
+                )
             }
-            Err(LoopError::NoBudget | LoopError::Store(_)) => TurnEnd {
-                inbound_id: inbound.id,
-                final_message: None,
-                reply: "Sorry, this task used up its step budget before an answer was ready.",
-                status: InboundStatus::Failed,
-                outcome: "budget_exhausted",
+            Err(LoopError::Cancelled) => match control.cause() {
+                Some(StopCause::TimeLimit) => {
+                    limit_reply = format!(
+                        "Stopped: this task ran longer than its {}-second limit.",
+                        time_limit.as_secs()
+                    );
+                    (
+                        None,
+                        limit_reply.as_str(),
+                        InboundStatus::Failed,
+                        "time_limit",
+                    )
+                }
+                Some(StopCause::Interrupted) => (
+                    None,
+                    "Stopped to handle your newer message.",
+                    InboundStatus::Failed,
+                    "interrupted",
+                ),
+                _ => (
+                    None,
+                    "Stopped, as you asked.",
+                    InboundStatus::Failed,
+                    "cancelled",
+                ),
             },
+            Err(err @ (LoopError::TokenLimit { .. } | LoopError::NoProgress { .. })) => {
+                limit_reply = format!("Stopped: {err}. Ask again to continue.");
+                let outcome = if matches!(err, LoopError::TokenLimit { .. }) {
+                    "token_limit"
+                } else {
+                    "no_progress"
+                };
+                (None, limit_reply.as_str(), InboundStatus::Failed, outcome)
+            }
+            Err(LoopError::NoBudget | LoopError::Store(_)) => (
+                None,
+                "Sorry, this task used up its step budget before an answer was ready.",
+                InboundStatus::Failed,
+                "budget_exhausted",
+            ),
+        };
+        if status == InboundStatus::Failed {
+            tracing::warn!(outcome, "turn ended by a limit or failure");
+        }
+        let end = TurnEnd {
+            inbound_id: inbound.id,
+            final_message,
+            reply,
+            status,
+            outcome,
         };
         let row = self.store.finish_turn(&end).await?;
         Ok((row, end.status))

@@ -50,7 +50,11 @@ fn runaway(body: &Value) -> Reply {
 #[tokio::test]
 async fn deep_and_wide_delegation_never_exceeds_the_task_budget() {
     let llm = FakeLlm::start(runaway).await;
-    let app = TestApp::spawn_with(&llm, |s| s.agent.max_iterations = 40).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.agent.max_iterations = 40;
+        s.limits.repeat_limit = 0;
+    })
+    .await;
 
     let (_, reply) = app.say(None, "research everything").await;
 
@@ -100,7 +104,11 @@ async fn a_tool_loop_without_delegation_stops_at_the_budget_with_a_summary() {
         }
     })
     .await;
-    let app = TestApp::spawn_with(&llm, |s| s.agent.max_iterations = 5).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.agent.max_iterations = 5;
+        s.limits.repeat_limit = 0;
+    })
+    .await;
 
     let (session, reply) = app.say(None, "loop forever").await;
 

@@ -5,6 +5,7 @@ mod agent_loop;
 mod api;
 mod budget;
 mod helpers;
+mod limits;
 mod outbox;
 mod prefix;
 mod prompt;
