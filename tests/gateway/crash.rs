@@ -1,0 +1,219 @@
+//! The real binary killed with SIGKILL at many points of a turn, restarted,
+//! and checked: every accepted message answered exactly once, no
+//! non-idempotent tool run twice, and a valid stored history.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchboard::llm::ChatMessage;
+use switchboard::store::{Store, StoreOptions};
+use tokio::process::{Child, Command};
+
+use crate::helpers::{FakeLlm, Reply, last_is_tool_result, last_user_text};
+
+/// The top agent delegates a sub-task (non-idempotent) and computes
+/// something (idempotent), then answers; the sub-agent just answers.
+fn script(body: &Value) -> Reply {
+    let sub_agent = body["messages"][0]["content"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("You are a sub-agent"));
+    if sub_agent {
+        return Reply::Text("sub-task done".to_owned());
+    }
+    if last_is_tool_result(body) {
+        return Reply::Text("all done".to_owned());
+    }
+    let job = last_user_text(body);
+    Reply::Tools(vec![
+        (
+            format!("d-{job}"),
+            "delegate".to_owned(),
+            json!({"task": format!("sub-task for {job}")}).to_string(),
+        ),
+        (
+            format!("c-{job}"),
+            "calculator".to_owned(),
+            r#"{"expression":"6*7"}"#.to_owned(),
+        ),
+    ])
+}
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+async fn start(dir: &std::path::Path, database: &str, llm: &FakeLlm) -> Server {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .arg("serve")
+        .current_dir(dir)
+        .env("SWITCHBOARD__SERVER__BIND", format!("127.0.0.1:{port}"))
+        .env("SWITCHBOARD__DATABASE__URL", database)
+        .env("SWITCHBOARD__LLM__BASE_URL", llm.openai_base())
+        .env("SWITCHBOARD__LLM__RETRY_BASE_MS", "1")
+        .env("SWITCHBOARD__RUNNER__LEASE_TTL_SECS", "1")
+        .env("SWITCHBOARD__AGENT__TOOLS", "calculator,delegate")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("binary starts");
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    for _ in 0..500 {
+        if http
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return Server { child, base };
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the server did not come up");
+}
+
+async fn kill(mut server: Server) {
+    server.child.start_kill().expect("SIGKILL");
+    server.child.wait().await.expect("reaped");
+}
+
+/// Sends a message (retried with the same idempotency key after a restart:
+/// 200 if it was new, 409 if the crashed process had already recorded it).
+fn send(base: &str, session: &str, job: usize) -> tokio::task::JoinHandle<Option<u16>> {
+    let url = format!("{base}/v1/chat/completions");
+    let session = session.to_owned();
+    tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .header("X-Session-Id", session)
+            .header("Idempotency-Key", format!("job-{job}"))
+            .json(&json!({"messages": [{"role": "user", "content": format!("job-{job}")}]}))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .ok()
+            .map(|r| r.status().as_u16())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_at_many_points_loses_nothing_and_repeats_nothing() {
+    let llm = FakeLlm::start_with_delay(script, Duration::from_millis(40)).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let database = crate::helpers::fresh_database(dir.path()).await;
+
+    let mut server = start(dir.path(), &database, &llm).await;
+    let (status, session) = {
+        let response = reqwest::Client::new()
+            .post(format!("{}/v1/chat/completions", server.base))
+            .json(&json!({"messages": [{"role": "user", "content": "/help"}]}))
+            .send()
+            .await
+            .expect("sent");
+        let session = response.headers()["x-session-id"]
+            .to_str()
+            .expect("ascii")
+            .to_owned();
+        (response.status().as_u16(), session)
+    };
+    assert_eq!(status, 200);
+
+    // Kill points spread over a turn: during the first model call, during
+    // the tool round (the sub-agent's model call), between the tool results
+    // and the next call, and around the reply.
+    let kill_after_ms = [5, 25, 45, 60, 75, 90, 110, 130, 150, 175, 200, 240];
+    for (job, delay) in kill_after_ms.iter().enumerate() {
+        let request = send(&server.base, &session, job);
+        tokio::time::sleep(Duration::from_millis(*delay)).await;
+        kill(server).await;
+        let _ = request.await;
+        server = start(dir.path(), &database, &llm).await;
+        // Make sure the message was recorded (the kill may have come first).
+        let _ = send(&server.base, &session, job).await;
+    }
+
+    // Let the last process finish everything it resumed.
+    let store = Store::connect_without_migrating(&StoreOptions::new(&database))
+        .await
+        .expect("store");
+    let mut settled = false;
+    for _ in 0..1500 {
+        let unfinished: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM inbound WHERE status IN ('pending', 'running')",
+        )
+        .fetch_one(&mut *store.conn().await.expect("conn"))
+        .await
+        .expect("count");
+        let unsent: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE status <> 'sent'")
+            .fetch_one(&mut *store.conn().await.expect("conn"))
+            .await
+            .expect("count");
+        if unfinished == 0 && unsent == 0 {
+            settled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(settled, "every message was finished and its reply sent");
+    kill(server).await;
+
+    // Every message answered exactly once.
+    let answered: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT i.text, i.status, (SELECT COUNT(*) FROM outbox o WHERE o.inbound_id = i.id) \
+         FROM inbound i WHERE i.status <> 'command' ORDER BY i.id",
+    )
+    .fetch_all(&mut *store.conn().await.expect("conn"))
+    .await
+    .expect("rows");
+    assert_eq!(answered.len(), kill_after_ms.len());
+    for (text, status, replies) in &answered {
+        assert_eq!(status, "done", "{text}");
+        assert_eq!(*replies, 1, "{text} answered once");
+    }
+
+    // No non-idempotent tool ran twice: each sub-task started at most once.
+    let mut starts: HashMap<String, usize> = HashMap::new();
+    for request in llm.requests() {
+        let body = request.json();
+        let messages = body["messages"].as_array().expect("messages");
+        let sub_agent = messages[0]["content"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("You are a sub-agent"));
+        if sub_agent && messages.len() == 2 {
+            *starts.entry(last_user_text(&body)).or_default() += 1;
+        }
+    }
+    for (task, count) in &starts {
+        assert_eq!(*count, 1, "{task} started {count} times");
+    }
+
+    // The stored history is valid: every tool call has exactly one result.
+    let history = store.wire_history(&session, "").await.expect("history");
+    let mut open: Vec<String> = Vec::new();
+    for entry in &history {
+        match &entry.message {
+            ChatMessage::Assistant { tool_calls, .. } => {
+                assert!(open.is_empty(), "calls left without results: {open:?}");
+                open = tool_calls.iter().map(|c| c.id.clone()).collect();
+            }
+            ChatMessage::Tool { tool_call_id, .. } => {
+                let index = open
+                    .iter()
+                    .position(|id| id == tool_call_id)
+                    .expect("a result answers an open call");
+                open.remove(index);
+            }
+            ChatMessage::User { .. } => assert!(open.is_empty(), "calls left without results"),
+        }
+    }
+    assert!(open.is_empty());
+}
