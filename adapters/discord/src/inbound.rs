@@ -1,0 +1,257 @@
+//! What the gateway does with each message: [`InboundHandler`] normalises it,
+//! optionally opens a conversation thread, and submits it to the core.
+//!
+//! The handler never runs a turn: the core records and queues the message and
+//! returns, so a long turn blocks neither other channels nor a `/stop` in the
+//! same channel (serenity also dispatches each event on its own task).
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serenity::builder::CreateThread;
+use serenity::http::Http;
+use serenity::model::channel::{AutoArchiveDuration, Message};
+use serenity::model::id::{ChannelId, UserId};
+use switchboard_contract::{ChatId, ChatKind, InboundMessage, InboundSink, Submitted};
+
+use crate::error::DiscordError;
+use crate::normalise::{Normalised, Skip, normalise};
+use crate::settings::DiscordSettings;
+
+/// How many auto-opened threads are remembered as needing no mention; older
+/// ones need a mention again (as do all after a restart).
+const REMEMBERED_THREADS: usize = 4096;
+
+/// Discord's limit on a thread name, in characters.
+const THREAD_NAME_LIMIT: usize = 100;
+
+/// What became of one received message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    /// Handed to the core, which answered this.
+    Submitted(Submitted),
+    /// Not submitted (own, bot, webhook, system or empty message).
+    Skipped(Skip),
+    /// Received before the gateway's READY told us the bot's id; dropped.
+    NotReady,
+    /// Normalising or submitting failed; logged.
+    Failed,
+}
+
+/// Normalises gateway messages and submits them to the core. Cheap to clone.
+#[derive(Clone)]
+pub struct InboundHandler {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    sink: Arc<dyn InboundSink>,
+    http: Arc<Http>,
+    bot_id: OnceLock<UserId>,
+    free_response: HashSet<ChannelId>,
+    auto_thread: bool,
+    /// Threads this process opened. A std mutex: held for a set lookup or
+    /// insert, never across an await.
+    opened_threads: Mutex<RecentChannels>,
+}
+
+impl std::fmt::Debug for InboundHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboundHandler")
+            .field("bot_id", &self.inner.bot_id.get())
+            .field("free_response", &self.inner.free_response)
+            .field("auto_thread", &self.inner.auto_thread)
+            .finish_non_exhaustive()
+    }
+}
+
+impl InboundHandler {
+    /// A handler submitting to `sink`; `http` is used to open threads.
+    ///
+    /// # Errors
+    /// [`DiscordError::InvalidSetting`] for a free-response channel that is
+    /// not a channel id.
+    pub fn new(
+        sink: Arc<dyn InboundSink>,
+        http: Arc<Http>,
+        settings: &DiscordSettings,
+    ) -> Result<Self, DiscordError> {
+        Ok(Self {
+            inner: Arc::new(Inner {
+                sink,
+                http,
+                bot_id: OnceLock::new(),
+                free_response: settings.free_response_channel_ids()?.into_iter().collect(),
+                auto_thread: settings.auto_thread,
+                opened_threads: Mutex::new(RecentChannels::new(REMEMBERED_THREADS)),
+            }),
+        })
+    }
+
+    /// Records the bot's user id (from READY). The first id wins: a token
+    /// belongs to one bot.
+    pub fn connected_as(&self, bot_id: UserId) {
+        if self.inner.bot_id.set(bot_id).is_err() && self.inner.bot_id.get() != Some(&bot_id) {
+            tracing::warn!(%bot_id, "READY reported a different bot id; keeping the first");
+        }
+    }
+
+    /// The bot's user id, once connected.
+    #[must_use]
+    pub fn bot_id(&self) -> Option<UserId> {
+        self.inner.bot_id.get().copied()
+    }
+
+    /// Handles one `MESSAGE_CREATE`: normalise, maybe open a thread, submit.
+    #[tracing::instrument(skip_all, fields(message_id = %msg.id, channel_id = %msg.channel_id))]
+    pub async fn on_message(&self, msg: &Message) -> Handled {
+        let Some(bot_id) = self.bot_id() else {
+            tracing::warn!("message before READY dropped");
+            return Handled::NotReady;
+        };
+        let free_response = self.inner.free_response.contains(&msg.channel_id)
+            || self.opened_threads().contains(msg.channel_id);
+        let inbound = match normalise(msg, bot_id, free_response) {
+            Ok(Normalised::Message(inbound)) => inbound,
+            Ok(Normalised::Skipped(reason)) => {
+                tracing::debug!(?reason, "message skipped");
+                return Handled::Skipped(reason);
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "message not normalised");
+                return Handled::Failed;
+            }
+        };
+        let inbound = if self.inner.auto_thread && !free_response {
+            self.move_to_thread(msg, inbound).await
+        } else {
+            inbound
+        };
+        match self.inner.sink.submit(*inbound).await {
+            Ok(outcome) => {
+                tracing::debug!(?outcome, "message submitted");
+                Handled::Submitted(outcome)
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "message not accepted by the core");
+                Handled::Failed
+            }
+        }
+    }
+
+    /// Auto-thread: a mention in a server channel opens a public thread on
+    /// the message, and the conversation (its chat) moves there. In a
+    /// thread, or when Discord refuses, the message stays where it is.
+    async fn move_to_thread(
+        &self,
+        msg: &Message,
+        mut inbound: Box<InboundMessage>,
+    ) -> Box<InboundMessage> {
+        if inbound.chat_kind != ChatKind::Group || !inbound.mentions_bot {
+            return inbound;
+        }
+        let name = thread_name(&inbound.text);
+        let builder = CreateThread::new(name).auto_archive_duration(AutoArchiveDuration::OneDay);
+        let thread = match msg
+            .channel_id
+            .create_thread_from_message(self.inner.http.as_ref(), msg.id, builder)
+            .await
+        {
+            Ok(thread) => thread,
+            Err(err) => {
+                // Typically: the channel is itself a thread or a DM-like
+                // channel, or the bot lacks Create Public Threads.
+                tracing::info!(error = %err, "no thread opened; answering in the channel");
+                return inbound;
+            }
+        };
+        let Ok(chat) = ChatId::parse(thread.id.to_string()) else {
+            return inbound;
+        };
+        self.opened_threads().insert(thread.id);
+        tracing::info!(thread_id = %thread.id, "conversation thread opened");
+        inbound.chat = chat;
+        // The original message sits in the parent channel; a reply reference
+        // across channels would not render, and the thread shows it on top.
+        inbound.message_id = None;
+        inbound
+    }
+
+    fn opened_threads(&self) -> std::sync::MutexGuard<'_, RecentChannels> {
+        // A poisoned lock only means another task panicked mid-insert; the
+        // set is still usable.
+        self.inner
+            .opened_threads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A thread name from the first line of the message, within Discord's limit.
+fn thread_name(text: &str) -> String {
+    let first_line = text.lines().map(str::trim).find(|line| !line.is_empty());
+    match first_line {
+        Some(line) => line.chars().take(THREAD_NAME_LIMIT).collect(),
+        None => "Conversation".to_owned(),
+    }
+}
+
+/// A set of channel ids that forgets the oldest beyond its capacity.
+#[derive(Debug)]
+struct RecentChannels {
+    order: VecDeque<ChannelId>,
+    members: HashSet<ChannelId>,
+    capacity: usize,
+}
+
+impl RecentChannels {
+    fn new(capacity: usize) -> Self {
+        Self {
+            order: VecDeque::new(),
+            members: HashSet::new(),
+            capacity,
+        }
+    }
+
+    fn contains(&self, id: ChannelId) -> bool {
+        self.members.contains(&id)
+    }
+
+    fn insert(&mut self, id: ChannelId) {
+        if !self.members.insert(id) {
+            return;
+        }
+        self.order.push_back(id);
+        while self.order.len() > self.capacity {
+            if let Some(oldest) = self.order.pop_front() {
+                self.members.remove(&oldest);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_channels_forget_the_oldest() {
+        let mut recent = RecentChannels::new(2);
+        for id in 1..=3 {
+            recent.insert(ChannelId::new(id));
+        }
+        assert!(!recent.contains(ChannelId::new(1)));
+        assert!(recent.contains(ChannelId::new(2)));
+        assert!(recent.contains(ChannelId::new(3)));
+    }
+
+    #[test]
+    fn a_thread_is_named_after_the_first_line() {
+        assert_eq!(
+            thread_name("\n  explain lifetimes \nplease"),
+            "explain lifetimes"
+        );
+        assert_eq!(thread_name(&"é".repeat(300)).chars().count(), 100);
+        assert_eq!(thread_name(""), "Conversation");
+    }
+}

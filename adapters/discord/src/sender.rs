@@ -1,0 +1,225 @@
+//! Delivering replies to Discord: [`DiscordSender`], the adapter's
+//! [`PlatformSender`].
+//!
+//! A reply is split at 2,000 characters without breaking code fences and sent
+//! chunk by chunk into its chat (a channel, DM or thread id), the first chunk
+//! replying to the message that started the turn. Every chunk carries a nonce
+//! derived from the reply's idempotency key and the chunk's index, with
+//! `enforce_nonce`, so when a send is retried (after a 429, a timeout, or a
+//! crash between sending and marking the outbox row sent) Discord returns the
+//! message it already created instead of posting it again. Discord only
+//! remembers nonces for a few minutes; a retry after that may duplicate.
+//!
+//! With serenity's rate limiter on (production), a 429 is waited out inside
+//! serenity. With it off (`api_proxy` set), a 429 becomes
+//! [`SendError::RetryAfter`]; serenity drops the response body, so the delay
+//! is [`FALLBACK_RETRY_AFTER`] rather than Discord's `retry_after`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serenity::builder::{CreateAllowedMentions, CreateMessage};
+use serenity::http::{Http, HttpError};
+use serenity::model::channel::{MessageReference, MessageReferenceKind, Nonce};
+use serenity::model::id::{ChannelId, MessageId};
+use switchboard_contract::{
+    ChatRef, DeliveryReceipt, LengthUnit, OutboundMessage, PlatformSender, SendError, split_message,
+};
+
+use crate::ids;
+
+/// Discord's limit on one message's content, in characters.
+pub const MESSAGE_LIMIT: usize = 2000;
+
+/// Discord's limit on a nonce's length.
+pub const NONCE_LIMIT: usize = 25;
+
+/// How often the typing indicator is repeated; Discord shows it for 10 s.
+pub const TYPING_INTERVAL: Duration = Duration::from_secs(8);
+
+/// The delay reported for a 429 that serenity hands back without its body.
+pub const FALLBACK_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Sends replies and typing indicators through Discord's REST API.
+#[derive(Debug, Clone)]
+pub struct DiscordSender {
+    http: Arc<Http>,
+}
+
+impl DiscordSender {
+    /// A sender over `http` (built by [`crate::DiscordAdapter`], or by a test
+    /// with `HttpBuilder::proxy`).
+    #[must_use]
+    pub fn new(http: Arc<Http>) -> Self {
+        Self { http }
+    }
+
+    async fn send_chunk(
+        &self,
+        channel: ChannelId,
+        reply_to: Option<MessageId>,
+        nonce: String,
+        content: String,
+    ) -> Result<MessageId, SendError> {
+        let mut builder = CreateMessage::new()
+            .content(content)
+            .nonce(Nonce::String(nonce))
+            .enforce_nonce(true)
+            // Model output must not ping @everyone, roles or users; replying
+            // still notifies the person who asked.
+            .allowed_mentions(CreateAllowedMentions::new().replied_user(true));
+        if let Some(original) = reply_to {
+            builder = builder.reference_message(
+                MessageReference::new(MessageReferenceKind::Default, channel)
+                    .message_id(original)
+                    // A deleted original turns the reply into a plain message
+                    // instead of failing the delivery.
+                    .fail_if_not_exists(false),
+            );
+        }
+        let sent = channel
+            .send_message(self.http.as_ref(), builder)
+            .await
+            .map_err(send_error)?;
+        Ok(sent.id)
+    }
+}
+
+#[async_trait]
+impl PlatformSender for DiscordSender {
+    #[tracing::instrument(skip_all, fields(chat = %message.chat, key = %message.idempotency_key))]
+    async fn send(&self, message: &OutboundMessage) -> Result<DeliveryReceipt, SendError> {
+        let channel = ids::channel_id(message.chat.as_str()).ok_or_else(|| {
+            SendError::Permanent(format!(
+                "{:?} is not a Discord channel id",
+                message.chat.as_str()
+            ))
+        })?;
+        let reply_to = message.reply_to.as_deref().and_then(ids::message_id);
+        let chunks = split_message(&message.text, MESSAGE_LIMIT, LengthUnit::Chars);
+        if chunks.is_empty() {
+            tracing::warn!("empty reply not sent");
+            return Ok(DeliveryReceipt {
+                message_ids: Vec::new(),
+            });
+        }
+        let mut message_ids = Vec::with_capacity(chunks.len());
+        for (index, chunk) in chunks.into_iter().enumerate() {
+            let nonce = nonce(&message.idempotency_key, index);
+            let reply = if index == 0 { reply_to } else { None };
+            let id = self.send_chunk(channel, reply, nonce, chunk).await?;
+            message_ids.push(id.to_string());
+        }
+        tracing::info!(chunks = message_ids.len(), "reply delivered");
+        Ok(DeliveryReceipt { message_ids })
+    }
+
+    async fn typing(&self, chat: &ChatRef) {
+        let Some(channel) = ids::channel_id(chat.chat.as_str()) else {
+            tracing::debug!(chat = %chat.chat, "typing skipped: not a channel id");
+            return;
+        };
+        if let Err(err) = self.http.broadcast_typing(channel).await {
+            tracing::debug!(chat = %chat.chat, error = %send_error(err), "typing indicator failed");
+        }
+    }
+
+    fn typing_interval(&self) -> Option<Duration> {
+        Some(TYPING_INTERVAL)
+    }
+}
+
+/// The nonce of chunk `index` of the reply with `key`: stable for a key and
+/// index, at most [`NONCE_LIMIT`] characters.
+///
+/// A short key of safe characters is used as written (`sb-42.0`, readable in
+/// logs); any other key is replaced by 48 bits of its FNV-1a hash (`h…`),
+/// which leaves room for chunk indexes below 10^11.
+#[must_use]
+pub fn nonce(key: &str, index: usize) -> String {
+    let readable = format!("{key}.{index}");
+    let safe = key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if safe && readable.len() <= NONCE_LIMIT {
+        readable
+    } else {
+        format!("h{:012x}.{index}", fnv1a(key.as_bytes()) >> 16)
+    }
+}
+
+/// 64-bit FNV-1a: stable across Rust versions and processes, unlike
+/// `DefaultHasher`, which nonces surviving a restart need.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes.iter().fold(OFFSET, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+    })
+}
+
+/// Maps a serenity error to the contract's retry classes. Messages hold
+/// status codes and Discord's error text, never the token or the content.
+fn send_error(err: serenity::Error) -> SendError {
+    match err {
+        serenity::Error::Http(HttpError::UnsuccessfulRequest(response)) => {
+            let status = response.status_code;
+            let detail = format!(
+                "Discord answered HTTP {} (code {}: {})",
+                status.as_u16(),
+                response.error.code,
+                response.error.message
+            );
+            if status.as_u16() == 429 {
+                SendError::RetryAfter(FALLBACK_RETRY_AFTER)
+            } else if status.is_server_error() || status.as_u16() == 408 {
+                SendError::Transient(detail)
+            } else {
+                SendError::Permanent(detail)
+            }
+        }
+        serenity::Error::Http(HttpError::Request(request)) => {
+            let what = if request.is_timeout() {
+                "timed out"
+            } else if request.is_connect() {
+                "could not connect"
+            } else {
+                "failed"
+            };
+            SendError::Transient(format!("request to Discord {what}"))
+        }
+        serenity::Error::Model(model) => SendError::Permanent(format!("invalid message: {model}")),
+        // The message may have been created before decoding failed; a retry
+        // carries the same nonce, so Discord will not post it twice.
+        other => SendError::Transient(format!("Discord request failed: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outbox_key_is_used_as_written() {
+        assert_eq!(nonce("sb-42", 0), "sb-42.0");
+        assert_eq!(nonce("sb-42", 3), "sb-42.3");
+    }
+
+    #[test]
+    fn a_long_or_odd_key_is_hashed_within_the_limit() {
+        let long = "x".repeat(100);
+        let hashed = nonce(&long, 12);
+        assert!(hashed.len() <= NONCE_LIMIT, "{hashed}");
+        assert_eq!(hashed, nonce(&long, 12));
+        assert_ne!(hashed, nonce(&long, 13));
+        assert!(nonce("key with spaces", 0).starts_with('h'));
+        assert!(nonce(&long, 99_999_999_999).len() <= NONCE_LIMIT);
+    }
+
+    #[test]
+    fn fnv1a_matches_the_reference_vector() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+}

@@ -1,0 +1,80 @@
+//! Building the adapter from settings.
+
+use std::sync::Arc;
+
+use secrecy::SecretString;
+use switchboard_contract::InboundSink;
+use switchboard_discord::{DiscordAdapter, DiscordError, DiscordSettings};
+
+use crate::support::RecordingSink;
+
+fn sink() -> Arc<dyn InboundSink> {
+    Arc::new(RecordingSink::default())
+}
+
+#[test]
+fn the_adapter_prints_no_token() {
+    let adapter = DiscordAdapter::new(
+        SecretString::from("MTIz.secret-token-value"),
+        &DiscordSettings::default(),
+        sink(),
+    )
+    .expect("adapter builds");
+
+    let printed = format!("{adapter:?}");
+
+    assert!(!printed.contains("secret-token-value"), "{printed}");
+}
+
+#[test]
+fn an_api_proxy_must_be_an_http_url() {
+    let settings = DiscordSettings {
+        api_proxy: Some("127.0.0.1:3000".to_owned()),
+        ..DiscordSettings::default()
+    };
+
+    let err =
+        DiscordAdapter::new(SecretString::from("t"), &settings, sink()).expect_err("not a URL");
+
+    assert!(matches!(
+        err,
+        DiscordError::InvalidSetting {
+            key: "discord.api_proxy",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn an_empty_token_is_rejected_by_name() {
+    let err = DiscordAdapter::new(
+        SecretString::from("  "),
+        &DiscordSettings::default(),
+        sink(),
+    )
+    .expect_err("empty");
+
+    assert!(err.to_string().contains("DISCORD_BOT_TOKEN"));
+}
+
+#[tokio::test]
+async fn the_gateway_worker_returns_on_shutdown() {
+    // The fake serves no /gateway/bot, so the client never dials a websocket.
+    let fake = crate::fake_discord::FakeDiscord::start().await;
+    let settings = DiscordSettings {
+        api_proxy: Some(fake.url()),
+        ..DiscordSettings::default()
+    };
+    let adapter =
+        DiscordAdapter::new(SecretString::from("t"), &settings, sink()).expect("adapter builds");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(adapter.gateway.run(shutdown.clone()));
+
+    shutdown.cancel();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), worker)
+        .await
+        .expect("stops promptly")
+        .expect("does not panic");
+
+    assert!(ended.is_ok(), "{ended:?}");
+}

@@ -1,0 +1,143 @@
+//! Shared test helpers: a recording `InboundSink` that applies the core's
+//! rules, fixtures, and an adapter pointed at the fake REST API.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use secrecy::SecretString;
+use serenity::model::channel::Message;
+use serenity::model::id::UserId;
+use switchboard_contract::{
+    ChatKind, DeliveryReceipt, InboundMessage, InboundSink, OutboundMessage, PlatformSender,
+    SendError, SubmitError, Submitted,
+};
+use switchboard_discord::{DiscordAdapter, DiscordSender, DiscordSettings, InboundHandler};
+
+use crate::fake_discord::FakeDiscord;
+
+pub const BOT_ID: UserId = UserId::new(900_000_000_000_000_001);
+
+/// Records submissions and answers like the core's `SessionService::submit`:
+/// bots ignored, unaddressed group messages ignored, duplicates by
+/// (platform, account, event id) dropped.
+#[derive(Default)]
+pub struct RecordingSink {
+    submitted: Mutex<Vec<InboundMessage>>,
+    seen: Mutex<HashSet<(String, String, String)>>,
+}
+
+impl RecordingSink {
+    pub fn submitted(&self) -> Vec<InboundMessage> {
+        self.submitted.lock().expect("lock").clone()
+    }
+}
+
+#[async_trait]
+impl InboundSink for RecordingSink {
+    async fn submit(&self, message: InboundMessage) -> Result<Submitted, SubmitError> {
+        self.submitted.lock().expect("lock").push(message.clone());
+        if message.sender.is_bot || (message.chat_kind == ChatKind::Group && !message.mentions_bot)
+        {
+            return Ok(Submitted::Ignored);
+        }
+        let key = (
+            message.platform.to_string(),
+            message.account.to_string(),
+            message.event_id.to_string(),
+        );
+        if !self.seen.lock().expect("lock").insert(key) {
+            return Ok(Submitted::Duplicate);
+        }
+        Ok(Submitted::Accepted)
+    }
+}
+
+/// A recorded MESSAGE_CREATE payload from `tests/fixtures`.
+pub fn fixture(name: &str) -> Message {
+    let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    let raw = std::fs::read_to_string(&path).expect("fixture exists");
+    serde_json::from_str(&raw).unwrap_or_else(|err| panic!("{name} deserialises: {err}"))
+}
+
+/// The adapter under test, talking to a fresh fake Discord.
+pub struct TestAdapter {
+    pub fake: FakeDiscord,
+    pub sink: Arc<RecordingSink>,
+    pub sender: Arc<DiscordSender>,
+    pub handler: InboundHandler,
+}
+
+impl TestAdapter {
+    pub async fn start() -> Self {
+        Self::with_settings(DiscordSettings::default()).await
+    }
+
+    pub async fn with_settings(settings: DiscordSettings) -> Self {
+        let fake = FakeDiscord::start().await;
+        let sink = Arc::new(RecordingSink::default());
+        let settings = DiscordSettings {
+            api_proxy: Some(fake.url()),
+            ..settings
+        };
+        let adapter = DiscordAdapter::new(
+            SecretString::from("test-token.not-real"),
+            &settings,
+            Arc::clone(&sink) as Arc<dyn InboundSink>,
+        )
+        .expect("adapter builds");
+        let handler = adapter.gateway.handler().clone();
+        handler.connected_as(BOT_ID);
+        Self {
+            fake,
+            sink,
+            sender: adapter.sender,
+            handler,
+        }
+    }
+
+    /// The reply the core would queue for `inbound` (outbox row `row_id`).
+    pub fn reply_to(inbound: &InboundMessage, row_id: i64, text: &str) -> OutboundMessage {
+        OutboundMessage {
+            platform: inbound.platform.clone(),
+            account: inbound.account.clone(),
+            chat: inbound.chat.clone(),
+            thread: inbound.thread.clone(),
+            reply_to: inbound.message_id.clone(),
+            text: text.to_owned(),
+            idempotency_key: format!("sb-{row_id}"),
+        }
+    }
+}
+
+/// What a delivery through [`deliver`] went through.
+#[derive(Debug, Default)]
+pub struct Delivery {
+    pub attempts: usize,
+    pub rate_limited: usize,
+}
+
+/// Sends like the core's runner (`send_with_retries`): retry on
+/// `RetryAfter`/`Transient`, give up on `Permanent`. Waits are checked, not
+/// slept: tests do not sleep.
+pub async fn deliver(
+    sender: &dyn PlatformSender,
+    message: &OutboundMessage,
+) -> (Result<DeliveryReceipt, SendError>, Delivery) {
+    let mut delivery = Delivery::default();
+    let mut last = None;
+    for _ in 0..5 {
+        delivery.attempts += 1;
+        match sender.send(message).await {
+            Ok(receipt) => return (Ok(receipt), delivery),
+            Err(SendError::RetryAfter(wait)) => {
+                assert!(!wait.is_zero(), "a rate limit asks for a positive wait");
+                delivery.rate_limited += 1;
+                last = Some(SendError::RetryAfter(wait));
+            }
+            Err(SendError::Transient(reason)) => last = Some(SendError::Transient(reason)),
+            Err(permanent) => return (Err(permanent), delivery),
+        }
+    }
+    (Err(last.expect("at least one attempt")), delivery)
+}

@@ -1,0 +1,6 @@
+//! Integration tests: the Feishu adapter over real HTTP, against a fake
+//! Feishu open API and a recording sink.
+
+mod helpers;
+mod send;
+mod webhook;

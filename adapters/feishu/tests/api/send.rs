@@ -1,0 +1,294 @@
+//! Outbound: the sender against the fake open API.
+
+use std::time::Duration;
+
+use serde_json::json;
+use switchboard_contract::{DeliveryReceipt, OutboundMessage, PlatformSender, SendError};
+use switchboard_feishu::send::CARD_BODY_LIMIT;
+
+use crate::helpers::{Scripted, TestApp, spawn_app};
+
+/// Sends like the core's runner: retries `RetryAfter` and `Transient`, gives
+/// up on `Permanent`. Returns the receipt and the waits it was asked for; it
+/// sleeps at most a millisecond per wait so tests stay fast.
+async fn send_with_retries(
+    sender: &dyn PlatformSender,
+    message: &OutboundMessage,
+) -> (Result<DeliveryReceipt, SendError>, Vec<Duration>) {
+    let mut waits = Vec::new();
+    for _ in 0..5 {
+        match sender.send(message).await {
+            Err(SendError::RetryAfter(wait)) => {
+                waits.push(wait);
+                tokio::time::sleep(wait.min(Duration::from_millis(1))).await;
+            }
+            Err(SendError::Transient(_)) => {
+                waits.push(Duration::ZERO);
+            }
+            other => return (other, waits),
+        }
+    }
+    (Err(SendError::Permanent("gave up".to_owned())), waits)
+}
+
+fn rate_limited_230020() -> Scripted {
+    Scripted {
+        status: 400,
+        body: json!({"code": 230_020, "msg": "This operation triggers the frequency limit."}),
+        headers: vec![],
+    }
+}
+
+async fn send(app: &TestApp, message: &OutboundMessage) -> Result<DeliveryReceipt, SendError> {
+    app.adapter.sender().send(message).await
+}
+
+#[tokio::test]
+async fn twenty_sends_fetch_one_token() {
+    let app = spawn_app().await;
+
+    for i in 0..20 {
+        let message = app.outbound(&format!("sb-{i}"), "hi", Some("om_q"));
+        send(&app, &message).await.unwrap();
+    }
+
+    assert_eq!(app.fake.messages().len(), 20);
+    assert_eq!(
+        app.fake.token_fetches(),
+        1,
+        "bot info and all sends share one token"
+    );
+}
+
+#[tokio::test]
+async fn concurrent_sends_share_one_token_fetch() {
+    let app = spawn_app().await;
+    app.clock.advance(Duration::from_secs(2 * 3600));
+    let sender = app.adapter.sender();
+    let mut sends = tokio::task::JoinSet::new();
+
+    for i in 0..20 {
+        let sender = sender.clone();
+        let message = app.outbound(&format!("sb-{i}"), "hi", Some("om_q"));
+        sends.spawn(async move { sender.send(&message).await.map(|_| ()) });
+    }
+
+    while let Some(done) = sends.join_next().await {
+        done.unwrap().unwrap();
+    }
+    assert_eq!(
+        app.fake.token_fetches(),
+        2,
+        "one at start, one refresh for all 20"
+    );
+}
+
+#[tokio::test]
+async fn the_token_is_refreshed_once_under_thirty_minutes_remain() {
+    let app = spawn_app().await;
+    send(&app, &app.outbound("sb-1", "hi", None)).await.unwrap();
+
+    app.clock.advance(Duration::from_secs(89 * 60));
+    send(&app, &app.outbound("sb-2", "hi", None)).await.unwrap();
+    assert_eq!(app.fake.token_fetches(), 1, "still over 30 minutes left");
+
+    app.clock.advance(Duration::from_secs(2 * 60));
+    send(&app, &app.outbound("sb-3", "hi", None)).await.unwrap();
+    send(&app, &app.outbound("sb-4", "hi", None)).await.unwrap();
+
+    assert_eq!(app.fake.token_fetches(), 2);
+    let auth: Vec<_> = app
+        .fake
+        .messages()
+        .into_iter()
+        .map(|m| m.authorization.unwrap())
+        .collect();
+    assert_eq!(
+        auth,
+        ["Bearer t-1", "Bearer t-1", "Bearer t-2", "Bearer t-2"]
+    );
+}
+
+#[tokio::test]
+async fn a_rejected_token_is_replaced_on_the_retry() {
+    let app = spawn_app().await;
+    app.fake.script([Scripted {
+        status: 400,
+        body: json!({"code": 99_991_663, "msg": "Invalid access token for authorization."}),
+        headers: vec![],
+    }]);
+
+    let (result, waits) = send_with_retries(
+        app.adapter.sender().as_ref(),
+        &app.outbound("sb-1", "hi", None),
+    )
+    .await;
+
+    result.unwrap();
+    assert_eq!(waits, [Duration::ZERO], "one transient failure");
+    assert_eq!(app.fake.token_fetches(), 2);
+    let last = app.fake.messages().pop().unwrap();
+    assert_eq!(last.authorization.as_deref(), Some("Bearer t-2"));
+}
+
+#[tokio::test]
+async fn a_plain_reply_is_a_text_reply_with_a_uuid() {
+    let app = spawn_app().await;
+
+    let receipt = send(&app, &app.outbound("sb-7", "391", Some("om_question")))
+        .await
+        .unwrap();
+
+    assert_eq!(receipt.message_ids, ["om_sent_1"]);
+    let sent = &app.fake.messages()[0];
+    assert_eq!(sent.path, "/open-apis/im/v1/messages/om_question/reply");
+    assert_eq!(sent.body["msg_type"], "text");
+    assert_eq!(sent.body["uuid"], "sb-7-0");
+    assert!(sent.body.get("reply_in_thread").is_none());
+    assert_eq!(sent.content(), json!({"text": "391"}));
+    assert_eq!(sent.authorization.as_deref(), Some("Bearer t-1"));
+}
+
+#[tokio::test]
+async fn a_markdown_reply_is_an_interactive_card() {
+    let app = spawn_app().await;
+
+    send(
+        &app,
+        &app.outbound("sb-7", "It is **391**.", Some("om_question")),
+    )
+    .await
+    .unwrap();
+
+    let sent = &app.fake.messages()[0];
+    assert_eq!(sent.body["msg_type"], "interactive");
+    let card = sent.content();
+    assert_eq!(card["elements"][0]["tag"], "markdown");
+    assert_eq!(card["elements"][0]["content"], "It is **391**.");
+}
+
+#[tokio::test]
+async fn without_a_reply_target_the_message_goes_to_the_chat() {
+    let app = spawn_app().await;
+
+    send(&app, &app.outbound("sb-7", "hello", None))
+        .await
+        .unwrap();
+
+    let sent = &app.fake.messages()[0];
+    assert_eq!(sent.path, "/open-apis/im/v1/messages");
+    assert_eq!(sent.query.as_deref(), Some("receive_id_type=chat_id"));
+    assert_eq!(sent.body["receive_id"], "oc_chat");
+    assert_eq!(sent.body["uuid"], "sb-7-0");
+}
+
+#[tokio::test]
+async fn a_reply_in_a_thread_stays_in_the_thread() {
+    let app = spawn_app().await;
+
+    send(&app, &app.outbound_in_thread("sb-7", "ok", "omt_thread"))
+        .await
+        .unwrap();
+
+    let sent = &app.fake.messages()[0];
+    assert_eq!(sent.path, "/open-apis/im/v1/messages/om_question/reply");
+    assert_eq!(sent.body["reply_in_thread"], true);
+}
+
+#[tokio::test]
+async fn a_rate_limit_code_then_success_delivers_exactly_one_reply() {
+    let app = spawn_app().await;
+    app.fake.script([rate_limited_230020()]);
+    let message = app.outbound("sb-9", "hi", Some("om_q"));
+
+    let (result, waits) = send_with_retries(app.adapter.sender().as_ref(), &message).await;
+
+    let receipt = result.unwrap();
+    assert_eq!(receipt.message_ids.len(), 1);
+    assert_eq!(waits, [Duration::from_secs(1)]);
+    let attempts = app.fake.messages();
+    assert_eq!(attempts.len(), 2, "one refused attempt, one delivery");
+    assert!(attempts.iter().all(|m| m.body["uuid"] == "sb-9-0"));
+}
+
+#[tokio::test]
+async fn http_429_waits_as_long_as_the_reset_header_says() {
+    let app = spawn_app().await;
+    app.fake.script([Scripted {
+        status: 429,
+        body: json!({"code": 99_991_400, "msg": "request trigger frequency limit"}),
+        headers: vec![("x-ogw-ratelimit-reset", "3")],
+    }]);
+
+    let result = send(&app, &app.outbound("sb-1", "hi", None)).await;
+
+    assert!(matches!(result, Err(SendError::RetryAfter(d)) if d == Duration::from_secs(3)));
+}
+
+#[tokio::test]
+async fn other_error_codes_are_permanent_and_5xx_transient() {
+    let app = spawn_app().await;
+    app.fake.script([
+        Scripted {
+            status: 400,
+            body: json!({"code": 230_002, "msg": "Bot can NOT be out of the chat."}),
+            headers: vec![],
+        },
+        Scripted {
+            status: 502,
+            body: json!("bad gateway"),
+            headers: vec![],
+        },
+    ]);
+
+    let first = send(&app, &app.outbound("sb-1", "hi", None)).await;
+    let second = send(&app, &app.outbound("sb-2", "hi", None)).await;
+
+    match first {
+        Err(SendError::Permanent(reason)) => {
+            assert!(reason.contains("230002"), "{reason}");
+            assert!(!reason.contains("app-secret") && !reason.contains("t-1"));
+        }
+        other => panic!("expected a permanent error, got {other:?}"),
+    }
+    assert!(matches!(second, Err(SendError::Transient(_))));
+}
+
+#[tokio::test]
+async fn a_recalled_reply_target_falls_back_to_the_chat() {
+    let app = spawn_app().await;
+    app.fake.script([Scripted {
+        status: 400,
+        body: json!({"code": 230_011, "msg": "The message was withdrawn."}),
+        headers: vec![],
+    }]);
+
+    send(&app, &app.outbound("sb-1", "hi", Some("om_gone")))
+        .await
+        .unwrap();
+
+    let sent = app.fake.messages();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[1].path, "/open-apis/im/v1/messages");
+    assert_eq!(sent[1].body["uuid"], "sb-1-0");
+}
+
+#[tokio::test]
+async fn a_long_markdown_reply_is_split_into_cards_under_the_limit() {
+    let app = spawn_app().await;
+    let paragraph = format!("**Point**: {}\n\n", "a \"quoted\" word, ".repeat(40));
+    let text = paragraph.repeat(80);
+
+    let receipt = send(&app, &app.outbound("sb-3", &text, Some("om_q")))
+        .await
+        .unwrap();
+
+    let sent = app.fake.messages();
+    assert!(sent.len() > 1, "{} chunks", sent.len());
+    assert_eq!(receipt.message_ids.len(), sent.len());
+    for (index, message) in sent.iter().enumerate() {
+        assert_eq!(message.body["uuid"], format!("sb-3-{index}"));
+        assert_eq!(message.body["msg_type"], "interactive");
+        assert!(message.body.to_string().len() <= CARD_BODY_LIMIT);
+    }
+}

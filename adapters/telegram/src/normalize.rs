@@ -1,0 +1,276 @@
+//! Telegram update → [`InboundMessage`].
+//!
+//! Private chats are direct chats; groups and supergroups are group chats,
+//! with the forum topic (`message_thread_id` of a topic message) as the
+//! thread. The event id is the update id, so a redelivered update always maps
+//! to the same event. In groups the bot is addressed by an `@botname` mention
+//! (case-insensitive), a `text_mention` of the bot, `/cmd@botname`, or a reply
+//! to one of its messages; chats listed in `free_response_chats` count as
+//! always addressed. Mentions of the bot are stripped from the text and
+//! `/cmd@botname` becomes `/cmd`; a message starting with `/cmd@otherbot` is
+//! not for us and is skipped. Captions count as text. Only new messages are
+//! handled; edits, channel posts and other update kinds are skipped.
+
+use std::collections::HashSet;
+use std::ops::Range;
+
+use switchboard_contract::{
+    AccountId, Attachment, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender,
+    ThreadId, UserId,
+};
+use teloxide::types::{Message, MessageEntityKind, MessageEntityRef, Update, UpdateKind};
+
+use crate::PLATFORM;
+
+/// The bot's own account, from `getMe`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BotIdentity {
+    pub id: u64,
+    /// Without the `@`.
+    pub username: String,
+}
+
+/// Why an update yields no message for the core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Skip {
+    /// Not a new message (an edit, a channel post, a reaction…).
+    NotAMessage,
+    /// No sending user (channel-signed messages).
+    NoSender,
+    /// A command addressed to another bot (`/cmd@otherbot`).
+    CommandForAnotherBot,
+    /// Nothing left to read: no text, caption or attachment.
+    Empty,
+    /// An id Telegram sent does not make a valid identifier.
+    InvalidId,
+}
+
+/// The normalisation context: who we are and where we answer freely.
+#[derive(Debug, Clone)]
+pub(crate) struct Normalizer {
+    pub identity: BotIdentity,
+    pub account: AccountId,
+    pub free_response_chats: HashSet<i64>,
+}
+
+impl Normalizer {
+    /// Normalises one update, or says why it is skipped.
+    pub(crate) fn normalize(&self, update: &Update) -> Result<InboundMessage, Skip> {
+        let UpdateKind::Message(message) = &update.kind else {
+            return Err(Skip::NotAMessage);
+        };
+        let from = message.from.as_ref().ok_or(Skip::NoSender)?;
+        let direct = message.chat.is_private();
+        let address = self.address(message)?;
+        let attachments = attachments(message);
+        if address.text.is_empty() && attachments.is_empty() {
+            return Err(Skip::Empty);
+        }
+        let topic = if message.is_topic_message {
+            message.thread_id
+        } else {
+            None
+        };
+        let reply_to = message
+            .reply_to_message()
+            .filter(|reply| !is_topic_root(message, reply))
+            .map(|reply| reply.id.0.to_string());
+        let mentions_bot =
+            direct || address.addressed || self.free_response_chats.contains(&message.chat.id.0);
+        let display_name = Some(from.full_name()).filter(|name| !name.trim().is_empty());
+        Ok(InboundMessage {
+            platform: PlatformName::parse(PLATFORM).map_err(|_| Skip::InvalidId)?,
+            account: self.account.clone(),
+            event_id: EventId::parse(update.id.0.to_string()).map_err(|_| Skip::InvalidId)?,
+            chat: ChatId::parse(message.chat.id.0.to_string()).map_err(|_| Skip::InvalidId)?,
+            chat_kind: if direct {
+                ChatKind::Direct
+            } else {
+                ChatKind::Group
+            },
+            thread: topic
+                .map(|thread| ThreadId::parse(thread.0.0.to_string()))
+                .transpose()
+                .map_err(|_| Skip::InvalidId)?,
+            sender: Sender {
+                id: UserId::parse(from.id.0.to_string()).map_err(|_| Skip::InvalidId)?,
+                display_name,
+                is_bot: from.is_bot,
+            },
+            text: address.text,
+            mentions_bot,
+            reply_to,
+            message_id: Some(message.id.0.to_string()),
+            attachments,
+        })
+    }
+
+    /// Finds whether `message` addresses the bot, and its text with the
+    /// bot's mentions removed.
+    fn address(&self, message: &Message) -> Result<Addressing, Skip> {
+        let (text, entities) = match (message.text(), message.caption()) {
+            (Some(text), _) => (text, message.parse_entities().unwrap_or_default()),
+            (None, Some(caption)) => (
+                caption,
+                message.parse_caption_entities().unwrap_or_default(),
+            ),
+            (None, None) => ("", Vec::new()),
+        };
+        let mut addressed = message
+            .reply_to_message()
+            .filter(|reply| !is_topic_root(message, reply))
+            .and_then(|reply| reply.from.as_ref())
+            .is_some_and(|author| author.id.0 == self.identity.id);
+        let mut cuts: Vec<Range<usize>> = Vec::new();
+        for entity in &entities {
+            match entity.kind() {
+                MessageEntityKind::Mention if self.is_our_mention(entity.text()) => {
+                    addressed = true;
+                    cuts.push(entity.range());
+                }
+                MessageEntityKind::TextMention { user } if user.id.0 == self.identity.id => {
+                    addressed = true;
+                    cuts.push(entity.range());
+                }
+                MessageEntityKind::BotCommand => match self.command_target(entity) {
+                    CommandTarget::Us(cut) => {
+                        addressed = true;
+                        cuts.push(cut);
+                    }
+                    CommandTarget::Other if entity.start() == 0 => {
+                        return Err(Skip::CommandForAnotherBot);
+                    }
+                    CommandTarget::Other | CommandTarget::Anyone => {}
+                },
+                _ => {}
+            }
+        }
+        Ok(Addressing {
+            addressed,
+            text: strip(text, cuts),
+        })
+    }
+
+    fn is_our_mention(&self, mention: &str) -> bool {
+        mention
+            .strip_prefix('@')
+            .is_some_and(|name| name.eq_ignore_ascii_case(&self.identity.username))
+    }
+
+    fn command_target(&self, entity: &MessageEntityRef<'_>) -> CommandTarget {
+        let Some(at) = entity.text().find('@') else {
+            return CommandTarget::Anyone;
+        };
+        if entity.text()[at + 1..].eq_ignore_ascii_case(&self.identity.username) {
+            CommandTarget::Us(entity.start() + at..entity.end())
+        } else {
+            CommandTarget::Other
+        }
+    }
+}
+
+struct Addressing {
+    addressed: bool,
+    text: String,
+}
+
+enum CommandTarget {
+    /// `/cmd@us`: the byte range of `@us`, to cut.
+    Us(Range<usize>),
+    /// `/cmd@someone_else`.
+    Other,
+    /// A bare `/cmd`.
+    Anyone,
+}
+
+/// In a forum topic, a message that replies to nothing still carries the
+/// topic's opening service message as `reply_to_message`; that is not a
+/// reply (and not one to the bot, even when the bot opened the topic).
+fn is_topic_root(message: &Message, reply: &Message) -> bool {
+    reply.forum_topic_created().is_some()
+        || (message.is_topic_message && message.thread_id.is_some_and(|t| t.0 == reply.id))
+}
+
+/// Removes the byte ranges `cuts` (sorted or not, non-overlapping) from
+/// `text`, without leaving doubled spaces or a leading `,`/`:` from
+/// `@bot, do this`, and trims the result.
+fn strip(text: &str, mut cuts: Vec<Range<usize>>) -> String {
+    cuts.sort_by_key(|cut| cut.start);
+    let mut out = String::with_capacity(text.len());
+    let mut pos = 0;
+    for cut in cuts {
+        if cut.start < pos || cut.end > text.len() {
+            continue;
+        }
+        out.push_str(&text[pos..cut.start]);
+        pos = cut.end;
+        let mut rest = &text[pos..];
+        if out.trim().is_empty() {
+            rest = rest.trim_start_matches([',', ':']);
+        }
+        if out.is_empty() || out.ends_with(char::is_whitespace) {
+            rest = rest.trim_start_matches([' ', '\t']);
+        }
+        pos = text.len() - rest.len();
+    }
+    out.push_str(&text[pos..]);
+    out.trim().to_owned()
+}
+
+/// References to the media of `message` (no URLs: Telegram file URLs embed
+/// the bot token).
+fn attachments(message: &Message) -> Vec<Attachment> {
+    let mut found = Vec::new();
+    let mut add = |kind: &str, name: Option<&String>| {
+        found.push(Attachment {
+            kind: kind.to_owned(),
+            url: None,
+            name: name.cloned(),
+        });
+    };
+    if message.photo().is_some() {
+        add("photo", None);
+    }
+    if let Some(document) = message.document() {
+        add("document", document.file_name.as_ref());
+    }
+    if let Some(audio) = message.audio() {
+        add("audio", audio.file_name.as_ref());
+    }
+    if let Some(video) = message.video() {
+        add("video", video.file_name.as_ref());
+    }
+    if message.voice().is_some() {
+        add("voice", None);
+    }
+    if message.sticker().is_some() {
+        add("sticker", None);
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leading_mention_and_its_comma_are_stripped() {
+        let text = "@Bot, hello there";
+        assert_eq!(strip(text, vec![Range { start: 0, end: 4 }]), "hello there");
+    }
+
+    #[test]
+    fn an_inner_mention_leaves_one_space() {
+        let text = "hey @bot what's up";
+        assert_eq!(
+            strip(text, vec![Range { start: 4, end: 8 }]),
+            "hey what's up"
+        );
+    }
+
+    #[test]
+    fn a_command_keeps_its_name_without_the_bot() {
+        let text = "/help@bot now";
+        assert_eq!(strip(text, vec![Range { start: 5, end: 9 }]), "/help now");
+    }
+}

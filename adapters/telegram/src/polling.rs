@@ -1,0 +1,165 @@
+//! Long polling: the `getUpdates` loop.
+//!
+//! Each round asks for updates after the last one handled (`offset` =
+//! last update id + 1, which also confirms the earlier ones to Telegram),
+//! hands them one by one to [`Inbound`], and asks again. When the core is
+//! temporarily unavailable the same update is retried with a capped backoff
+//! before the offset moves past it, so no update is lost; a redelivered one
+//! is dropped by the core's dedup. On shutdown the loop stops between
+//! requests (an interrupted `getUpdates` confirms nothing) and confirms the
+//! handled updates with a last short call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchboard_contract::SubmitError;
+use teloxide::payloads::GetUpdatesSetters;
+use teloxide::prelude::Requester;
+use teloxide::types::AllowedUpdate;
+use teloxide::{ApiError, Bot, RequestError};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Scrubber, TelegramError};
+use crate::inbound::Inbound;
+
+/// First wait after a failure; doubled per failure up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(500);
+/// Longest wait between failed attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long the final offset confirmation may take at shutdown.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(3);
+
+pub(crate) struct Poller {
+    pub bot: Bot,
+    pub inbound: Arc<Inbound>,
+    pub scrubber: Scrubber,
+    pub timeout_secs: u32,
+}
+
+impl Poller {
+    /// Polls until `shutdown` is cancelled.
+    ///
+    /// # Errors
+    /// Only at start: the webhook that blocks polling could not be removed.
+    pub(crate) async fn run(self, shutdown: CancellationToken) -> Result<(), TelegramError> {
+        self.remove_webhook().await?;
+        tracing::info!("Telegram long polling started");
+        let mut offset: Option<i32> = None;
+        let mut backoff = MIN_BACKOFF;
+        'poll: loop {
+            let mut request = self
+                .bot
+                .get_updates()
+                .timeout(self.timeout_secs)
+                .allowed_updates([AllowedUpdate::Message]);
+            if let Some(offset) = offset {
+                request = request.offset(offset);
+            }
+            let result = tokio::select! {
+                () = shutdown.cancelled() => break 'poll,
+                result = request => result,
+            };
+            let updates = match result {
+                Ok(updates) => {
+                    backoff = MIN_BACKOFF;
+                    updates
+                }
+                Err(error) => {
+                    self.report(&error);
+                    if !pause(&shutdown, retry_wait(&error, &mut backoff)).await {
+                        break 'poll;
+                    }
+                    continue;
+                }
+            };
+            for update in updates {
+                let mut wait = MIN_BACKOFF;
+                loop {
+                    match self.inbound.handle(&update).await {
+                        Ok(_) => break,
+                        Err(SubmitError::Rejected(reason)) => {
+                            tracing::warn!(update_id = update.id.0, %reason, "update rejected by the core");
+                            break;
+                        }
+                        Err(SubmitError::Unavailable(reason)) => {
+                            tracing::warn!(update_id = update.id.0, %reason, "core unavailable; retrying the update");
+                            if !pause(&shutdown, wait).await {
+                                break 'poll;
+                            }
+                            wait = (wait * 2).min(MAX_BACKOFF);
+                        }
+                    }
+                }
+                offset = Some(next_offset(update.id.0));
+            }
+        }
+        self.confirm(offset).await;
+        tracing::info!("Telegram long polling stopped");
+        Ok(())
+    }
+
+    /// `getUpdates` fails while a webhook is set: remove it first.
+    async fn remove_webhook(&self) -> Result<(), TelegramError> {
+        let info = self
+            .bot
+            .get_webhook_info()
+            .await
+            .map_err(|e| self.scrubber.api_error("getWebhookInfo", &e))?;
+        if info.url.is_some() {
+            tracing::warn!("a webhook is set for this bot; deleting it to poll instead");
+            self.bot
+                .delete_webhook()
+                .await
+                .map_err(|e| self.scrubber.api_error("deleteWebhook", &e))?;
+        }
+        Ok(())
+    }
+
+    fn report(&self, error: &RequestError) {
+        let detail = self.scrubber.scrub(&error.to_string());
+        if matches!(
+            error,
+            RequestError::Api(ApiError::TerminatedByOtherGetUpdates)
+        ) {
+            tracing::error!(%detail, "another process is polling this bot (409 Conflict); only one may");
+        } else {
+            tracing::warn!(%detail, "getUpdates failed");
+        }
+    }
+
+    /// Confirms handled updates so a restart does not fetch them again.
+    async fn confirm(&self, offset: Option<i32>) {
+        let Some(offset) = offset else { return };
+        let request = self.bot.get_updates().offset(offset).timeout(0).limit(1);
+        match tokio::time::timeout(CONFIRM_TIMEOUT, request).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => {
+                tracing::debug!(error = %self.scrubber.scrub(&error.to_string()), "offset not confirmed");
+            }
+            Err(_) => tracing::debug!("offset confirmation timed out"),
+        }
+    }
+}
+
+fn next_offset(update_id: u32) -> i32 {
+    i32::try_from(update_id).map_or(i32::MAX, |id| id.saturating_add(1))
+}
+
+/// How long to wait after a failed `getUpdates`: Telegram's `retry_after`
+/// when it gives one, otherwise the capped exponential backoff.
+fn retry_wait(error: &RequestError, backoff: &mut Duration) -> Duration {
+    if let RequestError::RetryAfter(wait) = error {
+        return Duration::from_secs(u64::from(wait.seconds()));
+    }
+    let wait = *backoff;
+    *backoff = (*backoff * 2).min(MAX_BACKOFF);
+    wait
+}
+
+/// Sleeps for `wait` unless shut down first; false when shut down.
+async fn pause(shutdown: &CancellationToken, wait: Duration) -> bool {
+    tokio::select! {
+        () = shutdown.cancelled() => false,
+        () = tokio::time::sleep(wait) => true,
+    }
+}
