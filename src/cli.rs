@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::Router;
 use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -14,6 +15,7 @@ use crate::api::{self, ApiState};
 use crate::bench::{self, BenchOptions};
 use crate::config::Settings;
 use crate::gateway::Gateway;
+use crate::platforms::Platforms;
 use crate::store::{Store, StoreOptions};
 use crate::{telemetry, terminal};
 
@@ -89,7 +91,11 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         .context("starting the gateway")?;
     let shutdown = gateway.shutdown.clone();
     tokio::spawn(watch_signals(shutdown.clone()));
-    run_server(&gateway, listener, shutdown.cancelled_owned()).await?;
+    let mut platforms = Platforms::start(&gateway, &shutdown).await;
+    let routes = std::mem::take(&mut platforms.routes);
+    run_server(&gateway, listener, routes, shutdown.cancelled_owned()).await?;
+    let grace = Duration::from_secs(gateway.settings.server.shutdown_grace_secs);
+    platforms.stop(grace).await;
     gateway.shutdown().await;
     tracing::info!("stopped");
     Ok(())
@@ -103,6 +109,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
 pub async fn run_server(
     gateway: &Gateway,
     listener: TcpListener,
+    platform_routes: Router,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     gateway
@@ -126,7 +133,8 @@ pub async fn run_server(
         models,
         reply_timeout: Duration::from_secs(settings.api.reply_timeout_secs),
     });
-    let router = api::router(state, settings.api.max_body_bytes, settings.api.enabled);
+    let router = api::router(state, settings.api.max_body_bytes, settings.api.enabled)
+        .merge(platform_routes);
     let local = listener.local_addr()?;
     tracing::info!(address = %local, "listening");
     axum::serve(listener, router)

@@ -39,6 +39,12 @@ pub struct Settings {
     pub api: ApiSettings,
     pub tools: ToolSettings,
     pub log: LogSettings,
+    /// Telegram bot; the section's presence enables it.
+    pub telegram: Option<switchboard_telegram::TelegramSettings>,
+    /// Discord bot; the section's presence enables it.
+    pub discord: Option<switchboard_discord::DiscordSettings>,
+    /// Feishu/Lark app; the section's presence enables it.
+    pub feishu: Option<switchboard_feishu::FeishuSettings>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod config;
 pub mod gateway;
 pub mod llm;
+pub mod platforms;
 pub mod session;
 pub mod store;
 pub mod telemetry;

@@ -17,6 +17,7 @@ use axum::routing::post;
 use serde_json::{Value, json};
 use switchboard::config::Settings;
 use switchboard::gateway::Gateway;
+use switchboard::platforms::Platforms;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -329,6 +330,7 @@ pub struct TestApp {
     /// Keeps the SQLite file (and anything a test puts there) alive.
     _dir: tempfile::TempDir,
     stop: CancellationToken,
+    platforms: Platforms,
 }
 
 impl TestApp {
@@ -362,15 +364,22 @@ impl TestApp {
     /// Starts the gateway with exactly these settings.
     pub async fn start(settings: Settings, dir: tempfile::TempDir) -> Self {
         let gateway = Arc::new(Gateway::build(settings).await.expect("gateway builds"));
+        let mut platforms = Platforms::start(&gateway, &gateway.shutdown).await;
+        let routes = std::mem::take(&mut platforms.routes);
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let stop = CancellationToken::new();
         let server_gateway = Arc::clone(&gateway);
         let server_stop = stop.clone();
         tokio::spawn(async move {
-            switchboard::cli::run_server(&server_gateway, listener, server_stop.cancelled_owned())
-                .await
-                .expect("server runs");
+            switchboard::cli::run_server(
+                &server_gateway,
+                listener,
+                routes,
+                server_stop.cancelled_owned(),
+            )
+            .await
+            .expect("server runs");
         });
         Self {
             addr,
@@ -378,6 +387,7 @@ impl TestApp {
             gateway,
             _dir: dir,
             stop,
+            platforms,
         }
     }
 
@@ -434,6 +444,8 @@ impl TestApp {
 
     pub async fn stop(self) {
         self.stop.cancel();
+        self.gateway.shutdown.cancel();
+        self.platforms.stop(Duration::from_secs(5)).await;
         self.gateway.shutdown().await;
     }
 }

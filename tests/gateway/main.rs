@@ -8,6 +8,7 @@ mod crash;
 mod helpers;
 mod limits;
 mod outbox;
+mod platforms;
 mod prefix;
 mod prompt;
 mod recovery;
