@@ -36,6 +36,7 @@ pub struct Settings {
     pub sessions: SessionSettings,
     pub runner: RunnerSettings,
     pub limits: LimitSettings,
+    pub context: ContextSettings,
     pub api: ApiSettings,
     pub tools: ToolSettings,
     pub log: LogSettings,
@@ -210,6 +211,45 @@ pub enum GroupSessions {
     PerChat,
     /// One session per sender within a group chat.
     PerUser,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContextSettings {
+    /// Context window in tokens for models not listed in `windows`.
+    pub window_tokens: u64,
+    /// Context windows by model name.
+    pub windows: std::collections::BTreeMap<String, u64>,
+    /// Compact when the history would pass this share of the window.
+    pub compact_threshold: f64,
+    /// Turns kept verbatim after a compaction.
+    pub keep_recent_turns: usize,
+}
+
+impl Default for ContextSettings {
+    fn default() -> Self {
+        Self {
+            window_tokens: 128_000,
+            windows: std::collections::BTreeMap::new(),
+            compact_threshold: 0.75,
+            keep_recent_turns: 4,
+        }
+    }
+}
+
+impl ContextSettings {
+    /// The compaction policy for a model.
+    pub fn policy(&self, model: &str) -> crate::agent::context::ContextPolicy {
+        crate::agent::context::ContextPolicy {
+            window_tokens: self
+                .windows
+                .get(model)
+                .copied()
+                .unwrap_or(self.window_tokens),
+            threshold: self.compact_threshold,
+            keep_recent_turns: self.keep_recent_turns,
+        }
+    }
 }
 
 /// What a message does when its session is busy with a turn.
@@ -400,6 +440,9 @@ impl Settings {
         }
         if self.agent.max_iterations == 0 {
             return Err(invalid("agent.max_iterations", "must be at least 1"));
+        }
+        if !(self.context.compact_threshold > 0.0 && self.context.compact_threshold <= 1.0) {
+            return Err(invalid("context.compact_threshold", "must be in (0, 1]"));
         }
         if self.runner.max_concurrent_turns == 0 {
             return Err(invalid("runner.max_concurrent_turns", "must be at least 1"));

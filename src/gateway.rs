@@ -84,6 +84,7 @@ impl Gateway {
             registry: Arc::clone(&registry),
             agent: settings.agent.clone(),
             limits: settings.limits.clone(),
+            context: settings.context.clone(),
             max_tokens: settings.llm.max_tokens,
         };
         let runner = Runner::new(

@@ -7,6 +7,7 @@
 //! reason or the task's [`wallet`].
 
 pub mod cache;
+pub mod context;
 pub mod prompt;
 pub mod run;
 pub mod subagent;

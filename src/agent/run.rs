@@ -186,6 +186,7 @@ pub async fn run_loop(
                 model: response.model.clone(),
                 usage: response.usage,
                 latency_ms,
+                request_chars: Some(wire_chars(&env.system_prompt, &history)),
             })
             .await?;
         tracing::info!(
@@ -323,6 +324,33 @@ impl RepeatTracker {
         }
         self.times
     }
+}
+
+/// Characters of a request's system prompt and messages (the part that grows).
+pub fn wire_chars(system: &str, messages: &[ChatMessage]) -> i64 {
+    let chars: usize = system.len()
+        + messages
+            .iter()
+            .map(|message| match message {
+                ChatMessage::User { content } => content.len(),
+                ChatMessage::Assistant {
+                    content,
+                    tool_calls,
+                } => {
+                    content.as_ref().map_or(0, String::len)
+                        + tool_calls
+                            .iter()
+                            .map(|call| call.name.len() + call.arguments.len() + call.id.len())
+                            .sum::<usize>()
+                }
+                ChatMessage::Tool {
+                    tool_call_id,
+                    content,
+                    ..
+                } => tool_call_id.len() + content.len(),
+            })
+            .sum::<usize>();
+    i64::try_from(chars).unwrap_or(i64::MAX)
 }
 
 /// Stores a wire message in the loop's scope and adds it to the history.

@@ -12,6 +12,8 @@ pub enum Command {
     Status,
     /// Stop the running task.
     Stop,
+    /// Summarise older history now (runs as a queued task).
+    Compact,
     /// Anything else that looks like a command.
     Unknown(String),
 }
@@ -22,6 +24,7 @@ pub const HELP: &str = "Commands:\n\
     /new: start a fresh conversation in this chat\n\
     /status: show this conversation's id, model and token use\n\
     /stop: stop the task that is running\n\
+    /compact: summarise older messages to free up context\n\
     Anything else goes to the assistant.";
 
 impl Command {
@@ -49,6 +52,7 @@ impl Command {
             "new" | "reset" => Self::New,
             "status" => Self::Status,
             "stop" | "cancel" => Self::Stop,
+            "compact" => Self::Compact,
             other => Self::Unknown(other.to_owned()),
         })
     }

@@ -128,7 +128,8 @@ impl SessionService {
             self.store.bind_route(route.as_str(), session).await?;
         }
         let session_id = self.session_for(&route, &origin).await?;
-        let command = Command::parse(&message.text, None);
+        // `/compact` needs a model call, so it waits its turn in the queue.
+        let command = Command::parse(&message.text, None).filter(|c| *c != Command::Compact);
         let status = if command.is_some() {
             InboundStatus::Command
         } else {
@@ -280,6 +281,7 @@ impl SessionService {
                 };
                 (session_id.to_owned(), text)
             }
+            Command::Compact => (session_id.to_owned(), "Compaction is queued.".to_owned()),
             Command::Stop => {
                 let text = if self.runner.stop(session_id, StopCause::User) {
                     "Stopping the running task."

@@ -7,15 +7,27 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::commands::Command;
 use crate::agent::cache::AgentCache;
+use crate::agent::context::{self, CompactError};
 use crate::agent::run::{InterruptedRound, LoopEnv, LoopError, TaskLimits, run_loop};
 use crate::agent::wallet::Wallet;
-use crate::config::{AgentSettings, LimitSettings};
+use crate::config::{AgentSettings, ContextSettings, LimitSettings};
 use crate::llm::ChatMessage;
 use crate::store::{
     InboundRow, InboundStatus, NewMessage, OutboxRow, Store, StoreError, TurnEnd, WireEntry,
 };
 use crate::tools::ToolRegistry;
+
+impl TurnExecutor {
+    /// The session's wire view: its stored conversation under the latest
+    /// compaction.
+    async fn view(&self, session_id: &str) -> Result<Vec<WireEntry>, StoreError> {
+        let entries = self.store.wire_history(session_id, "").await?;
+        let compaction = self.store.latest_compaction(session_id).await?;
+        Ok(context::apply(entries, compaction.as_ref()))
+    }
+}
 
 /// The last tool round, if a crash cut it short: the history ends with an
 /// assistant entry asking for tools followed by fewer results than calls.
@@ -57,6 +69,7 @@ pub struct TurnExecutor {
     pub registry: Arc<ToolRegistry>,
     pub agent: AgentSettings,
     pub limits: LimitSettings,
+    pub context: ContextSettings,
     pub max_tokens: u32,
 }
 
@@ -128,7 +141,51 @@ impl TurnExecutor {
             });
         let agent = self.cache.get(&session.model, &toolset).await;
 
-        let stored = self.store.wire_history(&session.id, "").await?;
+        let policy = self.context.policy(&session.model);
+        let mut stored = self.view(&session.id).await?;
+        let forced = Command::parse(&inbound.text, None) == Some(Command::Compact);
+        let ratio = self.store.tokens_per_char(&session.id).await?;
+        if forced || policy.should_compact(&session.system_prompt, &stored, ratio) {
+            let compacted = match policy
+                .compact(
+                    &self.store,
+                    agent.provider.as_ref(),
+                    &agent.model,
+                    &session.id,
+                    Some(inbound.id),
+                    &stored,
+                )
+                .await
+            {
+                Ok(done) => Some(done),
+                Err(CompactError::Store(err)) => return Err(err),
+                Err(CompactError::Model(err)) => {
+                    tracing::warn!(error = %err, "compaction failed; continuing with the full history");
+                    None
+                }
+            };
+            if compacted == Some(true) {
+                stored = self.view(&session.id).await?;
+            }
+            if forced {
+                let reply = match compacted {
+                    Some(true) => "Older messages were summarised; the full history stays stored.",
+                    Some(false) => "The conversation is too short to compact.",
+                    None => "Compaction failed; the conversation is unchanged.",
+                };
+                let row = self
+                    .store
+                    .finish_turn(&TurnEnd {
+                        inbound_id: inbound.id,
+                        final_message: None,
+                        reply,
+                        status: InboundStatus::Command,
+                        outcome: "compact",
+                    })
+                    .await?;
+                return Ok((row, InboundStatus::Command));
+            }
+        }
         let asked = stored.iter().any(|entry| {
             entry.task_id == Some(inbound.id) && matches!(entry.message, ChatMessage::User { .. })
         });

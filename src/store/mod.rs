@@ -7,6 +7,7 @@
 //!
 //! Each table has its own module adding methods to [`Store`].
 
+mod compactions;
 mod inbound;
 mod leases;
 mod messages;
@@ -26,6 +27,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
+pub use compactions::Compaction;
 pub use inbound::{InboundRow, InboundStatus, NewInbound};
 pub use messages::{MessageMeta, NewMessage, Role, StoredMessage};
 pub use messages::{ToolCheckpoint, WireEntry};

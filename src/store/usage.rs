@@ -12,6 +12,8 @@ pub struct UsageRecord {
     pub model: String,
     pub usage: Usage,
     pub latency_ms: i64,
+    /// Characters of the request's system prompt and messages.
+    pub request_chars: Option<i64>,
 }
 
 /// Usage added up over some calls.
@@ -31,8 +33,8 @@ impl Store {
         let usage = record.usage;
         sqlx::query(
             "INSERT INTO usage (session_id, task_id, provider, model, input_tokens, output_tokens, \
-             cache_read_tokens, cache_write_tokens, latency_ms, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+             cache_read_tokens, cache_write_tokens, latency_ms, created_at, request_chars) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         )
         .bind(&record.session_id)
         .bind(record.task_id)
@@ -44,6 +46,7 @@ impl Store {
         .bind(to_i64(usage.cache_write_tokens))
         .bind(record.latency_ms)
         .bind(now_ms())
+        .bind(record.request_chars)
         .execute(&mut *self.conn().await?)
         .await?;
         Ok(())

@@ -65,6 +65,9 @@ struct FakeState {
     requests: Arc<Mutex<Vec<Recorded>>>,
     delay: Duration,
     load: Arc<Mutex<Load>>,
+    /// Report prompt tokens as a quarter of the request's bytes (like a real
+    /// tokenizer would, roughly) instead of a constant.
+    counting: bool,
 }
 
 /// Requests in flight, overall and per prompt-cache key (session).
@@ -121,10 +124,24 @@ impl FakeLlm {
         Self::start_with_delay(script, Duration::ZERO).await
     }
 
+    /// Like [`FakeLlm::start`], reporting prompt tokens in proportion to the
+    /// request's size.
+    pub async fn start_counting(script: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> Self {
+        Self::start_with(script, Duration::ZERO, true).await
+    }
+
     /// Like [`FakeLlm::start`], waiting `delay` before each answer.
     pub async fn start_with_delay(
         script: impl Fn(&Value) -> Reply + Send + Sync + 'static,
         delay: Duration,
+    ) -> Self {
+        Self::start_with(script, delay, false).await
+    }
+
+    async fn start_with(
+        script: impl Fn(&Value) -> Reply + Send + Sync + 'static,
+        delay: Duration,
+        counting: bool,
     ) -> Self {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let load = Arc::new(Mutex::new(Load::default()));
@@ -133,6 +150,7 @@ impl FakeLlm {
             requests: Arc::clone(&requests),
             delay,
             load: Arc::clone(&load),
+            counting,
         };
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
@@ -202,6 +220,7 @@ async fn record(state: &FakeState, path: &str, headers: HeaderMap, body: &Bytes)
 
 async fn openai(State(state): State<FakeState>, headers: HeaderMap, body: Bytes) -> Response {
     let request = record(&state, "/v1/chat/completions", headers, &body).await;
+    let prompt_tokens = if state.counting { body.len() / 4 } else { 120 };
     let n = state.requests.lock().expect("lock").len();
     let (message, finish) = match (state.script)(&request) {
         Reply::Status(code, body) => return status(code, body),
@@ -224,7 +243,8 @@ async fn openai(State(state): State<FakeState>, headers: HeaderMap, body: Bytes)
         "object": "chat.completion",
         "model": request["model"],
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 120, "completion_tokens": 7, "total_tokens": 127,
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 7,
+                  "total_tokens": prompt_tokens + 7,
                   "prompt_tokens_details": {"cached_tokens": 100}}
     });
     ([("x-request-id", format!("req-{n}"))], axum::Json(body)).into_response()

@@ -4,6 +4,7 @@
 mod agent_loop;
 mod api;
 mod budget;
+mod compaction;
 mod crash;
 mod helpers;
 mod limits;

@@ -1,0 +1,82 @@
+//! Compactions: a summary standing in for a range of older messages in the
+//! wire view. Nothing is deleted; the latest compaction of a session decides
+//! its wire view.
+
+use super::{Store, StoreError, now_ms};
+
+/// A summary and the range of messages it replaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compaction {
+    pub pinned_id: i64,
+    pub through_id: i64,
+    pub summary: String,
+}
+
+impl Store {
+    /// The session's latest compaction, if any.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn latest_compaction(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<Compaction>, StoreError> {
+        let row = sqlx::query_as::<_, (i64, i64, String)>(
+            "SELECT pinned_id, through_id, summary FROM compactions WHERE session_id = $1 \
+             ORDER BY id DESC LIMIT 1",
+        )
+        .bind(session_id)
+        .fetch_optional(&mut *self.conn().await?)
+        .await?;
+        Ok(row.map(|(pinned_id, through_id, summary)| Compaction {
+            pinned_id,
+            through_id,
+            summary,
+        }))
+    }
+
+    /// Records a compaction.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn record_compaction(
+        &self,
+        session_id: &str,
+        compaction: &Compaction,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO compactions (session_id, pinned_id, through_id, summary, created_at) \
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(session_id)
+        .bind(compaction.pinned_id)
+        .bind(compaction.through_id)
+        .bind(&compaction.summary)
+        .bind(now_ms())
+        .execute(&mut *self.conn().await?)
+        .await?;
+        Ok(())
+    }
+
+    /// Input tokens per request character in the session's latest model
+    /// call, when both were recorded.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn tokens_per_char(&self, session_id: &str) -> Result<Option<f64>, StoreError> {
+        let row = sqlx::query_as::<_, (i64, Option<i64>)>(
+            "SELECT input_tokens, request_chars FROM usage WHERE session_id = $1 \
+             AND request_chars IS NOT NULL ORDER BY id DESC LIMIT 1",
+        )
+        .bind(session_id)
+        .fetch_optional(&mut *self.conn().await?)
+        .await?;
+        Ok(row.and_then(|(tokens, chars)| match chars {
+            Some(chars) if chars > 0 && tokens > 0 => {
+                #[allow(clippy::cast_precision_loss)] // counts far below 2^52
+                Some(tokens as f64 / chars as f64)
+            }
+            _ => None,
+        }))
+    }
+}
