@@ -59,6 +59,10 @@ fn interrupted_round(stored: &[WireEntry]) -> Option<InterruptedRound> {
     })
 }
 
+/// Tokens per character no real tokenizer exceeds for ordinary text; a view
+/// under the threshold at this ratio needs no calibrated estimate.
+const GENEROUS_RATIO: f64 = 0.5;
+
 /// Shown when the model returns nothing at all.
 const EMPTY_REPLY: &str = "(The model returned an empty reply.)";
 
@@ -144,8 +148,15 @@ impl TurnExecutor {
         let policy = self.context.policy(&session.model);
         let mut stored = self.view(&session.id).await?;
         let forced = Command::parse(&inbound.text, None) == Some(Command::Compact);
-        let ratio = self.store.tokens_per_char(&session.id).await?;
-        if forced || policy.should_compact(&session.system_prompt, &stored, ratio) {
+        // Calibrating costs a query; only a view that might be near the
+        // threshold at a generous estimate needs it.
+        let near = policy.should_compact(&session.system_prompt, &stored, Some(GENEROUS_RATIO));
+        let ratio = if near {
+            self.store.tokens_per_char(&session.id).await?
+        } else {
+            None
+        };
+        if forced || (near && policy.should_compact(&session.system_prompt, &stored, ratio)) {
             let compacted = match policy
                 .compact(
                     &self.store,
@@ -224,8 +235,13 @@ impl TurnExecutor {
             },
             cancel: control.token.clone(),
         });
-        // A resumed task keeps spending from what it had left.
-        let spent = self.store.task_usage(inbound.id).await?.calls;
+        // A resumed task (its message was stored by an earlier run) keeps
+        // spending from what it had left.
+        let spent = if asked {
+            self.store.task_usage(inbound.id).await?.calls
+        } else {
+            0
+        };
         let budget = u64::from(self.agent.max_iterations).saturating_sub(spent);
         let purse = Arc::new(Wallet::open(u32::try_from(budget).unwrap_or(0)));
         let run = run_loop(agent, env, Arc::clone(&purse), history, interrupted);
