@@ -7,13 +7,12 @@
 //! treated like a rate limit).
 
 use async_trait::async_trait;
-use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap};
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::retry::{error_message, retry_after_from_headers, transport_error, with_retry};
+use super::retry::{status_error, transport_error, with_retry};
 use super::{
     ChatMessage, Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind,
     StopReason, ToolCall, Usage, canonical_json,
@@ -63,7 +62,7 @@ impl AnthropicProvider {
             .await
             .map_err(|error| transport_error(error, key))?;
         if !status.is_success() {
-            return Err(status_error(status, &headers, &bytes, key));
+            return Err(status_error(status, &headers, &bytes, key, &[OVERLOADED]));
         }
         parse_response(&bytes, &headers, request_model)
     }
@@ -439,26 +438,6 @@ fn stop_reason(stop_reason: &str, has_tool_calls: bool) -> StopReason {
         "" if has_tool_calls => StopReason::ToolUse,
         "" => StopReason::EndTurn,
         other => StopReason::Other(other.to_owned()),
-    }
-}
-
-fn status_error(status: StatusCode, headers: &HeaderMap, body: &[u8], key: &str) -> LlmError {
-    let code = status.as_u16();
-    if status == StatusCode::TOO_MANY_REQUESTS || code == OVERLOADED {
-        LlmError::RateLimited {
-            status: code,
-            retry_after: retry_after_from_headers(headers),
-        }
-    } else if status.is_server_error() {
-        LlmError::Server {
-            status: code,
-            message: error_message(body, key),
-        }
-    } else {
-        LlmError::Rejected {
-            status: code,
-            message: error_message(body, key),
-        }
     }
 }
 

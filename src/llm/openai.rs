@@ -7,13 +7,12 @@
 //! server that speaks the same protocol (OpenRouter, DeepSeek, vLLM, Ollama).
 
 use async_trait::async_trait;
-use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap};
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::retry::{error_message, retry_after_from_headers, transport_error, with_retry};
+use super::retry::{error_message, status_error, transport_error, with_retry};
 use super::{
     ChatMessage, Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind,
     StopReason, ToolCall, Usage, canonical_json,
@@ -56,7 +55,7 @@ impl OpenAiProvider {
             .await
             .map_err(|error| transport_error(error, key))?;
         if !status.is_success() {
-            return Err(status_error(status, &headers, &bytes, key));
+            return Err(status_error(status, &headers, &bytes, key, &[]));
         }
         parse_response(&bytes, &headers, request_model, key)
     }
@@ -372,26 +371,6 @@ fn stop_reason(finish_reason: &str, has_tool_calls: bool) -> StopReason {
         "length" => StopReason::MaxTokens,
         "content_filter" => StopReason::Refused,
         other => StopReason::Other(other.to_owned()),
-    }
-}
-
-fn status_error(status: StatusCode, headers: &HeaderMap, body: &[u8], key: &str) -> LlmError {
-    let code = status.as_u16();
-    if status == StatusCode::TOO_MANY_REQUESTS {
-        LlmError::RateLimited {
-            status: code,
-            retry_after: retry_after_from_headers(headers),
-        }
-    } else if status.is_server_error() {
-        LlmError::Server {
-            status: code,
-            message: error_message(body, key),
-        }
-    } else {
-        LlmError::Rejected {
-            status: code,
-            message: error_message(body, key),
-        }
     }
 }
 

@@ -174,6 +174,36 @@ pub(crate) fn transport_error(error: reqwest::Error, secret: &str) -> LlmError {
 /// shape); falls back to the start of the body, since a proxy's HTML or plain
 /// text error is still more useful than nothing. Either way, providers echo
 /// keys back ("Incorrect API key provided: ..."), so the key is removed.
+/// Maps a non-success HTTP status to an error: 429 (and any `busy` codes the
+/// provider adds, like Anthropic's 529) is a rate limit carrying the delay
+/// asked for, other 5xx a server failure, anything else a rejection (not
+/// retried). Messages come from the body with `secret` scrubbed.
+pub(crate) fn status_error(
+    status: reqwest::StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    secret: &str,
+    busy: &[u16],
+) -> LlmError {
+    let code = status.as_u16();
+    if status == reqwest::StatusCode::TOO_MANY_REQUESTS || busy.contains(&code) {
+        LlmError::RateLimited {
+            status: code,
+            retry_after: retry_after_from_headers(headers),
+        }
+    } else if status.is_server_error() {
+        LlmError::Server {
+            status: code,
+            message: error_message(body, secret),
+        }
+    } else {
+        LlmError::Rejected {
+            status: code,
+            message: error_message(body, secret),
+        }
+    }
+}
+
 pub(crate) fn error_message(body: &[u8], secret: &str) -> String {
     let from_json = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
