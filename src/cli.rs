@@ -42,6 +42,9 @@ pub enum Command {
     },
     /// Apply database migrations and exit.
     Migrate,
+    /// Print tokens and cost per session and day, cache reads and writes
+    /// included.
+    Usage,
     /// Measure the gateway's own overhead with an instant in-process model.
     Bench(BenchOptions),
 }
@@ -68,6 +71,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 .context("migrating the database")?;
             store.close().await;
             tracing::info!("migrations applied");
+            Ok(())
+        }
+        Command::Usage => {
+            telemetry::init(&settings.log, Some("warn"));
+            let store = Store::connect(&StoreOptions::new(&settings.database.url))
+                .await
+                .context("opening the database")?;
+            let rows = store.usage_report().await.context("reading usage")?;
+            store.close().await;
+            println!("{}", crate::usage::render(&rows, &settings.prices));
             Ok(())
         }
         Command::Bench(options) => {

@@ -37,6 +37,8 @@ pub struct Settings {
     pub runner: RunnerSettings,
     pub limits: LimitSettings,
     pub context: ContextSettings,
+    /// Prices per model (US dollars per million tokens), for cost reports.
+    pub prices: std::collections::BTreeMap<String, crate::usage::Price>,
     pub api: ApiSettings,
     pub tools: ToolSettings,
     pub log: LogSettings,

@@ -20,3 +20,4 @@ pub mod store;
 pub mod telemetry;
 pub mod terminal;
 pub mod tools;
+pub mod usage;

@@ -33,7 +33,7 @@ pub use messages::{MessageMeta, NewMessage, Role, StoredMessage};
 pub use messages::{ToolCheckpoint, WireEntry};
 pub use outbox::{OutboxRow, OutboxStatus, TurnEnd};
 pub use sessions::{NewSession, SessionRow, SessionTotals};
-pub use usage::{UsageRecord, UsageSummary};
+pub use usage::{UsageRecord, UsageRow, UsageSummary};
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");

@@ -78,3 +78,50 @@ impl Store {
         })
     }
 }
+
+/// Usage of one session on one day with one model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageRow {
+    pub session_id: String,
+    /// Days since the Unix epoch (UTC).
+    pub day: i64,
+    pub model: String,
+    pub summary: UsageSummary,
+}
+
+impl Store {
+    /// Usage per session, day and model, oldest day first.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn usage_report(&self) -> Result<Vec<UsageRow>, StoreError> {
+        let rows = sqlx::query_as::<_, (String, i64, String, i64, i64, i64, i64, i64)>(
+            "SELECT session_id, CAST(created_at / 86400000 AS BIGINT) AS day, model, COUNT(*), \
+             CAST(SUM(input_tokens) AS BIGINT), CAST(SUM(output_tokens) AS BIGINT), \
+             CAST(SUM(cache_read_tokens) AS BIGINT), CAST(SUM(cache_write_tokens) AS BIGINT) \
+             FROM usage GROUP BY session_id, CAST(created_at / 86400000 AS BIGINT), model \
+             ORDER BY day, session_id, model",
+        )
+        .fetch_all(&mut *self.conn().await?)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(session_id, day, model, calls, input, output, read, write)| UsageRow {
+                    session_id,
+                    day,
+                    model,
+                    summary: UsageSummary {
+                        calls: to_u64(calls),
+                        usage: Usage {
+                            input_tokens: to_u64(input),
+                            output_tokens: to_u64(output),
+                            cache_read_tokens: to_u64(read),
+                            cache_write_tokens: to_u64(write),
+                        },
+                    },
+                },
+            )
+            .collect())
+    }
+}

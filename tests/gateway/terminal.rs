@@ -44,7 +44,8 @@ async fn the_terminal_chat_talks_to_the_model_and_continues_a_session_by_id() {
         &config,
         format!(
             "[database]\nurl = \"{database}\"\n[llm]\nbase_url = \"{}\"\nmodel = \"fake-model\"\n\
-             api_key_env = \"SB_TEST_NO_KEY\"\n",
+             api_key_env = \"SB_TEST_NO_KEY\"\n\
+             [prices]\n\"fake-model\" = {{ input = 1.0, cache_read = 0.5 }}\n",
             llm.openai_base()
         ),
     )
@@ -66,6 +67,24 @@ async fn the_terminal_chat_talks_to_the_model_and_continues_a_session_by_id() {
     let messages = last["messages"].as_array().expect("messages");
     assert_eq!(messages.len(), 4, "system, first exchange, new message");
     assert_eq!(messages[1]["content"], "hello terminal");
+
+    let usage = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .arg("--config")
+        .arg(&config)
+        .arg("usage")
+        .output()
+        .await
+        .expect("usage runs");
+    let report = String::from_utf8_lossy(&usage.stdout);
+    assert!(usage.status.success());
+    let line = report
+        .lines()
+        .find(|line| line.contains(&session))
+        .expect("the session has a usage line");
+    // Two model calls of 120 input tokens (100 read from the cache) priced
+    // at $1 per million input, cache reads at $0.5: 2*20*1 + 2*100*0.5.
+    assert!(line.contains("fake-model"), "{line}");
+    assert!(line.contains("$0.0001"), "{line}");
 
     let unknown = Command::new(env!("CARGO_BIN_EXE_switchboard"))
         .arg("--config")

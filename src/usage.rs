@@ -1,0 +1,123 @@
+//! `switchboard usage`: tokens and cost per session and day, with the
+//! provider-cache reads and writes that make prompt caching visible.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Deserialize;
+
+use crate::llm::Usage;
+use crate::store::UsageRow;
+
+/// Prices of one model, in US dollars per million tokens.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Price {
+    /// Input tokens not read from or written to the cache.
+    pub input: f64,
+    pub output: f64,
+    pub cache_read: f64,
+    pub cache_write: f64,
+}
+
+impl Price {
+    /// The cost of some usage in dollars. `input_tokens` includes cached
+    /// tokens; they are priced at the cache rates instead.
+    pub fn cost(&self, usage: &Usage) -> f64 {
+        let cached = usage.cache_read_tokens + usage.cache_write_tokens;
+        let fresh = usage.input_tokens.saturating_sub(cached);
+        #[allow(clippy::cast_precision_loss)] // token counts far below 2^52
+        let dollars = fresh as f64 * self.input
+            + usage.output_tokens as f64 * self.output
+            + usage.cache_read_tokens as f64 * self.cache_read
+            + usage.cache_write_tokens as f64 * self.cache_write;
+        dollars / 1_000_000.0
+    }
+}
+
+/// Renders the usage report as a text table.
+pub fn render(rows: &[UsageRow], prices: &BTreeMap<String, Price>) -> String {
+    let mut out = String::from(
+        "day         session                               model                calls      input  cache-read cache-write     output      cost\n",
+    );
+    let mut total = 0.0;
+    for row in rows {
+        let usage = row.summary.usage;
+        let cost = prices.get(&row.model).map(|price| price.cost(&usage));
+        total += cost.unwrap_or(0.0);
+        let day = jiff::Timestamp::from_second(row.day.saturating_mul(86_400))
+            .map(|t| t.strftime("%Y-%m-%d").to_string())
+            .unwrap_or_else(|_| row.day.to_string());
+        let _ = writeln!(
+            out,
+            "{day:<11} {:<37} {:<20} {:>5} {:>10} {:>11} {:>11} {:>10} {:>9}",
+            row.session_id,
+            row.model,
+            row.summary.calls,
+            usage.input_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+            usage.output_tokens,
+            cost.map_or_else(|| "-".to_owned(), |c| format!("${c:.4}")),
+        );
+    }
+    let _ = write!(
+        out,
+        "total cost: ${total:.4} (models without a price count as 0)"
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::UsageSummary;
+
+    #[test]
+    fn cached_tokens_are_priced_at_cache_rates() {
+        let price = Price {
+            input: 1.0,
+            output: 2.0,
+            cache_read: 0.1,
+            cache_write: 1.25,
+        };
+        let usage = Usage {
+            input_tokens: 1_000_000,
+            output_tokens: 500_000,
+            cache_read_tokens: 600_000,
+            cache_write_tokens: 100_000,
+        };
+        let cost = price.cost(&usage);
+        assert!((cost - (0.3 + 1.0 + 0.06 + 0.125)).abs() < 1e-9, "{cost}");
+    }
+
+    #[test]
+    fn the_report_lists_rows_and_a_total() {
+        let rows = [UsageRow {
+            session_id: "s1".to_owned(),
+            day: 20_000,
+            model: "m".to_owned(),
+            summary: UsageSummary {
+                calls: 2,
+                usage: Usage {
+                    input_tokens: 100,
+                    output_tokens: 10,
+                    cache_read_tokens: 80,
+                    cache_write_tokens: 0,
+                },
+            },
+        }];
+        let prices = BTreeMap::from([(
+            "m".to_owned(),
+            Price {
+                input: 1.0,
+                ..Price::default()
+            },
+        )]);
+        let report = render(&rows, &prices);
+        assert!(report.contains("2024-10-04"), "{report}");
+        assert!(report.contains(" s1 "));
+        assert!(report.contains("$0.0000"));
+        assert!(report.ends_with("total cost: $0.0000 (models without a price count as 0)"));
+    }
+}
