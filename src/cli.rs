@@ -105,10 +105,14 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let shutdown = gateway.shutdown.clone();
     tokio::spawn(watch_signals(shutdown.clone()));
     let mut platforms = Platforms::start(&gateway, &shutdown).await;
+    let maintenance = gateway.spawn_maintenance();
     let routes = std::mem::take(&mut platforms.routes);
     run_server(&gateway, listener, routes, shutdown.cancelled_owned()).await?;
     let grace = Duration::from_secs(gateway.settings.server.shutdown_grace_secs);
     platforms.stop(grace).await;
+    if let Err(err) = maintenance.await {
+        tracing::error!(error = %err, "housekeeping task failed");
+    }
     gateway.shutdown().await;
     tracing::info!("stopped");
     Ok(())

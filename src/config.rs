@@ -305,6 +305,12 @@ pub struct RunnerSettings {
     pub max_concurrent_turns: usize,
     /// How long a session lease lasts without renewal.
     pub lease_ttl_secs: u64,
+    /// How long deduplication records of finished messages are kept (at
+    /// least 72 h: Feishu retries for 6 h, Telegram and Discord redeliver
+    /// after restarts).
+    pub dedup_retention_hours: u64,
+    /// How often housekeeping runs (pruning, retrying undelivered replies).
+    pub maintenance_interval_secs: u64,
 }
 
 impl Default for RunnerSettings {
@@ -312,6 +318,8 @@ impl Default for RunnerSettings {
         Self {
             max_concurrent_turns: 32,
             lease_ttl_secs: 30,
+            dedup_retention_hours: 72,
+            maintenance_interval_secs: 60,
         }
     }
 }
@@ -445,6 +453,12 @@ impl Settings {
         }
         if !(self.context.compact_threshold > 0.0 && self.context.compact_threshold <= 1.0) {
             return Err(invalid("context.compact_threshold", "must be in (0, 1]"));
+        }
+        if self.runner.dedup_retention_hours < 72 {
+            return Err(invalid(
+                "runner.dedup_retention_hours",
+                "must be at least 72",
+            ));
         }
         if self.runner.max_concurrent_turns == 0 {
             return Err(invalid("runner.max_concurrent_turns", "must be at least 1"));

@@ -119,6 +119,41 @@ impl Gateway {
         self.service.runner().recover().await
     }
 
+    /// Housekeeping until shutdown: prunes deduplication records past their
+    /// retention and retries replies whose delivery was given up. The caller
+    /// owns the returned task.
+    pub fn spawn_maintenance(&self) -> tokio::task::JoinHandle<()> {
+        let store = self.store.clone();
+        let runner = self.service.runner().clone();
+        let shutdown = self.shutdown.clone();
+        let every = Duration::from_secs(self.settings.runner.maintenance_interval_secs.max(1));
+        let retention_ms = i64::try_from(self.settings.runner.dedup_retention_hours)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(3_600_000);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = shutdown.cancelled() => return,
+                }
+                match store
+                    .prune_finished(crate::store::now_ms() - retention_ms)
+                    .await
+                {
+                    Ok(0) => {}
+                    Ok(pruned) => tracing::info!(pruned, "old deduplication records pruned"),
+                    Err(err) => tracing::warn!(error = %err, "pruning failed"),
+                }
+                match runner.retry_undelivered().await {
+                    Ok(0) => {}
+                    Ok(retried) => tracing::info!(retried, "undelivered replies retried"),
+                    Err(err) => tracing::warn!(error = %err, "retrying replies failed"),
+                }
+            }
+        })
+    }
+
     /// Stops taking work, waits for running turns up to the grace period, and
     /// closes the database.
     pub async fn shutdown(&self) {

@@ -149,6 +149,18 @@ impl Runner {
         Ok(())
     }
 
+    /// Retries replies whose delivery was given up after transient failures.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn retry_undelivered(&self) -> Result<usize, StoreError> {
+        let rows = self.inner.store.retryable_outbox(100).await?;
+        for row in &rows {
+            self.deliver(row, InboundStatus::Done).await;
+        }
+        Ok(rows.len())
+    }
+
     /// Stops taking work and waits (up to `grace`) for running turns.
     pub async fn shutdown(&self, grace: Duration) {
         self.inner.shutdown.cancel();

@@ -6,8 +6,8 @@
 //! takes them in id order, so a message that arrives during a turn is queued,
 //! never lost, and survives a restart.
 
-use sqlx::Row;
 use sqlx::any::AnyRow;
+use sqlx::{Connection, Row};
 
 use super::{Store, StoreError, now_ms};
 
@@ -166,19 +166,28 @@ impl Store {
         Ok(ids)
     }
 
-    /// Deletes deduplication records of finished messages older than
-    /// `older_than_ms` that no outbox row refers to. Returns how many went.
+    /// Deletes what is older than `older_than_ms` and finished: delivered or
+    /// given-up replies, then the deduplication records of finished messages
+    /// (a redelivery after that long is no longer expected). Transcripts are
+    /// kept. Returns how many inbound records went.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn prune_inbound(&self, older_than_ms: i64) -> Result<u64, StoreError> {
+    pub async fn prune_finished(&self, older_than_ms: i64) -> Result<u64, StoreError> {
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin().await?;
+        sqlx::query("DELETE FROM outbox WHERE status IN ('sent', 'failed') AND created_at < $1")
+            .bind(older_than_ms)
+            .execute(&mut *tx)
+            .await?;
         let result = sqlx::query(
             "DELETE FROM inbound WHERE received_at < $1 AND status IN ('done', 'failed', 'command') \
              AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.inbound_id = inbound.id)",
         )
         .bind(older_than_ms)
-        .execute(&mut *self.conn().await?)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(result.rows_affected())
     }
 }

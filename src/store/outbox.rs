@@ -165,6 +165,22 @@ impl Store {
         Ok(())
     }
 
+    /// Replies whose delivery failed transiently and was given up for now
+    /// (attempts made, still pending), oldest first.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn retryable_outbox(&self, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = 'pending' AND attempts > 0 \
+             ORDER BY id LIMIT $1"
+        ))
+        .bind(limit)
+        .fetch_all(&mut *self.conn().await?)
+        .await?;
+        rows.iter().map(outbox_from_row).collect()
+    }
+
     /// Replies waiting for delivery, oldest first.
     ///
     /// # Errors

@@ -215,3 +215,31 @@ async fn group_sessions_can_be_per_user() {
     assert_eq!(app.count("sessions").await, 2);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn dedup_records_are_kept_72_hours_then_pruned_without_touching_transcripts() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+    let (old_session, _) = app.say(None, "long ago").await;
+    let store = &app.gateway.store;
+    for sql in [
+        "UPDATE inbound SET received_at = 1000",
+        "UPDATE outbox SET created_at = 1000",
+    ] {
+        sqlx::query(sql)
+            .execute(&mut *store.conn().await.expect("conn"))
+            .await
+            .expect("backdate");
+    }
+    app.say(None, "just now").await;
+    let cutoff = switchboard::store::now_ms() - 72 * 3_600_000;
+
+    let pruned = store.prune_finished(cutoff).await.expect("pruned");
+
+    assert_eq!(pruned, 1);
+    assert_eq!(app.count("inbound").await, 1, "the recent record stays");
+    assert_eq!(app.count("outbox").await, 1);
+    let history = store.wire_history(&old_session, "").await.expect("history");
+    assert_eq!(history.len(), 2, "the transcript stays");
+    app.stop().await;
+}
