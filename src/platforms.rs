@@ -43,10 +43,25 @@ impl Platforms {
                     runner.register_sender(switchboard_telegram::PLATFORM, adapter.sender());
                     match adapter.mode() {
                         Mode::Polling => {
-                            let polling = adapter.run_polling(shutdown.clone());
+                            let stop = shutdown.clone();
                             platforms.spawn("telegram", async move {
-                                if let Err(err) = polling.await {
-                                    tracing::error!(error = %err, "telegram polling stopped");
+                                // Polling that fails (Telegram unreachable,
+                                // say) starts again after a capped backoff.
+                                let mut backoff = Duration::from_secs(1);
+                                loop {
+                                    match adapter.run_polling(stop.clone()).await {
+                                        Ok(()) => return,
+                                        Err(err) => tracing::error!(
+                                            error = %err,
+                                            retry_in_secs = backoff.as_secs(),
+                                            "telegram polling failed"
+                                        ),
+                                    }
+                                    tokio::select! {
+                                        () = tokio::time::sleep(backoff) => {}
+                                        () = stop.cancelled() => return,
+                                    }
+                                    backoff = (backoff * 2).min(Duration::from_secs(60));
                                 }
                             });
                         }

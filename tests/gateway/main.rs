@@ -15,5 +15,6 @@ mod prompt;
 mod recovery;
 mod runner;
 mod serve;
+mod telegram;
 mod terminal;
 mod transcripts;
