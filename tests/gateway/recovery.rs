@@ -45,7 +45,7 @@ async fn running_checkpoints(store: &Store) -> i64 {
 /// Runs the gateway on its own runtime until a tool call is checkpointed as
 /// running, then drops the runtime with everything on it: as far as the
 /// database can tell, the process died mid-call.
-fn crash_while_a_tool_runs(settings: Settings) {
+fn crash_while_a_tool_runs(settings: Settings, ready: impl Fn() -> bool + Send + 'static) {
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -60,7 +60,7 @@ fn crash_while_a_tool_runs(settings: Settings) {
                 .await
                 .expect("submitted");
             for _ in 0..500 {
-                if running_checkpoints(&gateway.store).await > 0 {
+                if running_checkpoints(&gateway.store).await > 0 && ready() {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -74,7 +74,7 @@ fn crash_while_a_tool_runs(settings: Settings) {
 }
 
 async fn wait_until_answered(app: &TestApp) -> String {
-    for _ in 0..500 {
+    for _ in 0..1500 {
         let reply: Option<String> =
             sqlx::query_scalar("SELECT text FROM outbox ORDER BY id LIMIT 1")
                 .fetch_optional(&mut *app.gateway.store.conn().await.expect("conn"))
@@ -121,7 +121,7 @@ async fn a_non_idempotent_call_caught_running_gets_an_outcome_unknown_result() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut settings = settings_for(&llm, &dir).await;
     settings.llm.max_retries = 0;
-    crash_while_a_tool_runs(settings.clone());
+    crash_while_a_tool_runs(settings.clone(), || true);
 
     let app = TestApp::start(settings, dir).await;
     let reply = wait_until_answered(&app).await;
@@ -182,7 +182,11 @@ async fn an_idempotent_call_caught_running_is_rerun_with_the_same_request_id() {
     let mut settings = settings_for(&llm, &dir).await;
     settings.agent.tools.push("http_get".to_owned());
     settings.tools.http_get.allow_private = true;
-    crash_while_a_tool_runs(settings.clone());
+    // Crash only once the first fetch has reached the target (and hangs).
+    let fetched = std::sync::Arc::clone(&slow_first);
+    crash_while_a_tool_runs(settings.clone(), move || {
+        !fetched.load(std::sync::atomic::Ordering::SeqCst)
+    });
 
     let app = TestApp::start(settings, dir).await;
     let reply = wait_until_answered(&app).await;

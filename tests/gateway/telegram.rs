@@ -87,11 +87,12 @@ async fn a_telegram_update_is_answered_once_through_the_gateway() {
     tokio::spawn(async move { axum::serve(listener, app).await });
     let llm = FakeLlm::echo().await;
     let gateway = TestApp::spawn_with(&llm, |s| {
-        let mut telegram = TelegramSettings::default();
-        telegram.token_env = "SB_TEST_TG_TOKEN".to_owned();
-        telegram.api_url = Some(url::Url::parse(&format!("http://{addr}/")).expect("url"));
-        telegram.poll_timeout_secs = 1;
-        s.telegram = Some(telegram);
+        s.telegram = Some(TelegramSettings {
+            token_env: "SB_TEST_TG_TOKEN".to_owned(),
+            api_url: Some(url::Url::parse(&format!("http://{addr}/")).expect("url")),
+            poll_timeout_secs: 1,
+            ..TelegramSettings::default()
+        });
     })
     .await;
 
