@@ -34,7 +34,7 @@ async fn stop_cancels_a_running_turn_and_confirms() {
         async move { app.say(Some(&session), "take your time").await }
     };
     let stop = async {
-        for _ in 0..200 {
+        for _ in 0..1000 {
             if !llm.requests().is_empty() {
                 break;
             }
@@ -193,7 +193,7 @@ async fn in_interrupt_mode_a_new_message_stops_the_running_turn() {
         async move { app.say(Some(&session), "first").await }
     };
     let second = async {
-        for _ in 0..200 {
+        for _ in 0..1000 {
             if !llm.requests().is_empty() {
                 break;
             }
