@@ -192,6 +192,8 @@ async fn turn(gateway: &Gateway, chat: &str, index: usize) -> Result<Duration, B
             SubmitOptions {
                 session: None,
                 wait: true,
+                // Each benchmark chat is its own session.
+                own_chat: true,
             },
         )
         .await

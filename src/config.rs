@@ -265,10 +265,23 @@ pub enum BusyMode {
     Interrupt,
 }
 
+/// How a principal's direct chats map to sessions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DmSessions {
+    /// One conversation across all the principal's linked identities: start
+    /// on one platform, continue on another.
+    #[default]
+    Shared,
+    /// One conversation per direct chat.
+    PerPlatform,
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SessionSettings {
     pub group_sessions: GroupSessions,
+    pub dm_sessions: DmSessions,
     pub busy: BusyMode,
 }
 

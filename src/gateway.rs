@@ -100,6 +100,7 @@ impl Gateway {
             registry,
             settings.agent.clone(),
             settings.llm.model.clone(),
+            settings.llm.extra_models.clone(),
             settings.sessions.clone(),
         ));
         Ok(Self {

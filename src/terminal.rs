@@ -82,6 +82,7 @@ where
                 SubmitOptions {
                     session: pending_session.take(),
                     wait: true,
+                    own_chat: false,
                 },
             )
             .await

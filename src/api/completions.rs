@@ -97,7 +97,12 @@ pub async fn create(
     let chat = session
         .clone()
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let message = inbound(&chat, &event_id, request.user.as_deref(), text)?;
+    let user = request.user.as_deref().filter(|user| !user.is_empty());
+    // A request naming its session, or from no particular user, is a chat of
+    // its own; a `user`'s other requests continue that user's conversation
+    // (shared with their linked identities on other platforms).
+    let own_chat = session.is_some() || user.is_none();
+    let message = inbound(&chat, &event_id, user, text)?;
 
     let submission = state
         .service
@@ -106,6 +111,7 @@ pub async fn create(
             SubmitOptions {
                 session,
                 wait: true,
+                own_chat,
             },
         )
         .await

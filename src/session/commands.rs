@@ -14,6 +14,24 @@ pub enum Command {
     Stop,
     /// Summarise older history now (runs as a queued task).
     Compact,
+    /// `/link`: get a one-time code; `/link CODE`: join the code owner.
+    Link(Option<String>),
+    /// Detach this identity into a fresh principal.
+    Unlink,
+    /// List the principal's recent sessions.
+    Sessions,
+    /// Switch this chat to one of the principal's sessions.
+    Resume(Option<String>),
+    /// Set the session's title.
+    Title(Option<String>),
+    /// Switch the session's model (or list the models).
+    Model(Option<String>),
+    /// Today's token use for this principal.
+    Usage,
+    /// Answer the last user message again.
+    Retry,
+    /// Drop the last exchange from what the model sees.
+    Undo,
     /// Anything else that looks like a command.
     Unknown(String),
 }
@@ -25,6 +43,13 @@ pub const HELP: &str = "Commands:\n\
     /status: show this conversation's id, model and token use\n\
     /stop: stop the task that is running\n\
     /compact: summarise older messages to free up context\n\
+    /sessions: list your recent conversations; /resume ID: continue one here\n\
+    /title TEXT: name this conversation\n\
+    /model [NAME]: show or switch this conversation's model\n\
+    /usage: your tokens today and the share read from the provider cache\n\
+    /retry: answer your last message again; /undo: forget the last exchange\n\
+    /link: get a code to link another account; /link CODE: link this account\n\
+    /unlink: detach this account from the others\n\
     Anything else goes to the assistant.";
 
 impl Command {
@@ -34,7 +59,8 @@ impl Command {
     pub fn parse(text: &str, bot_name: Option<&str>) -> Option<Self> {
         let text = text.trim_start();
         let rest = text.strip_prefix('/')?;
-        let word = rest.split(char::is_whitespace).next().unwrap_or("");
+        let (word, argument) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+        let argument = Some(argument.trim().to_owned()).filter(|a| !a.is_empty());
         let (name, addressee) = match word.split_once('@') {
             Some((name, addressee)) => (name, Some(addressee)),
             None => (word, None),
@@ -53,6 +79,15 @@ impl Command {
             "status" => Self::Status,
             "stop" | "cancel" => Self::Stop,
             "compact" => Self::Compact,
+            "link" => Self::Link(argument),
+            "unlink" => Self::Unlink,
+            "sessions" => Self::Sessions,
+            "resume" => Self::Resume(argument),
+            "title" => Self::Title(argument),
+            "model" => Self::Model(argument),
+            "usage" => Self::Usage,
+            "retry" => Self::Retry,
+            "undo" => Self::Undo,
             other => Self::Unknown(other.to_owned()),
         })
     }
@@ -81,6 +116,23 @@ mod tests {
         assert_eq!(Command::parse("hello /new", None), None);
         assert_eq!(Command::parse("/ not a command", None), None);
         assert_eq!(Command::parse("/path/to/file", None), None);
+    }
+
+    #[test]
+    fn arguments_are_trimmed_and_kept() {
+        assert_eq!(
+            Command::parse("/title@mybot  My trip  ", Some("mybot")),
+            Some(Command::Title(Some("My trip".to_owned())))
+        );
+        assert_eq!(
+            Command::parse("/link\nABCD2345", None),
+            Some(Command::Link(Some("ABCD2345".to_owned())))
+        );
+        assert_eq!(Command::parse("/link", None), Some(Command::Link(None)));
+        assert_eq!(
+            Command::parse("/resume ", None),
+            Some(Command::Resume(None))
+        );
     }
 
     #[test]

@@ -11,6 +11,8 @@ use std::fmt;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use switchboard_contract::{AccountId, ChatId, PlatformName, ThreadId, UserId};
 
+use crate::store::PrincipalId;
+
 /// Everything except ASCII letters, digits, `_` and `.` is encoded.
 const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'_').remove(b'.');
 
@@ -30,6 +32,12 @@ pub struct Origin {
 pub struct RouteKey(String);
 
 impl RouteKey {
+    /// The route of a principal's direct conversation, shared by all its
+    /// identities. Three components, so it never equals an origin key (five).
+    pub fn principal_dm(principal: PrincipalId) -> Self {
+        Self(format!("principal:{principal}:dm"))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -111,6 +119,17 @@ mod tests {
         assert_eq!(
             origin("-100123", Some("7"), None).key().as_str(),
             "telegram:bot:%2D100123:7:-"
+        );
+    }
+
+    #[test]
+    fn principal_routes_never_equal_origin_keys() {
+        let key = RouteKey::principal_dm(PrincipalId::new(7));
+        assert_eq!(key.as_str(), "principal:7:dm");
+        assert_eq!(key.as_str().matches(':').count(), 2);
+        assert_eq!(
+            origin("dm", None, None).key().as_str().matches(':').count(),
+            4
         );
     }
 

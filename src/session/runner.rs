@@ -187,6 +187,11 @@ impl Runner {
         }
     }
 
+    /// Whether this process is running a turn of the session right now.
+    pub fn is_running(&self, session_id: &str) -> bool {
+        lock(&self.inner.running).contains_key(session_id)
+    }
+
     /// Sessions with a worker right now.
     pub fn active_sessions(&self) -> usize {
         lock(&self.inner.workers).len()

@@ -2,9 +2,17 @@
 //!
 //! It drops what is not for the agent (bots, group messages that do not
 //! address the bot), records each message once (a redelivered event is a
-//! duplicate), answers commands, resolves the chat to its session (creating
-//! the session, with its system prompt built once, on first contact), and
-//! queues the message for the session's runner.
+//! duplicate), resolves the sender to a principal (created on first contact),
+//! answers commands, resolves the chat to its session (creating the session,
+//! with its system prompt built once, on first contact), and queues the
+//! message for the session's runner.
+//!
+//! Direct chats are routed by the sender's principal when
+//! `sessions.dm_sessions = "shared"`, so every linked identity continues one
+//! conversation; the reply still goes to the chat the message came from.
+//! Group chats are routed by the chat and never reach a principal's own
+//! sessions: the commands that list, resume or link them answer in direct
+//! chats only.
 
 use std::sync::Arc;
 
@@ -14,11 +22,15 @@ use tokio::sync::oneshot;
 
 use super::commands::{Command, HELP};
 use super::key::{Origin, RouteKey};
+use super::link::{CODE_TTL, FAILURE_WINDOW, LinkCode, MAX_FAILURES};
 use super::runner::{Runner, TurnReply};
 use super::turn::StopCause;
 use crate::agent::prompt::build_system_prompt;
-use crate::config::{AgentSettings, BusyMode, GroupSessions, SessionSettings};
-use crate::store::{InboundStatus, NewInbound, NewSession, Store, StoreError, TurnEnd};
+use crate::config::{AgentSettings, BusyMode, DmSessions, GroupSessions, SessionSettings};
+use crate::store::{
+    Identity, InboundStatus, NewInbound, NewSession, PrincipalId, Redemption, SessionSummary,
+    Store, StoreError, TurnEnd, now_ms,
+};
 use crate::tools::ToolRegistry;
 
 /// What became of a submitted message.
@@ -45,6 +57,10 @@ pub struct SubmitOptions {
     pub session: Option<String>,
     /// Return a receiver for the turn's reply.
     pub wait: bool,
+    /// Route by this chat alone, even a direct chat whose principal's
+    /// conversation is shared (the HTTP API's anonymous one-off requests, and
+    /// requests naming their session).
+    pub own_chat: bool,
 }
 
 /// A submitted message and, when asked for, its reply to come.
@@ -70,8 +86,27 @@ pub struct SessionService {
     registry: Arc<ToolRegistry>,
     agent: AgentSettings,
     model: String,
+    /// Models `/model` may switch to: `llm.model` and `llm.extra_models`.
+    models: Vec<String>,
     sessions: SessionSettings,
 }
+
+/// Who sent a command, from where, and the session the chat is on.
+struct CommandContext<'a> {
+    identity: Identity,
+    origin: &'a Origin,
+    route: &'a RouteKey,
+    session_id: &'a str,
+    direct: bool,
+    own_chat: bool,
+}
+
+/// The answer to identity commands sent in a group chat.
+const DIRECT_ONLY: &str = "Please send this command in a direct chat with me.";
+/// Sessions `/sessions` lists.
+const SESSIONS_LISTED: i64 = 10;
+/// Longest title kept, in characters.
+const TITLE_MAX_CHARS: usize = 200;
 
 impl SessionService {
     pub fn new(
@@ -80,14 +115,18 @@ impl SessionService {
         registry: Arc<ToolRegistry>,
         agent: AgentSettings,
         model: String,
+        extra_models: Vec<String>,
         sessions: SessionSettings,
     ) -> Self {
+        let mut models = vec![model.clone()];
+        models.extend(extra_models.into_iter().filter(|m| *m != model));
         Self {
             store,
             runner,
             registry,
             agent,
             model,
+            models,
             sessions,
         }
     }
@@ -103,7 +142,8 @@ impl SessionService {
     /// Takes one inbound message.
     ///
     /// # Errors
-    /// An unknown session in `options`, or a database failure.
+    /// An unknown session in `options` (or another principal's), or a
+    /// database failure.
     pub async fn submit(
         &self,
         message: InboundMessage,
@@ -119,15 +159,36 @@ impl SessionService {
         if message.chat_kind == ChatKind::Group && !message.mentions_bot {
             return Ok(ignored);
         }
+        let identity = self
+            .store
+            .resolve_identity(
+                message.platform.as_str(),
+                message.account.as_str(),
+                message.sender.id.as_str(),
+            )
+            .await?;
+        let direct = message.chat_kind == ChatKind::Direct;
         let origin = self.origin_of(&message);
-        let route = origin.key();
+        let route = self.route_of(direct, &origin, identity.principal, options.own_chat);
         if let Some(session) = &options.session {
-            if self.store.session(session).await?.is_none() {
+            let row = self
+                .store
+                .session(session)
+                .await?
+                .ok_or_else(|| ServiceError::UnknownSession(session.clone()))?;
+            if row
+                .principal
+                .is_some_and(|owner| owner != identity.principal)
+            {
+                // Answered like a missing session: ids of other people's
+                // sessions are not confirmed.
+                tracing::warn!(principal_id = %identity.principal, "refused another principal's session");
                 return Err(ServiceError::UnknownSession(session.clone()));
             }
             self.store.bind_route(route.as_str(), session).await?;
         }
-        let session_id = self.session_for(&route, &origin).await?;
+        let owner = direct.then_some(identity.principal);
+        let session_id = self.session_for(&route, &origin, owner).await?;
         // `/compact` needs a model call, so it waits its turn in the queue.
         let command = Command::parse(&message.text, None).filter(|c| *c != Command::Compact);
         let status = if command.is_some() {
@@ -147,27 +208,25 @@ impl SessionService {
             });
         };
         let reply = options.wait.then(|| self.runner.wait_for(inbound_id));
+        let context = CommandContext {
+            identity,
+            origin: &origin,
+            route: &route,
+            session_id: &session_id,
+            direct,
+            own_chat: options.own_chat,
+        };
         let admission = match command {
-            Some(command) => {
-                let (session_id, text) = self
-                    .run_command(command, &route, &origin, &session_id)
-                    .await?;
-                let row = self
-                    .store
-                    .finish_turn(&TurnEnd {
-                        inbound_id,
-                        final_message: None,
-                        reply: &text,
-                        status: InboundStatus::Command,
-                        outcome: "command",
-                    })
-                    .await?;
-                self.runner.deliver(&row, InboundStatus::Command).await;
-                Admission::Handled {
-                    inbound_id,
-                    session_id,
-                    reply: text,
+            Some(Command::Retry) => match self.retry(&session_id, inbound_id).await? {
+                Some(admission) => admission,
+                None => {
+                    let text = "Nothing to retry yet.".to_owned();
+                    self.answer_command(inbound_id, session_id, text).await?
                 }
+            },
+            Some(command) => {
+                let (session_id, text) = self.run_command(command, &context).await?;
+                self.answer_command(inbound_id, session_id, text).await?
             }
             None => {
                 if self.sessions.busy == BusyMode::Interrupt {
@@ -183,16 +242,20 @@ impl SessionService {
         Ok(Submission { admission, reply })
     }
 
-    /// Creates a fresh session for `origin` and points the chat at it.
+    /// Creates a fresh session for `origin`, owned by `owner`, and points
+    /// `route` at it.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn start_new_session(&self, origin: &Origin) -> Result<String, StoreError> {
-        let session = self.new_session(origin);
+    pub async fn start_new_session(
+        &self,
+        route: &RouteKey,
+        origin: &Origin,
+        owner: Option<PrincipalId>,
+    ) -> Result<String, StoreError> {
+        let session = self.new_session(origin, owner);
         self.store.create_session(&session).await?;
-        self.store
-            .bind_route(origin.key().as_str(), &session.id)
-            .await?;
+        self.store.bind_route(route.as_str(), &session.id).await?;
         Ok(session.id)
     }
 
@@ -208,11 +271,32 @@ impl SessionService {
         }
     }
 
-    async fn session_for(&self, route: &RouteKey, origin: &Origin) -> Result<String, StoreError> {
+    /// The route of a message: the principal's direct conversation for a
+    /// direct chat when those are shared, the chat itself otherwise.
+    fn route_of(
+        &self,
+        direct: bool,
+        origin: &Origin,
+        principal: PrincipalId,
+        own_chat: bool,
+    ) -> RouteKey {
+        if direct && !own_chat && self.sessions.dm_sessions == DmSessions::Shared {
+            RouteKey::principal_dm(principal)
+        } else {
+            origin.key()
+        }
+    }
+
+    async fn session_for(
+        &self,
+        route: &RouteKey,
+        origin: &Origin,
+        owner: Option<PrincipalId>,
+    ) -> Result<String, StoreError> {
         if let Some(session) = self.store.route(route.as_str()).await? {
             return Ok(session);
         }
-        let session = self.new_session(origin);
+        let session = self.new_session(origin, owner);
         let id = self
             .store
             .create_routed_session(route.as_str(), &session)
@@ -224,7 +308,7 @@ impl SessionService {
     }
 
     /// A new session's row: the system prompt is built here, once.
-    fn new_session(&self, origin: &Origin) -> NewSession {
+    fn new_session(&self, origin: &Origin, owner: Option<PrincipalId>) -> NewSession {
         let toolset = self
             .registry
             .toolset(&self.agent.tools)
@@ -248,7 +332,66 @@ impl SessionService {
             system_prompt: build_system_prompt(&self.agent, toolset.specs()),
             model: self.model.clone(),
             toolset: toolset.names(),
+            principal: owner,
         }
+    }
+
+    /// Writes a command's answer to the outbox and hands it out.
+    async fn answer_command(
+        &self,
+        inbound_id: i64,
+        session_id: String,
+        text: String,
+    ) -> Result<Admission, StoreError> {
+        let row = self
+            .store
+            .finish_turn(&TurnEnd {
+                inbound_id,
+                final_message: None,
+                reply: &text,
+                status: InboundStatus::Command,
+                outcome: "command",
+            })
+            .await?;
+        self.runner.deliver(&row, InboundStatus::Command).await;
+        Ok(Admission::Handled {
+            inbound_id,
+            session_id,
+            reply: text,
+        })
+    }
+
+    /// `/retry`: hides the last exchange and turns the command message into
+    /// a new task asking the same again. `None` when there is nothing to
+    /// retry; an answer instead while a turn runs.
+    async fn retry(
+        &self,
+        session_id: &str,
+        inbound_id: i64,
+    ) -> Result<Option<Admission>, StoreError> {
+        if self.runner.is_running(session_id) {
+            let text = BUSY.to_owned();
+            return self
+                .answer_command(inbound_id, session_id.to_owned(), text)
+                .await
+                .map(Some);
+        }
+        let Some(hidden) = self.store.hide_last_exchange(session_id).await? else {
+            return Ok(None);
+        };
+        tracing::info!(
+            session_id,
+            entries = hidden.entries,
+            "retrying the last message"
+        );
+        self.store
+            .requeue_inbound(inbound_id, &hidden.user_text)
+            .await?;
+        self.runner.notify(session_id);
+        Ok(Some(Admission::Accepted {
+            inbound_id,
+            session_id: session_id.to_owned(),
+        }))
     }
 
     /// Runs a command; returns the session the chat is on afterwards and the
@@ -256,15 +399,28 @@ impl SessionService {
     async fn run_command(
         &self,
         command: Command,
-        route: &RouteKey,
-        origin: &Origin,
-        session_id: &str,
+        context: &CommandContext<'_>,
     ) -> Result<(String, String), StoreError> {
-        debug_assert_eq!(route, &origin.key());
+        let session_id = context.session_id;
+        let same = |text: String| (session_id.to_owned(), text);
+        let identity_command = matches!(
+            command,
+            Command::Link(_)
+                | Command::Unlink
+                | Command::Sessions
+                | Command::Resume(_)
+                | Command::Usage
+        );
+        if identity_command && !context.direct {
+            return Ok(same(DIRECT_ONLY.to_owned()));
+        }
         Ok(match command {
-            Command::Help => (session_id.to_owned(), HELP.to_owned()),
+            Command::Help => same(HELP.to_owned()),
             Command::New => {
-                let id = self.start_new_session(origin).await?;
+                let owner = context.direct.then_some(context.identity.principal);
+                let id = self
+                    .start_new_session(context.route, context.origin, owner)
+                    .await?;
                 (id.clone(), format!("Started a new conversation ({id})."))
             }
             Command::Status => {
@@ -279,7 +435,7 @@ impl SessionService {
                     ),
                     None => "No conversation yet.".to_owned(),
                 };
-                (session_id.to_owned(), text)
+                same(text)
             }
             Command::Compact => (session_id.to_owned(), "Compaction is queued.".to_owned()),
             Command::Stop => {
@@ -288,14 +444,289 @@ impl SessionService {
                 } else {
                     "Nothing is running."
                 };
-                (session_id.to_owned(), text.to_owned())
+                same(text.to_owned())
             }
-            Command::Unknown(name) => (
-                session_id.to_owned(),
-                format!("Unknown command /{name}.\n\n{HELP}"),
-            ),
+            Command::Link(None) => same(self.new_link_code(&context.identity).await?),
+            Command::Link(Some(code)) => self.redeem(context, &code).await?,
+            Command::Unlink => match self.store.unlink_identity(&context.identity).await? {
+                None => same("This account is not linked to any other.".to_owned()),
+                Some(fresh) => {
+                    tracing::info!(
+                        from = %context.identity.principal,
+                        to = %fresh,
+                        "identity unlinked"
+                    );
+                    let route = self.route_of(true, context.origin, fresh, context.own_chat);
+                    let id = self
+                        .session_for(&route, context.origin, Some(fresh))
+                        .await?;
+                    (
+                        id,
+                        "Unlinked: this account has its own conversations again.".to_owned(),
+                    )
+                }
+            },
+            Command::Sessions => {
+                let sessions = self
+                    .store
+                    .principal_sessions(context.identity.principal, SESSIONS_LISTED)
+                    .await?;
+                same(list_sessions(&sessions, session_id, now_ms()))
+            }
+            Command::Resume(None) => same("Usage: /resume ID (see /sessions).".to_owned()),
+            Command::Resume(Some(id)) => self.resume(context, &id).await?,
+            Command::Title(None) => {
+                let text = match self.store.session(session_id).await?.and_then(|s| s.title) {
+                    Some(title) => format!("Title: {title}\nChange it with /title TEXT."),
+                    None => "No title yet. Set one with /title TEXT.".to_owned(),
+                };
+                same(text)
+            }
+            Command::Title(Some(title)) => {
+                let title: String = title.chars().take(TITLE_MAX_CHARS).collect();
+                self.store.set_session_title(session_id, &title).await?;
+                same(format!("Title set: {title}"))
+            }
+            Command::Model(None) => {
+                let current = self
+                    .store
+                    .session(session_id)
+                    .await?
+                    .map_or_else(|| self.model.clone(), |s| s.model);
+                same(format!(
+                    "Model: {current}\nAvailable: {}\nSwitch with /model NAME.",
+                    self.models.join(", ")
+                ))
+            }
+            Command::Model(Some(name)) => {
+                if self.models.contains(&name) {
+                    self.store.set_session_model(session_id, &name).await?;
+                    tracing::info!(session_id, model = %name, "session model switched");
+                    same(format!("This conversation now uses {name}."))
+                } else {
+                    same(format!(
+                        "Unknown model. Available: {}",
+                        self.models.join(", ")
+                    ))
+                }
+            }
+            Command::Usage => {
+                let now = now_ms();
+                let today = now - now.rem_euclid(DAY_MS);
+                let summary = self
+                    .store
+                    .principal_usage_since(context.identity.principal, today)
+                    .await?;
+                same(usage_text(summary))
+            }
+            Command::Undo => {
+                if self.runner.is_running(session_id) {
+                    same(BUSY.to_owned())
+                } else {
+                    match self.store.hide_last_exchange(session_id).await? {
+                        None => same("Nothing to undo.".to_owned()),
+                        Some(hidden) => {
+                            tracing::info!(
+                                session_id,
+                                entries = hidden.entries,
+                                "last exchange hidden"
+                            );
+                            same(
+                                "Removed your last message and its answer from this \
+                                 conversation (they stay in the stored history)."
+                                    .to_owned(),
+                            )
+                        }
+                    }
+                }
+            }
+            // Handled in `submit`: it becomes a queued task.
+            Command::Retry => same("Nothing to retry yet.".to_owned()),
+            Command::Unknown(name) => same(format!("Unknown command /{name}.\n\n{HELP}")),
         })
     }
+
+    /// `/link`: a fresh one-time code for the sender's principal.
+    async fn new_link_code(&self, identity: &Identity) -> Result<String, StoreError> {
+        let code = LinkCode::generate();
+        let ttl_ms = i64::try_from(CODE_TTL.as_millis()).unwrap_or(i64::MAX);
+        self.store
+            .create_link_code(identity, code.as_str(), now_ms().saturating_add(ttl_ms))
+            .await?;
+        tracing::info!(principal_id = %identity.principal, "link code issued");
+        Ok(format!(
+            "Your link code: {}\nWithin {} minutes, send /link {} from your other account, in a \
+             direct chat with me, to share your conversations there. It works once; keep it \
+             private.",
+            code.as_str(),
+            CODE_TTL.as_secs() / 60,
+            code.as_str()
+        ))
+    }
+
+    /// `/link CODE`: joins the sender's identity to the code owner.
+    async fn redeem(
+        &self,
+        context: &CommandContext<'_>,
+        code: &str,
+    ) -> Result<(String, String), StoreError> {
+        let same = |text: &str| (context.session_id.to_owned(), text.to_owned());
+        let window_ms = i64::try_from(FAILURE_WINDOW.as_millis()).unwrap_or(i64::MAX);
+        let failures = self
+            .store
+            .link_failures_since(&context.identity, now_ms().saturating_sub(window_ms))
+            .await?;
+        if failures >= MAX_FAILURES {
+            tracing::warn!(principal_id = %context.identity.principal, "link attempts rate-limited");
+            return Ok(same(
+                "Too many wrong codes. Please wait a few minutes and try again.",
+            ));
+        }
+        let Ok(code) = LinkCode::parse(code) else {
+            return Ok(same(
+                "That is not a link code: it has 8 letters and digits. Get one with /link.",
+            ));
+        };
+        match self
+            .store
+            .redeem_link_code(&context.identity, code.as_str())
+            .await?
+        {
+            Redemption::Invalid => {
+                tracing::info!(principal_id = %context.identity.principal, "link code refused");
+                Ok(same(
+                    "That code is wrong, expired or already used. Get a new one with /link.",
+                ))
+            }
+            Redemption::AlreadyLinked => Ok(same("This account is already linked to that one.")),
+            Redemption::Linked { from, to } => {
+                tracing::info!(from = %from, to = %to, "identity linked");
+                let route = self.route_of(true, context.origin, to, context.own_chat);
+                let id = self.session_for(&route, context.origin, Some(to)).await?;
+                Ok((
+                    id,
+                    "Linked: this account now shares its conversations with the account that \
+                     made the code."
+                        .to_owned(),
+                ))
+            }
+        }
+    }
+
+    /// `/resume ID`: points this chat at one of the sender's sessions (a
+    /// full id or an unambiguous prefix of one).
+    async fn resume(
+        &self,
+        context: &CommandContext<'_>,
+        id: &str,
+    ) -> Result<(String, String), StoreError> {
+        let same = |text: String| (context.session_id.to_owned(), text);
+        let prefix = id.trim().to_ascii_lowercase();
+        if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Ok(same(format!(
+                "{id} is not a conversation id; /sessions lists yours."
+            )));
+        }
+        let matches = self
+            .store
+            .principal_sessions_by_prefix(context.identity.principal, &prefix)
+            .await?;
+        match matches.as_slice() {
+            [session] => {
+                self.store
+                    .bind_route(context.route.as_str(), session)
+                    .await?;
+                tracing::info!(session_id = %session, "chat switched to a session");
+                let title = match self.store.session(session).await?.and_then(|s| s.title) {
+                    Some(title) => format!(" ({title})"),
+                    None => String::new(),
+                };
+                Ok((
+                    session.clone(),
+                    format!("Resumed conversation {}{title}.", short_id(session)),
+                ))
+            }
+            [] => Ok(same(format!(
+                "No conversation of yours starts with {prefix}; /sessions lists them."
+            ))),
+            _ => Ok(same(format!(
+                "More than one conversation starts with {prefix}; give more of the id."
+            ))),
+        }
+    }
+}
+
+/// The answer to `/undo` and `/retry` while a turn runs.
+const BUSY: &str = "A reply is still being written; wait for it (or /stop it) first.";
+const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+fn short_id(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
+}
+
+/// The `/sessions` answer.
+fn list_sessions(sessions: &[SessionSummary], current: &str, now: i64) -> String {
+    if sessions.is_empty() {
+        return "No conversations yet.".to_owned();
+    }
+    let mut text = "Your recent conversations:".to_owned();
+    for session in sessions {
+        let label = session
+            .title
+            .clone()
+            .or_else(|| session.first_text.as_deref().map(first_words))
+            .unwrap_or_else(|| "(empty)".to_owned());
+        let marker = if session.id == current {
+            " (this chat)"
+        } else {
+            ""
+        };
+        text.push_str(&format!(
+            "\n{}  {label}  [{}, {}]{marker}",
+            short_id(&session.id),
+            session.platform,
+            ago(now.saturating_sub(session.updated_at))
+        ));
+    }
+    text.push_str("\nContinue one here with /resume ID.");
+    text
+}
+
+/// Up to six words of a message, on one line.
+fn first_words(text: &str) -> String {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut label = words.iter().take(6).copied().collect::<Vec<_>>().join(" ");
+    if words.len() > 6 {
+        label.push('…');
+    }
+    label
+}
+
+/// A duration in milliseconds as "5 min ago".
+fn ago(ms: i64) -> String {
+    let minutes = ms / 60_000;
+    match minutes {
+        i64::MIN..=0 => "just now".to_owned(),
+        1..=59 => format!("{minutes} min ago"),
+        60..=1439 => format!("{} h ago", minutes / 60),
+        _ => format!("{} days ago", minutes / 1440),
+    }
+}
+
+/// The `/usage` answer.
+fn usage_text(summary: crate::store::UsageSummary) -> String {
+    let usage = summary.usage;
+    // Input tokens include cached ones (see `Usage`).
+    let cached_percent = usage
+        .cache_read_tokens
+        .saturating_mul(100)
+        .checked_div(usage.input_tokens)
+        .unwrap_or(0);
+    format!(
+        "Today (UTC): {} model calls, {} input tokens ({cached_percent}% read from the \
+         provider cache), {} output tokens.",
+        summary.calls, usage.input_tokens, usage.output_tokens
+    )
 }
 
 fn new_inbound(message: &InboundMessage, session_id: &str, status: InboundStatus) -> NewInbound {

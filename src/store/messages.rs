@@ -174,7 +174,8 @@ impl Store {
     }
 
     /// A session's conversation in one scope as the model sees it, oldest
-    /// first, with each entry's task id. Reads only the wire columns: this
+    /// first, with each entry's task id; entries hidden by `/undo` or
+    /// `/retry` are left out. Reads only the wire columns: this
     /// runs on every turn.
     ///
     /// # Errors
@@ -186,7 +187,7 @@ impl Store {
     ) -> Result<Vec<WireEntry>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, task_id, role, content, tool_calls, tool_call_id, is_error FROM messages \
-             WHERE session_id = $1 AND scope = $2 ORDER BY id",
+             WHERE session_id = $1 AND scope = $2 AND hidden = 0 ORDER BY id",
         )
         .bind(session_id)
         .bind(scope)

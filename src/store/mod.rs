@@ -8,10 +8,12 @@
 //! Each table has its own module adding methods to [`Store`].
 
 mod compactions;
+mod edits;
 mod inbound;
 mod leases;
 mod messages;
 mod outbox;
+mod principals;
 mod sessions;
 mod usage;
 
@@ -28,10 +30,12 @@ use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 pub use compactions::Compaction;
+pub use edits::HiddenExchange;
 pub use inbound::{InboundRow, InboundStatus, NewInbound};
 pub use messages::{MessageMeta, NewMessage, Role, StoredMessage};
 pub use messages::{ToolCheckpoint, WireEntry};
 pub use outbox::{OutboxRow, OutboxStatus, TurnEnd};
+pub use principals::{Identity, PrincipalId, Redemption, SessionSummary};
 pub use sessions::{NewSession, SessionRow, SessionTotals};
 pub use usage::{UsageRecord, UsageRow, UsageSummary};
 

@@ -6,7 +6,7 @@ use sqlx::any::AnyRow;
 
 use sqlx::Connection;
 
-use super::{Store, StoreError, now_ms, to_u64};
+use super::{PrincipalId, Store, StoreError, now_ms, to_u64};
 
 /// A session as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +23,8 @@ pub struct SessionRow {
     pub model: String,
     pub toolset: Vec<String>,
     pub title: Option<String>,
+    /// The principal owning a direct-chat session; `None` for group chats.
+    pub principal: Option<PrincipalId>,
     pub totals: SessionTotals,
     pub created_at: i64,
     pub updated_at: i64,
@@ -50,11 +52,13 @@ pub struct NewSession {
     pub system_prompt: String,
     pub model: String,
     pub toolset: Vec<String>,
+    /// The principal owning a direct-chat session; `None` for group chats.
+    pub principal: Option<PrincipalId>,
 }
 
 const SESSION_COLUMNS: &str = "id, origin_key, platform, account, chat_id, thread_id, \
     system_prompt, model, toolset, title, input_tokens, output_tokens, cache_read_tokens, \
-    cache_write_tokens, cost_micros, created_at, updated_at";
+    cache_write_tokens, cost_micros, created_at, updated_at, principal_id";
 
 impl Store {
     /// The session with this id.
@@ -170,8 +174,8 @@ async fn insert_session(
         .map_err(|err| StoreError::Corrupt(err.to_string()))?;
     sqlx::query(
         "INSERT INTO sessions (id, origin_key, platform, account, chat_id, thread_id, \
-         system_prompt, model, toolset, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+         system_prompt, model, toolset, created_at, updated_at, principal_id) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
     )
     .bind(&session.id)
     .bind(&session.origin_key)
@@ -184,6 +188,7 @@ async fn insert_session(
     .bind(toolset)
     .bind(now)
     .bind(now)
+    .bind(session.principal.map(PrincipalId::get))
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -204,6 +209,9 @@ fn session_from_row(row: &AnyRow) -> Result<SessionRow, StoreError> {
         model: row.try_get("model")?,
         toolset,
         title: row.try_get("title")?,
+        principal: row
+            .try_get::<Option<i64>, _>("principal_id")?
+            .map(PrincipalId::new),
         totals: SessionTotals {
             input_tokens: to_u64(row.try_get("input_tokens")?),
             output_tokens: to_u64(row.try_get("output_tokens")?),

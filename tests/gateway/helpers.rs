@@ -422,13 +422,25 @@ impl TestApp {
         session: Option<&str>,
         text: &str,
     ) -> (StatusCode, Option<String>, Value) {
-        let mut request = self
-            .http
-            .post(self.url("/v1/chat/completions"))
-            .json(&json!({
-                "model": "fake-model",
-                "messages": [{"role": "user", "content": text}]
-            }));
+        self.chat_as(None, session, text).await
+    }
+
+    /// Like [`TestApp::chat`], from the API user `user` (the request's
+    /// `user` field) when given.
+    pub async fn chat_as(
+        &self,
+        user: Option<&str>,
+        session: Option<&str>,
+        text: &str,
+    ) -> (StatusCode, Option<String>, Value) {
+        let mut body = json!({
+            "model": "fake-model",
+            "messages": [{"role": "user", "content": text}]
+        });
+        if let Some(user) = user {
+            body["user"] = json!(user);
+        }
+        let mut request = self.http.post(self.url("/v1/chat/completions")).json(&body);
         if let Some(session) = session {
             request = request.header("X-Session-Id", session);
         }
@@ -446,6 +458,19 @@ impl TestApp {
     /// Sends one message and returns (session id, reply text), asserting 200.
     pub async fn say(&self, session: Option<&str>, text: &str) -> (String, String) {
         let (status, session, body) = self.chat(session, text).await;
+        assert_eq!(status, StatusCode::OK, "body: {body}");
+        let reply = body["choices"][0]["message"]["content"]
+            .as_str()
+            .expect("reply text")
+            .to_owned();
+        (session.expect("session header"), reply)
+    }
+
+    /// Sends one message as the API user `user` (no session header: the
+    /// user's own conversation) and returns (session id, reply text),
+    /// asserting 200.
+    pub async fn say_as(&self, user: &str, text: &str) -> (String, String) {
+        let (status, session, body) = self.chat_as(Some(user), None, text).await;
         assert_eq!(status, StatusCode::OK, "body: {body}");
         let reply = body["choices"][0]["message"]["content"]
             .as_str()

@@ -7,6 +7,7 @@ mod budget;
 mod compaction;
 mod crash;
 mod helpers;
+mod identity;
 mod limits;
 mod outbox;
 mod platforms;

@@ -1,0 +1,79 @@
+//! Edits that chat commands make to a session: its title, and hiding the
+//! last exchange from the wire view (`/undo`, `/retry`). Hidden entries stay
+//! stored, marked `hidden = 1`; only [`Store::wire_history`] leaves them out.
+
+use super::{Store, StoreError, now_ms};
+
+/// The exchange [`Store::hide_last_exchange`] hid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HiddenExchange {
+    /// The user message that opened it.
+    pub user_text: String,
+    /// How many entries were hidden (the user message included).
+    pub entries: u64,
+}
+
+impl Store {
+    /// Sets a session's title.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn set_session_title(&self, id: &str, title: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE sessions SET title = $1, updated_at = $2 WHERE id = $3")
+            .bind(title)
+            .bind(now_ms())
+            .bind(id)
+            .execute(&mut *self.conn().await?)
+            .await?;
+        Ok(())
+    }
+
+    /// Hides the session's last visible user message and everything after
+    /// it (the assistant's answer, tool calls and results) from the wire
+    /// view. `None` when there is nothing to hide.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn hide_last_exchange(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<HiddenExchange>, StoreError> {
+        let mut conn = self.conn().await?;
+        let last = sqlx::query_as::<_, (i64, Option<String>)>(
+            "SELECT id, content FROM messages WHERE session_id = $1 AND scope = '' \
+             AND role = 'user' AND hidden = 0 ORDER BY id DESC LIMIT 1",
+        )
+        .bind(session_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        let Some((id, content)) = last else {
+            return Ok(None);
+        };
+        let hidden = sqlx::query(
+            "UPDATE messages SET hidden = 1 WHERE session_id = $1 AND scope = '' AND id >= $2 \
+             AND hidden = 0",
+        )
+        .bind(session_id)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+        Ok(Some(HiddenExchange {
+            user_text: content.unwrap_or_default(),
+            entries: hidden.rows_affected(),
+        }))
+    }
+
+    /// Turns a recorded command message into a queued task with `text` (how
+    /// `/retry` asks again).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn requeue_inbound(&self, inbound_id: i64, text: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE inbound SET text = $1, status = 'pending' WHERE id = $2")
+            .bind(text)
+            .bind(inbound_id)
+            .execute(&mut *self.conn().await?)
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,382 @@
+//! Principals (one person) and the platform identities that belong to them,
+//! one-time link codes that join an identity to another principal, and the
+//! failed redemptions that rate-limit guessing.
+//!
+//! Every identity (platform, account, user id) gets a principal of its own on
+//! first contact; `/link CODE` moves it to the code owner's principal and
+//! `/unlink` moves it to a fresh one. A principal owns its direct-chat
+//! sessions (`sessions.principal_id`).
+
+use std::fmt;
+
+use sqlx::{Connection, Row};
+
+use super::{Store, StoreError, UsageSummary, now_ms, to_u64};
+use crate::llm::Usage;
+
+/// A principal's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PrincipalId(i64);
+
+impl PrincipalId {
+    pub fn new(id: i64) -> Self {
+        Self(id)
+    }
+
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for PrincipalId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A platform identity and the principal it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub id: i64,
+    pub principal: PrincipalId,
+}
+
+/// What redeeming a link code did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Redemption {
+    /// The identity now belongs to the code owner's principal.
+    Linked { from: PrincipalId, to: PrincipalId },
+    /// The identity already belonged to the code owner's principal.
+    AlreadyLinked,
+    /// No such code, expired, or used before.
+    Invalid,
+}
+
+/// One line of a principal's session list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSummary {
+    pub id: String,
+    pub title: Option<String>,
+    /// The first user message, when there is one.
+    pub first_text: Option<String>,
+    /// The platform where the session started.
+    pub platform: String,
+    pub updated_at: i64,
+}
+
+impl Store {
+    /// The identity of a sender, created with a principal of its own on first
+    /// contact. Concurrent first messages agree on one identity.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn resolve_identity(
+        &self,
+        platform: &str,
+        account: &str,
+        user_id: &str,
+    ) -> Result<Identity, StoreError> {
+        if let Some(identity) = self.find_identity(platform, account, user_id).await? {
+            return Ok(identity);
+        }
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin().await?;
+        let now = now_ms();
+        let principal = sqlx::query_scalar::<_, i64>(
+            "INSERT INTO principals (created_at) VALUES ($1) RETURNING id",
+        )
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        let inserted = sqlx::query_scalar::<_, i64>(
+            "INSERT INTO identities (platform, account, user_id, principal_id, created_at) \
+             VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (platform, account, user_id) DO NOTHING RETURNING id",
+        )
+        .bind(platform)
+        .bind(account)
+        .bind(user_id)
+        .bind(principal)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(id) = inserted {
+            tx.commit().await?;
+            tracing::info!(principal_id = principal, platform, "new principal");
+            return Ok(Identity {
+                id,
+                principal: PrincipalId(principal),
+            });
+        }
+        // A concurrent first message created it.
+        tx.rollback().await?;
+        drop(conn);
+        self.find_identity(platform, account, user_id)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("identity vanished".to_owned()))
+    }
+
+    /// Stores a new link code for an identity's principal, replacing the
+    /// identity's unused earlier codes.
+    ///
+    /// # Errors
+    /// A database failure (including the rare clash with an existing code).
+    pub async fn create_link_code(
+        &self,
+        identity: &Identity,
+        code: &str,
+        expires_at: i64,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin().await?;
+        sqlx::query("DELETE FROM link_codes WHERE identity_id = $1 AND used_at IS NULL")
+            .bind(identity.id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO link_codes (code, principal_id, identity_id, expires_at) \
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(code)
+        .bind(identity.principal.0)
+        .bind(identity.id)
+        .bind(expires_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Failed redemptions by an identity since `since_ms`.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn link_failures_since(
+        &self,
+        identity: &Identity,
+        since_ms: i64,
+    ) -> Result<u64, StoreError> {
+        let count = sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM link_failures WHERE identity_id = $1 AND failed_at >= $2",
+        )
+        .bind(identity.id)
+        .bind(since_ms)
+        .fetch_one(&mut *self.conn().await?)
+        .await?;
+        Ok(to_u64(count))
+    }
+
+    /// Redeems a link code for `identity`: the code is used up (single use,
+    /// unexpired) and the identity joins the code owner's principal. A
+    /// principal left with no identity hands its sessions to the new one.
+    /// A failed redemption is recorded for rate limiting.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn redeem_link_code(
+        &self,
+        identity: &Identity,
+        code: &str,
+    ) -> Result<Redemption, StoreError> {
+        let now = now_ms();
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin().await?;
+        let target = sqlx::query_scalar::<_, i64>(
+            "UPDATE link_codes SET used_at = $1 \
+             WHERE code = $2 AND used_at IS NULL AND expires_at > $1 RETURNING principal_id",
+        )
+        .bind(now)
+        .bind(code)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(target) = target else {
+            sqlx::query("INSERT INTO link_failures (identity_id, failed_at) VALUES ($1, $2)")
+                .bind(identity.id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            return Ok(Redemption::Invalid);
+        };
+        let from: i64 =
+            sqlx::query_scalar::<_, i64>("SELECT principal_id FROM identities WHERE id = $1")
+                .bind(identity.id)
+                .fetch_one(&mut *tx)
+                .await?;
+        if from == target {
+            tx.commit().await?;
+            return Ok(Redemption::AlreadyLinked);
+        }
+        sqlx::query("UPDATE identities SET principal_id = $1 WHERE id = $2")
+            .bind(target)
+            .bind(identity.id)
+            .execute(&mut *tx)
+            .await?;
+        let left =
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM identities WHERE principal_id = $1")
+                .bind(from)
+                .fetch_one(&mut *tx)
+                .await?;
+        if left == 0 {
+            sqlx::query("UPDATE sessions SET principal_id = $1 WHERE principal_id = $2")
+                .bind(target)
+                .bind(from)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(Redemption::Linked {
+            from: PrincipalId(from),
+            to: PrincipalId(target),
+        })
+    }
+
+    /// Detaches an identity into a fresh principal. Returns the new
+    /// principal, or `None` when the identity is its principal's only one
+    /// (nothing to detach from). Sessions stay with the old principal.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn unlink_identity(
+        &self,
+        identity: &Identity,
+    ) -> Result<Option<PrincipalId>, StoreError> {
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin().await?;
+        let others = sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM identities WHERE principal_id = \
+             (SELECT principal_id FROM identities WHERE id = $1) AND id <> $1",
+        )
+        .bind(identity.id)
+        .fetch_one(&mut *tx)
+        .await?;
+        if others == 0 {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        let principal = sqlx::query_scalar::<_, i64>(
+            "INSERT INTO principals (created_at) VALUES ($1) RETURNING id",
+        )
+        .bind(now_ms())
+        .fetch_one(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE identities SET principal_id = $1 WHERE id = $2")
+            .bind(principal)
+            .bind(identity.id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(PrincipalId(principal)))
+    }
+
+    /// A principal's sessions, most recently active first.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn principal_sessions(
+        &self,
+        principal: PrincipalId,
+        limit: i64,
+    ) -> Result<Vec<SessionSummary>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT s.id, s.title, s.platform, s.updated_at, \
+             (SELECT m.content FROM messages m WHERE m.session_id = s.id AND m.scope = '' \
+              AND m.role = 'user' ORDER BY m.id LIMIT 1) AS first_text \
+             FROM sessions s WHERE s.principal_id = $1 \
+             ORDER BY s.updated_at DESC, s.created_at DESC LIMIT $2",
+        )
+        .bind(principal.0)
+        .bind(limit)
+        .fetch_all(&mut *self.conn().await?)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(SessionSummary {
+                    id: row.try_get("id")?,
+                    title: row.try_get("title")?,
+                    first_text: row.try_get("first_text")?,
+                    platform: row.try_get("platform")?,
+                    updated_at: row.try_get("updated_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// The ids of a principal's sessions starting with `prefix` (at most two:
+    /// enough to tell a unique match from an ambiguous one).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn principal_sessions_by_prefix(
+        &self,
+        principal: PrincipalId,
+        prefix: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        // The caller passes only hex digits and dashes, so no LIKE wildcard
+        // can be smuggled in.
+        let ids = sqlx::query_scalar::<_, String>(
+            "SELECT id FROM sessions WHERE principal_id = $1 AND id LIKE $2 ORDER BY id LIMIT 2",
+        )
+        .bind(principal.0)
+        .bind(format!("{prefix}%"))
+        .fetch_all(&mut *self.conn().await?)
+        .await?;
+        Ok(ids)
+    }
+
+    /// The model calls made for a principal's messages (on any platform, in
+    /// any chat) since `since_ms`, added up.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn principal_usage_since(
+        &self,
+        principal: PrincipalId,
+        since_ms: i64,
+    ) -> Result<UsageSummary, StoreError> {
+        let (calls, input, output, read, write) = sqlx::query_as::<_, (i64, i64, i64, i64, i64)>(
+            "SELECT COUNT(*), CAST(COALESCE(SUM(u.input_tokens), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(u.output_tokens), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(u.cache_read_tokens), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(u.cache_write_tokens), 0) AS BIGINT) \
+             FROM usage u JOIN inbound i ON i.id = u.task_id \
+             JOIN identities d ON d.platform = i.platform AND d.account = i.account \
+             AND d.user_id = i.sender_id \
+             WHERE d.principal_id = $1 AND u.created_at >= $2",
+        )
+        .bind(principal.0)
+        .bind(since_ms)
+        .fetch_one(&mut *self.conn().await?)
+        .await?;
+        Ok(UsageSummary {
+            calls: to_u64(calls),
+            usage: Usage {
+                input_tokens: to_u64(input),
+                output_tokens: to_u64(output),
+                cache_read_tokens: to_u64(read),
+                cache_write_tokens: to_u64(write),
+            },
+        })
+    }
+
+    async fn find_identity(
+        &self,
+        platform: &str,
+        account: &str,
+        user_id: &str,
+    ) -> Result<Option<Identity>, StoreError> {
+        let row = sqlx::query_as::<_, (i64, i64)>(
+            "SELECT id, principal_id FROM identities \
+             WHERE platform = $1 AND account = $2 AND user_id = $3",
+        )
+        .bind(platform)
+        .bind(account)
+        .bind(user_id)
+        .fetch_optional(&mut *self.conn().await?)
+        .await?;
+        Ok(row.map(|(id, principal)| Identity {
+            id,
+            principal: PrincipalId(principal),
+        }))
+    }
+}
