@@ -1,4 +1,4 @@
-//! The command line: `serve`, `chat`, `migrate`, `bench`.
+//! The command line: `serve`, `chat`, `migrate`, `pairing`, `bench`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,7 +16,7 @@ use crate::bench::{self, BenchOptions};
 use crate::config::Settings;
 use crate::gateway::Gateway;
 use crate::platforms::Platforms;
-use crate::store::{Store, StoreOptions};
+use crate::store::{PairingStatus, Store, StoreError, StoreOptions};
 use crate::{telemetry, terminal};
 
 /// A multi-platform chat gateway for an LLM agent.
@@ -45,8 +45,23 @@ pub enum Command {
     /// Print tokens and cost per session and day, cache reads and writes
     /// included.
     Usage,
+    /// Answer pairing requests from unknown senders (see `access.allowlist`).
+    Pairing {
+        #[command(subcommand)]
+        action: PairingAction,
+    },
     /// Measure the gateway's own overhead with an instant in-process model.
     Bench(BenchOptions),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PairingAction {
+    /// List the requests awaiting a decision.
+    List,
+    /// Let the sender with this code talk to the agent.
+    Approve { code: String },
+    /// Refuse the sender with this code; its messages are ignored after.
+    Deny { code: String },
 }
 
 /// Runs the parsed command.
@@ -82,6 +97,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             store.close().await;
             println!("{}", crate::usage::render(&rows, &settings.prices));
             Ok(())
+        }
+        Command::Pairing { action } => {
+            telemetry::init(&settings.log, Some("warn"));
+            pairing(&settings, action).await
         }
         Command::Bench(options) => {
             telemetry::init(&settings.log, Some("error"));
@@ -184,6 +203,54 @@ async fn chat(settings: Settings, session: Option<String>) -> anyhow::Result<()>
 }
 
 /// Cancels `token` on Ctrl-C or SIGTERM.
+async fn pairing(settings: &Settings, action: PairingAction) -> anyhow::Result<()> {
+    let store = Store::connect(&StoreOptions::new(&settings.database.url))
+        .await
+        .context("opening the database")?;
+    let result = match action {
+        PairingAction::List => {
+            let requests = store.pairing_requests(PairingStatus::Pending).await;
+            requests.map(|requests| {
+                if requests.is_empty() {
+                    println!("No pairing requests waiting.");
+                }
+                for request in requests {
+                    println!(
+                        "{}  {}:{}  {}",
+                        request.code,
+                        request.platform,
+                        request.user_id,
+                        request.display_name.unwrap_or_default()
+                    );
+                }
+                true
+            })
+        }
+        PairingAction::Approve { code } => decide(&store, &code, true).await,
+        PairingAction::Deny { code } => decide(&store, &code, false).await,
+    };
+    store.close().await;
+    match result.context("reading pairing requests")? {
+        true => Ok(()),
+        false => anyhow::bail!("no pairing request awaits a decision with that code"),
+    }
+}
+
+async fn decide(store: &Store, code: &str, approve: bool) -> Result<bool, StoreError> {
+    let decided = store
+        .decide_pairing(&code.trim().to_ascii_uppercase(), approve)
+        .await?;
+    if let Some(request) = &decided {
+        println!(
+            "{} {}:{}",
+            if approve { "Approved" } else { "Denied" },
+            request.platform,
+            request.user_id
+        );
+    }
+    Ok(decided.is_some())
+}
+
 async fn watch_signals(token: CancellationToken) {
     let ctrl_c = async {
         if let Err(err) = tokio::signal::ctrl_c().await {

@@ -34,6 +34,7 @@ pub struct Settings {
     pub agent: AgentSettings,
     pub agent_cache: AgentCacheSettings,
     pub sessions: SessionSettings,
+    pub access: AccessSettings,
     pub runner: RunnerSettings,
     pub limits: LimitSettings,
     pub context: ContextSettings,
@@ -285,6 +286,22 @@ pub struct SessionSettings {
     pub busy: BusyMode,
 }
 
+/// Who may talk to the agent on the chat platforms. The HTTP API (its own
+/// bearer keys) and the terminal (local) are not restricted.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AccessSettings {
+    /// `"platform:user_id"` or `"principal:ID"` entries; a principal is
+    /// allowed when it or one of its identities is listed. Empty: everyone.
+    /// Otherwise an unknown sender in a direct chat gets a pairing code and
+    /// no answer until `switchboard pairing approve CODE`; in groups it is
+    /// ignored.
+    pub allowlist: Vec<String>,
+    /// Principals (same entry forms) always allowed, who may also approve or
+    /// deny pairing codes in a direct chat (`/approve CODE`, `/deny CODE`).
+    pub admins: Vec<String>,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitSettings {
@@ -425,6 +442,8 @@ impl Settings {
                     .try_parsing(true)
                     .list_separator(",")
                     .with_list_parse_key("agent.tools")
+                    .with_list_parse_key("access.allowlist")
+                    .with_list_parse_key("access.admins")
                     .with_list_parse_key("llm.extra_models")
                     .with_list_parse_key("tools.http_get.allow_hosts")
                     .with_list_parse_key("tools.http_get.deny_hosts"),
@@ -473,6 +492,17 @@ impl Settings {
                 "must be at least 72",
             ));
         }
+        for (key, entries) in [
+            ("access.allowlist", &self.access.allowlist),
+            ("access.admins", &self.access.admins),
+        ] {
+            if let Some(bad) = entries.iter().find(|entry| !valid_access_entry(entry)) {
+                return Err(invalid(
+                    key,
+                    &format!("`{bad}` is neither `platform:user_id` nor `principal:ID`"),
+                ));
+            }
+        }
         if self.runner.max_concurrent_turns == 0 {
             return Err(invalid("runner.max_concurrent_turns", "must be at least 1"));
         }
@@ -487,6 +517,14 @@ impl Settings {
                 key: "server.bind",
                 reason: err.to_string(),
             })
+    }
+}
+
+fn valid_access_entry(entry: &str) -> bool {
+    match entry.split_once(':') {
+        Some(("principal", id)) => id.parse::<i64>().is_ok(),
+        Some((platform, user)) => !platform.is_empty() && !user.is_empty(),
+        None => false,
     }
 }
 
@@ -531,5 +569,10 @@ mod tests {
         settings.database.url = "mysql://x".to_owned();
         let err = settings.validate().expect_err("invalid");
         assert!(err.to_string().contains("database.url"));
+
+        let mut settings = Settings::default();
+        settings.access.allowlist = vec!["telegram:42".to_owned(), "principal:x".to_owned()];
+        let err = settings.validate().expect_err("invalid");
+        assert!(err.to_string().contains("access.allowlist"));
     }
 }

@@ -98,10 +98,7 @@ impl Gateway {
             store.clone(),
             runner,
             registry,
-            settings.agent.clone(),
-            settings.llm.model.clone(),
-            settings.llm.extra_models.clone(),
-            settings.sessions.clone(),
+            &settings,
         ));
         Ok(Self {
             settings,

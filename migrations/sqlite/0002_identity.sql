@@ -1,10 +1,13 @@
 -- Identity (issue 7): principals, the platform identities that belong to them,
--- one-time link codes, failed link attempts (rate limiting), the principal
+-- one-time link codes, failed link attempts (rate limiting), pairing requests
+-- from unknown senders (access control), the principal
 -- owning each direct-chat session, and hidden (undone) transcript entries.
 
 CREATE TABLE principals (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,
-    created_at INTEGER NOT NULL
+    created_at INTEGER NOT NULL,
+    -- 1 once a pairing request of one of its identities was approved.
+    approved   INTEGER NOT NULL DEFAULT 0
 );
 
 CREATE TABLE identities (
@@ -32,6 +35,20 @@ CREATE TABLE link_failures (
     failed_at   INTEGER NOT NULL
 );
 CREATE INDEX link_failures_identity ON link_failures (identity_id, failed_at);
+
+-- Unknown direct-chat senders while access.allowlist is set: one request per
+-- identity, decided by `switchboard pairing approve|deny CODE`.
+CREATE TABLE pairing_requests (
+    code         TEXT PRIMARY KEY,
+    identity_id  INTEGER NOT NULL UNIQUE REFERENCES identities(id),
+    platform     TEXT NOT NULL,
+    account      TEXT NOT NULL,
+    user_id      TEXT NOT NULL,
+    display_name TEXT,
+    status       TEXT NOT NULL,
+    created_at   INTEGER NOT NULL,
+    decided_at   INTEGER
+);
 
 -- NULL for group and sub-agent sessions (and for sessions from before this
 -- migration): they belong to no one principal.

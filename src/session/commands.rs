@@ -32,6 +32,10 @@ pub enum Command {
     Retry,
     /// Drop the last exchange from what the model sees.
     Undo,
+    /// An admin approves a pairing code.
+    Approve(Option<String>),
+    /// An admin denies a pairing code.
+    Deny(Option<String>),
     /// Anything else that looks like a command.
     Unknown(String),
 }
@@ -88,6 +92,8 @@ impl Command {
             "usage" => Self::Usage,
             "retry" => Self::Retry,
             "undo" => Self::Undo,
+            "approve" => Self::Approve(argument),
+            "deny" => Self::Deny(argument),
             other => Self::Unknown(other.to_owned()),
         })
     }

@@ -23,13 +23,15 @@ use tokio::sync::oneshot;
 use super::commands::{Command, HELP};
 use super::key::{Origin, RouteKey};
 use super::link::{CODE_TTL, FAILURE_WINDOW, LinkCode, MAX_FAILURES};
-use super::runner::{Runner, TurnReply};
+use super::runner::{LOCAL_PLATFORMS, Runner, TurnReply};
 use super::turn::StopCause;
 use crate::agent::prompt::build_system_prompt;
-use crate::config::{AgentSettings, BusyMode, DmSessions, GroupSessions, SessionSettings};
+use crate::config::{
+    AccessSettings, AgentSettings, BusyMode, DmSessions, GroupSessions, SessionSettings, Settings,
+};
 use crate::store::{
-    Identity, InboundStatus, NewInbound, NewSession, PrincipalId, Redemption, SessionSummary,
-    Store, StoreError, TurnEnd, now_ms,
+    Applicant, Identity, InboundStatus, NewInbound, NewSession, PairingStatus, PrincipalId,
+    Redemption, SessionSummary, Store, StoreError, TurnEnd, now_ms,
 };
 use crate::tools::ToolRegistry;
 
@@ -89,6 +91,7 @@ pub struct SessionService {
     /// Models `/model` may switch to: `llm.model` and `llm.extra_models`.
     models: Vec<String>,
     sessions: SessionSettings,
+    access: AccessSettings,
 }
 
 /// Who sent a command, from where, and the session the chat is on.
@@ -101,6 +104,15 @@ struct CommandContext<'a> {
     own_chat: bool,
 }
 
+/// What access control does with a message from an unknown sender.
+enum Gate {
+    Allowed,
+    /// Answered with this (the pairing code), no turn.
+    Reply(String),
+    /// Dropped (a denied sender).
+    Ignored,
+}
+
 /// The answer to identity commands sent in a group chat.
 const DIRECT_ONLY: &str = "Please send this command in a direct chat with me.";
 /// Sessions `/sessions` lists.
@@ -109,25 +121,33 @@ const SESSIONS_LISTED: i64 = 10;
 const TITLE_MAX_CHARS: usize = 200;
 
 impl SessionService {
+    /// Builds the service from the settings it reads: `agent`, `llm.model`
+    /// and `llm.extra_models`, `sessions`, `access`.
     pub fn new(
         store: Store,
         runner: Runner,
         registry: Arc<ToolRegistry>,
-        agent: AgentSettings,
-        model: String,
-        extra_models: Vec<String>,
-        sessions: SessionSettings,
+        settings: &Settings,
     ) -> Self {
+        let model = settings.llm.model.clone();
         let mut models = vec![model.clone()];
-        models.extend(extra_models.into_iter().filter(|m| *m != model));
+        models.extend(
+            settings
+                .llm
+                .extra_models
+                .iter()
+                .filter(|m| **m != model)
+                .cloned(),
+        );
         Self {
             store,
             runner,
             registry,
-            agent,
+            agent: settings.agent.clone(),
             model,
             models,
-            sessions,
+            sessions: settings.sessions.clone(),
+            access: settings.access.clone(),
         }
     }
 
@@ -168,6 +188,24 @@ impl SessionService {
             )
             .await?;
         let direct = message.chat_kind == ChatKind::Direct;
+        // `/compact` needs a model call, so it waits its turn in the queue.
+        let command = Command::parse(&message.text, None).filter(|c| *c != Command::Compact);
+        // An unknown sender gets a pairing code instead of a turn; `/link
+        // CODE` (a code from an allowed account) still gets through.
+        let mut pairing_reply = None;
+        if !self.is_allowed(&message, &identity).await? {
+            if !direct {
+                tracing::debug!(principal_id = %identity.principal, "unknown sender in a group ignored");
+                return Ok(ignored);
+            }
+            if !matches!(command, Some(Command::Link(Some(_)))) {
+                match self.pairing(&message, &identity).await? {
+                    Gate::Allowed => {}
+                    Gate::Reply(reply) => pairing_reply = Some(reply),
+                    Gate::Ignored => return Ok(ignored),
+                }
+            }
+        }
         let origin = self.origin_of(&message);
         let route = self.route_of(direct, &origin, identity.principal, options.own_chat);
         if let Some(session) = &options.session {
@@ -189,9 +227,7 @@ impl SessionService {
         }
         let owner = direct.then_some(identity.principal);
         let session_id = self.session_for(&route, &origin, owner).await?;
-        // `/compact` needs a model call, so it waits its turn in the queue.
-        let command = Command::parse(&message.text, None).filter(|c| *c != Command::Compact);
-        let status = if command.is_some() {
+        let status = if command.is_some() || pairing_reply.is_some() {
             InboundStatus::Command
         } else {
             InboundStatus::Pending
@@ -217,6 +253,10 @@ impl SessionService {
             own_chat: options.own_chat,
         };
         let admission = match command {
+            _ if pairing_reply.is_some() => {
+                let text = pairing_reply.unwrap_or_default();
+                self.answer_command(inbound_id, session_id, text).await?
+            }
             Some(Command::Retry) => match self.retry(&session_id, inbound_id).await? {
                 Some(admission) => admission,
                 None => {
@@ -257,6 +297,84 @@ impl SessionService {
         self.store.create_session(&session).await?;
         self.store.bind_route(route.as_str(), &session.id).await?;
         Ok(session.id)
+    }
+
+    /// Whether the sender may talk to the agent: no allowlist, a local
+    /// platform, the principal or one of its identities listed (as user or
+    /// admin), or the principal approved through pairing.
+    async fn is_allowed(
+        &self,
+        message: &InboundMessage,
+        identity: &Identity,
+    ) -> Result<bool, StoreError> {
+        if self.access.allowlist.is_empty() || LOCAL_PLATFORMS.contains(&message.platform.as_str())
+        {
+            return Ok(true);
+        }
+        if self
+            .listed(&self.access.allowlist, identity.principal)
+            .await?
+            || self.listed(&self.access.admins, identity.principal).await?
+        {
+            return Ok(true);
+        }
+        self.store.principal_approved(identity.principal).await
+    }
+
+    /// Whether `entries` name the principal or one of its identities.
+    async fn listed(&self, entries: &[String], principal: PrincipalId) -> Result<bool, StoreError> {
+        if entries.is_empty() {
+            return Ok(false);
+        }
+        let by_id = format!("principal:{principal}");
+        if entries.contains(&by_id) {
+            return Ok(true);
+        }
+        let identities = self.store.principal_identities(principal).await?;
+        Ok(identities.iter().any(|(platform, user)| {
+            entries
+                .iter()
+                .any(|entry| entry.split_once(':') == Some((platform.as_str(), user.as_str())))
+        }))
+    }
+
+    /// What to do with an unknown direct-chat sender: its pairing request
+    /// is created on first contact and answered with its code.
+    async fn pairing(
+        &self,
+        message: &InboundMessage,
+        identity: &Identity,
+    ) -> Result<Gate, StoreError> {
+        let code = LinkCode::generate();
+        let applicant = Applicant {
+            identity,
+            platform: message.platform.as_str(),
+            account: message.account.as_str(),
+            user_id: message.sender.id.as_str(),
+            display_name: message.sender.display_name.as_deref(),
+        };
+        let request = self
+            .store
+            .pairing_request(&applicant, code.as_str())
+            .await?;
+        Ok(match request.status {
+            PairingStatus::Denied => {
+                tracing::info!(principal_id = %identity.principal, "denied sender ignored");
+                Gate::Ignored
+            }
+            // Approved earlier, then unlinked into a principal of its own:
+            // the identity itself was approved.
+            PairingStatus::Approved => Gate::Allowed,
+            PairingStatus::Pending => {
+                tracing::info!(principal_id = %identity.principal, "pairing requested");
+                Gate::Reply(format!(
+                    "Hello! I can only talk with people the owner approved. Your pairing code \
+                     is {}: ask the owner to approve it. If you already talk with me on another \
+                     account, send /link CODE here with a code from /link there.",
+                    request.code
+                ))
+            }
+        })
     }
 
     fn origin_of(&self, message: &InboundMessage) -> Origin {
@@ -540,9 +658,39 @@ impl SessionService {
                     }
                 }
             }
+            Command::Approve(_) | Command::Deny(_)
+                if !context.direct
+                    || !self
+                        .listed(&self.access.admins, context.identity.principal)
+                        .await? =>
+            {
+                same("Only an admin can answer pairing requests, in a direct chat.".to_owned())
+            }
+            Command::Approve(None) | Command::Deny(None) => {
+                same("Usage: /approve CODE or /deny CODE.".to_owned())
+            }
+            Command::Approve(Some(code)) => same(self.decide(&code, true).await?),
+            Command::Deny(Some(code)) => same(self.decide(&code, false).await?),
             // Handled in `submit`: it becomes a queued task.
             Command::Retry => same("Nothing to retry yet.".to_owned()),
             Command::Unknown(name) => same(format!("Unknown command /{name}.\n\n{HELP}")),
+        })
+    }
+
+    /// `/approve CODE`, `/deny CODE`.
+    async fn decide(&self, code: &str, approve: bool) -> Result<String, StoreError> {
+        let code = code.trim().to_ascii_uppercase();
+        Ok(match self.store.decide_pairing(&code, approve).await? {
+            Some(request) => {
+                tracing::info!(approve, platform = %request.platform, "pairing decided");
+                format!(
+                    "{} {}:{}.",
+                    if approve { "Approved" } else { "Denied" },
+                    request.platform,
+                    request.user_id
+                )
+            }
+            None => "No pairing request awaits a decision with that code.".to_owned(),
         })
     }
 

@@ -39,12 +39,12 @@ impl PlatformSender for Recorder {
 }
 
 /// The fake platform "fake" wired into a running gateway.
-struct Fake {
+pub struct Fake {
     sender: Arc<Recorder>,
 }
 
 impl Fake {
-    fn register(app: &TestApp) -> Self {
+    pub fn register(app: &TestApp) -> Self {
         let sender = Arc::new(Recorder::default());
         app.gateway
             .service
@@ -53,7 +53,7 @@ impl Fake {
         Self { sender }
     }
 
-    fn sent(&self) -> Vec<OutboundMessage> {
+    pub fn sent(&self) -> Vec<OutboundMessage> {
         self.sent_lock().clone()
     }
 
@@ -62,13 +62,13 @@ impl Fake {
     }
 
     /// `user` writes `text` in a direct chat; returns the reply sent back.
-    async fn dm(&self, app: &TestApp, user: &str, text: &str) -> String {
+    pub async fn dm(&self, app: &TestApp, user: &str, text: &str) -> String {
         self.say(app, user, &format!("dm-{user}"), ChatKind::Direct, text)
             .await
     }
 
     /// `user` writes `text` in `chat`; returns the reply sent back there.
-    async fn say(
+    pub async fn say(
         &self,
         app: &TestApp,
         user: &str,
@@ -101,7 +101,7 @@ impl Fake {
     }
 }
 
-fn message(user: &str, chat: &str, kind: ChatKind, text: &str) -> InboundMessage {
+pub fn message(user: &str, chat: &str, kind: ChatKind, text: &str) -> InboundMessage {
     InboundMessage {
         platform: PlatformName::parse("fake").expect("id"),
         account: AccountId::parse("bot-1").expect("id"),
@@ -123,9 +123,10 @@ fn message(user: &str, chat: &str, kind: ChatKind, text: &str) -> InboundMessage
 }
 
 /// The code in a `/link` reply.
-fn code_in(reply: &str) -> String {
+pub fn code_in(reply: &str) -> String {
     reply
         .split_whitespace()
+        .map(|word| word.trim_matches(|c: char| !c.is_ascii_alphanumeric()))
         .find(|word| {
             word.len() == 8
                 && word
@@ -152,7 +153,7 @@ fn last_request(llm: &FakeLlm) -> Vec<(String, String)> {
         .collect()
 }
 
-fn user_texts(llm: &FakeLlm) -> Vec<String> {
+pub fn user_texts(llm: &FakeLlm) -> Vec<String> {
     last_request(llm)
         .into_iter()
         .filter(|(role, _)| role == "user")

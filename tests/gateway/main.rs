@@ -1,6 +1,7 @@
 //! Integration tests: the real gateway over HTTP against a fake model server
 //! on 127.0.0.1, on SQLite (or PostgreSQL with `TEST_DATABASE_URL`).
 
+mod access;
 mod agent_loop;
 mod api;
 mod budget;

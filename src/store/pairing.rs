@@ -1,0 +1,202 @@
+//! Access control's records: which identities a principal has (to match
+//! `access.allowlist` entries), whether a principal was approved, and the
+//! pairing requests of unknown direct-chat senders awaiting an operator's
+//! decision.
+
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::{Identity, PrincipalId, Store, StoreError, now_ms};
+
+/// Where a pairing request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairingStatus {
+    Pending,
+    Approved,
+    Denied,
+}
+
+impl PairingStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Approved => "approved",
+            Self::Denied => "denied",
+        }
+    }
+
+    fn parse(value: &str) -> Result<Self, StoreError> {
+        Ok(match value {
+            "pending" => Self::Pending,
+            "approved" => Self::Approved,
+            "denied" => Self::Denied,
+            other => return Err(StoreError::Corrupt(format!("pairing status {other}"))),
+        })
+    }
+}
+
+/// An unknown sender asking to talk to the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairingRequest {
+    pub code: String,
+    pub platform: String,
+    pub account: String,
+    pub user_id: String,
+    pub display_name: Option<String>,
+    pub status: PairingStatus,
+    pub created_at: i64,
+}
+
+/// Who an identity is, for a pairing request.
+#[derive(Debug, Clone, Copy)]
+pub struct Applicant<'a> {
+    pub identity: &'a Identity,
+    pub platform: &'a str,
+    pub account: &'a str,
+    pub user_id: &'a str,
+    pub display_name: Option<&'a str>,
+}
+
+const PAIRING_COLUMNS: &str = "code, platform, account, user_id, display_name, status, created_at";
+
+impl Store {
+    /// The (platform, user id) of each identity of a principal.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn principal_identities(
+        &self,
+        principal: PrincipalId,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(sqlx::query_as::<_, (String, String)>(
+            "SELECT platform, user_id FROM identities WHERE principal_id = $1",
+        )
+        .bind(principal.get())
+        .fetch_all(&mut *self.conn().await?)
+        .await?)
+    }
+
+    /// Whether a principal was approved through pairing.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn principal_approved(&self, principal: PrincipalId) -> Result<bool, StoreError> {
+        let approved =
+            sqlx::query_scalar::<_, i64>("SELECT approved FROM principals WHERE id = $1")
+                .bind(principal.get())
+                .fetch_optional(&mut *self.conn().await?)
+                .await?;
+        Ok(approved.unwrap_or(0) != 0)
+    }
+
+    /// The identity's pairing request, created with `code` when it has none.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn pairing_request(
+        &self,
+        applicant: &Applicant<'_>,
+        code: &str,
+    ) -> Result<PairingRequest, StoreError> {
+        let mut conn = self.conn().await?;
+        sqlx::query(
+            "INSERT INTO pairing_requests (code, identity_id, platform, account, user_id, \
+             display_name, status, created_at) VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7) \
+             ON CONFLICT (identity_id) DO NOTHING",
+        )
+        .bind(code)
+        .bind(applicant.identity.id)
+        .bind(applicant.platform)
+        .bind(applicant.account)
+        .bind(applicant.user_id)
+        .bind(applicant.display_name)
+        .bind(now_ms())
+        .execute(&mut *conn)
+        .await?;
+        let row = sqlx::query(&format!(
+            "SELECT {PAIRING_COLUMNS} FROM pairing_requests WHERE identity_id = $1"
+        ))
+        .bind(applicant.identity.id)
+        .fetch_one(&mut *conn)
+        .await?;
+        pairing_from_row(&row)
+    }
+
+    /// Pairing requests with this status, oldest first.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn pairing_requests(
+        &self,
+        status: PairingStatus,
+    ) -> Result<Vec<PairingRequest>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {PAIRING_COLUMNS} FROM pairing_requests WHERE status = $1 \
+             ORDER BY created_at, code"
+        ))
+        .bind(status.as_str())
+        .fetch_all(&mut *self.conn().await?)
+        .await?;
+        rows.iter().map(pairing_from_row).collect()
+    }
+
+    /// Approves or denies the undecided (or, to approve, denied) request
+    /// with this code; approving approves the principal the identity
+    /// belongs to now. `None` when no such request awaits a decision.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn decide_pairing(
+        &self,
+        code: &str,
+        approve: bool,
+    ) -> Result<Option<PairingRequest>, StoreError> {
+        use sqlx::Connection;
+        let (status, allowed_from) = if approve {
+            (PairingStatus::Approved, "('pending', 'denied')")
+        } else {
+            (PairingStatus::Denied, "('pending')")
+        };
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin().await?;
+        let row = sqlx::query(&format!(
+            "UPDATE pairing_requests SET status = $1, decided_at = $2 \
+             WHERE code = $3 AND status IN {allowed_from} RETURNING identity_id, {PAIRING_COLUMNS}"
+        ))
+        .bind(status.as_str())
+        .bind(now_ms())
+        .bind(code)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        if approve {
+            let identity: i64 = row.try_get("identity_id")?;
+            sqlx::query(
+                "UPDATE principals SET approved = 1 \
+                 WHERE id = (SELECT principal_id FROM identities WHERE id = $1)",
+            )
+            .bind(identity)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let request = pairing_from_row(&row)?;
+        tx.commit().await?;
+        Ok(Some(request))
+    }
+}
+
+fn pairing_from_row(row: &AnyRow) -> Result<PairingRequest, StoreError> {
+    let status: String = row.try_get("status")?;
+    Ok(PairingRequest {
+        code: row.try_get("code")?,
+        platform: row.try_get("platform")?,
+        account: row.try_get("account")?,
+        user_id: row.try_get("user_id")?,
+        display_name: row.try_get("display_name")?,
+        status: PairingStatus::parse(&status)?,
+        created_at: row.try_get("created_at")?,
+    })
+}

@@ -1,0 +1,122 @@
+//! Access control: with `access.allowlist` set, unknown senders in direct
+//! chats get a pairing code and no turn until `switchboard pairing approve`
+//! (or an admin's `/approve`); unknown senders in groups are ignored.
+
+use switchboard_contract::{ChatKind, InboundSink, Submitted};
+use tokio::process::Command;
+
+use crate::helpers::{FakeLlm, TestApp};
+use crate::identity::{Fake, code_in, message, user_texts};
+
+async fn spawn(llm: &FakeLlm) -> TestApp {
+    TestApp::spawn_with(llm, |s| {
+        s.access.allowlist = vec!["fake:alice".to_owned()];
+        s.access.admins = vec!["fake:root".to_owned()];
+    })
+    .await
+}
+
+/// Runs `switchboard pairing ARGS` against the app's database.
+async fn pairing_cli(app: &TestApp, args: &[&str]) -> (bool, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .arg("pairing")
+        .args(args)
+        .env(
+            "SWITCHBOARD__DATABASE__URL",
+            &app.gateway.settings.database.url,
+        )
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("binary runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn an_unknown_sender_gets_a_pairing_code_and_no_turn_until_approved() {
+    let llm = FakeLlm::echo().await;
+    let app = spawn(&llm).await;
+    let fake = Fake::register(&app);
+
+    let alice = fake.dm(&app, "alice", "hi").await;
+    let first = fake.dm(&app, "bob", "hello").await;
+    let again = fake.dm(&app, "bob", "/help").await;
+    let sink: &dyn InboundSink = app.gateway.service.as_ref();
+    let in_group = sink
+        .submit(message("bob", "group-1", ChatKind::Group, "hey bot"))
+        .await
+        .expect("ok");
+    let code = code_in(&first);
+    let (_, listed) = pairing_cli(&app, &["list"]).await;
+    let (approved, said) = pairing_cli(&app, &["approve", &code.to_lowercase()]).await;
+    let (twice, _) = pairing_cli(&app, &["approve", &code]).await;
+    let after = fake.dm(&app, "bob", "hello again").await;
+
+    assert_eq!(alice, "echo: hi");
+    assert!(first.contains("pairing code"), "{first}");
+    assert_eq!(code_in(&again), code, "one request per sender");
+    assert_eq!(in_group, Submitted::Ignored);
+    assert!(
+        listed.contains(&code) && listed.contains("fake:bob"),
+        "{listed}"
+    );
+    assert!(approved, "{said}");
+    assert!(!twice, "a decided request cannot be approved again");
+    assert_eq!(after, "echo: hello again");
+    assert_eq!(
+        llm.requests().len(),
+        2,
+        "bob's first messages started no turn"
+    );
+    let (_, api) = app.say_as("someone", "the API has its own keys").await;
+    assert_eq!(api, "echo: the API has its own keys");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn admins_approve_and_deny_in_chat_and_denied_senders_are_ignored() {
+    let llm = FakeLlm::echo().await;
+    let app = spawn(&llm).await;
+    let fake = Fake::register(&app);
+    let carol = code_in(&fake.dm(&app, "carol", "hi").await);
+    let dave = code_in(&fake.dm(&app, "dave", "hi").await);
+
+    let not_admin = fake.dm(&app, "alice", &format!("/approve {carol}")).await;
+    let denied = fake.dm(&app, "root", &format!("/deny {dave}")).await;
+    let approved = fake.dm(&app, "root", &format!("/approve {carol}")).await;
+    let sink: &dyn InboundSink = app.gateway.service.as_ref();
+    let from_dave = sink
+        .submit(message("dave", "dm-dave", ChatKind::Direct, "please"))
+        .await
+        .expect("ok");
+    let from_carol = fake.dm(&app, "carol", "thanks").await;
+
+    assert!(not_admin.contains("Only an admin"), "{not_admin}");
+    assert_eq!(denied, "Denied fake:dave.");
+    assert_eq!(approved, "Approved fake:carol.");
+    assert_eq!(from_dave, Submitted::Ignored);
+    assert_eq!(from_carol, "echo: thanks");
+    let (_, listed) = pairing_cli(&app, &["list"]).await;
+    assert!(listed.contains("No pairing requests"), "{listed}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_allowed_person_links_a_new_account_without_pairing() {
+    let llm = FakeLlm::echo().await;
+    let app = spawn(&llm).await;
+    let fake = Fake::register(&app);
+    fake.dm(&app, "alice", "remember the milk").await;
+    let code = code_in(&fake.dm(&app, "alice", "/link").await);
+
+    let linked = fake.dm(&app, "alice-phone", &format!("/link {code}")).await;
+    let reply = fake.dm(&app, "alice-phone", "what to remember?").await;
+
+    assert!(linked.starts_with("Linked"), "{linked}");
+    assert_eq!(reply, "echo: what to remember?");
+    assert_eq!(user_texts(&llm), ["remember the milk", "what to remember?"]);
+    app.stop().await;
+}
