@@ -252,23 +252,20 @@ impl SessionService {
             direct,
             own_chat: options.own_chat,
         };
-        let admission = match command {
-            _ if pairing_reply.is_some() => {
-                let text = pairing_reply.unwrap_or_default();
-                self.answer_command(inbound_id, session_id, text).await?
-            }
-            Some(Command::Retry) => match self.retry(&session_id, inbound_id).await? {
+        let admission = match (pairing_reply, command) {
+            (Some(text), _) => self.answer_command(inbound_id, session_id, text).await?,
+            (None, Some(Command::Retry)) => match self.retry(&session_id, inbound_id).await? {
                 Some(admission) => admission,
                 None => {
                     let text = "Nothing to retry yet.".to_owned();
                     self.answer_command(inbound_id, session_id, text).await?
                 }
             },
-            Some(command) => {
+            (None, Some(command)) => {
                 let (session_id, text) = self.run_command(command, &context).await?;
                 self.answer_command(inbound_id, session_id, text).await?
             }
-            None => {
+            (None, None) => {
                 if self.sessions.busy == BusyMode::Interrupt {
                     self.runner.stop(&session_id, StopCause::Interrupted);
                 }
