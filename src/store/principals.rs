@@ -11,8 +11,8 @@ use std::fmt;
 
 use sqlx::{Connection, Row};
 
+use super::usage::UsageSums;
 use super::{Store, StoreError, UsageSummary, now_ms, to_u64};
-use crate::llm::Usage;
 
 /// A principal's id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -334,7 +334,7 @@ impl Store {
         principal: PrincipalId,
         since_ms: i64,
     ) -> Result<UsageSummary, StoreError> {
-        let (calls, input, output, read, write) = sqlx::query_as::<_, (i64, i64, i64, i64, i64)>(
+        let sums = sqlx::query_as::<_, UsageSums>(
             "SELECT COUNT(*), CAST(COALESCE(SUM(u.input_tokens), 0) AS BIGINT), \
              CAST(COALESCE(SUM(u.output_tokens), 0) AS BIGINT), \
              CAST(COALESCE(SUM(u.cache_read_tokens), 0) AS BIGINT), \
@@ -348,15 +348,7 @@ impl Store {
         .bind(since_ms)
         .fetch_one(&mut *self.conn().await?)
         .await?;
-        Ok(UsageSummary {
-            calls: to_u64(calls),
-            usage: Usage {
-                input_tokens: to_u64(input),
-                output_tokens: to_u64(output),
-                cache_read_tokens: to_u64(read),
-                cache_write_tokens: to_u64(write),
-            },
-        })
+        Ok(UsageSummary::from_sums(sums))
     }
 
     async fn find_identity(

@@ -23,6 +23,23 @@ pub struct UsageSummary {
     pub usage: Usage,
 }
 
+/// `COUNT(*)` and the four token `SUM`s, as a query returns them.
+pub(crate) type UsageSums = (i64, i64, i64, i64, i64);
+
+impl UsageSummary {
+    pub(crate) fn from_sums((calls, input, output, read, write): UsageSums) -> Self {
+        Self {
+            calls: to_u64(calls),
+            usage: Usage {
+                input_tokens: to_u64(input),
+                output_tokens: to_u64(output),
+                cache_read_tokens: to_u64(read),
+                cache_write_tokens: to_u64(write),
+            },
+        }
+    }
+}
+
 impl Store {
     /// Records a model call's usage. The session's totals are brought up to
     /// date when the turn ends (`finish_turn`), in the same transaction.
@@ -58,7 +75,7 @@ impl Store {
     /// # Errors
     /// A database failure.
     pub async fn task_usage(&self, task_id: i64) -> Result<UsageSummary, StoreError> {
-        let (calls, input, output, read, write) = sqlx::query_as::<_, (i64, i64, i64, i64, i64)>(
+        let sums = sqlx::query_as::<_, UsageSums>(
             "SELECT COUNT(*), CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), \
              CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), \
              CAST(COALESCE(SUM(cache_read_tokens), 0) AS BIGINT), \
@@ -67,15 +84,7 @@ impl Store {
         .bind(task_id)
         .fetch_one(&mut *self.conn().await?)
         .await?;
-        Ok(UsageSummary {
-            calls: to_u64(calls),
-            usage: Usage {
-                input_tokens: to_u64(input),
-                output_tokens: to_u64(output),
-                cache_read_tokens: to_u64(read),
-                cache_write_tokens: to_u64(write),
-            },
-        })
+        Ok(UsageSummary::from_sums(sums))
     }
 }
 
@@ -111,15 +120,7 @@ impl Store {
                     session_id,
                     day,
                     model,
-                    summary: UsageSummary {
-                        calls: to_u64(calls),
-                        usage: Usage {
-                            input_tokens: to_u64(input),
-                            output_tokens: to_u64(output),
-                            cache_read_tokens: to_u64(read),
-                            cache_write_tokens: to_u64(write),
-                        },
-                    },
+                    summary: UsageSummary::from_sums((calls, input, output, read, write)),
                 },
             )
             .collect())
