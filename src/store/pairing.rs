@@ -57,6 +57,9 @@ pub struct Applicant<'a> {
     pub display_name: Option<&'a str>,
 }
 
+/// How long a pairing request waits for a decision before it expires.
+pub const PAIRING_TTL_MS: i64 = 3_600_000;
+
 const PAIRING_COLUMNS: &str = "code, platform, account, user_id, display_name, status, created_at";
 
 impl Store {
@@ -113,6 +116,18 @@ impl Store {
         .bind(now_ms())
         .execute(&mut *conn)
         .await?;
+        // An expired request is renewed with the new code: one live code per
+        // sender per hour, however often they write.
+        sqlx::query(
+            "UPDATE pairing_requests SET code = $1, created_at = $2 \
+             WHERE identity_id = $3 AND status = 'pending' AND created_at < $4",
+        )
+        .bind(code)
+        .bind(now_ms())
+        .bind(applicant.identity.id)
+        .bind(now_ms() - PAIRING_TTL_MS)
+        .execute(&mut *conn)
+        .await?;
         let row = sqlx::query(&format!(
             "SELECT {PAIRING_COLUMNS} FROM pairing_requests WHERE identity_id = $1"
         ))
@@ -132,9 +147,10 @@ impl Store {
     ) -> Result<Vec<PairingRequest>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {PAIRING_COLUMNS} FROM pairing_requests WHERE status = $1 \
-             ORDER BY created_at, code"
+             AND (status <> 'pending' OR created_at >= $2) ORDER BY created_at, code"
         ))
         .bind(status.as_str())
+        .bind(now_ms() - PAIRING_TTL_MS)
         .fetch_all(&mut *self.conn().await?)
         .await?;
         rows.iter().map(pairing_from_row).collect()
@@ -161,11 +177,14 @@ impl Store {
         let mut tx = conn.begin().await?;
         let row = sqlx::query(&format!(
             "UPDATE pairing_requests SET status = $1, decided_at = $2 \
-             WHERE code = $3 AND status IN {allowed_from} RETURNING identity_id, {PAIRING_COLUMNS}"
+             WHERE code = $3 AND status IN {allowed_from} \
+             AND (status <> 'pending' OR created_at >= $4) \
+             RETURNING identity_id, {PAIRING_COLUMNS}"
         ))
         .bind(status.as_str())
         .bind(now_ms())
         .bind(code)
+        .bind(now_ms() - PAIRING_TTL_MS)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {

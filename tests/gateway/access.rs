@@ -120,3 +120,32 @@ async fn an_allowed_person_links_a_new_account_without_pairing() {
     assert_eq!(user_texts(&llm), ["remember the milk", "what to remember?"]);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn pairing_requests_expire_after_an_hour_and_renew_with_a_new_code() {
+    let llm = FakeLlm::echo().await;
+    let app = spawn(&llm).await;
+    let fake = Fake::register(&app);
+    let first = fake.dm(&app, "carol", "hello").await;
+    let old = code_in(&first);
+    sqlx::query("UPDATE pairing_requests SET created_at = created_at - 3600001")
+        .execute(&mut *app.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("backdate");
+
+    let (_, listed) = pairing_cli(&app, &["list"]).await;
+    let (approved_old, _) = pairing_cli(&app, &["approve", &old]).await;
+    let again = fake.dm(&app, "carol", "hello?").await;
+    let new = code_in(&again);
+    let (approved_new, said) = pairing_cli(&app, &["approve", &new]).await;
+
+    assert!(
+        !listed.contains(&old),
+        "expired requests are not listed: {listed}"
+    );
+    assert!(!approved_old, "an expired code cannot be approved");
+    assert_ne!(new, old);
+    assert!(approved_new, "{said}");
+    assert_eq!(fake.dm(&app, "carol", "finally").await, "echo: finally");
+    app.stop().await;
+}
