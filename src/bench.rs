@@ -217,7 +217,8 @@ fn message(chat: &str, index: usize) -> Result<InboundMessage, String> {
         chat_kind: ChatKind::Direct,
         thread: None,
         sender: Sender {
-            id: UserId::parse("bench").map_err(err)?,
+            // One person per chat: a shared sender would share one DM session.
+            id: UserId::parse(chat).map_err(err)?,
             display_name: None,
             is_bot: false,
         },
