@@ -187,6 +187,14 @@ impl Runner {
         }
     }
 
+    /// Model calls left to the session's running task, if this process runs
+    /// one that has started.
+    pub fn budget_left(&self, session_id: &str) -> Option<u32> {
+        lock(&self.inner.running)
+            .get(session_id)
+            .and_then(|control| control.budget_left())
+    }
+
     /// Whether this process is running a turn of the session right now.
     pub fn is_running(&self, session_id: &str) -> bool {
         lock(&self.inner.running).contains_key(session_id)

@@ -539,9 +539,17 @@ impl SessionService {
                 (id.clone(), format!("Started a new conversation ({id})."))
             }
             Command::Status => {
+                let budget = match self.runner.budget_left(session_id) {
+                    Some(left) => format!("a task is running; {left} model calls left"),
+                    None => format!(
+                        "idle; each message may use {} model calls",
+                        self.agent.max_iterations
+                    ),
+                };
                 let text = match self.store.session(session_id).await? {
                     Some(session) => format!(
-                        "Conversation {}\nModel: {}\nTokens: {} in ({} from cache), {} out",
+                        "Conversation {}\nModel: {}\nBudget: {budget}\nTokens: {} in ({} from \
+                         cache), {} out",
                         session.id,
                         session.model,
                         session.totals.input_tokens,

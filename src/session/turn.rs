@@ -11,7 +11,7 @@ use super::commands::Command;
 use crate::agent::cache::AgentCache;
 use crate::agent::context::{self, CompactError};
 use crate::agent::run::{InterruptedRound, LoopEnv, LoopError, TaskLimits, run_loop};
-use crate::agent::wallet::Wallet;
+use crate::agent::wallet::{Purse, Wallet};
 use crate::config::{AgentSettings, ContextSettings, LimitSettings};
 use crate::llm::ChatMessage;
 use crate::store::{
@@ -93,6 +93,8 @@ pub enum StopCause {
 pub struct TurnControl {
     pub token: CancellationToken,
     cause: std::sync::Mutex<Option<StopCause>>,
+    /// The running task's purse, once the turn has opened it (for `/status`).
+    purse: std::sync::OnceLock<Arc<Purse>>,
 }
 
 impl TurnControl {
@@ -103,6 +105,11 @@ impl TurnControl {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get_or_insert(cause);
         self.token.cancel();
+    }
+
+    /// Model calls the running task may still make, once it has started.
+    pub fn budget_left(&self) -> Option<u32> {
+        self.purse.get().map(|purse| purse.remaining())
     }
 
     pub fn cause(&self) -> Option<StopCause> {
@@ -244,6 +251,7 @@ impl TurnExecutor {
         };
         let budget = u64::from(self.agent.max_iterations).saturating_sub(spent);
         let purse = Arc::new(Wallet::open(u32::try_from(budget).unwrap_or(0)));
+        let _ = control.purse.set(Arc::clone(&purse));
         let run = run_loop(agent, env, Arc::clone(&purse), history, interrupted);
         let mut run = std::pin::pin!(run);
         let time_limit = Duration::from_secs(self.limits.task_timeout_secs);

@@ -40,11 +40,16 @@ async fn stop_cancels_a_running_turn_and_confirms() {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        app.say(Some(&session), "/stop").await
+        let (_, status) = app.say(Some(&session), "/status").await;
+        (status, app.say(Some(&session), "/stop").await)
     };
     let started = std::time::Instant::now();
-    let ((_, stopped), (_, confirmation)) = tokio::join!(long, stop);
+    let ((_, stopped), (status, (_, confirmation))) = tokio::join!(long, stop);
 
+    assert!(
+        status.contains("Budget: a task is running; 89 model calls left"),
+        "/status answers during the turn: {status}"
+    );
     assert_eq!(confirmation, "Stopping the running task.");
     assert_eq!(stopped, "Stopped, as you asked.");
     assert!(
