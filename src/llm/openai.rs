@@ -378,34 +378,19 @@ fn stop_reason(finish_reason: &str, has_tool_calls: bool) -> StopReason {
 mod tests {
     use std::time::Duration;
 
-    use secrecy::SecretString;
     use serde_json::json;
 
-    use super::super::retry::fake_server::{FakeServer, Reply, closed_port};
+    use super::super::retry::fake_server::{
+        FakeServer, KEY, Reply, closed_port, endpoint, fast_retry,
+    };
     use super::super::{RetryPolicy, ToolSpec};
     use super::*;
 
-    const KEY: &str = "sk-secret-123";
-
     fn make_provider(base_url: &str, retry: RetryPolicy, timeout: Duration) -> OpenAiProvider {
         OpenAiProvider::new(
-            Endpoint {
-                kind: ProviderKind::Openai,
-                base_url: base_url.to_owned(),
-                api_key: SecretString::from(KEY),
-                timeout,
-                retry,
-            },
+            endpoint(ProviderKind::Openai, base_url, retry, timeout),
             reqwest::Client::new(),
         )
-    }
-
-    fn fast_retry(max_retries: u32) -> RetryPolicy {
-        RetryPolicy {
-            max_retries,
-            base_delay: Duration::from_millis(2),
-            max_delay: Duration::from_millis(5),
-        }
     }
 
     async fn setup(script: Vec<Reply>) -> (FakeServer, OpenAiProvider) {

@@ -241,6 +241,38 @@ fn truncate_chars(text: &str, max: usize) -> String {
 #[cfg(test)]
 pub(crate) mod fake_server {
     use std::collections::VecDeque;
+
+    use secrecy::SecretString;
+
+    use crate::llm::{Endpoint, ProviderKind, RetryPolicy};
+
+    /// The API key the provider tests use (and check never leaks).
+    pub const KEY: &str = "sk-secret-123";
+
+    /// An endpoint with the test key.
+    pub fn endpoint(
+        kind: ProviderKind,
+        base_url: &str,
+        retry: RetryPolicy,
+        timeout: Duration,
+    ) -> Endpoint {
+        Endpoint {
+            kind,
+            base_url: base_url.to_owned(),
+            api_key: SecretString::from(KEY),
+            timeout,
+            retry,
+        }
+    }
+
+    /// Retries with millisecond delays, so tests stay fast.
+    pub fn fast_retry(max_retries: u32) -> RetryPolicy {
+        RetryPolicy {
+            max_retries,
+            base_delay: Duration::from_millis(2),
+            max_delay: Duration::from_millis(5),
+        }
+    }
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
