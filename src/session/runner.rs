@@ -200,11 +200,6 @@ impl Runner {
         lock(&self.inner.running).contains_key(session_id)
     }
 
-    /// Sessions with a worker right now.
-    pub fn active_sessions(&self) -> usize {
-        lock(&self.inner.workers).len()
-    }
-
     async fn work(self, session_id: String) {
         loop {
             if let Some(dirty) = lock(&self.inner.workers).get_mut(&session_id) {

@@ -139,20 +139,6 @@ impl Store {
         row.map(|row| inbound_from_row(&row)).transpose()
     }
 
-    /// The inbound message with this id.
-    ///
-    /// # Errors
-    /// A database failure or a corrupt row.
-    pub async fn inbound(&self, id: i64) -> Result<Option<InboundRow>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {INBOUND_COLUMNS} FROM inbound WHERE id = $1"
-        ))
-        .bind(id)
-        .fetch_optional(&mut *self.conn().await?)
-        .await?;
-        row.map(|row| inbound_from_row(&row)).transpose()
-    }
-
     /// Sessions with unfinished messages (for recovery at start).
     ///
     /// # Errors

@@ -2,8 +2,8 @@
 //! the tool-call checkpoints.
 //!
 //! The stored transcript keeps what the wire never carries: reasoning, token
-//! usage, latency, model, finish reason, request ids. [`StoredMessage::to_wire`]
-//! strips all of it.
+//! usage, latency, model, finish reason, request ids. [`Store::wire_history`]
+//! reads only the wire columns, so none of it reaches a model.
 
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -117,27 +117,6 @@ pub struct StoredMessage {
     pub id: i64,
     pub message: NewMessage,
     pub created_at: i64,
-}
-
-impl StoredMessage {
-    /// The wire view: role, content, tool calls and their ids; nothing else.
-    pub fn to_wire(&self) -> ChatMessage {
-        let message = &self.message;
-        match message.role {
-            Role::User => ChatMessage::User {
-                content: message.content.clone().unwrap_or_default(),
-            },
-            Role::Assistant => ChatMessage::Assistant {
-                content: message.content.clone(),
-                tool_calls: message.tool_calls.clone(),
-            },
-            Role::Tool => ChatMessage::Tool {
-                tool_call_id: message.tool_call_id.clone().unwrap_or_default(),
-                content: message.content.clone().unwrap_or_default(),
-                is_error: message.is_error,
-            },
-        }
-    }
 }
 
 const MESSAGE_COLUMNS: &str = "id, session_id, task_id, scope, role, content, tool_calls, \

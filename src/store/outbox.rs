@@ -194,23 +194,6 @@ impl Store {
         .await?;
         rows.iter().map(outbox_from_row).collect()
     }
-
-    /// The reply to one inbound message, if written.
-    ///
-    /// # Errors
-    /// A database failure or a corrupt row.
-    pub async fn outbox_for_inbound(
-        &self,
-        inbound_id: i64,
-    ) -> Result<Option<OutboxRow>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE inbound_id = $1"
-        ))
-        .bind(inbound_id)
-        .fetch_optional(&mut *self.conn().await?)
-        .await?;
-        row.map(|row| outbox_from_row(&row)).transpose()
-    }
 }
 
 fn outbox_from_row(row: &AnyRow) -> Result<OutboxRow, StoreError> {
