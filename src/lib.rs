@@ -5,7 +5,7 @@
 //! registry), [`agent`] (the loop, the wallet, the agent cache), [`session`]
 //! (session service, commands, per-session runner), [`api`] (the
 //! OpenAI-compatible HTTP API), [`terminal`] (the terminal chat), [`gateway`]
-//! (wiring it all together), [`bench`] (the throughput benchmark).
+//! (wiring it all together), [`bench`](mod@bench) (the throughput benchmark).
 
 pub mod agent;
 pub mod api;
