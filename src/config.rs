@@ -315,6 +315,9 @@ pub struct LimitSettings {
     pub repeat_limit: u32,
     /// A model tried once when the session's model keeps failing (429/5xx).
     pub fallback_model: Option<String>,
+    /// US dollars one principal may spend per UTC day, estimated from
+    /// `[prices]`; 0 for no limit.
+    pub principal_daily_usd: f64,
 }
 
 impl Default for LimitSettings {
@@ -324,6 +327,7 @@ impl Default for LimitSettings {
             task_max_tokens: 2_000_000,
             repeat_limit: 3,
             fallback_model: None,
+            principal_daily_usd: 0.0,
         }
     }
 }

@@ -86,6 +86,7 @@ impl Gateway {
             limits: settings.limits.clone(),
             context: settings.context.clone(),
             max_tokens: settings.llm.max_tokens,
+            prices: Arc::new(settings.prices.clone()),
         };
         let runner = Runner::new(
             store.clone(),

@@ -1,4 +1,4 @@
-//! `switchboard usage`: tokens and cost per session and day, with the
+//! `switchboard usage`: tokens and cost per principal, session and day, with the
 //! provider-cache reads and writes that make prompt caching visible.
 
 use std::collections::BTreeMap;
@@ -33,12 +33,29 @@ impl Price {
             + usage.cache_write_tokens as f64 * self.cache_write;
         dollars / 1_000_000.0
     }
+
+    /// The cost of some usage in billionths of a dollar, as stored.
+    pub fn cost_nanousd(&self, usage: &Usage) -> i64 {
+        #[allow(clippy::cast_possible_truncation)] // rounded; far below 2^63
+        let nanos = (self.cost(usage) * 1e9).round() as i64;
+        nanos.max(0)
+    }
+}
+
+/// The price of a call: the answering model's (providers may name a dated
+/// version), else the requested model's.
+pub fn price_for<'a>(
+    prices: &'a BTreeMap<String, Price>,
+    answered: &str,
+    requested: &str,
+) -> Option<&'a Price> {
+    prices.get(answered).or_else(|| prices.get(requested))
 }
 
 /// Renders the usage report as a text table.
 pub fn render(rows: &[UsageRow], prices: &BTreeMap<String, Price>) -> String {
     let mut out = String::from(
-        "day         session                               model                calls      input  cache-read cache-write     output      cost\n",
+        "day         principal session                               model                calls      input  cache-read cache-write     output      cost\n",
     );
     let mut total = 0.0;
     for row in rows {
@@ -50,7 +67,9 @@ pub fn render(rows: &[UsageRow], prices: &BTreeMap<String, Price>) -> String {
             .unwrap_or_else(|_| row.day.to_string());
         let _ = writeln!(
             out,
-            "{day:<11} {:<37} {:<20} {:>5} {:>10} {:>11} {:>11} {:>10} {:>9}",
+            "{day:<11} {:<9} {:<37} {:<20} {:>5} {:>10} {:>11} {:>11} {:>10} {:>9}",
+            row.principal_id
+                .map_or_else(|| "-".to_owned(), |id| id.to_string()),
             row.session_id,
             row.model,
             row.summary.calls,
@@ -94,6 +113,7 @@ mod tests {
     #[test]
     fn the_report_lists_rows_and_a_total() {
         let rows = [UsageRow {
+            principal_id: Some(7),
             session_id: "s1".to_owned(),
             day: 20_000,
             model: "m".to_owned(),
@@ -116,7 +136,7 @@ mod tests {
         )]);
         let report = render(&rows, &prices);
         assert!(report.contains("2024-10-04"), "{report}");
-        assert!(report.contains(" s1 "));
+        assert!(report.contains(" 7         s1 "), "{report}");
         assert!(report.contains("$0.0000"));
         assert!(report.ends_with("total cost: $0.0000 (models without a price count as 0)"));
     }

@@ -11,10 +11,14 @@
 //! Between compactions the view is a pure function of the database, so the
 //! prefix stays byte-stable.
 
+use std::collections::BTreeMap;
+
 use crate::llm::{ChatMessage, ModelRequest, Provider};
-use crate::store::{Compaction, Store, StoreError, UsageRecord, WireEntry};
+use crate::store::{Compaction, ModelCallStart, Store, StoreError, WireEntry};
+use crate::usage::Price;
 
 use super::run::wire_chars;
+use super::step;
 
 /// The system prompt of a summarisation call.
 pub const SUMMARY_SYSTEM: &str = "You compress conversations between a user and an assistant so \
@@ -51,6 +55,18 @@ pub enum CompactError {
     Store(#[from] StoreError),
     #[error("the summary could not be made: {0}")]
     Model(#[from] crate::llm::LlmError),
+}
+
+/// What a summarisation call needs: the model to ask, and where the call is
+/// recorded and whom it is charged to.
+pub struct Summariser<'a> {
+    pub store: &'a Store,
+    pub provider: &'a dyn Provider,
+    pub model: &'a str,
+    pub session_id: &'a str,
+    pub task_id: Option<i64>,
+    pub principal_id: Option<i64>,
+    pub prices: &'a BTreeMap<String, Price>,
 }
 
 /// The wire view of raw entries under the latest compaction.
@@ -119,11 +135,7 @@ impl ContextPolicy {
     /// then.
     pub async fn compact(
         &self,
-        store: &Store,
-        provider: &dyn Provider,
-        model: &str,
-        session_id: &str,
-        task_id: Option<i64>,
+        by: &Summariser<'_>,
         view: &[WireEntry],
     ) -> Result<bool, CompactError> {
         let Some((pinned, cut)) = split(view, self.keep_recent_turns.max(1)) else {
@@ -137,37 +149,40 @@ impl ContextPolicy {
                 first_text(&view[pinned].message)
             ),
         }];
-        let started = std::time::Instant::now();
-        let response = provider
-            .complete(&ModelRequest {
-                model,
-                system: SUMMARY_SYSTEM,
-                messages: &messages,
-                tools: &[],
-                cache_key: session_id,
-                max_tokens: 2048,
-            })
-            .await?;
-        store
-            .record_usage(&UsageRecord {
-                session_id: session_id.to_owned(),
-                task_id,
-                provider: provider.kind().as_str().to_owned(),
-                model: response.model.clone(),
-                usage: response.usage,
-                latency_ms: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
-                request_chars: None,
-            })
-            .await?;
+        let request = ModelRequest {
+            model: by.model,
+            system: SUMMARY_SYSTEM,
+            messages: &messages,
+            tools: &[],
+            cache_key: by.session_id,
+            max_tokens: 2048,
+        };
+        let request_id = step::request_id();
+        let start = ModelCallStart {
+            request_id: &request_id,
+            session_id: by.session_id,
+            task_id: by.task_id,
+            scope: "compaction",
+            principal_id: by.principal_id,
+            provider: by.provider.kind().as_str(),
+            model: by.model,
+            request_chars: None,
+        };
+        let call = async { Ok::<_, CompactError>(by.provider.complete(&request).await?) };
+        let response = step::recorded(by.store, &start, by.prices, call)
+            .await?
+            .response;
         let summary = response.content.unwrap_or_default();
         let compaction = Compaction {
             pinned_id: view[pinned].id,
             through_id: view[cut - 1].id,
             summary: summary.trim().to_owned(),
         };
-        store.record_compaction(session_id, &compaction).await?;
+        by.store
+            .record_compaction(by.session_id, &compaction)
+            .await?;
         tracing::info!(
-            session_id,
+            session_id = by.session_id,
             replaced_from = compaction.pinned_id + 1,
             replaced_through = compaction.through_id,
             summary_chars = compaction.summary.len(),

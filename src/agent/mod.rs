@@ -10,6 +10,7 @@ pub mod cache;
 pub mod context;
 pub mod prompt;
 pub mod run;
+pub mod step;
 pub mod subagent;
 pub mod wallet;
 

@@ -8,6 +8,7 @@
 //! timeouts and panics all become `{"success": false, "error": "…"}` results
 //! the model sees: nothing the model outputs can crash the loop.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,11 +18,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Agent;
+use super::step;
 use super::subagent::SubAgentRunner;
-use super::wallet::{CallKind, Purse};
+use super::wallet::{Budget, CallKind, Purse};
 use crate::llm::{ChatMessage, LlmError, ModelRequest, ModelResponse, ToolCall, canonical_json};
-use crate::store::{MessageMeta, NewMessage, Store, StoreError, ToolCheckpoint, UsageRecord};
+use crate::store::{MessageMeta, ModelCallStart, NewMessage, Store, StoreError, ToolCheckpoint};
 use crate::tools::{ToolContext, ToolError};
+use crate::usage::Price;
 
 /// The note that asks for a summary when the wallet is spent. Stored like any
 /// user entry so later requests keep the same prefix.
@@ -37,6 +40,11 @@ pub struct LoopEnv {
     pub task_id: i64,
     /// `""` for the session's own conversation; a sub-agent's path otherwise.
     pub scope: String,
+    /// Who sent the task's message; its model calls are counted against
+    /// this principal's daily spend.
+    pub principal_id: Option<i64>,
+    /// Prices per model, for each call's cost estimate.
+    pub prices: Arc<BTreeMap<String, Price>>,
     pub system_prompt: String,
     pub max_tokens: u32,
     pub tool_timeout: Duration,
@@ -61,6 +69,25 @@ pub struct TaskLimits {
     pub repeat_limit: u32,
     /// Tried once when the session's model keeps failing (429/5xx).
     pub fallback_model: Option<String>,
+    /// The principal's daily spend cap, when one is configured.
+    pub spend: Option<SpendLimit>,
+}
+
+/// A principal's daily spend cap, in billionths of a dollar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpendLimit {
+    pub daily_nanousd: i64,
+    /// What the principal had spent today when the task started.
+    pub spent_before: i64,
+}
+
+impl SpendLimit {
+    /// The cap in dollars, for messages.
+    pub fn dollars(self) -> f64 {
+        #[allow(clippy::cast_precision_loss)] // far below 2^52
+        let nanos = self.daily_nanousd as f64;
+        nanos / 1e9
+    }
 }
 
 /// How the loop ended.
@@ -105,6 +132,8 @@ pub enum LoopError {
     TokenLimit { limit: u64 },
     #[error("no progress: `{tool}` returned the same result {times} times in a row")]
     NoProgress { tool: String, times: u32 },
+    #[error("today's spending limit of ${dollars:.2} is reached (it resets at 00:00 UTC)")]
+    SpendLimit { dollars: f64 },
 }
 
 /// A tool round cut short by a crash: the assistant entry that asked for the
@@ -143,6 +172,17 @@ pub async fn run_loop(
         if env.cancel.is_cancelled() {
             return Err(LoopError::Cancelled);
         }
+        if let Some(spend) = env.limits.spend
+            && spend.spent_before.saturating_add(purse.task_cost()) >= spend.daily_nanousd
+        {
+            tracing::warn!(
+                limit_usd = spend.dollars(),
+                "daily spend limit reached; stopping the task"
+            );
+            return Err(LoopError::SpendLimit {
+                dollars: spend.dollars(),
+            });
+        }
         let kind = if purse.try_spend(CallKind::Step) {
             CallKind::Step
         } else if purse.try_spend(CallKind::Final) {
@@ -163,6 +203,12 @@ pub async fn run_loop(
         } else {
             return Err(LoopError::NoBudget);
         };
+        warn_at_80_percent(
+            &purse,
+            Budget::Calls,
+            u64::from(purse.task_calls()),
+            u64::from(purse.task_budget()),
+        );
         let tools = match kind {
             CallKind::Step => agent.toolset.specs(),
             CallKind::Final => &[],
@@ -176,22 +222,27 @@ pub async fn run_loop(
             max_tokens: env.max_tokens,
         };
         let started = Instant::now();
-        let response = call_model(&agent, &env, request).await?;
+        let request_id = step::request_id();
+        let start = ModelCallStart {
+            request_id: &request_id,
+            session_id: &env.session_id,
+            task_id: Some(env.task_id),
+            scope: &env.scope,
+            principal_id: env.principal_id,
+            provider: agent.provider_kind.as_str(),
+            model: &agent.model,
+            request_chars: Some(wire_chars(&env.system_prompt, &history)),
+        };
+        let call = call_model(&agent, &env, request);
+        let step::Recorded {
+            response,
+            cost_nanousd,
+        } = step::recorded(&env.store, &start, &env.prices, call).await?;
         let latency_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
-        env.store
-            .record_usage(&UsageRecord {
-                session_id: env.session_id.clone(),
-                task_id: Some(env.task_id),
-                provider: agent.provider_kind.as_str().to_owned(),
-                model: response.model.clone(),
-                usage: response.usage,
-                latency_ms,
-                request_chars: Some(wire_chars(&env.system_prompt, &history)),
-            })
-            .await?;
         tracing::info!(
             iteration,
             scope = env.scope,
+            request_id,
             input_tokens = response.usage.input_tokens,
             output_tokens = response.usage.output_tokens,
             cache_read_tokens = response.usage.cache_read_tokens,
@@ -204,14 +255,20 @@ pub async fn run_loop(
         let task_tokens =
             purse.add_tokens(response.usage.input_tokens + response.usage.output_tokens);
         let limit = env.limits.max_tokens;
-        if limit > 0 {
-            if task_tokens > limit {
-                tracing::warn!(task_tokens, limit, "task token limit reached");
-                return Err(LoopError::TokenLimit { limit });
-            }
-            if task_tokens * 5 > limit * 4 {
-                tracing::warn!(task_tokens, limit, "task passed 80% of its token limit");
-            }
+        if limit > 0 && task_tokens > limit {
+            tracing::warn!(task_tokens, limit, "task token limit reached");
+            return Err(LoopError::TokenLimit { limit });
+        }
+        warn_at_80_percent(&purse, Budget::Tokens, task_tokens, limit);
+        let task_cost = purse.add_cost(cost_nanousd.unwrap_or(0));
+        if let Some(spend) = env.limits.spend {
+            let spent = spend.spent_before.saturating_add(task_cost);
+            warn_at_80_percent(
+                &purse,
+                Budget::Spend,
+                u64::try_from(spent).unwrap_or(0),
+                u64::try_from(spend.daily_nanousd).unwrap_or(0),
+            );
         }
         let meta = meta_of(&response, latency_ms);
         if response.tool_calls.is_empty() || kind == CallKind::Final {
@@ -301,6 +358,18 @@ async fn call_model(
             }
         }
         (result, _) => Ok(result?),
+    }
+}
+
+/// Logs the first time a task passes 80 % of one of its budgets.
+pub fn warn_at_80_percent(purse: &Purse, budget: Budget, used: u64, limit: u64) {
+    if purse.first_past_80_percent(budget, used, limit) {
+        tracing::warn!(
+            budget = budget.as_str(),
+            used,
+            limit,
+            "task passed 80% of a budget"
+        );
     }
 }
 

@@ -36,6 +36,42 @@ struct WalletState {
     calls: u32,
     /// Input plus output tokens of every call of the task.
     tokens: u64,
+    /// Estimated cost of every call of the task, in billionths of a dollar.
+    cost_nanousd: i64,
+    /// The budgets already warned about (bits of [`Budget`]).
+    warned: u8,
+}
+
+/// The budgets whose 80 % mark is logged once per task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    /// Model calls (the iteration wallet).
+    Calls,
+    Tokens,
+    /// The principal's daily spend.
+    Spend,
+    /// The task's wall-clock time.
+    Time,
+}
+
+impl Budget {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Calls => "model calls",
+            Self::Tokens => "tokens",
+            Self::Spend => "daily spend",
+            Self::Time => "time",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        match self {
+            Self::Calls => 1,
+            Self::Tokens => 2,
+            Self::Spend => 4,
+            Self::Time => 8,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -67,6 +103,8 @@ impl Wallet {
                 }],
                 calls: 0,
                 tokens: 0,
+                cost_nanousd: 0,
+                warned: 0,
             }),
         });
         Purse { wallet, node: 0 }
@@ -141,9 +179,38 @@ impl Purse {
         state.tokens
     }
 
+    /// Adds a call's estimated cost to the task's; returns the new total.
+    pub fn add_cost(&self, nanousd: i64) -> i64 {
+        let mut state = self.wallet.lock();
+        state.cost_nanousd = state.cost_nanousd.saturating_add(nanousd);
+        state.cost_nanousd
+    }
+
+    /// The task's estimated cost so far, in billionths of a dollar.
+    pub fn task_cost(&self) -> i64 {
+        self.wallet.lock().cost_nanousd
+    }
+
     /// Model calls made so far by the whole task.
     pub fn task_calls(&self) -> u32 {
         self.wallet.lock().calls
+    }
+
+    /// The whole task's budget of model calls.
+    pub fn task_budget(&self) -> u32 {
+        self.wallet.lock().nodes[0].cap
+    }
+
+    /// True the first time `used` reaches 80 % of `limit` for this budget in
+    /// this task (so the warning is logged once, not on every call after).
+    pub fn first_past_80_percent(&self, budget: Budget, used: u64, limit: u64) -> bool {
+        if limit == 0 || used.saturating_mul(5) < limit.saturating_mul(4) {
+            return false;
+        }
+        let mut state = self.wallet.lock();
+        let first = state.warned & budget.bit() == 0;
+        state.warned |= budget.bit();
+        first
     }
 }
 
@@ -220,6 +287,26 @@ mod tests {
         while root.try_spend(CallKind::Step) {}
         assert!(root.try_spend(CallKind::Final));
         assert_eq!(root.task_calls(), 90);
+    }
+
+    #[test]
+    fn each_budget_warns_once_at_80_percent() {
+        let purse = Wallet::open(10);
+        let child = purse.child(2).expect("child");
+        assert!(!purse.first_past_80_percent(Budget::Calls, 7, 10));
+        assert!(child.first_past_80_percent(Budget::Calls, 8, 10));
+        assert!(
+            !purse.first_past_80_percent(Budget::Calls, 9, 10),
+            "once per task"
+        );
+        assert!(purse.first_past_80_percent(Budget::Tokens, 80, 100));
+        assert!(
+            !purse.first_past_80_percent(Budget::Spend, 1, 0),
+            "no limit, no warning"
+        );
+        assert_eq!(purse.add_cost(5), 5);
+        assert_eq!(child.add_cost(7), 12);
+        assert_eq!(purse.task_cost(), 12);
     }
 
     #[test]

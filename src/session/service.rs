@@ -234,7 +234,12 @@ impl SessionService {
         };
         let Some(inbound_id) = self
             .store
-            .record_inbound(&new_inbound(&message, &session_id, status))
+            .record_inbound(&new_inbound(
+                &message,
+                &session_id,
+                status,
+                identity.principal,
+            ))
             .await?
         else {
             tracing::debug!(event_id = %message.event_id, "duplicate event dropped");
@@ -882,7 +887,12 @@ fn usage_text(summary: crate::store::UsageSummary) -> String {
     )
 }
 
-fn new_inbound(message: &InboundMessage, session_id: &str, status: InboundStatus) -> NewInbound {
+fn new_inbound(
+    message: &InboundMessage,
+    session_id: &str,
+    status: InboundStatus,
+    principal: PrincipalId,
+) -> NewInbound {
     NewInbound {
         platform: message.platform.to_string(),
         account: message.account.to_string(),
@@ -895,6 +905,7 @@ fn new_inbound(message: &InboundMessage, session_id: &str, status: InboundStatus
         sender_name: message.sender.display_name.clone(),
         text: message.text.clone(),
         status,
+        principal_id: Some(principal.get()),
     }
 }
 

@@ -2,6 +2,7 @@
 //! even when a cached agent exists), run the agent loop, and end the turn in
 //! one transaction with its reply in the outbox.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,15 +10,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::commands::Command;
 use crate::agent::cache::AgentCache;
-use crate::agent::context::{self, CompactError};
-use crate::agent::run::{InterruptedRound, LoopEnv, LoopError, TaskLimits, run_loop};
-use crate::agent::wallet::{Purse, Wallet};
+use crate::agent::context::{self, CompactError, Summariser};
+use crate::agent::run::{
+    InterruptedRound, LoopEnv, LoopError, SpendLimit, TaskLimits, run_loop, warn_at_80_percent,
+};
+use crate::agent::wallet::{Budget, Purse, Wallet};
 use crate::config::{AgentSettings, ContextSettings, LimitSettings};
 use crate::llm::ChatMessage;
 use crate::store::{
     InboundRow, InboundStatus, NewMessage, OutboxRow, Store, StoreError, TurnEnd, WireEntry,
 };
 use crate::tools::ToolRegistry;
+use crate::usage::Price;
 
 impl TurnExecutor {
     /// The session's wire view: its stored conversation under the latest
@@ -75,7 +79,10 @@ pub struct TurnExecutor {
     pub limits: LimitSettings,
     pub context: ContextSettings,
     pub max_tokens: u32,
+    pub prices: Arc<BTreeMap<String, Price>>,
 }
+
+const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// Why a running turn was stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +128,24 @@ impl TurnControl {
 }
 
 impl TurnExecutor {
+    /// The daily spend cap of the message's principal, with what it has
+    /// spent today (one query, only when a cap is configured).
+    async fn spend_limit(&self, principal: Option<i64>) -> Result<Option<SpendLimit>, StoreError> {
+        let daily = self.limits.principal_daily_usd;
+        let Some(principal) = principal.filter(|_| daily > 0.0) else {
+            return Ok(None);
+        };
+        let now = crate::store::now_ms();
+        let today = now - now.rem_euclid(DAY_MS);
+        #[allow(clippy::cast_possible_truncation)] // a dollar amount, far below 2^63 nanos
+        let daily_nanousd = (daily * 1e9).round() as i64;
+        let spent_before = self.store.principal_spend_since(principal, today).await?;
+        Ok(Some(SpendLimit {
+            daily_nanousd,
+            spent_before,
+        }))
+    }
+
     /// Runs the turn for one inbound message (already claimed) and returns
     /// its outbox row and how it ended.
     ///
@@ -164,17 +189,16 @@ impl TurnExecutor {
             None
         };
         if forced || (near && policy.should_compact(&session.system_prompt, &stored, ratio)) {
-            let compacted = match policy
-                .compact(
-                    &self.store,
-                    agent.provider.as_ref(),
-                    &agent.model,
-                    &session.id,
-                    Some(inbound.id),
-                    &stored,
-                )
-                .await
-            {
+            let summariser = Summariser {
+                store: &self.store,
+                provider: agent.provider.as_ref(),
+                model: &agent.model,
+                session_id: &session.id,
+                task_id: Some(inbound.id),
+                principal_id: inbound.principal_id,
+                prices: &self.prices,
+            };
+            let compacted = match policy.compact(&summariser, &stored).await {
                 Ok(done) => Some(done),
                 Err(CompactError::Store(err)) => return Err(err),
                 Err(CompactError::Model(err)) => {
@@ -207,6 +231,15 @@ impl TurnExecutor {
         let asked = stored.iter().any(|entry| {
             entry.task_id == Some(inbound.id) && matches!(entry.message, ChatMessage::User { .. })
         });
+        if asked {
+            let interrupted_calls = self.store.fail_interrupted_model_calls(inbound.id).await?;
+            if interrupted_calls > 0 {
+                tracing::warn!(
+                    interrupted_calls,
+                    "recovery: model calls cut short by a restart recorded as failed"
+                );
+            }
+        }
         let interrupted = interrupted_round(&stored);
         let mut history: Vec<ChatMessage> = stored.into_iter().map(|entry| entry.message).collect();
         if !asked {
@@ -229,6 +262,8 @@ impl TurnExecutor {
             session_id: session.id.clone(),
             task_id: inbound.id,
             scope: String::new(),
+            principal_id: inbound.principal_id,
+            prices: Arc::clone(&self.prices),
             system_prompt: session.system_prompt.clone(),
             max_tokens: self.max_tokens,
             tool_timeout: Duration::from_secs(self.agent.tool_timeout_secs),
@@ -239,6 +274,7 @@ impl TurnExecutor {
                 max_tokens: self.limits.task_max_tokens,
                 repeat_limit: self.limits.repeat_limit,
                 fallback_model: self.limits.fallback_model.clone(),
+                spend: self.spend_limit(inbound.principal_id).await?,
             },
             cancel: control.token.clone(),
         });
@@ -255,9 +291,15 @@ impl TurnExecutor {
         let run = run_loop(agent, env, Arc::clone(&purse), history, interrupted);
         let mut run = std::pin::pin!(run);
         let time_limit = Duration::from_secs(self.limits.task_timeout_secs);
+        let warn_at = time_limit.mul_f64(0.8);
         let result = tokio::select! {
             result = &mut run => result,
-            () = tokio::time::sleep(time_limit) => {
+            () = async {
+                tokio::time::sleep(warn_at).await;
+                let secs = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+                warn_at_80_percent(&purse, Budget::Time, secs(warn_at), secs(time_limit));
+                tokio::time::sleep(time_limit.saturating_sub(warn_at)).await;
+            } => {
                 tracing::warn!(limit_secs = time_limit.as_secs(), "task time limit reached");
                 control.stop(StopCause::TimeLimit);
                 // The loop winds down on its own, recording a result for
@@ -326,6 +368,15 @@ impl TurnExecutor {
                     "no_progress"
                 };
                 (None, limit_reply.as_str(), InboundStatus::Failed, outcome)
+            }
+            Err(err @ LoopError::SpendLimit { .. }) => {
+                limit_reply = format!("Stopped: {err}.");
+                (
+                    None,
+                    limit_reply.as_str(),
+                    InboundStatus::Failed,
+                    "spend_limit",
+                )
             }
             Err(LoopError::NoBudget | LoopError::Store(_)) => (
                 None,

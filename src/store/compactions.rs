@@ -66,7 +66,7 @@ impl Store {
     pub async fn tokens_per_char(&self, session_id: &str) -> Result<Option<f64>, StoreError> {
         let row = sqlx::query_as::<_, (i64, Option<i64>)>(
             "SELECT input_tokens, request_chars FROM usage WHERE session_id = $1 \
-             AND request_chars IS NOT NULL ORDER BY id DESC LIMIT 1",
+             AND request_chars IS NOT NULL AND status = 'done' ORDER BY id DESC LIMIT 1",
         )
         .bind(session_id)
         .fetch_optional(&mut *self.conn().await?)

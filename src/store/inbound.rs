@@ -63,6 +63,9 @@ pub struct NewInbound {
     pub sender_name: Option<String>,
     pub text: String,
     pub status: InboundStatus,
+    /// The sender's principal (usage and spend limits are counted per
+    /// principal).
+    pub principal_id: Option<i64>,
 }
 
 /// An inbound message as stored.
@@ -82,10 +85,11 @@ pub struct InboundRow {
     pub status: InboundStatus,
     pub outcome: Option<String>,
     pub received_at: i64,
+    pub principal_id: Option<i64>,
 }
 
 const INBOUND_COLUMNS: &str = "id, platform, account, event_id, session_id, chat_id, thread_id, \
-    message_id, sender_id, sender_name, text, status, outcome, received_at";
+    message_id, sender_id, sender_name, text, status, outcome, received_at, principal_id";
 
 impl Store {
     /// Records an inbound message. Returns its id, or `None` when the same
@@ -96,8 +100,8 @@ impl Store {
     pub async fn record_inbound(&self, inbound: &NewInbound) -> Result<Option<i64>, StoreError> {
         let id = sqlx::query_scalar::<_, i64>(
             "INSERT INTO inbound (platform, account, event_id, session_id, chat_id, thread_id, \
-             message_id, sender_id, sender_name, text, status, received_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             message_id, sender_id, sender_name, text, status, received_at, principal_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
              ON CONFLICT (platform, account, event_id) DO NOTHING RETURNING id",
         )
         .bind(&inbound.platform)
@@ -112,6 +116,7 @@ impl Store {
         .bind(&inbound.text)
         .bind(inbound.status.as_str())
         .bind(now_ms())
+        .bind(inbound.principal_id)
         .fetch_optional(&mut *self.conn().await?)
         .await?;
         Ok(id)
@@ -195,5 +200,6 @@ pub(super) fn inbound_from_row(row: &AnyRow) -> Result<InboundRow, StoreError> {
         status: InboundStatus::parse(&status)?,
         outcome: row.try_get("outcome")?,
         received_at: row.try_get("received_at")?,
+        principal_id: row.try_get("principal_id")?,
     })
 }

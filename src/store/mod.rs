@@ -39,7 +39,7 @@ pub use outbox::{OutboxRow, OutboxStatus, TurnEnd};
 pub use pairing::{Applicant, PairingRequest, PairingStatus};
 pub use principals::{Identity, PrincipalId, Redemption, SessionSummary};
 pub use sessions::{NewSession, SessionRow, SessionTotals};
-pub use usage::{UsageRecord, UsageRow, UsageSummary};
+pub use usage::{ModelCallEnd, ModelCallStart, UsageRow, UsageSummary};
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");

@@ -116,6 +116,7 @@ impl Store {
              output_tokens = output_tokens + (SELECT COALESCE(SUM(output_tokens), 0) FROM usage WHERE task_id = $1), \
              cache_read_tokens = cache_read_tokens + (SELECT COALESCE(SUM(cache_read_tokens), 0) FROM usage WHERE task_id = $1), \
              cache_write_tokens = cache_write_tokens + (SELECT COALESCE(SUM(cache_write_tokens), 0) FROM usage WHERE task_id = $1), \
+             cost_micros = cost_micros + (SELECT COALESCE(SUM(cost_nanousd), 0) FROM usage WHERE task_id = $1) / 1000, \
              updated_at = $2 WHERE id = $3",
         )
         .bind(end.inbound_id)

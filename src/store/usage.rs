@@ -3,17 +3,38 @@
 use super::{Store, StoreError, now_ms, to_i64, to_u64};
 use crate::llm::Usage;
 
-/// One model call's usage.
+/// A model call about to be made: written `running` before the request goes
+/// out, so a crash mid-call leaves a trace.
 #[derive(Debug, Clone)]
-pub struct UsageRecord {
-    pub session_id: String,
+pub struct ModelCallStart<'a> {
+    /// Unique per call; also the key a retry after recovery would reuse.
+    pub request_id: &'a str,
+    pub session_id: &'a str,
     pub task_id: Option<i64>,
-    pub provider: String,
-    pub model: String,
-    pub usage: Usage,
-    pub latency_ms: i64,
+    /// `""` for the session's own conversation; a sub-agent's path otherwise.
+    pub scope: &'a str,
+    pub principal_id: Option<i64>,
+    pub provider: &'a str,
+    pub model: &'a str,
     /// Characters of the request's system prompt and messages.
     pub request_chars: Option<i64>,
+}
+
+/// How a recorded model call ended.
+#[derive(Debug, Clone)]
+pub enum ModelCallEnd<'a> {
+    Done {
+        /// The model that answered (a provider may name a dated version).
+        model: &'a str,
+        usage: Usage,
+        /// Estimated cost in billionths of a dollar, when the model has a
+        /// price.
+        cost_nanousd: Option<i64>,
+    },
+    Failed {
+        /// What went wrong, without secrets (provider errors are scrubbed).
+        error: &'a str,
+    },
 }
 
 /// Usage added up over some calls.
@@ -22,6 +43,9 @@ pub struct UsageSummary {
     pub calls: u64,
     pub usage: Usage,
 }
+
+/// A row of the usage report as the query returns it.
+type UsageReportRow = (Option<i64>, String, i64, String, i64, i64, i64, i64, i64);
 
 /// `COUNT(*)` and the four token `SUM`s, as a query returns them.
 pub(crate) type UsageSums = (i64, i64, i64, i64, i64);
@@ -41,32 +65,111 @@ impl UsageSummary {
 }
 
 impl Store {
-    /// Records a model call's usage. The session's totals are brought up to
-    /// date when the turn ends (`finish_turn`), in the same transaction.
+    /// Records a model call as `running`; returns its row id.
+    ///
+    /// # Errors
+    /// A database failure (the call must not be made then).
+    pub async fn start_model_call(&self, call: &ModelCallStart<'_>) -> Result<i64, StoreError> {
+        let now = now_ms();
+        let id = sqlx::query_scalar::<_, i64>(
+            "INSERT INTO usage (session_id, task_id, provider, model, input_tokens, output_tokens, \
+             cache_read_tokens, cache_write_tokens, latency_ms, created_at, request_chars, status, \
+             request_id, scope, started_at, principal_id) \
+             VALUES ($1, $2, $3, $4, 0, 0, 0, 0, 0, $5, $6, 'running', $7, $8, $5, $9) RETURNING id",
+        )
+        .bind(call.session_id)
+        .bind(call.task_id)
+        .bind(call.provider)
+        .bind(call.model)
+        .bind(now)
+        .bind(call.request_chars)
+        .bind(call.request_id)
+        .bind(call.scope)
+        .bind(call.principal_id)
+        .fetch_one(&mut *self.conn().await?)
+        .await?;
+        Ok(id)
+    }
+
+    /// Records how a model call ended: its tokens, latency and cost, or its
+    /// error. The session's totals are brought up to date when the turn ends
+    /// (`finish_turn`), in the same transaction.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn record_usage(&self, record: &UsageRecord) -> Result<(), StoreError> {
-        let usage = record.usage;
-        sqlx::query(
-            "INSERT INTO usage (session_id, task_id, provider, model, input_tokens, output_tokens, \
-             cache_read_tokens, cache_write_tokens, latency_ms, created_at, request_chars) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    pub async fn finish_model_call(
+        &self,
+        id: i64,
+        end: &ModelCallEnd<'_>,
+    ) -> Result<(), StoreError> {
+        let now = now_ms();
+        let query = match end {
+            ModelCallEnd::Done {
+                model,
+                usage,
+                cost_nanousd,
+            } => sqlx::query(
+                "UPDATE usage SET status = 'done', model = $1, input_tokens = $2, \
+                 output_tokens = $3, cache_read_tokens = $4, cache_write_tokens = $5, \
+                 cost_nanousd = $6, finished_at = $7, latency_ms = $7 - started_at WHERE id = $8",
+            )
+            .bind(*model)
+            .bind(to_i64(usage.input_tokens))
+            .bind(to_i64(usage.output_tokens))
+            .bind(to_i64(usage.cache_read_tokens))
+            .bind(to_i64(usage.cache_write_tokens))
+            .bind(*cost_nanousd)
+            .bind(now)
+            .bind(id),
+            ModelCallEnd::Failed { error } => sqlx::query(
+                "UPDATE usage SET status = 'failed', error = $1, finished_at = $2, \
+                 latency_ms = $2 - started_at WHERE id = $3",
+            )
+            .bind(*error)
+            .bind(now)
+            .bind(id),
+        };
+        query.execute(&mut *self.conn().await?).await?;
+        Ok(())
+    }
+
+    /// Marks the model calls a crash left `running` in one task as failed
+    /// (called when the task resumes, under its session's lease). Returns
+    /// how many there were.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn fail_interrupted_model_calls(&self, task_id: i64) -> Result<u64, StoreError> {
+        let result = sqlx::query(
+            "UPDATE usage SET status = 'failed', error = 'interrupted by a restart', \
+             finished_at = $1 WHERE task_id = $2 AND status = 'running'",
         )
-        .bind(&record.session_id)
-        .bind(record.task_id)
-        .bind(&record.provider)
-        .bind(&record.model)
-        .bind(to_i64(usage.input_tokens))
-        .bind(to_i64(usage.output_tokens))
-        .bind(to_i64(usage.cache_read_tokens))
-        .bind(to_i64(usage.cache_write_tokens))
-        .bind(record.latency_ms)
         .bind(now_ms())
-        .bind(record.request_chars)
+        .bind(task_id)
         .execute(&mut *self.conn().await?)
         .await?;
-        Ok(())
+        Ok(result.rows_affected())
+    }
+
+    /// What a principal's model calls since `since_ms` cost, in billionths
+    /// of a dollar (calls without a price count as free).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn principal_spend_since(
+        &self,
+        principal_id: i64,
+        since_ms: i64,
+    ) -> Result<i64, StoreError> {
+        let spent = sqlx::query_scalar::<_, i64>(
+            "SELECT CAST(COALESCE(SUM(cost_nanousd), 0) AS BIGINT) FROM usage \
+             WHERE principal_id = $1 AND created_at >= $2",
+        )
+        .bind(principal_id)
+        .bind(since_ms)
+        .fetch_one(&mut *self.conn().await?)
+        .await?;
+        Ok(spent)
     }
 
     /// The usage of one task (all model calls made for one user message,
@@ -88,9 +191,11 @@ impl Store {
     }
 }
 
-/// Usage of one session on one day with one model.
+/// Usage of one principal in one session on one day with one model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageRow {
+    /// Who sent the messages (`None` for usage recorded before principals).
+    pub principal_id: Option<i64>,
     pub session_id: String,
     /// Days since the Unix epoch (UTC).
     pub day: i64,
@@ -99,28 +204,34 @@ pub struct UsageRow {
 }
 
 impl Store {
-    /// Usage per session, day and model, oldest day first.
+    /// Usage per principal, session, day and model, oldest day first.
     ///
     /// # Errors
     /// A database failure.
     pub async fn usage_report(&self) -> Result<Vec<UsageRow>, StoreError> {
-        let rows = sqlx::query_as::<_, (String, i64, String, i64, i64, i64, i64, i64)>(
-            "SELECT session_id, CAST(created_at / 86400000 AS BIGINT) AS day, model, COUNT(*), \
-             CAST(SUM(input_tokens) AS BIGINT), CAST(SUM(output_tokens) AS BIGINT), \
-             CAST(SUM(cache_read_tokens) AS BIGINT), CAST(SUM(cache_write_tokens) AS BIGINT) \
-             FROM usage GROUP BY session_id, CAST(created_at / 86400000 AS BIGINT), model \
-             ORDER BY day, session_id, model",
+        let rows = sqlx::query_as::<_, UsageReportRow>(
+            "SELECT COALESCE(u.principal_id, s.principal_id), u.session_id, \
+             CAST(u.created_at / 86400000 AS BIGINT) AS day, u.model, COUNT(*), \
+             CAST(SUM(u.input_tokens) AS BIGINT), CAST(SUM(u.output_tokens) AS BIGINT), \
+             CAST(SUM(u.cache_read_tokens) AS BIGINT), CAST(SUM(u.cache_write_tokens) AS BIGINT) \
+             FROM usage u JOIN sessions s ON s.id = u.session_id \
+             GROUP BY COALESCE(u.principal_id, s.principal_id), u.session_id, \
+             CAST(u.created_at / 86400000 AS BIGINT), u.model \
+             ORDER BY day, 1, u.session_id, u.model",
         )
         .fetch_all(&mut *self.conn().await?)
         .await?;
         Ok(rows
             .into_iter()
             .map(
-                |(session_id, day, model, calls, input, output, read, write)| UsageRow {
-                    session_id,
-                    day,
-                    model,
-                    summary: UsageSummary::from_sums((calls, input, output, read, write)),
+                |(principal_id, session_id, day, model, calls, input, output, read, write)| {
+                    UsageRow {
+                        principal_id,
+                        session_id,
+                        day,
+                        model,
+                        summary: UsageSummary::from_sums((calls, input, output, read, write)),
+                    }
                 },
             )
             .collect())

@@ -3,15 +3,13 @@
 //! non-idempotent tool run twice, and a valid stored history.
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use switchboard::llm::ChatMessage;
 use switchboard::store::{Store, StoreOptions};
-use tokio::process::{Child, Command};
 
-use crate::helpers::{FakeLlm, Reply, last_is_tool_result, last_user_text};
+use crate::helpers::{FakeLlm, Reply, ServeProcess, last_is_tool_result, last_user_text};
 
 /// The top agent delegates a sub-task (non-idempotent) and computes
 /// something (idempotent), then answers; the sub-agent just answers.
@@ -40,50 +38,21 @@ fn script(body: &Value) -> Reply {
     ])
 }
 
-struct Server {
-    child: Child,
-    base: String,
-}
-
-async fn start(dir: &std::path::Path, database: &str, llm: &FakeLlm) -> Server {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.local_addr().expect("addr").port()
-    };
-    let child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
-        .arg("serve")
-        .current_dir(dir)
-        .env("SWITCHBOARD__SERVER__BIND", format!("127.0.0.1:{port}"))
-        .env("SWITCHBOARD__DATABASE__URL", database)
-        .env("SWITCHBOARD__LLM__BASE_URL", llm.openai_base())
-        .env("SWITCHBOARD__LLM__RETRY_BASE_MS", "1")
-        .env("SWITCHBOARD__RUNNER__LEASE_TTL_SECS", "1")
-        .env("SWITCHBOARD__AGENT__TOOLS", "calculator,delegate")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("binary starts");
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    for _ in 0..500 {
-        if http
-            .get(format!("{base}/healthz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            return Server { child, base };
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the server did not come up");
-}
-
-async fn kill(mut server: Server) {
-    server.child.start_kill().expect("SIGKILL");
-    server.child.wait().await.expect("reaped");
+async fn start(dir: &std::path::Path, database: &str, llm: &FakeLlm) -> ServeProcess {
+    let base_url = llm.openai_base();
+    ServeProcess::start(
+        dir,
+        &[
+            ("SWITCHBOARD__DATABASE__URL", database),
+            ("SWITCHBOARD__LLM__BASE_URL", base_url.as_str()),
+            ("SWITCHBOARD__LLM__RETRY_BASE_MS", "1"),
+            ("SWITCHBOARD__RUNNER__LEASE_TTL_SECS", "1"),
+            ("SWITCHBOARD__AGENT__TOOLS", "calculator,delegate"),
+            ("RUST_LOG", "warn"),
+        ],
+        false,
+    )
+    .await
 }
 
 /// Sends a message (retried with the same idempotency key after a restart:
@@ -134,7 +103,7 @@ async fn kill_9_at_many_points_loses_nothing_and_repeats_nothing() {
     for (job, delay) in kill_after_ms.iter().enumerate() {
         let request = send(&server.base, &session, job);
         tokio::time::sleep(Duration::from_millis(*delay)).await;
-        kill(server).await;
+        server.kill().await;
         let _ = request.await;
         server = start(dir.path(), &database, &llm).await;
         // Make sure the message was recorded (the kill may have come first).
@@ -178,7 +147,7 @@ async fn kill_9_at_many_points_loses_nothing_and_repeats_nothing() {
                 .expect("rows");
         panic!("not settled: inbound {inbound:?} outbox {outbox:?}");
     }
-    kill(server).await;
+    server.kill().await;
 
     // Every message answered exactly once.
     let answered: Vec<(String, String, i64)> = sqlx::query_as(
@@ -192,6 +161,18 @@ async fn kill_9_at_many_points_loses_nothing_and_repeats_nothing() {
     for (text, status, replies) in &answered {
         assert_eq!(status, "done", "{text}");
         assert_eq!(*replies, 1, "{text} answered once");
+    }
+
+    // Every step is settled: no model call or tool call is left `running`
+    // (a call a kill cut short is recorded as failed when its task resumes).
+    for table in ["usage", "tool_calls"] {
+        let running: i64 = sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM {table} WHERE status = 'running'"
+        ))
+        .fetch_one(&mut *store.conn().await.expect("conn"))
+        .await
+        .expect("count");
+        assert_eq!(running, 0, "{table} rows left running");
     }
 
     // No non-idempotent tool ran twice: each sub-task started at most once.

@@ -494,3 +494,91 @@ impl TestApp {
         self.gateway.shutdown().await;
     }
 }
+
+/// The real `switchboard serve` binary, started on a free loopback port in
+/// `dir` and waited for until `/healthz` answers.
+pub struct ServeProcess {
+    pub child: tokio::process::Child,
+    pub base: String,
+}
+
+impl ServeProcess {
+    /// Starts the binary with `env` (on top of the bind address) and stderr
+    /// piped or discarded.
+    pub async fn start(dir: &std::path::Path, env: &[(&str, &str)], capture_logs: bool) -> Self {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            listener.local_addr().expect("addr").port()
+        };
+        let stderr = if capture_logs {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        };
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+            .arg("serve")
+            .current_dir(dir)
+            .env("SWITCHBOARD__SERVER__BIND", format!("127.0.0.1:{port}"))
+            .envs(env.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("binary starts");
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        for _ in 0..1000 {
+            if http
+                .get(format!("{base}/healthz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return Self { child, base };
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the server did not come up");
+    }
+
+    /// Stops the process with SIGTERM, checks it exits cleanly, and returns
+    /// its logs (empty when they were not captured).
+    pub async fn stop(mut self) -> String {
+        use tokio::io::AsyncReadExt;
+        let pid = self.child.id().expect("pid");
+        // SAFETY: sending SIGTERM to our own child process.
+        unsafe { libc::kill(i32::try_from(pid).expect("pid fits"), libc::SIGTERM) };
+        let status = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .expect("stops after SIGTERM")
+            .expect("wait");
+        assert!(status.success(), "clean exit: {status}");
+        let mut logs = String::new();
+        if let Some(mut stderr) = self.child.stderr.take() {
+            stderr.read_to_string(&mut logs).await.expect("logs");
+        }
+        logs
+    }
+
+    /// Kills the process with SIGKILL.
+    pub async fn kill(mut self) {
+        self.child.start_kill().expect("SIGKILL");
+        self.child.wait().await.expect("reaped");
+    }
+
+    /// Sends one user message to the API and returns the reply text.
+    pub async fn say(&self, text: &str) -> String {
+        let response = reqwest::Client::new()
+            .post(format!("{}/v1/chat/completions", self.base))
+            .json(&json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]}))
+            .send()
+            .await
+            .expect("sent");
+        assert_eq!(response.status(), StatusCode::OK);
+        let body: Value = response.json().await.expect("json");
+        body["choices"][0]["message"]["content"]
+            .as_str()
+            .expect("reply text")
+            .to_owned()
+    }
+}

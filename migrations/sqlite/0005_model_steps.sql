@@ -1,0 +1,18 @@
+-- Model calls as recorded steps (issue 6): each call is written `running`
+-- before it starts and `done`/`failed` after, with a request id, timings and
+-- a cost estimate. Usage is attributed to the principal who sent the
+-- message, for the daily spend cap and the per-principal report.
+ALTER TABLE usage ADD COLUMN status TEXT NOT NULL DEFAULT 'done';
+ALTER TABLE usage ADD COLUMN request_id TEXT;
+ALTER TABLE usage ADD COLUMN scope TEXT NOT NULL DEFAULT '';
+ALTER TABLE usage ADD COLUMN started_at INTEGER;
+ALTER TABLE usage ADD COLUMN finished_at INTEGER;
+-- Estimated cost in billionths of a US dollar; NULL when the model has no price.
+ALTER TABLE usage ADD COLUMN cost_nanousd INTEGER;
+ALTER TABLE usage ADD COLUMN error TEXT;
+ALTER TABLE usage ADD COLUMN principal_id INTEGER REFERENCES principals(id);
+CREATE UNIQUE INDEX usage_request ON usage (request_id);
+CREATE INDEX usage_principal ON usage (principal_id, created_at);
+
+-- The sender's principal, resolved when the message arrived.
+ALTER TABLE inbound ADD COLUMN principal_id INTEGER REFERENCES principals(id);
