@@ -16,3 +16,7 @@ CREATE INDEX usage_principal ON usage (principal_id, created_at);
 
 -- The sender's principal, resolved when the message arrived.
 ALTER TABLE inbound ADD COLUMN principal_id INTEGER REFERENCES principals(id);
+
+-- A compaction made in the middle of a long task keeps that task's user
+-- message (its goal) verbatim, though it lies inside the replaced range.
+ALTER TABLE compactions ADD COLUMN kept_id INTEGER;

@@ -8,6 +8,9 @@
 //! message stays pinned, the summary follows it (as an assistant message, so
 //! roles keep alternating), then the most recent turns verbatim. Cuts fall on
 //! turn boundaries, so a tool call and its result are never separated.
+//! A task that outgrows the window on its own is compacted between its
+//! iterations: the cut then falls between tool rounds, and the task's own
+//! message is kept verbatim after the pinned one.
 //! Between compactions the view is a pure function of the database, so the
 //! prefix stays byte-stable.
 
@@ -69,29 +72,27 @@ pub struct Summariser<'a> {
     pub prices: &'a BTreeMap<String, Price>,
 }
 
-/// The wire view of raw entries under the latest compaction.
+/// The wire view of raw entries under the latest compaction: what precedes
+/// the range, the kept task goal (if any), the summary, then what follows.
 pub fn apply(entries: Vec<WireEntry>, compaction: Option<&Compaction>) -> Vec<WireEntry> {
     let Some(compaction) = compaction else {
         return entries;
     };
     let mut view = Vec::with_capacity(entries.len());
-    let mut summary_placed = false;
+    let mut kept = None;
+    let mut tail = Vec::new();
     for entry in entries {
         if entry.id <= compaction.pinned_id {
             view.push(entry);
-        } else if entry.id <= compaction.through_id {
-            if !summary_placed {
-                view.push(summary_entry(compaction));
-                summary_placed = true;
-            }
-        } else {
-            if !summary_placed {
-                view.push(summary_entry(compaction));
-                summary_placed = true;
-            }
-            view.push(entry);
+        } else if entry.id > compaction.through_id {
+            tail.push(entry);
+        } else if Some(entry.id) == compaction.kept_id {
+            kept = Some(entry);
         }
     }
+    view.extend(kept);
+    view.push(summary_entry(compaction));
+    view.extend(tail);
     view
 }
 
@@ -116,7 +117,12 @@ impl ContextPolicy {
         tokens_per_char: Option<f64>,
     ) -> bool {
         let messages: Vec<ChatMessage> = view.iter().map(|entry| entry.message.clone()).collect();
-        let chars = wire_chars(system, &messages);
+        self.over_threshold(wire_chars(system, &messages), tokens_per_char)
+    }
+
+    /// Whether a request of `chars` characters is past the threshold at
+    /// `tokens_per_char` (a default ratio when not yet calibrated).
+    pub fn over_threshold(&self, chars: i64, tokens_per_char: Option<f64>) -> bool {
         let ratio = tokens_per_char
             .unwrap_or(DEFAULT_TOKENS_PER_CHAR)
             .clamp(0.05, 2.0);
@@ -138,63 +144,111 @@ impl ContextPolicy {
         by: &Summariser<'_>,
         view: &[WireEntry],
     ) -> Result<bool, CompactError> {
-        let Some((pinned, cut)) = split(view, self.keep_recent_turns.max(1)) else {
-            return Ok(false);
-        };
-        let transcript = render(&view[pinned + 1..cut]);
-        let messages = [ChatMessage::User {
-            content: format!(
-                "Summarise this part of the conversation (it follows the user's first message: \
-                 \"{}\"):\n\n{transcript}",
-                first_text(&view[pinned].message)
-            ),
-        }];
-        let request = ModelRequest {
-            model: by.model,
-            system: SUMMARY_SYSTEM,
-            messages: &messages,
-            tools: &[],
-            cache_key: by.session_id,
-            max_tokens: 2048,
-        };
-        let request_id = step::request_id();
-        let start = ModelCallStart {
-            request_id: &request_id,
-            session_id: by.session_id,
-            task_id: by.task_id,
-            scope: "compaction",
-            principal_id: by.principal_id,
-            provider: by.provider.kind().as_str(),
-            model: by.model,
-            request_chars: None,
-        };
-        let call = async { Ok::<_, CompactError>(by.provider.complete(&request).await?) };
-        let response = step::recorded(by.store, &start, by.prices, call)
-            .await?
-            .response;
-        let summary = response.content.unwrap_or_default();
-        let compaction = Compaction {
-            pinned_id: view[pinned].id,
-            through_id: view[cut - 1].id,
-            summary: summary.trim().to_owned(),
-        };
-        by.store
-            .record_compaction(by.session_id, &compaction)
-            .await?;
-        tracing::info!(
-            session_id = by.session_id,
-            replaced_from = compaction.pinned_id + 1,
-            replaced_through = compaction.through_id,
-            summary_chars = compaction.summary.len(),
-            "history compacted"
-        );
-        Ok(true)
+        match split(view, self.keep_recent_turns.max(1)) {
+            Some(split) => summarise(by, view, split).await.map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Summarises a long-running task's earlier rounds (and the turns before
+    /// it) while it runs, keeping the task's own message verbatim and its
+    /// latest rounds whole. Returns false when there is nothing to summarise.
+    ///
+    /// # Errors
+    /// The summarisation call or the database failing; nothing is recorded
+    /// then.
+    pub async fn compact_task(
+        &self,
+        by: &Summariser<'_>,
+        view: &[WireEntry],
+        task_id: i64,
+    ) -> Result<bool, CompactError> {
+        match split_task(view, task_id, self.keep_recent_turns.max(1)) {
+            Some(split) => summarise(by, view, split).await.map(|()| true),
+            None => Ok(false),
+        }
     }
 }
 
-/// The pinned first user message's index and the index of the first entry
-/// kept verbatim (the start of the `keep`-th last turn).
-fn split(view: &[WireEntry], keep: usize) -> Option<(usize, usize)> {
+/// Where to cut a view: indices into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Split {
+    /// The session's first user message, kept before the summary.
+    pinned: usize,
+    /// A task goal inside the range, kept verbatim after the pinned message.
+    kept: Option<usize>,
+    /// The first entry kept verbatim after the summary.
+    cut: usize,
+}
+
+/// Summarises `view[pinned + 1..cut]` (less the kept goal) and records the
+/// compaction.
+async fn summarise(
+    by: &Summariser<'_>,
+    view: &[WireEntry],
+    split: Split,
+) -> Result<(), CompactError> {
+    let Split { pinned, kept, cut } = split;
+    let replaced: Vec<WireEntry> = view[pinned + 1..cut]
+        .iter()
+        .enumerate()
+        .filter(|(offset, _)| kept != Some(pinned + 1 + offset))
+        .map(|(_, entry)| entry.clone())
+        .collect();
+    let transcript = render(&replaced);
+    let messages = [ChatMessage::User {
+        content: format!(
+            "Summarise this part of the conversation (it follows the user's first message: \
+                 \"{}\"):\n\n{transcript}",
+            first_text(&view[pinned].message)
+        ),
+    }];
+    let request = ModelRequest {
+        model: by.model,
+        system: SUMMARY_SYSTEM,
+        messages: &messages,
+        tools: &[],
+        cache_key: by.session_id,
+        max_tokens: 2048,
+    };
+    let request_id = step::request_id();
+    let start = ModelCallStart {
+        request_id: &request_id,
+        session_id: by.session_id,
+        task_id: by.task_id,
+        scope: "compaction",
+        principal_id: by.principal_id,
+        provider: by.provider.kind().as_str(),
+        model: by.model,
+        request_chars: None,
+    };
+    let call = async { Ok::<_, CompactError>(by.provider.complete(&request).await?) };
+    let response = step::recorded(by.store, &start, by.prices, call)
+        .await?
+        .response;
+    let summary = response.content.unwrap_or_default();
+    let compaction = Compaction {
+        pinned_id: view[pinned].id,
+        through_id: view[cut - 1].id,
+        kept_id: kept.map(|index| view[index].id),
+        summary: summary.trim().to_owned(),
+    };
+    by.store
+        .record_compaction(by.session_id, &compaction)
+        .await?;
+    tracing::info!(
+        session_id = by.session_id,
+        replaced_from = compaction.pinned_id + 1,
+        replaced_through = compaction.through_id,
+        summary_chars = compaction.summary.len(),
+        "history compacted"
+    );
+    Ok(())
+}
+
+/// Where to cut between turns: the pinned first user message, and the start
+/// of the `keep`-th last turn.
+fn split(view: &[WireEntry], keep: usize) -> Option<Split> {
     let pinned = view
         .iter()
         .position(|entry| matches!(entry.message, ChatMessage::User { .. }))?;
@@ -209,7 +263,38 @@ fn split(view: &[WireEntry], keep: usize) -> Option<(usize, usize)> {
         return None;
     }
     let cut = turn_starts[turn_starts.len() - keep];
-    (cut > pinned + 1).then_some((pinned, cut))
+    (cut > pinned + 1).then_some(Split {
+        pinned,
+        kept: None,
+        cut,
+    })
+}
+
+/// Where to cut inside a running task: the pinned first user message, the
+/// task's own message (kept), and the start of the `keep`-th last round of
+/// the task. A round starts with an assistant entry, so a tool call and its
+/// results always stay on one side.
+fn split_task(view: &[WireEntry], task_id: i64, keep: usize) -> Option<Split> {
+    let pinned = view
+        .iter()
+        .position(|entry| matches!(entry.message, ChatMessage::User { .. }))?;
+    let goal = view.iter().rposition(|entry| {
+        entry.task_id == Some(task_id) && matches!(entry.message, ChatMessage::User { .. })
+    })?;
+    let round_starts: Vec<usize> = view
+        .iter()
+        .enumerate()
+        .skip(goal + 1)
+        .filter(|(_, entry)| matches!(entry.message, ChatMessage::Assistant { .. }))
+        .map(|(index, _)| index)
+        .collect();
+    if round_starts.len() <= keep {
+        return None;
+    }
+    let cut = round_starts[round_starts.len() - keep];
+    let kept = (goal > pinned).then_some(goal);
+    let replaced = cut - (pinned + 1) - usize::from(kept.is_some());
+    (replaced > 0).then_some(Split { pinned, kept, cut })
 }
 
 fn first_text(message: &ChatMessage) -> &str {
@@ -321,7 +406,14 @@ mod tests {
             assistant(8, "f"),
         ];
         // The tool call (4) and its result (5) fall inside one turn.
-        assert_eq!(split(&view, 1), Some((0, 6)));
+        assert_eq!(
+            split(&view, 1),
+            Some(Split {
+                pinned: 0,
+                kept: None,
+                cut: 6
+            })
+        );
         assert_eq!(split(&view, 2), None, "only two turns after the goal");
     }
 
@@ -337,6 +429,7 @@ mod tests {
         let compaction = Compaction {
             pinned_id: 1,
             through_id: 4,
+            kept_id: None,
             summary: "s".to_owned(),
         };
         let view = apply(entries, Some(&compaction));
@@ -345,5 +438,70 @@ mod tests {
         assert!(
             matches!(&view[1].message, ChatMessage::Assistant { content: Some(c), .. } if c.ends_with('s'))
         );
+    }
+
+    fn round(id: i64, task: i64) -> [WireEntry; 2] {
+        let call = crate::llm::ToolCall {
+            id: format!("c{id}"),
+            name: "t".to_owned(),
+            arguments: "{}".to_owned(),
+        };
+        [
+            WireEntry {
+                id,
+                task_id: Some(task),
+                message: ChatMessage::Assistant {
+                    content: None,
+                    tool_calls: vec![call],
+                },
+            },
+            WireEntry {
+                id: id + 1,
+                task_id: Some(task),
+                message: ChatMessage::Tool {
+                    tool_call_id: format!("c{id}"),
+                    content: "r".to_owned(),
+                    is_error: false,
+                },
+            },
+        ]
+    }
+
+    #[test]
+    fn a_running_task_is_cut_between_rounds_and_keeps_its_goal() {
+        let mut view = vec![user(1, "first"), assistant(2, "hi")];
+        view.push(WireEntry {
+            task_id: Some(3),
+            ..user(3, "the goal")
+        });
+        for id in [4, 6, 8, 10] {
+            view.extend(round(id, 3));
+        }
+        let split = split_task(&view, 3, 2).expect("a cut");
+        assert_eq!(
+            split,
+            Split {
+                pinned: 0,
+                kept: Some(2),
+                cut: 7
+            },
+            "rounds 8 and 10 kept whole"
+        );
+        let compaction = Compaction {
+            pinned_id: 1,
+            through_id: 7,
+            kept_id: Some(3),
+            summary: "s".to_owned(),
+        };
+        let ids: Vec<i64> = apply(view.clone(), Some(&compaction))
+            .iter()
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(
+            ids,
+            [1, 3, 7, 8, 9, 10, 11],
+            "goal, then summary, then rounds"
+        );
+        assert_eq!(split_task(&view, 3, 4), None, "nothing older to summarise");
     }
 }

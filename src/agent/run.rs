@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Agent;
+use super::context::{self, CompactError, ContextPolicy, Summariser};
 use super::step;
 use super::subagent::SubAgentRunner;
 use super::wallet::{Budget, CallKind, Purse};
@@ -54,6 +55,9 @@ pub struct LoopEnv {
     pub parent_reserve: u32,
     /// Limits on the whole task (shared with sub-agents).
     pub limits: TaskLimits,
+    /// When to compact the session's history while the task runs; `None`
+    /// for sub-agents, whose histories are their own.
+    pub context: Option<ContextPolicy>,
     /// Cancelled by `/stop`, an interrupting message, or the task's time
     /// limit; sub-agents share it.
     pub cancel: CancellationToken,
@@ -167,11 +171,13 @@ pub async fn run_loop(
     }
     let mut iteration = 0u32;
     let mut repeats = RepeatTracker::default();
+    let mut compaction = MidTaskCompaction::default();
     loop {
         iteration += 1;
         if env.cancel.is_cancelled() {
             return Err(LoopError::Cancelled);
         }
+        compaction.run(&agent, &env, &mut history).await?;
         if let Some(spend) = env.limits.spend
             && spend.spent_before.saturating_add(purse.task_cost()) >= spend.daily_nanousd
         {
@@ -252,6 +258,7 @@ pub async fn run_loop(
             latency_ms,
             "model call"
         );
+        compaction.calibrate(&start, response.usage.input_tokens);
         let task_tokens =
             purse.add_tokens(response.usage.input_tokens + response.usage.output_tokens);
         let limit = env.limits.max_tokens;
@@ -358,6 +365,86 @@ async fn call_model(
             }
         }
         (result, _) => Ok(result?),
+    }
+}
+
+/// Compaction between the iterations of a long task: when the history would
+/// pass the context threshold (estimated at the ratio of tokens to
+/// characters the provider reported for the previous call), the task's
+/// earlier rounds are summarised, its goal and latest rounds kept.
+#[derive(Debug, Default)]
+struct MidTaskCompaction {
+    /// Input tokens per request character of the last call.
+    tokens_per_char: Option<f64>,
+    /// History length below which no new attempt is made (after an attempt
+    /// found nothing to summarise or failed).
+    retry_from_len: usize,
+}
+
+impl MidTaskCompaction {
+    fn calibrate(&mut self, start: &ModelCallStart<'_>, input_tokens: u64) {
+        self.tokens_per_char = match start.request_chars {
+            Some(chars) if chars > 0 && input_tokens > 0 => {
+                #[allow(clippy::cast_precision_loss)] // counts far below 2^52
+                Some(input_tokens as f64 / chars as f64)
+            }
+            _ => None,
+        };
+    }
+
+    async fn run(
+        &mut self,
+        agent: &Agent,
+        env: &LoopEnv,
+        history: &mut Vec<ChatMessage>,
+    ) -> Result<(), LoopError> {
+        let Some(policy) = &env.context else {
+            return Ok(());
+        };
+        if self.tokens_per_char.is_none()
+            || history.len() < self.retry_from_len
+            || !policy.over_threshold(
+                wire_chars(&env.system_prompt, history),
+                self.tokens_per_char,
+            )
+        {
+            return Ok(());
+        }
+        let entries = env.store.wire_history(&env.session_id, "").await?;
+        let latest = env.store.latest_compaction(&env.session_id).await?;
+        let view = context::apply(entries, latest.as_ref());
+        let summariser = Summariser {
+            store: &env.store,
+            provider: agent.provider.as_ref(),
+            model: &agent.model,
+            session_id: &env.session_id,
+            task_id: Some(env.task_id),
+            principal_id: env.principal_id,
+            prices: &env.prices,
+        };
+        match policy.compact_task(&summariser, &view, env.task_id).await {
+            Ok(true) => {
+                let entries = env.store.wire_history(&env.session_id, "").await?;
+                let latest = env.store.latest_compaction(&env.session_id).await?;
+                *history = context::apply(entries, latest.as_ref())
+                    .into_iter()
+                    .map(|entry| entry.message)
+                    .collect();
+                self.tokens_per_char = None;
+                tracing::info!(
+                    task_id = env.task_id,
+                    messages = history.len(),
+                    "history compacted while the task runs"
+                );
+            }
+            Ok(false) => self.retry_from_len = history.len() + 2,
+            Err(CompactError::Store(err)) => return Err(err.into()),
+            Err(CompactError::Model(err)) => {
+                tracing::warn!(error = %err, "compaction failed; continuing with the full history");
+                self.retry_from_len = history.len() + 2;
+            }
+        }
+        Ok(())
     }
 }
 

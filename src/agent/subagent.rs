@@ -85,6 +85,7 @@ impl SubAgents for SubAgentRunner {
             scope: format!("{}/{}", self.env.scope, self.request_id),
             system_prompt: sub_agent_prompt(child.toolset.specs()),
             depth,
+            context: None,
             ..(*self.env).clone()
         });
         let history = vec![ChatMessage::User { content: task }];

@@ -277,6 +277,7 @@ impl TurnExecutor {
                 spend: self.spend_limit(inbound.principal_id).await?,
             },
             cancel: control.token.clone(),
+            context: Some(policy.clone()),
         });
         // A resumed task (its message was stored by an earlier run) keeps
         // spending from what it had left.

@@ -9,6 +9,9 @@ use super::{Store, StoreError, now_ms};
 pub struct Compaction {
     pub pinned_id: i64,
     pub through_id: i64,
+    /// An entry inside the range shown verbatim anyway: the running task's
+    /// goal, when a long task is compacted mid-way.
+    pub kept_id: Option<i64>,
     pub summary: String,
 }
 
@@ -21,18 +24,21 @@ impl Store {
         &self,
         session_id: &str,
     ) -> Result<Option<Compaction>, StoreError> {
-        let row = sqlx::query_as::<_, (i64, i64, String)>(
-            "SELECT pinned_id, through_id, summary FROM compactions WHERE session_id = $1 \
-             ORDER BY id DESC LIMIT 1",
+        let row = sqlx::query_as::<_, (i64, i64, Option<i64>, String)>(
+            "SELECT pinned_id, through_id, kept_id, summary FROM compactions \
+             WHERE session_id = $1 ORDER BY id DESC LIMIT 1",
         )
         .bind(session_id)
         .fetch_optional(&mut *self.conn().await?)
         .await?;
-        Ok(row.map(|(pinned_id, through_id, summary)| Compaction {
-            pinned_id,
-            through_id,
-            summary,
-        }))
+        Ok(
+            row.map(|(pinned_id, through_id, kept_id, summary)| Compaction {
+                pinned_id,
+                through_id,
+                kept_id,
+                summary,
+            }),
+        )
     }
 
     /// Records a compaction.
@@ -45,14 +51,15 @@ impl Store {
         compaction: &Compaction,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO compactions (session_id, pinned_id, through_id, summary, created_at) \
-             VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO compactions (session_id, pinned_id, through_id, summary, created_at, \
+             kept_id) VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(session_id)
         .bind(compaction.pinned_id)
         .bind(compaction.through_id)
         .bind(&compaction.summary)
         .bind(now_ms())
+        .bind(compaction.kept_id)
         .execute(&mut *self.conn().await?)
         .await?;
         Ok(())

@@ -132,3 +132,121 @@ async fn a_short_conversation_is_not_compacted() {
     assert_eq!(app.count("compactions").await, 0);
     app.stop().await;
 }
+
+/// Every tool call in a request is answered in it, and every result answers
+/// a call made before it.
+fn calls_and_results_stay_together(body: &Value) -> bool {
+    let mut open: Vec<String> = Vec::new();
+    for message in body["messages"].as_array().into_iter().flatten() {
+        match message["role"].as_str() {
+            Some("assistant") => {
+                if !open.is_empty() {
+                    return false;
+                }
+                open = message["tool_calls"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|call| call["id"].as_str().map(str::to_owned))
+                    .collect();
+            }
+            Some("tool") => {
+                let id = message["tool_call_id"].as_str().unwrap_or_default();
+                let Some(index) = open.iter().position(|open| open == id) else {
+                    return false;
+                };
+                open.remove(index);
+            }
+            _ => {
+                if !open.is_empty() {
+                    return false;
+                }
+            }
+        }
+    }
+    open.is_empty()
+}
+
+#[tokio::test]
+async fn a_long_task_is_compacted_while_it_runs_keeping_its_goal_and_whole_rounds() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const ROUNDS: usize = 40;
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&calls);
+    let llm = FakeLlm::start_counting(move |body| {
+        if is_summary_request(body) {
+            return Reply::Text("Progress: many sums computed; keep going.".to_owned());
+        }
+        if last_user_text(body) == "hello" {
+            return Reply::Text("hi".to_owned());
+        }
+        let n = counter.fetch_add(1, Ordering::SeqCst);
+        if n >= ROUNDS {
+            return Reply::Text("finished".to_owned());
+        }
+        // ~1.6 KB of arguments per round, so the task alone outgrows the
+        // window several times over.
+        // Each different, so no-progress detection stays out of the way.
+        let expression = format!("{}+{n}", vec!["1"; 400].join("+"));
+        Reply::Tools(vec![(
+            format!("call{n}"),
+            "calculator".to_owned(),
+            format!("{{\"expression\":\"{expression}\"}}"),
+        )])
+    })
+    .await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.context.window_tokens = 4000;
+        s.context.keep_recent_turns = 2;
+        s.agent.tools = vec!["calculator".to_owned()];
+    })
+    .await;
+    let (session, _) = app.say(None, "hello").await;
+    let goal = "add up all those ones, again and again";
+
+    let (_, reply) = app.say(Some(&session), goal).await;
+
+    assert_eq!(reply, "finished");
+    let requests: Vec<(usize, Value)> = llm
+        .requests()
+        .iter()
+        .map(|r| (r.body.len(), r.json()))
+        .filter(|(_, body)| !is_summary_request(body))
+        .collect();
+    let task: Vec<&(usize, Value)> = requests.iter().skip(1).collect();
+    assert_eq!(task.len(), ROUNDS + 1);
+    let largest = task.iter().map(|(size, _)| *size).max().unwrap_or(0);
+    // 75% of 4,000 tokens is ~12,000 bytes; one round may be added before
+    // the next compaction. Uncompacted, the last request would be ~70 KB.
+    assert!(largest < 20_000, "largest request {largest} bytes");
+    for (_, body) in &task {
+        assert_eq!(
+            body["messages"][1]["content"], "hello",
+            "first message pinned"
+        );
+        assert!(
+            body["messages"]
+                .as_array()
+                .is_some_and(|m| m.iter().any(|m| m["content"] == goal)),
+            "the task's goal stays in every request"
+        );
+        assert!(calls_and_results_stay_together(body), "{body}");
+    }
+    let compactions = app.count("compactions").await;
+    assert!(
+        compactions >= 3,
+        "{compactions} compactions during the task"
+    );
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM messages WHERE session_id = $1")
+        .bind(&session)
+        .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("count");
+    let expected = 2 + 1 + 2 * ROUNDS + 1;
+    assert_eq!(
+        stored,
+        i64::try_from(expected).expect("fits"),
+        "nothing deleted"
+    );
+    app.stop().await;
+}
