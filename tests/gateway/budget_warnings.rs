@@ -4,17 +4,7 @@
 
 use std::time::Duration;
 
-use crate::helpers::{FakeLlm, Reply, ServeProcess};
-
-/// A model that asks for the calculator forever.
-fn endless_tools(body: &serde_json::Value) -> Reply {
-    let n = body["messages"].as_array().map_or(0, Vec::len);
-    Reply::Tools(vec![(
-        format!("c{n}"),
-        "calculator".to_owned(),
-        format!("{{\"expression\":\"{n}*2\"}}"),
-    )])
-}
+use crate::helpers::{FakeLlm, ServeProcess, endless_calculator};
 
 fn warnings_for(logs: &str, budget: &str) -> usize {
     logs.lines()
@@ -47,7 +37,7 @@ async fn serve_with(llm: &FakeLlm, config: &str) -> (ServeProcess, tempfile::Tem
 
 #[tokio::test]
 async fn calls_tokens_and_spend_each_warn_once_at_80_percent() {
-    let llm = FakeLlm::start(endless_tools).await;
+    let llm = FakeLlm::start(endless_calculator).await;
     // Each fake call: 127 tokens, $0.044 at these prices. Ten calls allowed;
     // the spend cap ($0.40) is reached after the tenth call's cost is in,
     // and the token cap (1,400) is not.
@@ -83,7 +73,7 @@ principal_daily_usd = 0.40
 
 #[tokio::test]
 async fn time_warns_at_80_percent_before_the_time_limit_stops_the_task() {
-    let llm = FakeLlm::start_with_delay(endless_tools, Duration::from_millis(300)).await;
+    let llm = FakeLlm::start_with_delay(endless_calculator, Duration::from_millis(300)).await;
     let config = r#"
 [agent]
 tools = ["calculator"]

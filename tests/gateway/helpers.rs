@@ -289,6 +289,17 @@ fn status(code: u16, body: String) -> Response {
 }
 
 /// The text of the last user message of an OpenAI or Anthropic request.
+/// A model that asks for the calculator forever, with different arguments
+/// each time (so no-progress detection stays out of the way).
+pub fn endless_calculator(body: &Value) -> Reply {
+    let n = body["messages"].as_array().map_or(0, Vec::len);
+    Reply::Tools(vec![(
+        format!("c{n}"),
+        "calculator".to_owned(),
+        format!("{{\"expression\":\"{n}*2\"}}"),
+    )])
+}
+
 pub fn last_user_text(body: &Value) -> String {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     for message in messages.iter().rev() {
@@ -477,6 +488,17 @@ impl TestApp {
             .expect("reply text")
             .to_owned();
         (session.expect("session header"), reply)
+    }
+
+    /// How the latest non-command turn ended (`inbound.outcome`).
+    pub async fn outcome_of_last_turn(&self) -> String {
+        sqlx::query_scalar::<_, Option<String>>(
+            "SELECT outcome FROM inbound WHERE status <> 'command' ORDER BY id DESC LIMIT 1",
+        )
+        .fetch_one(&mut *self.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("row")
+        .unwrap_or_default()
     }
 
     /// Counts rows in a table.

@@ -7,16 +7,6 @@ use serde_json::Value;
 
 use crate::helpers::{FakeLlm, Reply, TestApp, last_is_tool_result, last_user_text};
 
-async fn outcome_of_last_turn(app: &TestApp) -> String {
-    sqlx::query_scalar::<_, Option<String>>(
-        "SELECT outcome FROM inbound WHERE status <> 'command' ORDER BY id DESC LIMIT 1",
-    )
-    .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
-    .await
-    .expect("row")
-    .unwrap_or_default()
-}
-
 fn slow_echo(body: &Value) -> Reply {
     Reply::Text(format!("echo: {}", last_user_text(body)))
 }
@@ -56,7 +46,7 @@ async fn stop_cancels_a_running_turn_and_confirms() {
         started.elapsed() < Duration::from_secs(4),
         "did not wait for the model"
     );
-    assert_eq!(outcome_of_last_turn(&app).await, "cancelled");
+    assert_eq!(app.outcome_of_last_turn().await, "cancelled");
     let (_, idle) = app.say(Some(&session), "/stop").await;
     assert_eq!(idle, "Nothing is running.");
     app.stop().await;
@@ -73,7 +63,7 @@ async fn a_task_past_its_time_limit_stops_with_a_message() {
         reply,
         "Stopped: this task ran longer than its 1-second limit."
     );
-    assert_eq!(outcome_of_last_turn(&app).await, "time_limit");
+    assert_eq!(app.outcome_of_last_turn().await, "time_limit");
     app.stop().await;
 }
 
@@ -98,7 +88,7 @@ async fn a_task_over_its_token_limit_stops_and_the_history_stays_valid() {
         "{reply}"
     );
     assert_eq!(llm.requests().len(), 3);
-    assert_eq!(outcome_of_last_turn(&app).await, "token_limit");
+    assert_eq!(app.outcome_of_last_turn().await, "token_limit");
     // Every stored tool call has its result.
     let history = app
         .gateway
@@ -141,7 +131,7 @@ async fn the_same_call_with_the_same_result_again_and_again_stops_the_loop() {
         "{reply}"
     );
     assert_eq!(llm.requests().len(), 3);
-    assert_eq!(outcome_of_last_turn(&app).await, "no_progress");
+    assert_eq!(app.outcome_of_last_turn().await, "no_progress");
     app.stop().await;
 }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use switchboard::usage::Price;
 
-use crate::helpers::{FakeLlm, Reply, TestApp, last_is_tool_result};
+use crate::helpers::{FakeLlm, Reply, TestApp, endless_calculator, last_is_tool_result};
 
 /// Each fake call reports 120 input tokens (100 of them cache reads) and 7
 /// output tokens: 20 × $1000/M + 100 × $100/M + 7 × $2000/M = $0.044.
@@ -21,16 +21,6 @@ fn prices() -> BTreeMap<String, Price> {
             cache_read: 100.0,
             cache_write: 1250.0,
         },
-    )])
-}
-
-/// A model that asks for the calculator forever.
-fn endless_tools(body: &serde_json::Value) -> Reply {
-    let n = body["messages"].as_array().map_or(0, Vec::len);
-    Reply::Tools(vec![(
-        format!("c{n}"),
-        "calculator".to_owned(),
-        format!("{{\"expression\":\"{n}*2\"}}"),
     )])
 }
 
@@ -128,7 +118,7 @@ async fn a_failed_model_call_is_recorded_as_failed_with_its_reason() {
 
 #[tokio::test]
 async fn a_principal_over_its_daily_spend_is_stopped_and_others_go_on() {
-    let llm = FakeLlm::start(endless_tools).await;
+    let llm = FakeLlm::start(endless_calculator).await;
     let app = TestApp::spawn_with(&llm, |s| {
         s.prices = prices();
         // Room for two calls at $0.044; the third crosses the cap.
@@ -143,12 +133,7 @@ async fn a_principal_over_its_daily_spend_is_stopped_and_others_go_on() {
         "Stopped: today's spending limit of $0.10 is reached (it resets at 00:00 UTC)."
     );
     assert_eq!(llm.requests().len(), 3, "stopped before the fourth call");
-    let outcome: Option<String> =
-        sqlx::query_scalar("SELECT outcome FROM inbound ORDER BY id DESC LIMIT 1")
-            .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
-            .await
-            .expect("outcome");
-    assert_eq!(outcome.as_deref(), Some("spend_limit"));
+    assert_eq!(app.outcome_of_last_turn().await, "spend_limit");
     let history = app
         .gateway
         .store
