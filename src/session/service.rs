@@ -238,6 +238,7 @@ impl SessionService {
                 &message,
                 &session_id,
                 status,
+                command.as_ref(),
                 identity.principal,
             ))
             .await?
@@ -267,8 +268,8 @@ impl SessionService {
                 }
             },
             (None, Some(command)) => {
-                let (session_id, text) = self.run_command(command, &context).await?;
-                self.answer_command(inbound_id, session_id, text).await?
+                let (session_id, answer) = self.run_command(command, &context).await?;
+                self.answer_command(inbound_id, session_id, answer).await?
             }
             (None, None) => {
                 if self.sessions.busy == BusyMode::Interrupt {
@@ -456,23 +457,26 @@ impl SessionService {
         }
     }
 
-    /// Writes a command's answer to the outbox and hands it out.
+    /// Writes a command's answer to the outbox and hands it out. A secret
+    /// answer reaches the chat while the outbox keeps only its stored form.
     async fn answer_command(
         &self,
         inbound_id: i64,
         session_id: String,
-        text: String,
+        answer: impl Into<Answer>,
     ) -> Result<Admission, StoreError> {
-        let row = self
+        let Answer { text, stored } = answer.into();
+        let mut row = self
             .store
             .finish_turn(&TurnEnd {
                 inbound_id,
                 final_message: None,
-                reply: &text,
+                reply: stored.as_deref().unwrap_or(&text),
                 status: InboundStatus::Command,
                 outcome: "command",
             })
             .await?;
+        row.text.clone_from(&text);
         self.runner.deliver(&row, InboundStatus::Command).await;
         Ok(Admission::Handled {
             inbound_id,
@@ -515,14 +519,14 @@ impl SessionService {
     }
 
     /// Runs a command; returns the session the chat is on afterwards and the
-    /// reply.
+    /// answer.
     async fn run_command(
         &self,
         command: Command,
         context: &CommandContext<'_>,
-    ) -> Result<(String, String), StoreError> {
+    ) -> Result<(String, Answer), StoreError> {
         let session_id = context.session_id;
-        let same = |text: String| (session_id.to_owned(), text);
+        let same = |text: String| (session_id.to_owned(), Answer::from(text));
         let identity_command = matches!(
             command,
             Command::Link(_)
@@ -541,7 +545,8 @@ impl SessionService {
                 let id = self
                     .start_new_session(context.route, context.origin, owner)
                     .await?;
-                (id.clone(), format!("Started a new conversation ({id})."))
+                let text = format!("Started a new conversation ({id}).");
+                (id, text.into())
             }
             Command::Status => {
                 let budget = match self.runner.budget_left(session_id) {
@@ -565,7 +570,7 @@ impl SessionService {
                 };
                 same(text)
             }
-            Command::Compact => (session_id.to_owned(), "Compaction is queued.".to_owned()),
+            Command::Compact => same("Compaction is queued.".to_owned()),
             Command::Stop => {
                 let text = if self.runner.stop(session_id, StopCause::User) {
                     "Stopping the running task."
@@ -574,8 +579,11 @@ impl SessionService {
                 };
                 same(text.to_owned())
             }
-            Command::Link(None) => same(self.new_link_code(&context.identity).await?),
-            Command::Link(Some(code)) => self.redeem(context, &code).await?,
+            Command::Link(None) => (
+                session_id.to_owned(),
+                self.new_link_code(&context.identity).await?,
+            ),
+            Command::Link(Some(code)) => answered(self.redeem(context, &code).await?),
             Command::Unlink => match self.store.unlink_identity(&context.identity).await? {
                 None => same("This account is not linked to any other.".to_owned()),
                 Some(fresh) => {
@@ -588,10 +596,8 @@ impl SessionService {
                     let id = self
                         .session_for(&route, context.origin, Some(fresh))
                         .await?;
-                    (
-                        id,
-                        "Unlinked: this account has its own conversations again.".to_owned(),
-                    )
+                    let text = "Unlinked: this account has its own conversations again.";
+                    (id, text.to_owned().into())
                 }
             },
             Command::Sessions => {
@@ -602,7 +608,7 @@ impl SessionService {
                 same(list_sessions(&sessions, session_id, now_ms()))
             }
             Command::Resume(None) => same("Usage: /resume ID (see /sessions).".to_owned()),
-            Command::Resume(Some(id)) => self.resume(context, &id).await?,
+            Command::Resume(Some(id)) => answered(self.resume(context, &id).await?),
             Command::Title(None) => {
                 let text = match self.store.session(session_id).await?.and_then(|s| s.title) {
                     Some(title) => format!("Title: {title}\nChange it with /title TEXT."),
@@ -704,22 +710,27 @@ impl SessionService {
         })
     }
 
-    /// `/link`: a fresh one-time code for the sender's principal.
-    async fn new_link_code(&self, identity: &Identity) -> Result<String, StoreError> {
+    /// `/link`: a fresh one-time code for the sender's principal. The code
+    /// is a credential: the answer's stored form (the outbox row) leaves it
+    /// out, and the store keeps only its hash.
+    async fn new_link_code(&self, identity: &Identity) -> Result<Answer, StoreError> {
         let code = LinkCode::generate();
         let ttl_ms = i64::try_from(CODE_TTL.as_millis()).unwrap_or(i64::MAX);
         self.store
             .create_link_code(identity, code.as_str(), now_ms().saturating_add(ttl_ms))
             .await?;
         tracing::info!(principal_id = %identity.principal, "link code issued");
-        Ok(format!(
-            "Your link code: {}\nWithin {} minutes, send /link {} from your other account, in a \
-             direct chat with me, to share your conversations there. It works once; keep it \
-             private.",
-            code.as_str(),
-            CODE_TTL.as_secs() / 60,
-            code.as_str()
-        ))
+        Ok(Answer {
+            text: format!(
+                "Your link code: {}\nWithin {} minutes, send /link {} from your other account, \
+                 in a direct chat with me, to share your conversations there. It works once; \
+                 keep it private.",
+                code.as_str(),
+                CODE_TTL.as_secs() / 60,
+                code.as_str()
+            ),
+            stored: Some(LINK_CODE_STORED.to_owned()),
+        })
     }
 
     /// `/link CODE`: joins the sender's identity to the code owner.
@@ -814,6 +825,31 @@ impl SessionService {
     }
 }
 
+/// A command's answer. `stored`, when set, is what the outbox keeps instead
+/// of `text`, which holds a secret (a link code): the chat gets `text` now,
+/// and a delivery retried from the outbox sends `stored`.
+struct Answer {
+    text: String,
+    stored: Option<String>,
+}
+
+impl From<String> for Answer {
+    fn from(text: String) -> Self {
+        Self { text, stored: None }
+    }
+}
+
+/// A `(session, text)` answer as a `(session, Answer)` one.
+fn answered((session_id, text): (String, String)) -> (String, Answer) {
+    (session_id, text.into())
+}
+
+/// The outbox's copy of a `/link` answer.
+const LINK_CODE_STORED: &str = "A link code was sent to this chat. Codes are not stored, so if it \
+    did not arrive, send /link for a new one.";
+/// The text recorded for a `/link CODE` message in place of the code.
+const LINK_REDEEM_STORED: &str = "/link (code not stored)";
+
 /// The answer to `/undo` and `/retry` while a turn runs.
 const BUSY: &str = "A reply is still being written; wait for it (or /stop it) first.";
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -887,12 +923,20 @@ fn usage_text(summary: crate::store::UsageSummary) -> String {
     )
 }
 
+/// The inbound record of a message. A `/link CODE` is recorded without its
+/// code: a live code is a credential until redeemed (and stays one when the
+/// redemption is refused, e.g. rate-limited or sent in a group).
 fn new_inbound(
     message: &InboundMessage,
     session_id: &str,
     status: InboundStatus,
+    command: Option<&Command>,
     principal: PrincipalId,
 ) -> NewInbound {
+    let text = match command {
+        Some(Command::Link(Some(_))) => LINK_REDEEM_STORED.to_owned(),
+        _ => message.text.clone(),
+    };
     NewInbound {
         platform: message.platform.to_string(),
         account: message.account.to_string(),
@@ -903,7 +947,7 @@ fn new_inbound(
         message_id: message.message_id.clone(),
         sender_id: message.sender.id.to_string(),
         sender_name: message.sender.display_name.clone(),
-        text: message.text.clone(),
+        text,
         status,
         principal_id: Some(principal.get()),
     }

@@ -6,9 +6,13 @@
 //! first contact; `/link CODE` moves it to the code owner's principal and
 //! `/unlink` moves it to a fresh one. A principal owns its direct-chat
 //! sessions (`sessions.principal_id`).
+//!
+//! Link codes are credentials: only their SHA-256 is stored
+//! (`link_codes.code_sha256`), and a code is looked up by it.
 
 use std::fmt;
 
+use sha2::{Digest, Sha256};
 use sqlx::{Connection, Row};
 
 use super::usage::UsageSums;
@@ -116,8 +120,9 @@ impl Store {
             .ok_or_else(|| StoreError::Corrupt("identity vanished".to_owned()))
     }
 
-    /// Stores a new link code for an identity's principal, replacing the
-    /// identity's unused earlier codes.
+    /// Stores a new link code (its hash) for an identity's principal,
+    /// replacing the identity's unused earlier codes. `code` is the code as
+    /// issued (upper case).
     ///
     /// # Errors
     /// A database failure (including the rare clash with an existing code).
@@ -134,10 +139,10 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         sqlx::query(
-            "INSERT INTO link_codes (code, principal_id, identity_id, expires_at) \
+            "INSERT INTO link_codes (code_sha256, principal_id, identity_id, expires_at) \
              VALUES ($1, $2, $3, $4)",
         )
-        .bind(code)
+        .bind(code_digest(code))
         .bind(identity.principal.0)
         .bind(identity.id)
         .bind(expires_at)
@@ -166,8 +171,9 @@ impl Store {
         Ok(to_u64(count))
     }
 
-    /// Redeems a link code for `identity`: the code is used up (single use,
-    /// unexpired) and the identity joins the code owner's principal. A
+    /// Redeems a link code (upper case, as issued) for `identity`: the code
+    /// is used up (single use, unexpired) and the identity joins the code
+    /// owner's principal. A
     /// principal left with no identity hands its sessions to the new one.
     /// A failed redemption is recorded for rate limiting.
     ///
@@ -183,10 +189,11 @@ impl Store {
         let mut tx = conn.begin().await?;
         let target = sqlx::query_scalar::<_, i64>(
             "UPDATE link_codes SET used_at = $1 \
-             WHERE code = $2 AND used_at IS NULL AND expires_at > $1 RETURNING principal_id",
+             WHERE code_sha256 = $2 AND used_at IS NULL AND expires_at > $1 \
+             RETURNING principal_id",
         )
         .bind(now)
-        .bind(code)
+        .bind(code_digest(code))
         .fetch_optional(&mut *tx)
         .await?;
         let Some(target) = target else {
@@ -371,4 +378,9 @@ impl Store {
             principal: PrincipalId(principal),
         }))
     }
+}
+
+/// What the database keeps of a link code: the hex SHA-256 of its bytes.
+fn code_digest(code: &str) -> String {
+    hex::encode(Sha256::digest(code.as_bytes()))
 }

@@ -509,3 +509,70 @@ async fn unknown_commands_get_help_on_every_platform() {
     assert_eq!(fake.sent().len(), 1);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn link_codes_are_stored_only_as_hashes() {
+    use sha2::{Digest, Sha256};
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+    let fake = Fake::register(&app);
+
+    let code = code_in(&fake.dm(&app, "alice", "/link").await);
+    let while_live = database_contains(&app, &code).await;
+    let hashes: Vec<String> = sqlx::query_scalar("SELECT code_sha256 FROM link_codes")
+        .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("rows");
+    let (_, linked) = app
+        .say_as("alice-api", &format!("/link {}", code.to_lowercase()))
+        .await;
+    let after_use = database_contains(&app, &code).await;
+
+    assert!(!while_live, "the issued code is not in the database");
+    assert_eq!(hashes, [hex::encode(Sha256::digest(code.as_bytes()))]);
+    assert!(linked.starts_with("Linked"), "{linked}");
+    assert!(!after_use, "nor the redeeming message");
+    assert!(
+        database_contains(&app, "alice-api").await,
+        "the scan finds what is stored"
+    );
+    app.stop().await;
+}
+
+/// Whether `code` (any case) appears anywhere in the app's database: in the
+/// SQLite file or its write-ahead log, or in any row of any PostgreSQL table.
+async fn database_contains(app: &TestApp, code: &str) -> bool {
+    let url = &app.gateway.settings.database.url;
+    let upper = code.to_ascii_uppercase();
+    let lower = code.to_ascii_lowercase();
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        let path = path.split('?').next().unwrap_or(path);
+        return ["", "-wal", "-journal"].iter().any(|suffix| {
+            let bytes = std::fs::read(format!("{path}{suffix}")).unwrap_or_default();
+            [&upper, &lower]
+                .iter()
+                .any(|needle| bytes.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        });
+    }
+    let mut conn = app.gateway.store.conn().await.expect("conn");
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(tablename AS TEXT) FROM pg_tables WHERE schemaname = 'public'",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .expect("tables");
+    assert!(tables.iter().any(|t| t == "link_codes"), "{tables:?}");
+    for table in tables {
+        let hits: i64 = sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM \"{table}\" t WHERE strpos(upper(CAST(t AS TEXT)), $1) > 0"
+        ))
+        .bind(&upper)
+        .fetch_one(&mut *conn)
+        .await
+        .expect("scan");
+        if hits > 0 {
+            return true;
+        }
+    }
+    false
+}
