@@ -332,6 +332,23 @@ pub fn last_is_tool_result(body: &Value) -> bool {
             .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
 }
 
+/// Polls `check` every 10 ms until it holds; panics naming `what` after
+/// 20 s.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A fresh database URL: a new PostgreSQL database when
 /// `TEST_DATABASE_URL` is set, else a SQLite file in `dir`.
 pub async fn fresh_database(dir: &std::path::Path) -> String {

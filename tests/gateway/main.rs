@@ -8,6 +8,7 @@ mod budget;
 mod budget_warnings;
 mod compaction;
 mod crash;
+mod fake_telegram;
 mod helpers;
 mod identity;
 mod limits;
