@@ -17,7 +17,7 @@ async fn spawn(llm: &FakeLlm) -> TestApp {
 }
 
 /// Runs `switchboard pairing ARGS` against the app's database.
-async fn pairing_cli(app: &TestApp, args: &[&str]) -> (bool, String) {
+pub async fn pairing_cli(app: &TestApp, args: &[&str]) -> (bool, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_switchboard"))
         .arg("pairing")
         .args(args)

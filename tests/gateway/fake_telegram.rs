@@ -29,6 +29,13 @@ const LONG_POLL: Duration = Duration::from_millis(500);
 /// How long a test waits for the adapter and the gateway.
 const PATIENCE: Duration = Duration::from_secs(20);
 
+/// A Telegram user writing to the bot.
+#[derive(Debug, Clone, Copy)]
+pub struct TgUser {
+    pub id: i64,
+    pub first_name: &'static str,
+}
+
 /// One `sendMessage` call the gateway made.
 #[derive(Debug, Clone)]
 pub struct SentMessage {
@@ -56,6 +63,7 @@ struct BotApi {
 #[derive(Default)]
 struct Queue {
     updates: VecDeque<Value>,
+    next_update_id: u32,
     next_message_id: i64,
     /// `getUpdates` calls received so far.
     polls: u64,
@@ -105,6 +113,33 @@ impl FakeTelegram {
         self.api.queued.notify_one();
     }
 
+    /// Queues `text` from `user` in their private chat with the bot.
+    pub fn dm(&self, user: TgUser, text: &str) {
+        let chat = json!({"id": user.id, "type": "private", "first_name": user.first_name});
+        self.push_message(chat, user, text);
+    }
+
+    /// Queues `text` from `user` in the group `chat` (a negative id).
+    pub fn group(&self, chat: i64, user: TgUser, text: &str) {
+        let chat = json!({"id": chat, "type": "supergroup", "title": "Test group"});
+        self.push_message(chat, user, text);
+    }
+
+    /// `user` writes `text` in their private chat; returns the reply, which
+    /// must come back to that chat.
+    pub async fn ask(&self, user: TgUser, text: &str) -> String {
+        let before = self.sent().len();
+        self.dm(user, text);
+        self.reply_after(before, user.id, text).await
+    }
+
+    /// `user` writes `text` in the group `chat`; returns the reply there.
+    pub async fn ask_in_group(&self, chat: i64, user: TgUser, text: &str) -> String {
+        let before = self.sent().len();
+        self.group(chat, user, text);
+        self.reply_after(before, chat, text).await
+    }
+
     /// Every `sendMessage` call so far, oldest first.
     pub fn sent(&self) -> Vec<SentMessage> {
         self.api
@@ -143,6 +178,63 @@ impl FakeTelegram {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+
+    async fn reply_after(&self, before: usize, chat: i64, text: &str) -> String {
+        let what = format!("a reply to {text:?}");
+        self.wait_for(&what, || self.sent().len() > before).await;
+        let reply = self.sent().swap_remove(before);
+        assert_eq!(
+            reply.chat_id, chat,
+            "the reply to {text:?} goes to the chat it came from: {reply:?}"
+        );
+        reply.text
+    }
+
+    fn push_message(&self, chat: Value, user: TgUser, text: &str) {
+        let mut queue = self.api.queue.lock().expect("lock");
+        queue.next_update_id += 1;
+        let update_id = queue.next_update_id;
+        queue.next_message_id += 1;
+        let message_id = queue.next_message_id;
+        queue
+            .updates
+            .push_back(json!({"update_id": update_id, "message": {
+                "message_id": message_id, "date": 1_700_000_000,
+                "chat": chat,
+                "from": {"id": user.id, "is_bot": false, "first_name": user.first_name},
+                "text": text,
+                "entities": entities(text),
+            }}));
+        drop(queue);
+        self.api.queued.notify_one();
+    }
+}
+
+/// What Telegram marks in a text: a leading `/command` (with its `@bot`) and
+/// `@username` mentions, with offsets and lengths in UTF-16 units.
+fn entities(text: &str) -> Vec<Value> {
+    let utf16 = |s: &str| s.encode_utf16().count();
+    let mut found = Vec::new();
+    if text.starts_with('/') {
+        let word = text.split_whitespace().next().unwrap_or_default();
+        found.push(json!({"type": "bot_command", "offset": 0, "length": utf16(word)}));
+    }
+    let mut start = 0;
+    while let Some(at) = text[start..].find('@').map(|i| start + i) {
+        let name_len = text[at + 1..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(text.len() - at - 1);
+        let preceded_by_word = text[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| !c.is_whitespace());
+        if name_len > 0 && !preceded_by_word {
+            found.push(json!({"type": "mention", "offset": utf16(&text[..at]),
+                              "length": name_len + 1}));
+        }
+        start = at + 1 + name_len;
+    }
+    found
 }
 
 fn me() -> Value {

@@ -2,6 +2,7 @@
 //! on 127.0.0.1, on SQLite (or PostgreSQL with `TEST_DATABASE_URL`).
 
 mod access;
+mod adapter_identity;
 mod agent_loop;
 mod api;
 mod budget;
