@@ -13,6 +13,7 @@ mod fake_telegram;
 mod helpers;
 mod identity;
 mod limits;
+mod openai_client;
 mod outbox;
 mod platforms;
 mod prefix;

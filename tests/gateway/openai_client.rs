@@ -1,0 +1,130 @@
+//! The official OpenAI Python client, unchanged, against the gateway's API:
+//! `tests/clients/openai_client.py` makes plain and streamed completions,
+//! continues a conversation with `X-Session-Id`, hits an unknown session and
+//! lists the models; this test checks what the client saw and what the model
+//! received.
+//!
+//! Needs `python3` with the `openai` package. Without it the test says it
+//! is skipped and passes, unless `SWITCHBOARD_REQUIRE_OPENAI_CLIENT=1` (CI
+//! sets it after installing the package) makes that a failure.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::process::Command;
+
+use crate::helpers::{FakeLlm, TestApp};
+use crate::identity::user_texts;
+
+const SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/clients/openai_client.py"
+);
+/// How long the script may take (it makes six requests).
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[tokio::test]
+async fn the_official_openai_python_client_works_unchanged() {
+    if !openai_client_installed().await {
+        assert!(
+            std::env::var("SWITCHBOARD_REQUIRE_OPENAI_CLIENT").as_deref() != Ok("1"),
+            "SWITCHBOARD_REQUIRE_OPENAI_CLIENT=1 but `python3 -c 'import openai'` fails"
+        );
+        println!("skipped: python openai package not installed");
+        return;
+    }
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+
+    let results = run_script(&app).await;
+
+    let plain = &results["plain"];
+    assert!(
+        plain["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("chatcmpl-")),
+        "{plain}"
+    );
+    assert_eq!(plain["object"], "chat.completion");
+    assert_eq!(plain["model"], "fake-model");
+    assert_eq!(plain["role"], "assistant");
+    assert_eq!(plain["content"], "echo: hello from python");
+    assert_eq!(plain["finish_reason"], "stop");
+    assert_eq!(plain["prompt_tokens"], 120);
+    assert_eq!(plain["completion_tokens"], 7);
+    assert_eq!(plain["total_tokens"], 127);
+
+    let stream = &results["stream"];
+    assert_eq!(stream["text"], "echo: stream it please", "{stream}");
+    assert_eq!(
+        stream["roles"],
+        serde_json::json!(["assistant"]),
+        "{stream}"
+    );
+    assert_eq!(stream["finish_reason"], "stop", "{stream}");
+    assert_eq!(stream["ids"], 1, "every chunk carries one id: {stream}");
+
+    let session = &results["session"];
+    let id = session["first"].as_str().expect("X-Session-Id read back");
+    assert_eq!(session["second"], id, "{session}");
+    assert_eq!(session["first_reply"], "echo: my name is Py");
+    assert_eq!(session["second_reply"], "echo: what is my name?");
+    assert_eq!(
+        user_texts(&llm),
+        ["my name is Py", "what is my name?"],
+        "the continued conversation's history reached the model"
+    );
+
+    let unknown = &results["unknown_session"];
+    assert_eq!(unknown["error"], "NotFoundError", "{unknown}");
+    assert_eq!(unknown["status"], 404);
+    assert!(
+        unknown["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no session with id no-such-session")),
+        "{unknown}"
+    );
+
+    assert_eq!(results["models"], serde_json::json!(["fake-model"]));
+    assert_eq!(
+        llm.requests().len(),
+        4,
+        "one model call per completion, none for the unknown session"
+    );
+    app.stop().await;
+}
+
+/// Whether `python3` can import the `openai` package.
+async fn openai_client_installed() -> bool {
+    Command::new("python3")
+        .args(["-c", "import openai"])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .is_ok_and(|output| output.status.success())
+}
+
+/// Runs the client script against the app and parses what it printed.
+async fn run_script(app: &TestApp) -> Value {
+    let no_proxy = match std::env::var("NO_PROXY") {
+        Ok(hosts) if !hosts.is_empty() => format!("{hosts},127.0.0.1"),
+        _ => "127.0.0.1".to_owned(),
+    };
+    let run = Command::new("python3")
+        .arg(SCRIPT)
+        .arg(app.url("/v1"))
+        .env("NO_PROXY", no_proxy)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(SCRIPT_TIMEOUT, run)
+        .await
+        .expect("the client script finishes")
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the client script failed:\n{}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|err| panic!("not JSON ({err}): {stdout}"))
+}
