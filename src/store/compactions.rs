@@ -29,7 +29,7 @@ impl Store {
              WHERE session_id = $1 ORDER BY id DESC LIMIT 1",
         )
         .bind(session_id)
-        .fetch_optional(&mut *self.conn().await?)
+        .fetch_optional(&mut *self.read_conn().await?)
         .await?;
         Ok(
             row.map(|(pinned_id, through_id, kept_id, summary)| Compaction {
@@ -76,7 +76,7 @@ impl Store {
              AND request_chars IS NOT NULL AND status = 'done' ORDER BY id DESC LIMIT 1",
         )
         .bind(session_id)
-        .fetch_optional(&mut *self.conn().await?)
+        .fetch_optional(&mut *self.read_conn().await?)
         .await?;
         Ok(row.and_then(|(tokens, chars)| match chars {
             Some(chars) if chars > 0 && tokens > 0 => {

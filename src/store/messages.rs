@@ -170,7 +170,7 @@ impl Store {
         )
         .bind(session_id)
         .bind(scope)
-        .fetch_all(&mut *self.conn().await?)
+        .fetch_all(&mut *self.read_conn().await?)
         .await?;
         rows.iter()
             .map(|row| {

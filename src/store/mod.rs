@@ -96,8 +96,10 @@ impl StoreOptions {
 /// "database is locked" under concurrent sessions; and taking a mutex costs
 /// far less than a pool checkout (which measured ~110 µs of CPU per
 /// statement, against ~35 µs for the statement itself). Statements are
-/// microseconds and no connection is ever held across a model call.
-/// PostgreSQL uses a pool.
+/// microseconds and no connection is ever held across a model call. The hot
+/// reads (history, session rows, routes, identities) go through a second,
+/// read-only connection ([`Store::read_conn`]), so they do not queue behind
+/// other sessions' writes. PostgreSQL uses a pool.
 #[derive(Clone)]
 pub struct Store {
     connections: Connections,
@@ -106,10 +108,19 @@ pub struct Store {
 
 #[derive(Clone)]
 enum Connections {
-    /// `None` once closed.
-    Shared(Arc<Mutex<Option<AnyConnection>>>),
+    /// SQLite: the writer (`None` once closed), and a second, read-only
+    /// connection for the hot reads (history, session rows, routes) so they
+    /// need not wait behind other sessions' writes; WAL lets it read while
+    /// the writer writes. `None` for an in-memory database, which a second
+    /// connection would not see.
+    Shared {
+        writer: SharedConn,
+        reader: Option<SharedConn>,
+    },
     Pool(AnyPool),
 }
+
+type SharedConn = Arc<Mutex<Option<AnyConnection>>>;
 
 /// A connection checked out of the [`Store`] for a few statements.
 pub enum Conn<'a> {
@@ -173,7 +184,18 @@ impl Store {
                 conn.execute("PRAGMA synchronous = NORMAL").await?;
                 conn.execute("PRAGMA busy_timeout = 10000").await?;
                 conn.execute("PRAGMA foreign_keys = ON").await?;
-                Connections::Shared(Arc::new(Mutex::new(Some(conn))))
+                let reader = if is_in_memory(&options.url) {
+                    None
+                } else {
+                    let mut reader = AnyConnection::connect(&url).await?;
+                    reader.execute("PRAGMA busy_timeout = 10000").await?;
+                    reader.execute("PRAGMA query_only = ON").await?;
+                    Some(Arc::new(Mutex::new(Some(reader))))
+                };
+                Connections::Shared {
+                    writer: Arc::new(Mutex::new(Some(conn))),
+                    reader,
+                }
             }
             Backend::Postgres => Connections::Pool(
                 AnyPoolOptions::new()
@@ -196,13 +218,24 @@ impl Store {
     /// The store was closed, or no pooled connection could be had.
     pub async fn conn(&self) -> Result<Conn<'_>, StoreError> {
         match &self.connections {
-            Connections::Shared(shared) => {
-                let guard = shared.lock().await;
-                MutexGuard::try_map(guard, Option::as_mut)
-                    .map(Conn::Shared)
-                    .map_err(|_| StoreError::Database(sqlx::Error::PoolClosed))
-            }
+            Connections::Shared { writer, .. } => lock_shared(writer).await,
             Connections::Pool(pool) => Ok(Conn::Pooled(pool.acquire().await?)),
+        }
+    }
+
+    /// A connection for reads only. On SQLite it is a second connection, so
+    /// a read waits for no write (it sees everything committed before it
+    /// starts); on PostgreSQL it is any pooled connection.
+    ///
+    /// # Errors
+    /// The store was closed, or no pooled connection could be had.
+    pub async fn read_conn(&self) -> Result<Conn<'_>, StoreError> {
+        match &self.connections {
+            Connections::Shared {
+                reader: Some(reader),
+                ..
+            } => lock_shared(reader).await,
+            _ => self.conn().await,
         }
     }
 
@@ -237,16 +270,31 @@ impl Store {
     /// Closes the database (checkpointing SQLite's WAL); later calls fail.
     pub async fn close(&self) {
         match &self.connections {
-            Connections::Shared(shared) => {
-                if let Some(conn) = shared.lock().await.take()
-                    && let Err(err) = conn.close().await
-                {
-                    tracing::warn!(error = %err, "closing the database failed");
+            Connections::Shared { writer, reader } => {
+                // The reader first, so the writer's close can checkpoint.
+                for shared in reader.iter().chain([writer]) {
+                    if let Some(conn) = shared.lock().await.take()
+                        && let Err(err) = conn.close().await
+                    {
+                        tracing::warn!(error = %err, "closing the database failed");
+                    }
                 }
             }
             Connections::Pool(pool) => pool.close().await,
         }
     }
+}
+
+async fn lock_shared(shared: &SharedConn) -> Result<Conn<'_>, StoreError> {
+    let guard = shared.lock().await;
+    MutexGuard::try_map(guard, Option::as_mut)
+        .map(Conn::Shared)
+        .map_err(|_| StoreError::Database(sqlx::Error::PoolClosed))
+}
+
+fn is_in_memory(url: &str) -> bool {
+    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
+    rest.is_empty() || rest.starts_with(":memory:") || rest.contains("mode=memory")
 }
 
 /// The current time in Unix milliseconds.

@@ -371,7 +371,7 @@ impl Store {
         .bind(platform)
         .bind(account)
         .bind(user_id)
-        .fetch_optional(&mut *self.conn().await?)
+        .fetch_optional(&mut *self.read_conn().await?)
         .await?;
         Ok(row.map(|(id, principal)| Identity {
             id,

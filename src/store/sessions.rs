@@ -70,7 +70,7 @@ impl Store {
             "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"
         ))
         .bind(id)
-        .fetch_optional(&mut *self.conn().await?)
+        .fetch_optional(&mut *self.read_conn().await?)
         .await?;
         row.map(|row| session_from_row(&row)).transpose()
     }
@@ -83,7 +83,7 @@ impl Store {
         let session =
             sqlx::query_scalar::<_, String>("SELECT session_id FROM routes WHERE route_key = $1")
                 .bind(route_key)
-                .fetch_optional(&mut *self.conn().await?)
+                .fetch_optional(&mut *self.read_conn().await?)
                 .await?;
         Ok(session)
     }

@@ -167,7 +167,7 @@ impl Store {
         )
         .bind(principal_id)
         .bind(since_ms)
-        .fetch_one(&mut *self.conn().await?)
+        .fetch_one(&mut *self.read_conn().await?)
         .await?;
         Ok(spent)
     }
@@ -185,7 +185,7 @@ impl Store {
              CAST(COALESCE(SUM(cache_write_tokens), 0) AS BIGINT) FROM usage WHERE task_id = $1",
         )
         .bind(task_id)
-        .fetch_one(&mut *self.conn().await?)
+        .fetch_one(&mut *self.read_conn().await?)
         .await?;
         Ok(UsageSummary::from_sums(sums))
     }
