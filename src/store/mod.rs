@@ -91,7 +91,7 @@ impl StoreOptions {
 
 /// A handle to the database; cheap to clone.
 ///
-/// SQLite is reached through one shared connection behind an async mutex.
+/// SQLite writes go through one shared connection behind an async mutex.
 /// SQLite allows one writer at a time anyway, so a single connection avoids
 /// "database is locked" under concurrent sessions; and taking a mutex costs
 /// far less than a pool checkout (which measured ~110 µs of CPU per
