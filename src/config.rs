@@ -300,6 +300,11 @@ pub struct AccessSettings {
     /// Principals (same entry forms) always allowed, who may also approve or
     /// deny pairing codes in a direct chat (`/approve CODE`, `/deny CODE`).
     pub admins: Vec<String>,
+    /// Allowlists of single platforms, by platform name: bare user ids of
+    /// that platform, or the entry forms above. A platform is gated when
+    /// the global list or its own list is set; a sender on it is allowed
+    /// when either lists them.
+    pub platforms: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -302,24 +302,41 @@ impl SessionService {
         Ok(session.id)
     }
 
-    /// Whether the sender may talk to the agent: no allowlist, a local
-    /// platform, the principal or one of its identities listed (as user or
-    /// admin), or the principal approved through pairing.
+    /// Whether the sender may talk to the agent: no allowlist for its
+    /// platform (global or its own), a local platform, the sender listed by
+    /// id in its platform's list, the principal or one of its identities
+    /// listed (as user or admin), or the principal approved through pairing.
     async fn is_allowed(
         &self,
         message: &InboundMessage,
         identity: &Identity,
     ) -> Result<bool, StoreError> {
-        if self.access.allowlist.is_empty() || LOCAL_PLATFORMS.contains(&message.platform.as_str())
+        let platform = message.platform.as_str();
+        let own_list = self
+            .access
+            .platforms
+            .get(platform)
+            .filter(|list| !list.is_empty());
+        if (self.access.allowlist.is_empty() && own_list.is_none())
+            || LOCAL_PLATFORMS.contains(&platform)
         {
             return Ok(true);
         }
-        if self
-            .listed(&self.access.allowlist, identity.principal)
-            .await?
-            || self.listed(&self.access.admins, identity.principal).await?
+        if own_list.is_some_and(|list| list.iter().any(|entry| entry == message.sender.id.as_str()))
         {
             return Ok(true);
+        }
+        for list in [
+            Some(&self.access.allowlist),
+            Some(&self.access.admins),
+            own_list,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if self.listed(list, identity.principal).await? {
+                return Ok(true);
+            }
         }
         self.store.principal_approved(identity.principal).await
     }

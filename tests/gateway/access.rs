@@ -149,3 +149,30 @@ async fn pairing_requests_expire_after_an_hour_and_renew_with_a_new_code() {
     assert_eq!(fake.dm(&app, "carol", "finally").await, "echo: finally");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_platform_allowlist_gates_only_its_platform() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.access.platforms = [("fake".to_owned(), vec!["alice".to_owned()])].into();
+    })
+    .await;
+    let fake = Fake::register(&app);
+
+    let alice = fake.dm(&app, "alice", "hi").await;
+    let bob = fake.dm(&app, "bob", "hello").await;
+    let mut elsewhere = message("zed", "dm-zed", ChatKind::Direct, "hey");
+    elsewhere.platform = switchboard_contract::PlatformName::parse("other").expect("name");
+    let sink: &dyn InboundSink = app.gateway.service.as_ref();
+    let other = sink.submit(elsewhere).await.expect("submitted");
+
+    assert_eq!(alice, "echo: hi");
+    assert!(bob.contains("pairing code"), "{bob}");
+    assert_eq!(
+        other,
+        Submitted::Accepted,
+        "a platform without a list is open"
+    );
+    assert_eq!(app.count("pairing_requests").await, 1);
+    app.stop().await;
+}
