@@ -55,7 +55,11 @@ impl InboundSink for RecordingSink {
 
 /// A recorded MESSAGE_CREATE payload from `tests/fixtures`.
 pub fn fixture(name: &str) -> Message {
-    let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    // The package folder as `cargo test` names it at run time (a build
+    // reused from another checkout keeps its compile-time path).
+    let root = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
+    let path = format!("{root}/tests/fixtures/{name}.json");
     let raw = std::fs::read_to_string(&path).expect("fixture exists");
     serde_json::from_str(&raw).unwrap_or_else(|err| panic!("{name} deserialises: {err}"))
 }
