@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use crate::llm::{ChatMessage, ModelRequest, Provider};
-use crate::store::{Compaction, ModelCallStart, Store, StoreError, WireEntry};
+use crate::store::{Batch, Compaction, ModelCallStart, Store, StoreError, WireEntry};
 use crate::usage::Price;
 
 use super::run::wire_chars;
@@ -223,19 +223,19 @@ async fn summarise(
         request_chars: None,
     };
     let call = async { Ok::<_, CompactError>(by.provider.complete(&request).await?) };
-    let response = step::recorded(by.store, &start, by.prices, call)
-        .await?
-        .response;
-    let summary = response.content.unwrap_or_default();
+    let recorded = step::recorded(by.store, &start, by.prices, Batch::new(), call).await?;
+    let summary = recorded.response.content.clone().unwrap_or_default();
     let compaction = Compaction {
         pinned_id: view[pinned].id,
         through_id: view[cut - 1].id,
         kept_id: kept.map(|index| view[index].id),
         summary: summary.trim().to_owned(),
     };
-    by.store
-        .record_compaction(by.session_id, &compaction)
-        .await?;
+    // The call's outcome and the compaction it produced, in one write.
+    let mut batch = Batch::new();
+    recorded.finish(&mut batch);
+    batch.record_compaction(by.session_id, &compaction);
+    by.store.write(batch).await?;
     tracing::info!(
         session_id = by.session_id,
         replaced_from = compaction.pinned_id + 1,

@@ -23,7 +23,9 @@ use super::step;
 use super::subagent::SubAgentRunner;
 use super::wallet::{Budget, CallKind, Purse};
 use crate::llm::{ChatMessage, LlmError, ModelRequest, ModelResponse, ToolCall, canonical_json};
-use crate::store::{MessageMeta, ModelCallStart, NewMessage, Store, StoreError, ToolCheckpoint};
+use crate::store::{
+    Batch, MessageMeta, ModelCallStart, NewMessage, Store, StoreError, ToolCheckpoint,
+};
 use crate::tools::{ToolContext, ToolError};
 use crate::usage::Price;
 
@@ -113,12 +115,14 @@ impl LoopEnd {
 }
 
 /// The loop's result: the final assistant entry, not yet stored (the caller
-/// stores it with the outbox row in one transaction).
+/// stores it with the outbox row in one transaction), and the writes still
+/// pending (the final model call's outcome) to commit with it.
 #[derive(Debug, Clone)]
 pub struct LoopOutcome {
     pub final_message: NewMessage,
     pub text: String,
     pub end: LoopEnd,
+    pub writes: Batch,
 }
 
 /// Why the loop stopped without an answer.
@@ -152,21 +156,54 @@ pub struct InterruptedRound {
 }
 
 /// Runs the loop over `history` (the wire view, without the system prompt),
-/// first completing an interrupted tool round if there is one.
+/// first completing an interrupted tool round if there is one. `writes` are
+/// entries not yet stored (the task's user message); they are committed with
+/// the first model call's `running` row.
+///
+/// Writes are grouped per step: what happened since the last model call is
+/// committed together with the next call's `running` row (one round trip),
+/// a response's outcome together with its assistant entry, and the final
+/// call's outcome is returned for the caller to commit with the reply. Every
+/// write is durable before anything depends on it: before a model call goes
+/// out and before a tool runs.
 ///
 /// # Errors
 /// A model call that failed after retries, a database failure, or an empty
-/// purse at the start.
+/// purse at the start. Pending writes are committed before an error returns,
+/// so the stored history stays valid.
 pub async fn run_loop(
     agent: Arc<Agent>,
     env: Arc<LoopEnv>,
     purse: Arc<Purse>,
+    history: Vec<ChatMessage>,
+    interrupted: Option<InterruptedRound>,
+    writes: Batch,
+) -> Result<LoopOutcome, LoopError> {
+    let mut pending = writes;
+    match drive(&agent, &env, &purse, history, interrupted, &mut pending).await {
+        Ok(mut outcome) => {
+            pending.append(&mut outcome.writes);
+            outcome.writes = pending;
+            Ok(outcome)
+        }
+        Err(err) => {
+            env.store.write(pending).await?;
+            Err(err)
+        }
+    }
+}
+
+async fn drive(
+    agent: &Arc<Agent>,
+    env: &Arc<LoopEnv>,
+    purse: &Arc<Purse>,
     mut history: Vec<ChatMessage>,
     interrupted: Option<InterruptedRound>,
+    pending: &mut Batch,
 ) -> Result<LoopOutcome, LoopError> {
     if let Some(round) = interrupted {
-        for result in resume_round(&agent, &env, &purse, &round).await? {
-            append(&env, &mut history, result).await?;
+        for result in resume_round(agent, env, purse, &round).await? {
+            append(env, pending, &mut history, result)?;
         }
     }
     let mut iteration = 0u32;
@@ -177,7 +214,7 @@ pub async fn run_loop(
         if env.cancel.is_cancelled() {
             return Err(LoopError::Cancelled);
         }
-        compaction.run(&agent, &env, &mut history).await?;
+        compaction.run(agent, env, pending, &mut history).await?;
         if let Some(spend) = env.limits.spend
             && spend.spent_before.saturating_add(purse.task_cost()) >= spend.daily_nanousd
         {
@@ -193,13 +230,13 @@ pub async fn run_loop(
             CallKind::Step
         } else if purse.try_spend(CallKind::Final) {
             append(
-                &env,
+                env,
+                pending,
                 &mut history,
                 ChatMessage::User {
                     content: BUDGET_NOTE.to_owned(),
                 },
-            )
-            .await?;
+            )?;
             tracing::warn!(
                 iteration,
                 scope = env.scope,
@@ -210,7 +247,7 @@ pub async fn run_loop(
             return Err(LoopError::NoBudget);
         };
         warn_at_80_percent(
-            &purse,
+            purse,
             Budget::Calls,
             u64::from(purse.task_calls()),
             u64::from(purse.task_budget()),
@@ -239,11 +276,21 @@ pub async fn run_loop(
             model: &agent.model,
             request_chars: Some(wire_chars(&env.system_prompt, &history)),
         };
-        let call = call_model(&agent, &env, request);
+        let call = call_model(agent, env, request);
+        let recorded = step::recorded(
+            &env.store,
+            &start,
+            &env.prices,
+            std::mem::take(pending),
+            call,
+        )
+        .await?;
+        recorded.finish(pending);
         let step::Recorded {
             response,
             cost_nanousd,
-        } = step::recorded(&env.store, &start, &env.prices, call).await?;
+            ..
+        } = recorded;
         let latency_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
         tracing::info!(
             iteration,
@@ -266,12 +313,12 @@ pub async fn run_loop(
             tracing::warn!(task_tokens, limit, "task token limit reached");
             return Err(LoopError::TokenLimit { limit });
         }
-        warn_at_80_percent(&purse, Budget::Tokens, task_tokens, limit);
+        warn_at_80_percent(purse, Budget::Tokens, task_tokens, limit);
         let task_cost = purse.add_cost(cost_nanousd.unwrap_or(0));
         if let Some(spend) = env.limits.spend {
             let spent = spend.spent_before.saturating_add(task_cost);
             warn_at_80_percent(
-                &purse,
+                purse,
                 Budget::Spend,
                 u64::try_from(spent).unwrap_or(0),
                 u64::try_from(spend.daily_nanousd).unwrap_or(0),
@@ -298,6 +345,7 @@ pub async fn run_loop(
                 final_message,
                 text,
                 end,
+                writes: Batch::new(),
             });
         }
         let calls = response.tool_calls.clone();
@@ -305,20 +353,26 @@ pub async fn run_loop(
             content: response.content,
             tool_calls: calls.clone(),
         };
+        // The call's outcome and the entry it produced, in one write; the
+        // entry's id names the round's tool calls.
+        pending.append_message(
+            &NewMessage::from_wire(
+                &env.session_id,
+                Some(env.task_id),
+                &env.scope,
+                assistant.clone(),
+            )
+            .with_meta(meta),
+        )?;
         let assistant_id = env
             .store
-            .append_message(
-                &NewMessage::from_wire(
-                    &env.session_id,
-                    Some(env.task_id),
-                    &env.scope,
-                    assistant.clone(),
-                )
-                .with_meta(meta),
-            )
-            .await?;
+            .write_ids(std::mem::take(pending))
+            .await?
+            .last()
+            .copied()
+            .ok_or_else(|| StoreError::Corrupt("no id for the assistant entry".to_owned()))?;
         history.push(assistant);
-        let results = run_round(&agent, &env, &purse, assistant_id, &calls).await?;
+        let results = run_round(agent, env, purse, assistant_id, &calls).await?;
         let mut stuck = None;
         for (call, result) in calls.iter().zip(&results) {
             if let ChatMessage::Tool { content, .. } = result {
@@ -332,7 +386,7 @@ pub async fn run_loop(
             }
         }
         for result in results {
-            append(&env, &mut history, result).await?;
+            append(env, pending, &mut history, result)?;
         }
         if let Some(stuck) = stuck {
             tracing::warn!(error = %stuck, "stopping a loop that makes no progress");
@@ -396,6 +450,7 @@ impl MidTaskCompaction {
         &mut self,
         agent: &Agent,
         env: &LoopEnv,
+        pending: &mut Batch,
         history: &mut Vec<ChatMessage>,
     ) -> Result<(), LoopError> {
         let Some(policy) = &env.context else {
@@ -410,6 +465,8 @@ impl MidTaskCompaction {
         {
             return Ok(());
         }
+        // The view is read back from the database, so it must be complete.
+        env.store.write(std::mem::take(pending)).await?;
         let entries = env.store.wire_history(&env.session_id, "").await?;
         let latest = env.store.latest_compaction(&env.session_id).await?;
         let view = context::apply(entries, latest.as_ref());
@@ -509,20 +566,20 @@ pub fn wire_chars(system: &str, messages: &[ChatMessage]) -> i64 {
     i64::try_from(chars).unwrap_or(i64::MAX)
 }
 
-/// Stores a wire message in the loop's scope and adds it to the history.
-async fn append(
+/// Adds a wire message to the history and its entry to the pending writes
+/// (committed with the next model call's `running` row at the latest).
+fn append(
     env: &LoopEnv,
+    pending: &mut Batch,
     history: &mut Vec<ChatMessage>,
     message: ChatMessage,
 ) -> Result<(), StoreError> {
-    env.store
-        .append_message(&NewMessage::from_wire(
-            &env.session_id,
-            Some(env.task_id),
-            &env.scope,
-            message.clone(),
-        ))
-        .await?;
+    pending.append_message(&NewMessage::from_wire(
+        &env.session_id,
+        Some(env.task_id),
+        &env.scope,
+        message.clone(),
+    ))?;
     history.push(message);
     Ok(())
 }
@@ -547,12 +604,33 @@ async fn run_round(
     assistant_id: i64,
     calls: &[ToolCall],
 ) -> Result<Vec<ChatMessage>, StoreError> {
-    let runs = calls.iter().enumerate().map(|(index, call)| {
-        let request_id = format!("{assistant_id}-{index}");
+    let request_ids: Vec<String> = (0..calls.len())
+        .map(|index| format!("{assistant_id}-{index}"))
+        .collect();
+    // Every call of the round is checkpointed `running` in one write before
+    // any of them starts.
+    let mut checkpoints = Batch::new();
+    for (call, request_id) in calls.iter().zip(&request_ids) {
+        checkpoints.start_tool_call(&checkpoint(env, request_id, call));
+    }
+    env.store.write(checkpoints).await?;
+    let runs = calls.iter().zip(request_ids).map(|(call, request_id)| {
         let span = tracing::info_span!("tool", call_id = %call.id, name = %call.name);
-        run_call(agent, env, purse, request_id, call).instrument(span)
+        run_started_call(agent, env, purse, request_id, call).instrument(span)
     });
     join_all(runs).await.into_iter().collect()
+}
+
+fn checkpoint<'a>(env: &'a LoopEnv, request_id: &'a str, call: &'a ToolCall) -> ToolCheckpoint<'a> {
+    ToolCheckpoint {
+        request_id,
+        session_id: &env.session_id,
+        task_id: Some(env.task_id),
+        scope: &env.scope,
+        call_id: &call.id,
+        name: &call.name,
+        arguments: &call.arguments,
+    }
 }
 
 /// Answers the unanswered calls of an interrupted round from their
@@ -614,6 +692,7 @@ async fn resume_round(
     Ok(results)
 }
 
+/// Checkpoints one call `running`, then runs it.
 async fn run_call(
     agent: &Arc<Agent>,
     env: &Arc<LoopEnv>,
@@ -621,18 +700,21 @@ async fn run_call(
     request_id: String,
     call: &ToolCall,
 ) -> Result<ChatMessage, StoreError> {
-    let started = Instant::now();
     env.store
-        .start_tool_call(&ToolCheckpoint {
-            request_id: &request_id,
-            session_id: &env.session_id,
-            task_id: Some(env.task_id),
-            scope: &env.scope,
-            call_id: &call.id,
-            name: &call.name,
-            arguments: &call.arguments,
-        })
+        .start_tool_call(&checkpoint(env, &request_id, call))
         .await?;
+    run_started_call(agent, env, purse, request_id, call).await
+}
+
+/// Runs a call already checkpointed `running` and records its result.
+async fn run_started_call(
+    agent: &Arc<Agent>,
+    env: &Arc<LoopEnv>,
+    purse: &Arc<Purse>,
+    request_id: String,
+    call: &ToolCall,
+) -> Result<ChatMessage, StoreError> {
+    let started = Instant::now();
     let outcome = execute(agent, env, purse, &request_id, call).await;
     let failed = outcome.is_err();
     let content = canonical_json(&result_object(outcome));

@@ -12,15 +12,32 @@ use std::fmt;
 use std::future::Future;
 
 use crate::llm::ModelResponse;
-use crate::store::{ModelCallEnd, ModelCallStart, Store, StoreError};
+use crate::store::{Batch, ModelCallEnd, ModelCallStart, Store, StoreError};
 use crate::usage::{Price, price_for};
 
-/// A finished model call with its estimated cost.
+/// A model call that answered, with its estimated cost. Its `done` outcome
+/// is not yet stored: [`Recorded::finish`] adds it to the step's next write.
 #[derive(Debug)]
 pub struct Recorded {
     pub response: ModelResponse,
     /// Billionths of a dollar; `None` when the model has no price.
     pub cost_nanousd: Option<i64>,
+    /// The call's usage row.
+    pub usage_id: i64,
+}
+
+impl Recorded {
+    /// Adds the call's `done` outcome (tokens, latency, cost) to `batch`.
+    pub fn finish(&self, batch: &mut Batch) {
+        batch.finish_model_call(
+            self.usage_id,
+            &ModelCallEnd::Done {
+                model: &self.response.model,
+                usage: self.response.usage,
+                cost_nanousd: self.cost_nanousd,
+            },
+        );
+    }
 }
 
 /// A fresh request id for a model call.
@@ -28,8 +45,11 @@ pub fn request_id() -> String {
     format!("mc-{}", uuid::Uuid::new_v4().simple())
 }
 
-/// Runs `call` as a recorded step: the `running` row is written first (and
-/// the call is not made if that fails), the outcome after.
+/// Runs `call` as a recorded step: its `running` row is committed first,
+/// together with `before` (the writes of the step that led to this call),
+/// and the call is not made if that fails. A failure is recorded at once; a
+/// success is returned for the caller to [`Recorded::finish`] with its next
+/// write.
 ///
 /// # Errors
 /// The call's own error (recorded as `failed` first), or a database failure.
@@ -37,35 +57,33 @@ pub async fn recorded<E>(
     store: &Store,
     start: &ModelCallStart<'_>,
     prices: &BTreeMap<String, Price>,
+    mut before: Batch,
     call: impl Future<Output = Result<ModelResponse, E>>,
 ) -> Result<Recorded, E>
 where
     E: From<StoreError> + fmt::Display,
 {
-    let id = store.start_model_call(start).await?;
+    before.start_model_call(start);
+    let usage_id = store
+        .write_ids(before)
+        .await?
+        .last()
+        .copied()
+        .ok_or_else(|| StoreError::Corrupt("no id for the model call".to_owned()))?;
     match call.await {
         Ok(response) => {
             let cost_nanousd = price_for(prices, &response.model, start.model)
                 .map(|price| price.cost_nanousd(&response.usage));
-            store
-                .finish_model_call(
-                    id,
-                    &ModelCallEnd::Done {
-                        model: &response.model,
-                        usage: response.usage,
-                        cost_nanousd,
-                    },
-                )
-                .await?;
             Ok(Recorded {
                 response,
                 cost_nanousd,
+                usage_id,
             })
         }
         Err(err) => {
             let error = err.to_string();
             store
-                .finish_model_call(id, &ModelCallEnd::Failed { error: &error })
+                .finish_model_call(usage_id, &ModelCallEnd::Failed { error: &error })
                 .await?;
             Err(err)
         }

@@ -89,28 +89,38 @@ impl SubAgents for SubAgentRunner {
             ..(*self.env).clone()
         });
         let history = vec![ChatMessage::User { content: task }];
-        env.store
+        // The sub-task is committed with the sub-agent's first model call.
+        let mut first_writes = crate::store::Batch::new();
+        first_writes
             .append_message(&crate::store::NewMessage::from_wire(
                 &env.session_id,
                 Some(env.task_id),
                 &env.scope,
                 history[0].clone(),
             ))
-            .await
             .map_err(|err| {
                 tracing::error!(error = %err, "sub-agent task not stored");
                 "the sub-agent could not start".to_owned()
             })?;
-        let outcome = run_loop(child, Arc::clone(&env), Arc::new(purse), history, None)
-            .await
-            .map_err(|err| format!("the sub-agent failed: {err}"))?;
-        env.store
+        let outcome = run_loop(
+            child,
+            Arc::clone(&env),
+            Arc::new(purse),
+            history,
+            None,
+            first_writes,
+        )
+        .await
+        .map_err(|err| format!("the sub-agent failed: {err}"))?;
+        // Its last call's outcome and its answer, in one write.
+        let mut writes = outcome.writes.clone();
+        writes
             .append_message(&outcome.final_message)
-            .await
-            .map_err(|err| {
-                tracing::error!(error = %err, "sub-agent answer not stored");
-                "the sub-agent's answer could not be stored".to_owned()
-            })?;
+            .map_err(|err| format!("the sub-agent's answer could not be stored: {err}"))?;
+        env.store.write(writes).await.map_err(|err| {
+            tracing::error!(error = %err, "sub-agent answer not stored");
+            "the sub-agent's answer could not be stored".to_owned()
+        })?;
         Ok(outcome.text)
     }
 }

@@ -18,7 +18,7 @@ use crate::agent::wallet::{Budget, Purse, Wallet};
 use crate::config::{AgentSettings, ContextSettings, LimitSettings};
 use crate::llm::ChatMessage;
 use crate::store::{
-    InboundRow, InboundStatus, NewMessage, OutboxRow, Store, StoreError, TurnEnd, WireEntry,
+    Batch, InboundRow, InboundStatus, NewMessage, OutboxRow, Store, StoreError, TurnEnd, WireEntry,
 };
 use crate::tools::ToolRegistry;
 use crate::usage::Price;
@@ -242,18 +242,18 @@ impl TurnExecutor {
         }
         let interrupted = interrupted_round(&stored);
         let mut history: Vec<ChatMessage> = stored.into_iter().map(|entry| entry.message).collect();
+        // The task's message is committed with its first model call.
+        let mut first_writes = Batch::new();
         if !asked {
             let user = ChatMessage::User {
                 content: inbound.text.clone(),
             };
-            self.store
-                .append_message(&NewMessage::from_wire(
-                    &session.id,
-                    Some(inbound.id),
-                    "",
-                    user.clone(),
-                ))
-                .await?;
+            first_writes.append_message(&NewMessage::from_wire(
+                &session.id,
+                Some(inbound.id),
+                "",
+                user.clone(),
+            ))?;
             history.push(user);
         }
 
@@ -289,7 +289,14 @@ impl TurnExecutor {
         let budget = u64::from(self.agent.max_iterations).saturating_sub(spent);
         let purse = Arc::new(Wallet::open(u32::try_from(budget).unwrap_or(0)));
         let _ = control.purse.set(Arc::clone(&purse));
-        let run = run_loop(agent, env, Arc::clone(&purse), history, interrupted);
+        let run = run_loop(
+            agent,
+            env,
+            Arc::clone(&purse),
+            history,
+            interrupted,
+            first_writes,
+        );
         let mut run = std::pin::pin!(run);
         let time_limit = Duration::from_secs(self.limits.task_timeout_secs);
         let warn_at = time_limit.mul_f64(0.8);
@@ -396,7 +403,12 @@ impl TurnExecutor {
             status,
             outcome,
         };
-        let row = self.store.finish_turn(&end).await?;
+        // The final model call's outcome commits with the reply.
+        let writes = match &result {
+            Ok(outcome) => outcome.writes.clone(),
+            Err(_) => Batch::new(),
+        };
+        let row = self.store.finish_turn_with(&end, writes).await?;
         Ok((row, end.status))
     }
 }

@@ -2,7 +2,7 @@
 //! wire view. Nothing is deleted; the latest compaction of a session decides
 //! its wire view.
 
-use super::{Store, StoreError, now_ms};
+use super::{Arg, Batch, Store, StoreError, now_ms};
 
 /// A summary and the range of messages it replaces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,18 +50,9 @@ impl Store {
         session_id: &str,
         compaction: &Compaction,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO compactions (session_id, pinned_id, through_id, summary, created_at, \
-             kept_id) VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(session_id)
-        .bind(compaction.pinned_id)
-        .bind(compaction.through_id)
-        .bind(&compaction.summary)
-        .bind(now_ms())
-        .bind(compaction.kept_id)
-        .execute(&mut *self.conn().await?)
-        .await?;
+        let mut batch = Batch::new();
+        batch.record_compaction(session_id, compaction);
+        self.write(batch).await?;
         Ok(())
     }
 
@@ -85,5 +76,23 @@ impl Store {
             }
             _ => None,
         }))
+    }
+}
+
+impl Batch {
+    /// Records a compaction.
+    pub fn record_compaction(&mut self, session_id: &str, compaction: &Compaction) {
+        self.push(
+            "INSERT INTO compactions (session_id, pinned_id, through_id, summary, created_at, \
+             kept_id) VALUES ($1, $2, $3, $4, $5, $6)",
+            vec![
+                session_id.into(),
+                Arg::from(compaction.pinned_id),
+                Arg::from(compaction.through_id),
+                compaction.summary.as_str().into(),
+                Arg::from(now_ms()),
+                compaction.kept_id.into(),
+            ],
+        );
     }
 }

@@ -8,7 +8,7 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::{Store, StoreError, now_ms, to_i64, to_u64};
+use super::{Arg, Backend, Batch, Store, StoreError, now_ms, to_i64, to_u64};
 use crate::llm::{ChatMessage, ToolCall, Usage};
 
 /// Who a transcript entry is from.
@@ -129,8 +129,13 @@ impl Store {
     /// # Errors
     /// A database failure.
     pub async fn append_message(&self, message: &NewMessage) -> Result<i64, StoreError> {
-        let mut conn = self.conn().await?;
-        append_message(&mut conn, message).await
+        let mut batch = Batch::new();
+        batch.append_message(message)?;
+        self.write_ids(batch)
+            .await?
+            .first()
+            .copied()
+            .ok_or_else(|| StoreError::Corrupt("no id for the appended message".to_owned()))
     }
 
     /// A session's transcript in one scope, oldest first.
@@ -164,41 +169,52 @@ impl Store {
         session_id: &str,
         scope: &str,
     ) -> Result<Vec<WireEntry>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, task_id, role, content, tool_calls, tool_call_id, is_error FROM messages \
-             WHERE session_id = $1 AND scope = $2 AND hidden = 0 ORDER BY id",
-        )
-        .bind(session_id)
-        .bind(scope)
-        .fetch_all(&mut *self.read_conn().await?)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let role: String = row.try_get("role")?;
-                let role = Role::parse(&role)?;
-                let content: Option<String> = row.try_get("content")?;
-                let message = match role {
-                    Role::User => ChatMessage::User {
-                        content: content.unwrap_or_default(),
-                    },
-                    Role::Assistant => ChatMessage::Assistant {
-                        content,
-                        tool_calls: parse_tool_calls(row.try_get("tool_calls")?)?,
-                    },
-                    Role::Tool => ChatMessage::Tool {
-                        tool_call_id: row
-                            .try_get::<Option<String>, _>("tool_call_id")?
-                            .unwrap_or_default(),
-                        content: content.unwrap_or_default(),
-                        is_error: row.try_get::<i64, _>("is_error")? != 0,
-                    },
-                };
-                Ok(WireEntry {
-                    id: row.try_get("id")?,
-                    task_id: row.try_get("task_id")?,
-                    message,
-                })
-            })
+        // The whole view comes back as one JSON array in one row: sqlx hands
+        // rows over one at a time between threads, and a long history would
+        // otherwise cost a wake-up per row on every turn.
+        let sql = match self.backend {
+            Backend::Sqlite => {
+                "SELECT json_group_array(json_array(id, task_id, role, content, tool_calls, \
+                 tool_call_id, is_error) ORDER BY id) FROM messages \
+                 WHERE session_id = $1 AND scope = $2 AND hidden = 0"
+            }
+            Backend::Postgres => {
+                "SELECT CAST(COALESCE(json_agg(json_build_array(id, task_id, role, content, \
+                 tool_calls, tool_call_id, is_error) ORDER BY id), '[]') AS TEXT) FROM messages \
+                 WHERE session_id = $1 AND scope = $2 AND hidden = 0"
+            }
+        };
+        let raw = sqlx::query_scalar::<_, String>(sql)
+            .bind(session_id)
+            .bind(scope)
+            .fetch_one(&mut *self.read_conn().await?)
+            .await?;
+        let rows: Vec<WireRow> = serde_json::from_str(&raw)
+            .map_err(|err| StoreError::Corrupt(format!("wire history: {err}")))?;
+        rows.into_iter()
+            .map(
+                |(id, task_id, role, content, tool_calls, tool_call_id, is_error)| {
+                    let message = match Role::parse(&role)? {
+                        Role::User => ChatMessage::User {
+                            content: content.unwrap_or_default(),
+                        },
+                        Role::Assistant => ChatMessage::Assistant {
+                            content,
+                            tool_calls: parse_tool_calls(tool_calls)?,
+                        },
+                        Role::Tool => ChatMessage::Tool {
+                            tool_call_id: tool_call_id.unwrap_or_default(),
+                            content: content.unwrap_or_default(),
+                            is_error: is_error != 0,
+                        },
+                    };
+                    Ok(WireEntry {
+                        id,
+                        task_id,
+                        message,
+                    })
+                },
+            )
             .collect()
     }
 
@@ -207,21 +223,9 @@ impl Store {
     /// # Errors
     /// A database failure.
     pub async fn start_tool_call(&self, checkpoint: &ToolCheckpoint<'_>) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO tool_calls (request_id, session_id, task_id, scope, call_id, name, \
-             arguments, status, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', $8) \
-             ON CONFLICT (request_id) DO UPDATE SET status = 'running', started_at = excluded.started_at",
-        )
-        .bind(checkpoint.request_id)
-        .bind(checkpoint.session_id)
-        .bind(checkpoint.task_id)
-        .bind(checkpoint.scope)
-        .bind(checkpoint.call_id)
-        .bind(checkpoint.name)
-        .bind(checkpoint.arguments)
-        .bind(now_ms())
-        .execute(&mut *self.conn().await?)
-        .await?;
+        let mut batch = Batch::new();
+        batch.start_tool_call(checkpoint);
+        self.write(batch).await?;
         Ok(())
     }
 
@@ -265,6 +269,18 @@ impl Store {
     }
 }
 
+/// A wire-view row as the aggregate query gives it: id, task id, role,
+/// content, tool calls (JSON text), tool call id, is-error flag.
+type WireRow = (
+    i64,
+    Option<i64>,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    i64,
+);
+
 /// One entry of the wire view, with the task that produced it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireEntry {
@@ -285,47 +301,69 @@ pub struct ToolCheckpoint<'a> {
     pub arguments: &'a str,
 }
 
-pub(super) async fn append_message(
-    conn: &mut sqlx::AnyConnection,
-    message: &NewMessage,
-) -> Result<i64, StoreError> {
-    let tool_calls = if message.tool_calls.is_empty() {
-        None
-    } else {
-        Some(
-            serde_json::to_string(&message.tool_calls)
-                .map_err(|err| StoreError::Corrupt(err.to_string()))?,
-        )
-    };
-    let usage = message.meta.usage;
-    let id = sqlx::query_scalar::<_, i64>(
-        "INSERT INTO messages (session_id, task_id, scope, role, content, tool_calls, \
-         tool_call_id, is_error, reasoning, model, finish_reason, input_tokens, output_tokens, \
-         cache_read_tokens, cache_write_tokens, latency_ms, request_id, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
-         RETURNING id",
-    )
-    .bind(&message.session_id)
-    .bind(message.task_id)
-    .bind(&message.scope)
-    .bind(message.role.as_str())
-    .bind(message.content.as_deref())
-    .bind(tool_calls)
-    .bind(message.tool_call_id.as_deref())
-    .bind(i64::from(message.is_error))
-    .bind(message.meta.reasoning.as_deref())
-    .bind(message.meta.model.as_deref())
-    .bind(message.meta.finish_reason.as_deref())
-    .bind(usage.map(|u| to_i64(u.input_tokens)))
-    .bind(usage.map(|u| to_i64(u.output_tokens)))
-    .bind(usage.map(|u| to_i64(u.cache_read_tokens)))
-    .bind(usage.map(|u| to_i64(u.cache_write_tokens)))
-    .bind(message.meta.latency_ms)
-    .bind(message.meta.request_id.as_deref())
-    .bind(now_ms())
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(id)
+impl Batch {
+    /// Appends a transcript entry; its id is among the batch's rows.
+    ///
+    /// # Errors
+    /// Tool calls that cannot be serialised (never, for parsed calls).
+    pub fn append_message(&mut self, message: &NewMessage) -> Result<(), StoreError> {
+        let tool_calls = if message.tool_calls.is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::to_string(&message.tool_calls)
+                    .map_err(|err| StoreError::Corrupt(err.to_string()))?,
+            )
+        };
+        let usage = message.meta.usage;
+        self.push_returning(
+            "INSERT INTO messages (session_id, task_id, scope, role, content, tool_calls, \
+             tool_call_id, is_error, reasoning, model, finish_reason, input_tokens, output_tokens, \
+             cache_read_tokens, cache_write_tokens, latency_ms, request_id, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
+             RETURNING id",
+            vec![
+                message.session_id.as_str().into(),
+                message.task_id.into(),
+                message.scope.as_str().into(),
+                message.role.as_str().into(),
+                message.content.as_deref().into(),
+                tool_calls.into(),
+                message.tool_call_id.as_deref().into(),
+                i64::from(message.is_error).into(),
+                message.meta.reasoning.as_deref().into(),
+                message.meta.model.as_deref().into(),
+                message.meta.finish_reason.as_deref().into(),
+                usage.map(|u| to_i64(u.input_tokens)).into(),
+                usage.map(|u| to_i64(u.output_tokens)).into(),
+                usage.map(|u| to_i64(u.cache_read_tokens)).into(),
+                usage.map(|u| to_i64(u.cache_write_tokens)).into(),
+                message.meta.latency_ms.into(),
+                message.meta.request_id.as_deref().into(),
+                Arg::from(now_ms()),
+            ],
+        );
+        Ok(())
+    }
+
+    /// Records that a tool call is about to run (status `running`).
+    pub fn start_tool_call(&mut self, checkpoint: &ToolCheckpoint<'_>) {
+        self.push(
+            "INSERT INTO tool_calls (request_id, session_id, task_id, scope, call_id, name, \
+             arguments, status, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 'running', $8) \
+             ON CONFLICT (request_id) DO UPDATE SET status = 'running', started_at = excluded.started_at",
+            vec![
+                checkpoint.request_id.into(),
+                checkpoint.session_id.into(),
+                checkpoint.task_id.into(),
+                checkpoint.scope.into(),
+                checkpoint.call_id.into(),
+                checkpoint.name.into(),
+                checkpoint.arguments.into(),
+                Arg::from(now_ms()),
+            ],
+        );
+    }
 }
 
 fn parse_tool_calls(raw: Option<String>) -> Result<Vec<ToolCall>, StoreError> {

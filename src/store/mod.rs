@@ -5,8 +5,11 @@
 //! through sqlx's `Any` driver with runtime-checked queries. Queries use `$N`
 //! placeholders, which both backends accept. Timestamps are Unix milliseconds.
 //!
-//! Each table has its own module adding methods to [`Store`].
+//! Each table has its own module adding methods to [`Store`] (and, for the
+//! writes of a turn's steps, to [`Batch`], which commits several statements
+//! in one round trip).
 
+mod batch;
 mod compactions;
 mod edits;
 mod inbound;
@@ -23,6 +26,7 @@ use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
@@ -30,6 +34,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
+pub use batch::{Arg, Batch};
 pub use compactions::Compaction;
 pub use edits::HiddenExchange;
 pub use inbound::{InboundRow, InboundStatus, NewInbound};
@@ -104,6 +109,12 @@ impl StoreOptions {
 pub struct Store {
     connections: Connections,
     backend: Backend,
+    /// Set while a multi-statement batch runs on the SQLite writer (see
+    /// [`Store::write`]). If the future running it is dropped half-way,
+    /// sqlx's worker stops after the statement in hand and the batch's
+    /// `COMMIT` never runs; the flag stays set, and the next checkout of the
+    /// writer rolls the open transaction back first.
+    unfinished_batch: Arc<AtomicBool>,
 }
 
 #[derive(Clone)]
@@ -208,6 +219,7 @@ impl Store {
         Ok(Self {
             connections,
             backend,
+            unfinished_batch: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -218,7 +230,15 @@ impl Store {
     /// The store was closed, or no pooled connection could be had.
     pub async fn conn(&self) -> Result<Conn<'_>, StoreError> {
         match &self.connections {
-            Connections::Shared { writer, .. } => lock_shared(writer).await,
+            Connections::Shared { writer, .. } => {
+                let mut conn = lock_shared(writer).await?;
+                if self.unfinished_batch.swap(false, Ordering::SeqCst) {
+                    tracing::warn!("rolling back a batch that was abandoned half-way");
+                    // Fails harmlessly when the batch had committed.
+                    let _ = conn.execute("ROLLBACK").await;
+                }
+                Ok(conn)
+            }
             Connections::Pool(pool) => Ok(Conn::Pooled(pool.acquire().await?)),
         }
     }

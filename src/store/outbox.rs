@@ -4,10 +4,7 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use sqlx::Connection;
-
-use super::messages::append_message;
-use super::{InboundStatus, NewMessage, Store, StoreError, now_ms};
+use super::{Arg, Batch, InboundStatus, NewMessage, Store, StoreError, now_ms};
 
 /// Where a reply is in its delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,47 +82,58 @@ impl Store {
     /// # Errors
     /// A database failure (nothing is written then).
     pub async fn finish_turn(&self, end: &TurnEnd<'_>) -> Result<OutboxRow, StoreError> {
-        let mut conn = self.conn().await?;
-        let mut tx = conn.begin().await?;
+        self.finish_turn_with(end, Batch::new()).await
+    }
+
+    /// [`Store::finish_turn`], committing `before` (say, the last model
+    /// call's outcome) in the same transaction, first.
+    ///
+    /// # Errors
+    /// A database failure (nothing is written then).
+    pub async fn finish_turn_with(
+        &self,
+        end: &TurnEnd<'_>,
+        mut batch: Batch,
+    ) -> Result<OutboxRow, StoreError> {
+        let now = now_ms();
         if let Some(message) = end.final_message {
-            append_message(&mut tx, message).await?;
+            batch.append_message(message)?;
         }
-        let row = sqlx::query(&format!(
-            "INSERT INTO outbox (session_id, inbound_id, platform, account, chat_id, thread_id, \
-             reply_to, text, status, created_at) \
-             SELECT session_id, id, platform, account, chat_id, thread_id, message_id, $1, \
-             'pending', $2 FROM inbound WHERE id = $3 RETURNING {OUTBOX_COLUMNS}"
-        ))
-        .bind(end.reply)
-        .bind(now_ms())
-        .bind(end.inbound_id)
-        .fetch_one(&mut *tx)
-        .await?;
-        let row = outbox_from_row(&row)?;
-        sqlx::query("UPDATE inbound SET status = $1, outcome = $2, finished_at = $3 WHERE id = $4")
-            .bind(end.status.as_str())
-            .bind(end.outcome)
-            .bind(now_ms())
-            .bind(end.inbound_id)
-            .execute(&mut *tx)
-            .await?;
+        let skip = batch.returning_rows();
+        batch.push_returning(
+            format!(
+                "INSERT INTO outbox (session_id, inbound_id, platform, account, chat_id, \
+                 thread_id, reply_to, text, status, created_at) \
+                 SELECT session_id, id, platform, account, chat_id, thread_id, message_id, $1, \
+                 'pending', $2 FROM inbound WHERE id = $3 RETURNING {OUTBOX_COLUMNS}"
+            ),
+            vec![end.reply.into(), Arg::from(now), Arg::from(end.inbound_id)],
+        );
+        batch.push(
+            "UPDATE inbound SET status = $1, outcome = $2, finished_at = $3 WHERE id = $4",
+            vec![
+                end.status.as_str().into(),
+                end.outcome.into(),
+                Arg::from(now),
+                Arg::from(end.inbound_id),
+            ],
+        );
         // The session's totals catch up with every model call of this task.
-        sqlx::query(
+        batch.push(
             "UPDATE sessions SET \
              input_tokens = input_tokens + (SELECT COALESCE(SUM(input_tokens), 0) FROM usage WHERE task_id = $1), \
              output_tokens = output_tokens + (SELECT COALESCE(SUM(output_tokens), 0) FROM usage WHERE task_id = $1), \
              cache_read_tokens = cache_read_tokens + (SELECT COALESCE(SUM(cache_read_tokens), 0) FROM usage WHERE task_id = $1), \
              cache_write_tokens = cache_write_tokens + (SELECT COALESCE(SUM(cache_write_tokens), 0) FROM usage WHERE task_id = $1), \
              cost_micros = cost_micros + (SELECT COALESCE(SUM(cost_nanousd), 0) FROM usage WHERE task_id = $1) / 1000, \
-             updated_at = $2 WHERE id = $3",
-        )
-        .bind(end.inbound_id)
-        .bind(now_ms())
-        .bind(&row.session_id)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(row)
+             updated_at = $2 WHERE id = (SELECT session_id FROM inbound WHERE id = $1)",
+            vec![Arg::from(end.inbound_id), Arg::from(now)],
+        );
+        let rows = self.write(batch).await?;
+        let row = rows
+            .get(skip)
+            .ok_or_else(|| StoreError::Corrupt(format!("inbound {} missing", end.inbound_id)))?;
+        outbox_from_row(row)
     }
 
     /// Marks a reply delivered.

@@ -1,6 +1,6 @@
 //! Token usage per model call, and the running totals on each session.
 
-use super::{Store, StoreError, now_ms, to_i64, to_u64};
+use super::{Arg, Batch, Store, StoreError, now_ms, to_i64, to_u64};
 use crate::llm::Usage;
 
 /// A model call about to be made: written `running` before the request goes
@@ -37,6 +37,64 @@ pub enum ModelCallEnd<'a> {
     },
 }
 
+impl Batch {
+    /// Records a model call as `running`; its row id is among the batch's
+    /// rows.
+    pub fn start_model_call(&mut self, call: &ModelCallStart<'_>) {
+        let now = now_ms();
+        self.push_returning(
+            "INSERT INTO usage (session_id, task_id, provider, model, input_tokens, output_tokens, \
+             cache_read_tokens, cache_write_tokens, latency_ms, created_at, request_chars, status, \
+             request_id, scope, started_at, principal_id) \
+             VALUES ($1, $2, $3, $4, 0, 0, 0, 0, 0, $5, $6, 'running', $7, $8, $5, $9) RETURNING id",
+            vec![
+                call.session_id.into(),
+                call.task_id.into(),
+                call.provider.into(),
+                call.model.into(),
+                Arg::from(now),
+                call.request_chars.into(),
+                call.request_id.into(),
+                call.scope.into(),
+                call.principal_id.into(),
+            ],
+        );
+    }
+
+    /// Records how a model call ended: its tokens, latency and cost, or its
+    /// error. The session's totals catch up when the turn ends
+    /// (`finish_turn`).
+    pub fn finish_model_call(&mut self, id: i64, end: &ModelCallEnd<'_>) {
+        let now = now_ms();
+        match end {
+            ModelCallEnd::Done {
+                model,
+                usage,
+                cost_nanousd,
+            } => self.push(
+                "UPDATE usage SET status = 'done', model = $1, input_tokens = $2, \
+                 output_tokens = $3, cache_read_tokens = $4, cache_write_tokens = $5, \
+                 cost_nanousd = $6, finished_at = $7, latency_ms = $7 - started_at WHERE id = $8",
+                vec![
+                    (*model).into(),
+                    Arg::from(to_i64(usage.input_tokens)),
+                    Arg::from(to_i64(usage.output_tokens)),
+                    Arg::from(to_i64(usage.cache_read_tokens)),
+                    Arg::from(to_i64(usage.cache_write_tokens)),
+                    (*cost_nanousd).into(),
+                    Arg::from(now),
+                    Arg::from(id),
+                ],
+            ),
+            ModelCallEnd::Failed { error } => self.push(
+                "UPDATE usage SET status = 'failed', error = $1, finished_at = $2, \
+                 latency_ms = $2 - started_at WHERE id = $3",
+                vec![(*error).into(), Arg::from(now), Arg::from(id)],
+            ),
+        }
+    }
+}
+
 /// Usage added up over some calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UsageSummary {
@@ -70,30 +128,16 @@ impl Store {
     /// # Errors
     /// A database failure (the call must not be made then).
     pub async fn start_model_call(&self, call: &ModelCallStart<'_>) -> Result<i64, StoreError> {
-        let now = now_ms();
-        let id = sqlx::query_scalar::<_, i64>(
-            "INSERT INTO usage (session_id, task_id, provider, model, input_tokens, output_tokens, \
-             cache_read_tokens, cache_write_tokens, latency_ms, created_at, request_chars, status, \
-             request_id, scope, started_at, principal_id) \
-             VALUES ($1, $2, $3, $4, 0, 0, 0, 0, 0, $5, $6, 'running', $7, $8, $5, $9) RETURNING id",
-        )
-        .bind(call.session_id)
-        .bind(call.task_id)
-        .bind(call.provider)
-        .bind(call.model)
-        .bind(now)
-        .bind(call.request_chars)
-        .bind(call.request_id)
-        .bind(call.scope)
-        .bind(call.principal_id)
-        .fetch_one(&mut *self.conn().await?)
-        .await?;
-        Ok(id)
+        let mut batch = Batch::new();
+        batch.start_model_call(call);
+        self.write_ids(batch)
+            .await?
+            .first()
+            .copied()
+            .ok_or_else(|| StoreError::Corrupt("no id for the model call".to_owned()))
     }
 
-    /// Records how a model call ended: its tokens, latency and cost, or its
-    /// error. The session's totals are brought up to date when the turn ends
-    /// (`finish_turn`), in the same transaction.
+    /// Records how a model call ended.
     ///
     /// # Errors
     /// A database failure.
@@ -102,34 +146,9 @@ impl Store {
         id: i64,
         end: &ModelCallEnd<'_>,
     ) -> Result<(), StoreError> {
-        let now = now_ms();
-        let query = match end {
-            ModelCallEnd::Done {
-                model,
-                usage,
-                cost_nanousd,
-            } => sqlx::query(
-                "UPDATE usage SET status = 'done', model = $1, input_tokens = $2, \
-                 output_tokens = $3, cache_read_tokens = $4, cache_write_tokens = $5, \
-                 cost_nanousd = $6, finished_at = $7, latency_ms = $7 - started_at WHERE id = $8",
-            )
-            .bind(*model)
-            .bind(to_i64(usage.input_tokens))
-            .bind(to_i64(usage.output_tokens))
-            .bind(to_i64(usage.cache_read_tokens))
-            .bind(to_i64(usage.cache_write_tokens))
-            .bind(*cost_nanousd)
-            .bind(now)
-            .bind(id),
-            ModelCallEnd::Failed { error } => sqlx::query(
-                "UPDATE usage SET status = 'failed', error = $1, finished_at = $2, \
-                 latency_ms = $2 - started_at WHERE id = $3",
-            )
-            .bind(*error)
-            .bind(now)
-            .bind(id),
-        };
-        query.execute(&mut *self.conn().await?).await?;
+        let mut batch = Batch::new();
+        batch.finish_model_call(id, end);
+        self.write(batch).await?;
         Ok(())
     }
 
