@@ -43,8 +43,8 @@ async fn running_checkpoints(store: &Store) -> i64 {
 }
 
 /// Runs the gateway on its own runtime until a tool call is checkpointed as
-/// running, then drops the runtime with everything on it: as far as the
-/// database can tell, the process died mid-call.
+/// running, then closes its database and drops the runtime with everything
+/// on it: as far as the database can tell, the process died mid-call.
 fn crash_while_a_tool_runs(settings: Settings, ready: impl Fn() -> bool + Send + 'static) {
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -61,6 +61,10 @@ fn crash_while_a_tool_runs(settings: Settings, ready: impl Fn() -> bool + Send +
                 .expect("submitted");
             for _ in 0..500 {
                 if running_checkpoints(&gateway.store).await > 0 && ready() {
+                    // Nothing reaches the database after this point, as if
+                    // the process had died here (tasks still running while
+                    // the runtime shuts down cannot write any more).
+                    gateway.store.close().await;
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
