@@ -240,15 +240,9 @@ impl Store {
         result: &str,
         failed: bool,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE tool_calls SET status = $1, result = $2, finished_at = $3 WHERE request_id = $4",
-        )
-        .bind(if failed { "failed" } else { "done" })
-        .bind(result)
-        .bind(now_ms())
-        .bind(request_id)
-        .execute(&mut *self.conn().await?)
-        .await?;
+        let mut batch = Batch::new();
+        batch.finish_tool_call(request_id, result, failed);
+        self.write(batch).await?;
         Ok(())
     }
 
@@ -344,6 +338,20 @@ impl Batch {
             ],
         );
         Ok(())
+    }
+
+    /// Records a tool call's result (status `done`, or `failed` when the
+    /// result is an error).
+    pub fn finish_tool_call(&mut self, request_id: &str, result: &str, failed: bool) {
+        self.push(
+            "UPDATE tool_calls SET status = $1, result = $2, finished_at = $3 WHERE request_id = $4",
+            vec![
+                if failed { "failed" } else { "done" }.into(),
+                result.into(),
+                Arg::from(now_ms()),
+                request_id.into(),
+            ],
+        );
     }
 
     /// Records that a tool call is about to run (status `running`).
