@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::turn::{StopCause, TurnControl, TurnExecutor};
-use crate::store::{InboundRow, InboundStatus, OutboxRow, Store, StoreError};
+use crate::store::{Batch, InboundRow, InboundStatus, OutboxRow, Store, StoreError};
 
 /// Platforms whose replies are handed to a waiting caller in this process
 /// (the HTTP API's request, the terminal) rather than sent to a platform.
@@ -35,6 +35,15 @@ pub struct TurnReply {
     pub session_id: String,
     pub text: String,
     pub status: InboundStatus,
+}
+
+/// How a session's drain ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drained {
+    /// The queue was empty and the lease was given up in the same write.
+    LeaseReleased,
+    /// Shutting down; the lease is still held.
+    Stopped,
 }
 
 /// Delivery attempts per outbox row before it waits for the next pump.
@@ -241,19 +250,30 @@ impl Runner {
             }
         }
         let result = self.drain_leased(session_id, ttl_ms).await;
-        store.release_lease(session_id, &self.inner.owner).await?;
-        result
+        if !matches!(result, Ok(Drained::LeaseReleased)) {
+            store.release_lease(session_id, &self.inner.owner).await?;
+        }
+        result.map(|_| ())
     }
 
-    async fn drain_leased(&self, session_id: &str, ttl_ms: i64) -> Result<(), StoreError> {
+    async fn drain_leased(&self, session_id: &str, ttl_ms: i64) -> Result<Drained, StoreError> {
         let store = &self.inner.store;
-        while !self.inner.shutdown.is_cancelled() {
-            let Some(inbound) = store.claim_next_inbound(session_id).await? else {
-                return Ok(());
+        // The last reply's delivery status, committed with the next claim.
+        let mut delivered = Batch::new();
+        loop {
+            if self.inner.shutdown.is_cancelled() {
+                store.write(delivered).await?;
+                return Ok(Drained::Stopped);
+            }
+            let Some(inbound) = store
+                .claim_next_or_release(session_id, &self.inner.owner, delivered)
+                .await?
+            else {
+                return Ok(Drained::LeaseReleased);
             };
             // The semaphore is never closed, so acquire cannot fail.
             let Ok(_permit) = self.inner.permits.acquire().await else {
-                return Ok(());
+                return Ok(Drained::Stopped);
             };
             let trace_id = uuid::Uuid::now_v7().to_string();
             let span = tracing::info_span!("turn", trace_id = %trace_id, inbound_id = inbound.id);
@@ -271,9 +291,12 @@ impl Runner {
                 typing.abort();
             }
             let (row, status) = result?;
-            self.deliver(&row, status).instrument(span).await;
+            delivered = self
+                .hand_out(&row, status)
+                .instrument(span)
+                .await
+                .unwrap_or_default();
         }
-        Ok(())
     }
 
     /// Repeats the platform's typing indicator while a turn runs; the caller
@@ -326,6 +349,17 @@ impl Runner {
 
     /// Hands a reply to its waiter and its platform, then marks it sent.
     pub async fn deliver(&self, row: &OutboxRow, status: InboundStatus) {
+        if let Some(marked) = self.hand_out(row, status).await
+            && let Err(err) = self.inner.store.write(marked).await
+        {
+            tracing::error!(error = %err, outbox_id = row.id, "outbox status not recorded");
+        }
+    }
+
+    /// Hands a reply to its waiter and its platform; returns the write that
+    /// records the outcome (sent, or a failed attempt), or `None` when no
+    /// adapter for its platform runs in this process.
+    async fn hand_out(&self, row: &OutboxRow, status: InboundStatus) -> Option<Batch> {
         if let Some(waiter) = lock(&self.inner.waiters).remove(&row.inbound_id) {
             // The receiver may be gone (the client hung up); the reply stays
             // in the history either way.
@@ -342,16 +376,14 @@ impl Runner {
             None if LOCAL_PLATFORMS.contains(&row.platform.as_str()) => Ok(None),
             // No adapter for this platform in this process: another instance
             // (or a later start) delivers it.
-            None => return,
+            None => return None,
         };
-        let store = &self.inner.store;
-        let marked = match result {
-            Ok(message_id) => store.mark_outbox_sent(row.id, message_id.as_deref()).await,
-            Err(permanent) => store.mark_outbox_attempt_failed(row.id, permanent).await,
-        };
-        if let Err(err) = marked {
-            tracing::error!(error = %err, outbox_id = row.id, "outbox status not recorded");
+        let mut marked = Batch::new();
+        match result {
+            Ok(message_id) => marked.mark_outbox_sent(row.id, message_id.as_deref()),
+            Err(permanent) => marked.mark_outbox_attempt_failed(row.id, permanent),
         }
+        Some(marked)
     }
 
     /// Sends with retries; `Err(true)` when the failure is permanent.

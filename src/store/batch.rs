@@ -68,7 +68,15 @@ impl From<Option<String>> for Arg {
 struct Statement {
     sql: String,
     args: Vec<Arg>,
-    returns_row: bool,
+    returns: Returns,
+}
+
+/// How many rows a statement's `RETURNING` clause gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Returns {
+    Nothing,
+    One,
+    AtMostOne,
 }
 
 /// Statements to commit together.
@@ -87,7 +95,7 @@ impl Batch {
         self.statements.push(Statement {
             sql: sql.into(),
             args,
-            returns_row: false,
+            returns: Returns::Nothing,
         });
     }
 
@@ -97,7 +105,18 @@ impl Batch {
         self.statements.push(Statement {
             sql: sql.into(),
             args,
-            returns_row: true,
+            returns: Returns::One,
+        });
+    }
+
+    /// Adds a statement ending in a `RETURNING` clause that gives at most
+    /// one row (an `UPDATE … WHERE` that may match nothing). Put it last, or
+    /// before statements that return nothing, so the rows stay in order.
+    pub fn push_returning_optional(&mut self, sql: impl Into<String>, args: Vec<Arg>) {
+        self.statements.push(Statement {
+            sql: sql.into(),
+            args,
+            returns: Returns::AtMostOne,
         });
     }
 
@@ -106,11 +125,12 @@ impl Batch {
         self.statements.append(&mut other.statements);
     }
 
-    /// How many rows the batch's `RETURNING` statements will give.
+    /// How many rows the batch's `RETURNING` statements will give (those
+    /// that may give none not counted).
     pub fn returning_rows(&self) -> usize {
         self.statements
             .iter()
-            .filter(|statement| statement.returns_row)
+            .filter(|statement| statement.returns == Returns::One)
             .count()
     }
 
@@ -220,10 +240,12 @@ impl Store {
                         .args
                         .iter()
                         .fold(sqlx::query(&statement.sql), bind);
-                    if statement.returns_row {
-                        rows.push(query.fetch_one(&mut *tx).await?);
-                    } else {
-                        query.execute(&mut *tx).await?;
+                    match statement.returns {
+                        Returns::One => rows.push(query.fetch_one(&mut *tx).await?),
+                        Returns::AtMostOne => rows.extend(query.fetch_optional(&mut *tx).await?),
+                        Returns::Nothing => {
+                            query.execute(&mut *tx).await?;
+                        }
                     }
                 }
                 tx.commit().await?;

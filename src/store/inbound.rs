@@ -9,7 +9,7 @@
 use sqlx::any::AnyRow;
 use sqlx::{Connection, Row};
 
-use super::{Store, StoreError, now_ms};
+use super::{Batch, Store, StoreError, now_ms};
 
 /// Where an inbound message is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,26 +122,37 @@ impl Store {
         Ok(id)
     }
 
-    /// Takes the oldest unfinished message of a session and marks it
-    /// `running`: a `running` one first (a turn interrupted by a crash), then
-    /// `pending` ones in arrival order. One statement, so claiming costs one
-    /// round trip. Only the holder of the session's lease calls this.
+    /// Commits `before` (say, the last reply's delivery status), then takes
+    /// the oldest unfinished message of the session and marks it `running`
+    /// (a `running` one first: a turn interrupted by a crash; then `pending`
+    /// ones in arrival order), or, when there is none, gives the session's
+    /// lease up; all in one write. Only the holder of the lease calls this.
     ///
     /// # Errors
     /// A database failure or a corrupt row.
-    pub async fn claim_next_inbound(
+    pub async fn claim_next_or_release(
         &self,
         session_id: &str,
+        owner: &str,
+        mut before: Batch,
     ) -> Result<Option<InboundRow>, StoreError> {
-        let row = sqlx::query(&format!(
-            "UPDATE inbound SET status = 'running' WHERE id = (SELECT id FROM inbound \
-             WHERE session_id = $1 AND status IN ('pending', 'running') ORDER BY id LIMIT 1) \
-             RETURNING {INBOUND_COLUMNS}"
-        ))
-        .bind(session_id)
-        .fetch_optional(&mut *self.conn().await?)
-        .await?;
-        row.map(|row| inbound_from_row(&row)).transpose()
+        let skip = before.returning_rows();
+        before.push_returning_optional(
+            format!(
+                "UPDATE inbound SET status = 'running' WHERE id = (SELECT id FROM inbound \
+                 WHERE session_id = $1 AND status IN ('pending', 'running') ORDER BY id LIMIT 1) \
+                 RETURNING {INBOUND_COLUMNS}"
+            ),
+            vec![session_id.into()],
+        );
+        // A claimed message is `running` now, so the lease is kept then.
+        before.push(
+            "DELETE FROM session_leases WHERE session_id = $1 AND owner = $2 AND NOT EXISTS \
+             (SELECT 1 FROM inbound WHERE session_id = $1 AND status = 'running')",
+            vec![session_id.into(), owner.into()],
+        );
+        let rows = self.write(before).await?;
+        rows.get(skip).map(inbound_from_row).transpose()
     }
 
     /// Sessions with unfinished messages (for recovery at start).

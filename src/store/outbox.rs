@@ -145,15 +145,9 @@ impl Store {
         id: i64,
         platform_message_id: Option<&str>,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE outbox SET status = 'sent', platform_message_id = $1, sent_at = $2, \
-             attempts = attempts + 1 WHERE id = $3",
-        )
-        .bind(platform_message_id)
-        .bind(now_ms())
-        .bind(id)
-        .execute(&mut *self.conn().await?)
-        .await?;
+        let mut batch = Batch::new();
+        batch.mark_outbox_sent(id, platform_message_id);
+        self.write(batch).await?;
         Ok(())
     }
 
@@ -166,11 +160,9 @@ impl Store {
         id: i64,
         permanent: bool,
     ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE outbox SET attempts = attempts + 1, status = $1 WHERE id = $2")
-            .bind(if permanent { "failed" } else { "pending" })
-            .bind(id)
-            .execute(&mut *self.conn().await?)
-            .await?;
+        let mut batch = Batch::new();
+        batch.mark_outbox_attempt_failed(id, permanent);
+        self.write(batch).await?;
         Ok(())
     }
 
@@ -202,6 +194,32 @@ impl Store {
         .fetch_all(&mut *self.conn().await?)
         .await?;
         rows.iter().map(outbox_from_row).collect()
+    }
+}
+
+impl Batch {
+    /// Marks a reply delivered.
+    pub fn mark_outbox_sent(&mut self, id: i64, platform_message_id: Option<&str>) {
+        self.push(
+            "UPDATE outbox SET status = 'sent', platform_message_id = $1, sent_at = $2, \
+             attempts = attempts + 1 WHERE id = $3",
+            vec![
+                platform_message_id.into(),
+                Arg::from(now_ms()),
+                Arg::from(id),
+            ],
+        );
+    }
+
+    /// Records a failed delivery attempt; `permanent` gives the row up.
+    pub fn mark_outbox_attempt_failed(&mut self, id: i64, permanent: bool) {
+        self.push(
+            "UPDATE outbox SET attempts = attempts + 1, status = $1 WHERE id = $2",
+            vec![
+                if permanent { "failed" } else { "pending" }.into(),
+                Arg::from(id),
+            ],
+        );
     }
 }
 
