@@ -4,8 +4,8 @@
 //! runner, agent loop and SQLite store, against an instant in-process model
 //! that asks for one tool call (`current_time`) and then answers. Because the
 //! model takes no time, a turn's latency is the gateway's overhead. Reports
-//! turns/s, overhead p50/p99, CPU time per turn, idle and peak RSS, and the
-//! first turn's latency after start.
+//! turns/s, overhead p50/p99, CPU time per turn, idle and peak RSS, the
+//! first turn's latency after start, and one store round trip's cost.
 
 use std::fmt;
 use std::sync::Arc;
@@ -55,6 +55,10 @@ pub struct BenchReport {
     pub first_turn: Duration,
     pub idle_rss_kib: u64,
     pub peak_rss_kib: u64,
+    /// One statement's round trip to the database (`SELECT 1` on the
+    /// writer), wall time and CPU: the floor under every store call.
+    pub round_trip: Duration,
+    pub round_trip_cpu: Duration,
 }
 
 /// Why the benchmark failed.
@@ -135,6 +139,7 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         let index = ((turns as f64 * p).ceil() as usize).saturating_sub(1);
         latencies.get(index).copied().unwrap_or_default()
     };
+    let (round_trip, round_trip_cpu) = round_trip(&gateway).await?;
     let report = BenchReport {
         options: options.clone(),
         turns,
@@ -145,6 +150,8 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         first_turn,
         idle_rss_kib,
         peak_rss_kib: rss_kib("VmHWM:"),
+        round_trip,
+        round_trip_cpu,
     };
     gateway.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -169,12 +176,42 @@ impl fmt::Display for BenchReport {
             "  RSS idle           {:.1} MiB",
             self.idle_rss_kib as f64 / 1024.0
         )?;
-        write!(
+        writeln!(
             f,
             "  RSS peak           {:.1} MiB",
             self.peak_rss_kib as f64 / 1024.0
+        )?;
+        write!(
+            f,
+            "  store round trip   {:.1} µs ({:.1} µs CPU)",
+            self.round_trip.as_secs_f64() * 1e6,
+            self.round_trip_cpu.as_secs_f64() * 1e6
         )
     }
+}
+
+/// Statements timed for the round-trip figure.
+const ROUND_TRIPS: u32 = 2000;
+
+/// The mean wall and CPU time of one `SELECT 1` on the store's writer.
+async fn round_trip(gateway: &Gateway) -> Result<(Duration, Duration), BenchError> {
+    let store = &gateway.store;
+    let cpu_before = cpu_time();
+    let started = Instant::now();
+    for _ in 0..ROUND_TRIPS {
+        let mut conn = store
+            .conn()
+            .await
+            .map_err(|err| BenchError::Turn(err.to_string()))?;
+        sqlx::query("SELECT 1")
+            .execute(&mut *conn)
+            .await
+            .map_err(|err| BenchError::Turn(err.to_string()))?;
+    }
+    Ok((
+        started.elapsed() / ROUND_TRIPS,
+        cpu_time().saturating_sub(cpu_before) / ROUND_TRIPS,
+    ))
 }
 
 fn ms(duration: Duration) -> f64 {
