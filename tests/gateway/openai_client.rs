@@ -1,12 +1,14 @@
-//! The official OpenAI Python client, unchanged, against the gateway's API:
-//! `tests/clients/openai_client.py` makes plain and streamed completions,
-//! continues a conversation with `X-Session-Id`, hits an unknown session and
-//! lists the models; this test checks what the client saw and what the model
-//! received.
+//! The official OpenAI clients (Python and Node), unchanged, against the
+//! gateway's API: `tests/clients/openai_client.{py,mjs}` make plain and
+//! streamed completions, continue a conversation with `X-Session-Id`, hit an
+//! unknown session and list the models; these tests check what the client
+//! saw and what the model received.
 //!
-//! Needs `python3` with the `openai` package. Without it the test says it
-//! is skipped and passes, unless `SWITCHBOARD_REQUIRE_OPENAI_CLIENT=1` (CI
-//! sets it after installing the package) makes that a failure.
+//! They need `python3` with the `openai` package, and `node` with the
+//! `openai` package in `tests/clients/node_modules`. Without them a test
+//! says it is skipped and passes, unless `SWITCHBOARD_REQUIRE_OPENAI_CLIENT=1`
+//! (Python) or `SWITCHBOARD_REQUIRE_OPENAI_NODE_CLIENT=1` (Node) makes that a
+//! failure; CI sets them after installing the packages.
 
 use std::time::Duration;
 
@@ -16,30 +18,86 @@ use tokio::process::Command;
 use crate::helpers::{FakeLlm, TestApp};
 use crate::identity::user_texts;
 
-/// The script, found through the package folder `cargo test` names at run
-/// time (a build reused from another checkout keeps its compile-time path).
-fn script() -> String {
+/// `tests/clients`, found through the package folder `cargo test` names at
+/// run time (a build reused from another checkout keeps its compile-time
+/// path).
+fn clients_dir() -> String {
     let root = std::env::var("CARGO_MANIFEST_DIR")
         .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
-    format!("{root}/tests/clients/openai_client.py")
+    format!("{root}/tests/clients")
+}
+
+/// One official client and how to run it.
+#[derive(Debug, Clone, Copy)]
+enum Client {
+    Python,
+    Node,
+}
+
+impl Client {
+    fn program(self) -> &'static str {
+        match self {
+            Self::Python => "python3",
+            Self::Node => "node",
+        }
+    }
+
+    fn script(self) -> String {
+        match self {
+            Self::Python => format!("{}/openai_client.py", clients_dir()),
+            Self::Node => format!("{}/openai_client.mjs", clients_dir()),
+        }
+    }
+
+    /// The arguments that fail unless the `openai` package can be loaded.
+    fn probe(self) -> [&'static str; 3] {
+        match self {
+            Self::Python => ["-c", "import openai", ""],
+            Self::Node => ["--input-type=module", "-e", "await import('openai')"],
+        }
+    }
+
+    fn required_by(self) -> &'static str {
+        match self {
+            Self::Python => "SWITCHBOARD_REQUIRE_OPENAI_CLIENT",
+            Self::Node => "SWITCHBOARD_REQUIRE_OPENAI_NODE_CLIENT",
+        }
+    }
+
+    fn greeting(self) -> &'static str {
+        match self {
+            Self::Python => "hello from python",
+            Self::Node => "hello from node",
+        }
+    }
 }
 /// How long the script may take (it makes six requests).
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[tokio::test]
 async fn the_official_openai_python_client_works_unchanged() {
-    if !openai_client_installed().await {
+    works_unchanged(Client::Python).await;
+}
+
+#[tokio::test]
+async fn the_official_openai_node_client_works_unchanged() {
+    works_unchanged(Client::Node).await;
+}
+
+async fn works_unchanged(client: Client) {
+    if !installed(client).await {
+        let required = client.required_by();
         assert!(
-            std::env::var("SWITCHBOARD_REQUIRE_OPENAI_CLIENT").as_deref() != Ok("1"),
-            "SWITCHBOARD_REQUIRE_OPENAI_CLIENT=1 but `python3 -c 'import openai'` fails"
+            std::env::var(required).as_deref() != Ok("1"),
+            "{required}=1 but the {client:?} openai package cannot be loaded"
         );
-        println!("skipped: python openai package not installed");
+        println!("skipped: {client:?} openai package not installed");
         return;
     }
     let llm = FakeLlm::echo().await;
     let app = TestApp::spawn(&llm).await;
 
-    let results = run_script(&app).await;
+    let results = run_script(client, &app).await;
 
     let plain = &results["plain"];
     assert!(
@@ -51,7 +109,11 @@ async fn the_official_openai_python_client_works_unchanged() {
     assert_eq!(plain["object"], "chat.completion");
     assert_eq!(plain["model"], "fake-model");
     assert_eq!(plain["role"], "assistant");
-    assert_eq!(plain["content"], "echo: hello from python");
+    assert_eq!(
+        plain["content"],
+        format!("echo: {}", client.greeting()),
+        "{plain}"
+    );
     assert_eq!(plain["finish_reason"], "stop");
     assert_eq!(plain["prompt_tokens"], 120);
     assert_eq!(plain["completion_tokens"], 7);
@@ -97,10 +159,11 @@ async fn the_official_openai_python_client_works_unchanged() {
     app.stop().await;
 }
 
-/// Whether `python3` can import the `openai` package.
-async fn openai_client_installed() -> bool {
-    Command::new("python3")
-        .args(["-c", "import openai"])
+/// Whether the client's `openai` package can be loaded.
+async fn installed(client: Client) -> bool {
+    Command::new(client.program())
+        .args(client.probe().iter().filter(|arg| !arg.is_empty()))
+        .current_dir(clients_dir())
         .kill_on_drop(true)
         .output()
         .await
@@ -108,21 +171,22 @@ async fn openai_client_installed() -> bool {
 }
 
 /// Runs the client script against the app and parses what it printed.
-async fn run_script(app: &TestApp) -> Value {
+async fn run_script(client: Client, app: &TestApp) -> Value {
     let no_proxy = match std::env::var("NO_PROXY") {
         Ok(hosts) if !hosts.is_empty() => format!("{hosts},127.0.0.1"),
         _ => "127.0.0.1".to_owned(),
     };
-    let run = Command::new("python3")
-        .arg(script())
+    let run = Command::new(client.program())
+        .arg(client.script())
         .arg(app.url("/v1"))
+        .current_dir(clients_dir())
         .env("NO_PROXY", no_proxy)
         .kill_on_drop(true)
         .output();
     let output = tokio::time::timeout(SCRIPT_TIMEOUT, run)
         .await
         .expect("the client script finishes")
-        .expect("python3 runs");
+        .expect("the client runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
