@@ -92,6 +92,8 @@ pub struct SessionService {
     models: Vec<String>,
     sessions: SessionSettings,
     access: AccessSettings,
+    /// A principal's daily spend cap in dollars (0: none), for `/usage`.
+    daily_usd: f64,
 }
 
 /// Who sent a command, from where, and the session the chat is on.
@@ -148,6 +150,7 @@ impl SessionService {
             models,
             sessions: settings.sessions.clone(),
             access: settings.access.clone(),
+            daily_usd: settings.limits.principal_daily_usd,
         }
     }
 
@@ -664,11 +667,11 @@ impl SessionService {
             Command::Usage => {
                 let now = now_ms();
                 let today = now - now.rem_euclid(DAY_MS);
-                let summary = self
+                let (summary, cost) = self
                     .store
                     .principal_usage_since(context.identity.principal, today)
                     .await?;
-                same(usage_text(summary))
+                same(usage_text(summary, cost, self.daily_usd))
             }
             Command::Undo => {
                 if self.runner.is_running(session_id) {
@@ -925,7 +928,7 @@ fn ago(ms: i64) -> String {
 }
 
 /// The `/usage` answer.
-fn usage_text(summary: crate::store::UsageSummary) -> String {
+fn usage_text(summary: crate::store::UsageSummary, cost: Option<i64>, daily_usd: f64) -> String {
     let usage = summary.usage;
     // Input tokens include cached ones (see `Usage`).
     let cached_percent = usage
@@ -933,9 +936,22 @@ fn usage_text(summary: crate::store::UsageSummary) -> String {
         .saturating_mul(100)
         .checked_div(usage.input_tokens)
         .unwrap_or(0);
+    #[allow(clippy::cast_precision_loss)] // far below 2^52 nano-dollars
+    let cost = match cost {
+        Some(nanos) => format!(
+            "about ${:.4} (estimated from the price table)",
+            nanos as f64 / 1e9
+        ),
+        None => "cost unknown (no prices configured for these models)".to_owned(),
+    };
+    let limit = if daily_usd > 0.0 {
+        format!(" Daily limit: ${daily_usd:.2}.")
+    } else {
+        String::new()
+    };
     format!(
         "Today (UTC): {} model calls, {} input tokens ({cached_percent}% read from the \
-         provider cache), {} output tokens.",
+         provider cache), {} output tokens, {cost}.{limit}",
         summary.calls, usage.input_tokens, usage.output_tokens
     )
 }

@@ -15,7 +15,6 @@ use std::fmt;
 use sha2::{Digest, Sha256};
 use sqlx::{Connection, Row};
 
-use super::usage::UsageSums;
 use super::{Store, StoreError, UsageSummary, now_ms, to_u64};
 
 /// A principal's id.
@@ -332,7 +331,8 @@ impl Store {
     }
 
     /// The model calls made for a principal's messages (on any platform, in
-    /// any chat) since `since_ms`, added up.
+    /// any chat) since `since_ms`, added up, with their estimated cost in
+    /// billionths of a dollar (`None` when none of them had a price).
     ///
     /// # Errors
     /// A database failure.
@@ -340,22 +340,27 @@ impl Store {
         &self,
         principal: PrincipalId,
         since_ms: i64,
-    ) -> Result<UsageSummary, StoreError> {
-        let sums = sqlx::query_as::<_, UsageSums>(
-            "SELECT COUNT(*), CAST(COALESCE(SUM(u.input_tokens), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(u.output_tokens), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(u.cache_read_tokens), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(u.cache_write_tokens), 0) AS BIGINT) \
-             FROM usage u JOIN inbound i ON i.id = u.task_id \
-             JOIN identities d ON d.platform = i.platform AND d.account = i.account \
-             AND d.user_id = i.sender_id \
-             WHERE d.principal_id = $1 AND u.created_at >= $2",
-        )
-        .bind(principal.0)
-        .bind(since_ms)
-        .fetch_one(&mut *self.conn().await?)
-        .await?;
-        Ok(UsageSummary::from_sums(sums))
+    ) -> Result<(UsageSummary, Option<i64>), StoreError> {
+        let (calls, input, output, read, write, cost) =
+            sqlx::query_as::<_, (i64, i64, i64, i64, i64, Option<i64>)>(
+                "SELECT COUNT(*), CAST(COALESCE(SUM(u.input_tokens), 0) AS BIGINT), \
+                 CAST(COALESCE(SUM(u.output_tokens), 0) AS BIGINT), \
+                 CAST(COALESCE(SUM(u.cache_read_tokens), 0) AS BIGINT), \
+                 CAST(COALESCE(SUM(u.cache_write_tokens), 0) AS BIGINT), \
+                 CAST(SUM(u.cost_nanousd) AS BIGINT) \
+                 FROM usage u JOIN inbound i ON i.id = u.task_id \
+                 JOIN identities d ON d.platform = i.platform AND d.account = i.account \
+                 AND d.user_id = i.sender_id \
+                 WHERE d.principal_id = $1 AND u.created_at >= $2",
+            )
+            .bind(principal.0)
+            .bind(since_ms)
+            .fetch_one(&mut *self.read_conn().await?)
+            .await?;
+        Ok((
+            UsageSummary::from_sums((calls, input, output, read, write)),
+            cost,
+        ))
     }
 
     async fn find_identity(

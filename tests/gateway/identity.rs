@@ -420,7 +420,43 @@ async fn usage_reports_todays_tokens_and_cache_share_for_the_principal() {
     assert!(usage.contains("2 model calls"), "{usage}");
     assert!(usage.contains("240 input tokens (83%"), "{usage}");
     assert!(usage.contains("14 output tokens"), "{usage}");
+    assert!(
+        usage.contains("cost unknown"),
+        "no prices configured: {usage}"
+    );
     assert_eq!(usage, api_usage, "the same principal on both platforms");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn usage_shows_todays_estimated_cost_and_the_daily_limit() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.prices = [(
+            "fake-model".to_owned(),
+            switchboard::usage::Price {
+                input: 1000.0,
+                output: 2000.0,
+                cache_read: 100.0,
+                cache_write: 0.0,
+            },
+        )]
+        .into();
+        s.limits.principal_daily_usd = 5.0;
+    })
+    .await;
+    app.say_as("alice", "one").await;
+    app.say_as("alice", "two").await;
+
+    let (_, usage) = app.say_as("alice", "/usage").await;
+
+    // Each call: 20 fresh input tokens at $1000/M, 100 cached at $100/M and
+    // 7 output at $2000/M: $0.044.
+    assert!(
+        usage.contains("about $0.0880 (estimated from the price table)"),
+        "{usage}"
+    );
+    assert!(usage.ends_with("Daily limit: $5.00."), "{usage}");
     app.stop().await;
 }
 
