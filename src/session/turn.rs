@@ -180,6 +180,24 @@ impl TurnExecutor {
         let policy = self.context.policy(&session.model);
         let mut stored = self.view(&session.id).await?;
         let forced = Command::parse(&inbound.text, None) == Some(Command::Compact);
+        // A principal over its daily spend gets no model call at all, not
+        // even a summary; the loop then ends the task with the message.
+        let spend = self.spend_limit(inbound.principal_id).await?;
+        let over_budget = spend.is_some_and(|limit| limit.spent_before >= limit.daily_nanousd);
+        if forced && over_budget {
+            let row = self
+                .store
+                .finish_turn(&TurnEnd {
+                    inbound_id: inbound.id,
+                    final_message: None,
+                    reply: "Compacting needs a model call, and today's spending limit is \
+                            reached (it resets at 00:00 UTC).",
+                    status: InboundStatus::Command,
+                    outcome: "spend_limit",
+                })
+                .await?;
+            return Ok((row, InboundStatus::Command));
+        }
         // Calibrating costs a query; only a view that might be near the
         // threshold at a generous estimate needs it.
         let near = policy.should_compact(&session.system_prompt, &stored, Some(GENEROUS_RATIO));
@@ -188,7 +206,9 @@ impl TurnExecutor {
         } else {
             None
         };
-        if forced || (near && policy.should_compact(&session.system_prompt, &stored, ratio)) {
+        if !over_budget
+            && (forced || (near && policy.should_compact(&session.system_prompt, &stored, ratio)))
+        {
             let summariser = Summariser {
                 store: &self.store,
                 provider: agent.provider.as_ref(),
@@ -274,7 +294,7 @@ impl TurnExecutor {
                 max_tokens: self.limits.task_max_tokens,
                 repeat_limit: self.limits.repeat_limit,
                 fallback_model: self.limits.fallback_model.clone(),
-                spend: self.spend_limit(inbound.principal_id).await?,
+                spend,
             },
             cancel: control.token.clone(),
             context: Some(policy.clone()),

@@ -154,6 +154,14 @@ async fn a_principal_over_its_daily_spend_is_stopped_and_others_go_on() {
     );
     assert_eq!(llm.requests().len(), 3);
 
+    // Compacting needs a model call too.
+    let (_, compact) = app.say_as("ada", "/compact").await;
+    assert!(
+        compact.starts_with("Compacting needs a model call"),
+        "{compact}"
+    );
+    assert_eq!(llm.requests().len(), 3);
+
     // Someone else still gets answers.
     let (_, other) = app.say_as("grace", "count forever").await;
     assert!(
