@@ -214,7 +214,6 @@ async fn drive(
         if env.cancel.is_cancelled() {
             return Err(LoopError::Cancelled);
         }
-        compaction.run(agent, env, pending, &mut history).await?;
         if let Some(spend) = env.limits.spend
             && spend.spent_before.saturating_add(purse.task_cost()) >= spend.daily_nanousd
         {
@@ -226,6 +225,7 @@ async fn drive(
                 dollars: spend.dollars(),
             });
         }
+        compaction.run(agent, env, pending, &mut history).await?;
         let kind = if purse.try_spend(CallKind::Step) {
             CallKind::Step
         } else if purse.try_spend(CallKind::Final) {
