@@ -133,8 +133,10 @@ impl ContextPolicy {
         estimate > limit
     }
 
-    /// Summarises the view's older turns and records the compaction.
-    /// Returns false when there is nothing old enough to summarise.
+    /// Summarises the view's older turns and records the compaction;
+    /// returns it (`None` when there is nothing old enough to summarise).
+    /// Applying it to `view` gives the new view: the range it replaces
+    /// covers whatever the view's earlier summary stood for.
     ///
     /// # Errors
     /// The summarisation call or the database failing; nothing is recorded
@@ -143,16 +145,17 @@ impl ContextPolicy {
         &self,
         by: &Summariser<'_>,
         view: &[WireEntry],
-    ) -> Result<bool, CompactError> {
+    ) -> Result<Option<Compaction>, CompactError> {
         match split(view, self.keep_recent_turns.max(1)) {
-            Some(split) => summarise(by, view, split).await.map(|()| true),
-            None => Ok(false),
+            Some(split) => summarise(by, view, split).await.map(Some),
+            None => Ok(None),
         }
     }
 
     /// Summarises a long-running task's earlier rounds (and the turns before
     /// it) while it runs, keeping the task's own message verbatim and its
-    /// latest rounds whole. Returns false when there is nothing to summarise.
+    /// latest rounds whole. Returns the compaction, `None` when there is
+    /// nothing to summarise.
     ///
     /// # Errors
     /// The summarisation call or the database failing; nothing is recorded
@@ -162,10 +165,10 @@ impl ContextPolicy {
         by: &Summariser<'_>,
         view: &[WireEntry],
         task_id: i64,
-    ) -> Result<bool, CompactError> {
+    ) -> Result<Option<Compaction>, CompactError> {
         match split_task(view, task_id, self.keep_recent_turns.max(1)) {
-            Some(split) => summarise(by, view, split).await.map(|()| true),
-            None => Ok(false),
+            Some(split) => summarise(by, view, split).await.map(Some),
+            None => Ok(None),
         }
     }
 }
@@ -187,7 +190,7 @@ async fn summarise(
     by: &Summariser<'_>,
     view: &[WireEntry],
     split: Split,
-) -> Result<(), CompactError> {
+) -> Result<Compaction, CompactError> {
     let Split { pinned, kept, cut } = split;
     let replaced: Vec<WireEntry> = view[pinned + 1..cut]
         .iter()
@@ -243,7 +246,7 @@ async fn summarise(
         summary_chars = compaction.summary.len(),
         "history compacted"
     );
-    Ok(())
+    Ok(compaction)
 }
 
 /// Where to cut between turns: the pinned first user message, and the start
@@ -503,5 +506,34 @@ mod tests {
             "goal, then summary, then rounds"
         );
         assert_eq!(split_task(&view, 3, 4), None, "nothing older to summarise");
+    }
+
+    #[test]
+    fn a_new_compaction_applies_to_the_current_view_as_to_the_raw_entries() {
+        let mut raw = vec![user(1, "first"), assistant(2, "a"), user(3, "b")];
+        raw.push(assistant(4, "c"));
+        raw.push(WireEntry {
+            task_id: Some(5),
+            ..user(5, "the goal")
+        });
+        for id in [6, 8, 10, 12] {
+            raw.extend(round(id, 5));
+        }
+        let older = Compaction {
+            pinned_id: 1,
+            through_id: 4,
+            kept_id: None,
+            summary: "old".to_owned(),
+        };
+        let view = apply(raw.clone(), Some(&older));
+        let split = split_task(&view, 5, 2).expect("a cut");
+        let newer = Compaction {
+            pinned_id: view[split.pinned].id,
+            through_id: view[split.cut - 1].id,
+            kept_id: split.kept.map(|index| view[index].id),
+            summary: "new".to_owned(),
+        };
+
+        assert_eq!(apply(view, Some(&newer)), apply(raw, Some(&newer)));
     }
 }

@@ -181,11 +181,10 @@ pub async fn run_loop(
 ) -> Result<LoopOutcome, LoopError> {
     let mut pending = writes;
     match drive(&agent, &env, &purse, history, interrupted, &mut pending).await {
-        Ok(mut outcome) => {
-            pending.append(&mut outcome.writes);
-            outcome.writes = pending;
-            Ok(outcome)
-        }
+        Ok(outcome) => Ok(LoopOutcome {
+            writes: pending,
+            ..outcome
+        }),
         Err(err) => {
             env.store.write(pending).await?;
             Err(err)
@@ -372,7 +371,7 @@ async fn drive(
             .copied()
             .ok_or_else(|| StoreError::Corrupt("no id for the assistant entry".to_owned()))?;
         history.push(assistant);
-        let results = run_round(agent, env, purse, assistant_id, &calls, pending).await?;
+        let results = run_round(agent, env, purse, assistant_id, &calls).await?;
         let mut stuck = None;
         for (call, result) in calls.iter().zip(&results) {
             if let ChatMessage::Tool { content, .. } = result {
@@ -437,13 +436,9 @@ struct MidTaskCompaction {
 
 impl MidTaskCompaction {
     fn calibrate(&mut self, start: &ModelCallStart<'_>, input_tokens: u64) {
-        self.tokens_per_char = match start.request_chars {
-            Some(chars) if chars > 0 && input_tokens > 0 => {
-                #[allow(clippy::cast_precision_loss)] // counts far below 2^52
-                Some(input_tokens as f64 / chars as f64)
-            }
-            _ => None,
-        };
+        self.tokens_per_char = start
+            .request_chars
+            .and_then(|chars| crate::store::tokens_per_char(input_tokens, chars));
     }
 
     async fn run(
@@ -480,10 +475,8 @@ impl MidTaskCompaction {
             prices: &env.prices,
         };
         match policy.compact_task(&summariser, &view, env.task_id).await {
-            Ok(true) => {
-                let entries = env.store.wire_history(&env.session_id, "").await?;
-                let latest = env.store.latest_compaction(&env.session_id).await?;
-                *history = context::apply(entries, latest.as_ref())
+            Ok(Some(compaction)) => {
+                *history = context::apply(view, Some(&compaction))
                     .into_iter()
                     .map(|entry| entry.message)
                     .collect();
@@ -494,7 +487,7 @@ impl MidTaskCompaction {
                     "history compacted while the task runs"
                 );
             }
-            Ok(false) => self.retry_from_len = history.len() + 2,
+            Ok(None) => self.retry_from_len = history.len() + 2,
             Err(CompactError::Store(err)) => return Err(err.into()),
             Err(CompactError::Model(err)) => {
                 tracing::warn!(error = %err, "compaction failed; continuing with the full history");
@@ -603,7 +596,6 @@ async fn run_round(
     purse: &Arc<Purse>,
     assistant_id: i64,
     calls: &[ToolCall],
-    pending: &mut Batch,
 ) -> Result<Vec<ChatMessage>, StoreError> {
     let request_ids: Vec<String> = (0..calls.len())
         .map(|index| format!("{assistant_id}-{index}"))
@@ -615,33 +607,12 @@ async fn run_round(
         checkpoints.start_tool_call(&checkpoint(env, request_id, call));
     }
     env.store.write(checkpoints).await?;
-    if let ([call], [request_id]) = (calls, request_ids.as_slice()) {
-        // A lone call's result commits with the step's next write (its
-        // entry and the next model call's `running` row), which follows at
-        // once: nothing waits between the two.
-        let span = tracing::info_span!("tool", call_id = %call.id, name = %call.name);
-        let result = run_checkpointed(agent, env, purse, request_id, call)
-            .instrument(span)
-            .await;
-        record_result(pending, request_id, &result);
-        return Ok(vec![result]);
-    }
-    // Several calls: each result is recorded as soon as its call ends.
+    // Each result is recorded as soon as its call ends.
     let runs = calls.iter().zip(request_ids).map(|(call, request_id)| {
         let span = tracing::info_span!("tool", call_id = %call.id, name = %call.name);
         run_started_call(agent, env, purse, request_id, call).instrument(span)
     });
     join_all(runs).await.into_iter().collect()
-}
-
-/// Adds a tool result's checkpoint (`done` or `failed`) to `batch`.
-fn record_result(batch: &mut Batch, request_id: &str, result: &ChatMessage) {
-    if let ChatMessage::Tool {
-        content, is_error, ..
-    } = result
-    {
-        batch.finish_tool_call(request_id, content, *is_error);
-    }
 }
 
 fn checkpoint<'a>(env: &'a LoopEnv, request_id: &'a str, call: &'a ToolCall) -> ToolCheckpoint<'a> {
@@ -737,36 +708,23 @@ async fn run_started_call(
     request_id: String,
     call: &ToolCall,
 ) -> Result<ChatMessage, StoreError> {
-    let result = run_checkpointed(agent, env, purse, &request_id, call).await;
-    let mut batch = Batch::new();
-    record_result(&mut batch, &request_id, &result);
-    env.store.write(batch).await?;
-    Ok(result)
-}
-
-/// Runs a call already checkpointed `running`; its result is not recorded
-/// yet.
-async fn run_checkpointed(
-    agent: &Arc<Agent>,
-    env: &Arc<LoopEnv>,
-    purse: &Arc<Purse>,
-    request_id: &str,
-    call: &ToolCall,
-) -> ChatMessage {
     let started = Instant::now();
-    let outcome = execute(agent, env, purse, request_id, call).await;
+    let outcome = execute(agent, env, purse, &request_id, call).await;
     let failed = outcome.is_err();
     let content = canonical_json(&result_object(outcome));
+    env.store
+        .finish_tool_call(&request_id, &content, failed)
+        .await?;
     tracing::info!(
         status = if failed { "failed" } else { "done" },
         duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         "tool call"
     );
-    ChatMessage::Tool {
+    Ok(ChatMessage::Tool {
         tool_call_id: call.id.clone(),
         content,
         is_error: failed,
-    }
+    })
 }
 
 /// Finds, validates and runs one call, containing every failure.

@@ -113,7 +113,7 @@ impl SubAgents for SubAgentRunner {
         .await
         .map_err(|err| format!("the sub-agent failed: {err}"))?;
         // Its last call's outcome and its answer, in one write.
-        let mut writes = outcome.writes.clone();
+        let mut writes = outcome.writes;
         writes
             .append_message(&outcome.final_message)
             .map_err(|err| format!("the sub-agent's answer could not be stored: {err}"))?;

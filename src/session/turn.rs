@@ -226,13 +226,15 @@ impl TurnExecutor {
                     None
                 }
             };
-            if compacted == Some(true) {
-                stored = self.view(&session.id).await?;
+            if let Some(Some(compaction)) = &compacted {
+                stored = context::apply(stored, Some(compaction));
             }
             if forced {
                 let reply = match compacted {
-                    Some(true) => "Older messages were summarised; the full history stays stored.",
-                    Some(false) => "The conversation is too short to compact.",
+                    Some(Some(_)) => {
+                        "Older messages were summarised; the full history stays stored."
+                    }
+                    Some(None) => "The conversation is too short to compact.",
                     None => "Compaction failed; the conversation is unchanged.",
                 };
                 let row = self
@@ -335,9 +337,14 @@ impl TurnExecutor {
                 run.await
             }
         };
-        let result = match result {
+        let mut result = match result {
             Err(LoopError::Store(err)) => return Err(err),
             other => other,
+        };
+        // The final model call's outcome commits with the reply.
+        let writes = match &mut result {
+            Ok(outcome) => std::mem::take(&mut outcome.writes),
+            Err(_) => Batch::new(),
         };
         tracing::info!(model_calls = purse.task_calls(), "turn finished");
         let limit_reply;
@@ -422,11 +429,6 @@ impl TurnExecutor {
             reply,
             status,
             outcome,
-        };
-        // The final model call's outcome commits with the reply.
-        let writes = match &result {
-            Ok(outcome) => outcome.writes.clone(),
-            Err(_) => Batch::new(),
         };
         let row = self.store.finish_turn_with(&end, writes).await?;
         Ok((row, end.status))

@@ -2,7 +2,7 @@
 //! wire view. Nothing is deleted; the latest compaction of a session decides
 //! its wire view.
 
-use super::{Arg, Batch, Store, StoreError, now_ms};
+use super::{Arg, Batch, Store, StoreError, now_ms, to_u64};
 
 /// A summary and the range of messages it replaces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,21 +41,6 @@ impl Store {
         )
     }
 
-    /// Records a compaction.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn record_compaction(
-        &self,
-        session_id: &str,
-        compaction: &Compaction,
-    ) -> Result<(), StoreError> {
-        let mut batch = Batch::new();
-        batch.record_compaction(session_id, compaction);
-        self.write(batch).await?;
-        Ok(())
-    }
-
     /// Input tokens per request character in the session's latest model
     /// call, when both were recorded.
     ///
@@ -69,14 +54,15 @@ impl Store {
         .bind(session_id)
         .fetch_optional(&mut *self.read_conn().await?)
         .await?;
-        Ok(row.and_then(|(tokens, chars)| match chars {
-            Some(chars) if chars > 0 && tokens > 0 => {
-                #[allow(clippy::cast_precision_loss)] // counts far below 2^52
-                Some(tokens as f64 / chars as f64)
-            }
-            _ => None,
-        }))
+        Ok(row.and_then(|(tokens, chars)| tokens_per_char(to_u64(tokens), chars?)))
     }
+}
+
+/// Input tokens per request character of one model call, when both counts
+/// are known and positive.
+pub fn tokens_per_char(input_tokens: u64, request_chars: i64) -> Option<f64> {
+    #[allow(clippy::cast_precision_loss)] // counts far below 2^52
+    (input_tokens > 0 && request_chars > 0).then(|| input_tokens as f64 / request_chars as f64)
 }
 
 impl Batch {

@@ -124,20 +124,6 @@ const MESSAGE_COLUMNS: &str = "id, session_id, task_id, scope, role, content, to
     cache_read_tokens, cache_write_tokens, latency_ms, request_id, created_at";
 
 impl Store {
-    /// Appends one transcript entry.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn append_message(&self, message: &NewMessage) -> Result<i64, StoreError> {
-        let mut batch = Batch::new();
-        batch.append_message(message)?;
-        self.write_ids(batch)
-            .await?
-            .first()
-            .copied()
-            .ok_or_else(|| StoreError::Corrupt("no id for the appended message".to_owned()))
-    }
-
     /// A session's transcript in one scope, oldest first.
     ///
     /// # Errors

@@ -35,7 +35,7 @@ use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 pub use batch::{Arg, Batch};
-pub use compactions::Compaction;
+pub use compactions::{Compaction, tokens_per_char};
 pub use edits::HiddenExchange;
 pub use inbound::{InboundRow, InboundStatus, NewInbound};
 pub use messages::{MessageMeta, NewMessage, Role, StoredMessage};

@@ -136,36 +136,6 @@ impl Store {
         outbox_from_row(row)
     }
 
-    /// Marks a reply delivered.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn mark_outbox_sent(
-        &self,
-        id: i64,
-        platform_message_id: Option<&str>,
-    ) -> Result<(), StoreError> {
-        let mut batch = Batch::new();
-        batch.mark_outbox_sent(id, platform_message_id);
-        self.write(batch).await?;
-        Ok(())
-    }
-
-    /// Records a failed delivery attempt; `permanent` gives the row up.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn mark_outbox_attempt_failed(
-        &self,
-        id: i64,
-        permanent: bool,
-    ) -> Result<(), StoreError> {
-        let mut batch = Batch::new();
-        batch.mark_outbox_attempt_failed(id, permanent);
-        self.write(batch).await?;
-        Ok(())
-    }
-
     /// Replies whose delivery failed transiently and was given up for now
     /// (attempts made, still pending), oldest first.
     ///

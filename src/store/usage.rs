@@ -123,20 +123,6 @@ impl UsageSummary {
 }
 
 impl Store {
-    /// Records a model call as `running`; returns its row id.
-    ///
-    /// # Errors
-    /// A database failure (the call must not be made then).
-    pub async fn start_model_call(&self, call: &ModelCallStart<'_>) -> Result<i64, StoreError> {
-        let mut batch = Batch::new();
-        batch.start_model_call(call);
-        self.write_ids(batch)
-            .await?
-            .first()
-            .copied()
-            .ok_or_else(|| StoreError::Corrupt("no id for the model call".to_owned()))
-    }
-
     /// Records how a model call ended.
     ///
     /// # Errors

@@ -390,21 +390,7 @@ impl TestApp {
     /// Starts the gateway after `configure` adjusts the settings.
     pub async fn spawn_with(llm: &FakeLlm, configure: impl FnOnce(&mut Settings)) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut settings = Settings::default();
-        settings.database.url = fresh_database(dir.path()).await;
-        settings.llm.base_url = llm.openai_base();
-        settings.llm.model = "fake-model".to_owned();
-        settings.llm.api_key_env = "SWITCHBOARD_TEST_LLM_KEY".to_owned();
-        settings.llm.retry_base_ms = 1;
-        settings.llm.retry_max_ms = 5;
-        settings.llm.timeout_secs = 10;
-        settings.agent.tools = vec![
-            "calculator".to_owned(),
-            "current_time".to_owned(),
-            "delegate".to_owned(),
-        ];
-        settings.api.keys_env = "SWITCHBOARD_TEST_API_KEYS_UNSET".to_owned();
-        settings.api.reply_timeout_secs = 60;
+        let mut settings = test_settings(llm, &dir).await;
         configure(&mut settings);
         Self::start(settings, dir).await
     }
@@ -532,6 +518,27 @@ impl TestApp {
         self.platforms.stop(Duration::from_secs(5)).await;
         self.gateway.shutdown().await;
     }
+}
+
+/// Settings for a test gateway: a fresh database in `dir`, the fake model,
+/// fast retries, the calculator, clock and delegate tools, no API keys.
+pub async fn test_settings(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {
+    let mut settings = Settings::default();
+    settings.database.url = fresh_database(dir.path()).await;
+    settings.llm.base_url = llm.openai_base();
+    settings.llm.model = "fake-model".to_owned();
+    settings.llm.api_key_env = "SWITCHBOARD_TEST_LLM_KEY".to_owned();
+    settings.llm.retry_base_ms = 1;
+    settings.llm.retry_max_ms = 5;
+    settings.llm.timeout_secs = 10;
+    settings.agent.tools = vec![
+        "calculator".to_owned(),
+        "current_time".to_owned(),
+        "delegate".to_owned(),
+    ];
+    settings.api.keys_env = "SWITCHBOARD_TEST_API_KEYS_UNSET".to_owned();
+    settings.api.reply_timeout_secs = 60;
+    settings
 }
 
 /// The real `switchboard serve` binary, started on a free loopback port in

@@ -12,7 +12,7 @@ use switchboard_contract::{
     AccountId, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender, UserId,
 };
 
-use crate::helpers::{FakeLlm, Reply, TestApp, fresh_database, last_is_tool_result};
+use crate::helpers::{FakeLlm, Reply, TestApp, last_is_tool_result, test_settings};
 
 fn message(text: &str) -> InboundMessage {
     InboundMessage {
@@ -214,15 +214,8 @@ async fn an_idempotent_call_caught_running_is_rerun_with_the_same_request_id() {
 }
 
 async fn settings_for(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {
-    let mut settings = Settings::default();
-    settings.database.url = fresh_database(dir.path()).await;
-    settings.llm.base_url = llm.openai_base();
-    settings.llm.model = "fake-model".to_owned();
-    settings.llm.api_key_env = "SB_TEST_NO_KEY".to_owned();
-    settings.llm.retry_base_ms = 1;
-    settings.llm.retry_max_ms = 5;
+    let mut settings = test_settings(llm, dir).await;
     settings.agent.tools = vec!["calculator".to_owned(), "delegate".to_owned()];
-    settings.api.keys_env = "SB_TEST_NO_KEYS".to_owned();
     // The crashed process's lease must expire before another takes over.
     settings.runner.lease_ttl_secs = 1;
     settings
