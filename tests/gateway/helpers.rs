@@ -471,26 +471,14 @@ impl TestApp {
 
     /// Sends one message and returns (session id, reply text), asserting 200.
     pub async fn say(&self, session: Option<&str>, text: &str) -> (String, String) {
-        let (status, session, body) = self.chat(session, text).await;
-        assert_eq!(status, StatusCode::OK, "body: {body}");
-        let reply = body["choices"][0]["message"]["content"]
-            .as_str()
-            .expect("reply text")
-            .to_owned();
-        (session.expect("session header"), reply)
+        answered(self.chat(session, text).await)
     }
 
     /// Sends one message as the API user `user` (no session header: the
     /// user's own conversation) and returns (session id, reply text),
     /// asserting 200.
     pub async fn say_as(&self, user: &str, text: &str) -> (String, String) {
-        let (status, session, body) = self.chat_as(Some(user), None, text).await;
-        assert_eq!(status, StatusCode::OK, "body: {body}");
-        let reply = body["choices"][0]["message"]["content"]
-            .as_str()
-            .expect("reply text")
-            .to_owned();
-        (session.expect("session header"), reply)
+        answered(self.chat_as(Some(user), None, text).await)
     }
 
     /// How the latest non-command turn ended (`inbound.outcome`).
@@ -518,6 +506,20 @@ impl TestApp {
         self.platforms.stop(Duration::from_secs(5)).await;
         self.gateway.shutdown().await;
     }
+}
+
+/// (session id, reply text) of a completion that must have succeeded.
+fn answered((status, session, body): (StatusCode, Option<String>, Value)) -> (String, String) {
+    assert_eq!(status, StatusCode::OK, "body: {body}");
+    (session.expect("session header"), reply_text(&body))
+}
+
+/// The assistant's text in a chat completion.
+fn reply_text(body: &Value) -> String {
+    body["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("reply text")
+        .to_owned()
 }
 
 /// Settings for a test gateway: a fresh database in `dir`, the fake model,
@@ -622,9 +624,6 @@ impl ServeProcess {
             .expect("sent");
         assert_eq!(response.status(), StatusCode::OK);
         let body: Value = response.json().await.expect("json");
-        body["choices"][0]["message"]["content"]
-            .as_str()
-            .expect("reply text")
-            .to_owned()
+        reply_text(&body)
     }
 }
