@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
@@ -24,7 +25,8 @@ use super::subagent::SubAgentRunner;
 use super::wallet::{Budget, CallKind, Purse};
 use crate::llm::{ChatMessage, LlmError, ModelRequest, ModelResponse, ToolCall, canonical_json};
 use crate::store::{
-    Batch, MessageMeta, ModelCallStart, NewMessage, Store, StoreError, ToolCheckpoint,
+    Batch, MessageMeta, ModelCallStart, NewMessage, RoundStart, Store, StoreError, ToolCheckpoint,
+    round_request_id,
 };
 use crate::tools::{ToolContext, ToolError};
 use crate::usage::Price;
@@ -352,8 +354,9 @@ async fn drive(
             content: response.content,
             tool_calls: calls.clone(),
         };
-        // The call's outcome and the entry it produced, in one write; the
-        // entry's id names the round's tool calls.
+        // The call's outcome, the entry it produced and the round's
+        // `running` checkpoints, in one write; the entry's id names the
+        // round's tool calls.
         pending.append_message(
             &NewMessage::from_wire(
                 &env.session_id,
@@ -363,6 +366,12 @@ async fn drive(
             )
             .with_meta(meta),
         )?;
+        pending.start_round(&RoundStart {
+            session_id: &env.session_id,
+            task_id: Some(env.task_id),
+            scope: &env.scope,
+            calls: &calls,
+        });
         let assistant_id = env
             .store
             .write_ids(std::mem::take(pending))
@@ -371,7 +380,7 @@ async fn drive(
             .copied()
             .ok_or_else(|| StoreError::Corrupt("no id for the assistant entry".to_owned()))?;
         history.push(assistant);
-        let results = run_round(agent, env, purse, assistant_id, &calls).await?;
+        let results = run_round(agent, env, purse, assistant_id, &calls, pending).await?;
         let mut stuck = None;
         for (call, result) in calls.iter().zip(&results) {
             if let ChatMessage::Tool { content, .. } = result {
@@ -588,31 +597,47 @@ fn meta_of(response: &ModelResponse, latency_ms: i64) -> MessageMeta {
     }
 }
 
-/// Runs one round of tool calls concurrently; results come back in call
-/// order, one per call, each carrying its call's id.
+/// Runs one round of tool calls, already checkpointed `running`,
+/// concurrently; results come back in call order, one per call, each
+/// carrying its call's id. A result is recorded as soon as its call ends
+/// while others still run; the last one to end joins `pending`, the step's
+/// next write, which follows at once.
 async fn run_round(
     agent: &Arc<Agent>,
     env: &Arc<LoopEnv>,
     purse: &Arc<Purse>,
     assistant_id: i64,
     calls: &[ToolCall],
+    pending: &mut Batch,
 ) -> Result<Vec<ChatMessage>, StoreError> {
-    let request_ids: Vec<String> = (0..calls.len())
-        .map(|index| format!("{assistant_id}-{index}"))
-        .collect();
-    // Every call of the round is checkpointed `running` in one write before
-    // any of them starts.
-    let mut checkpoints = Batch::new();
-    for (call, request_id) in calls.iter().zip(&request_ids) {
-        checkpoints.start_tool_call(&checkpoint(env, request_id, call));
-    }
-    env.store.write(checkpoints).await?;
-    // Each result is recorded as soon as its call ends.
-    let runs = calls.iter().zip(request_ids).map(|(call, request_id)| {
+    let running = AtomicUsize::new(calls.len());
+    let runs = calls.iter().enumerate().map(|(index, call)| {
         let span = tracing::info_span!("tool", call_id = %call.id, name = %call.name);
-        run_started_call(agent, env, purse, request_id, call).instrument(span)
+        let running = &running;
+        async move {
+            let request_id = round_request_id(assistant_id, index);
+            let (result, finish) = run_started_call(agent, env, purse, request_id, call).await;
+            if running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                return (result, Ok(Some(finish)));
+            }
+            (result, env.store.write(finish).await.map(|_| None))
+        }
+        .instrument(span)
     });
-    join_all(runs).await.into_iter().collect()
+    let mut results = Vec::with_capacity(calls.len());
+    let mut failure = None;
+    for (result, recorded) in join_all(runs).await {
+        match recorded {
+            Ok(Some(finish)) => pending.extend(finish),
+            Ok(None) => {}
+            Err(err) => failure = Some(err),
+        }
+        results.push(result);
+    }
+    match failure {
+        Some(err) => Err(err),
+        None => Ok(results),
+    }
 }
 
 fn checkpoint<'a>(env: &'a LoopEnv, request_id: &'a str, call: &'a ToolCall) -> ToolCheckpoint<'a> {
@@ -643,7 +668,7 @@ async fn resume_round(
         if round.answered.contains(&call.id) {
             continue;
         }
-        let request_id = format!("{}-{index}", round.assistant_id);
+        let request_id = round_request_id(round.assistant_id, index);
         let checkpoint = env.store.tool_call_checkpoint(&request_id).await?;
         let result = match checkpoint {
             Some((status, Some(result))) if status == "done" || status == "failed" => {
@@ -697,34 +722,37 @@ async fn run_call(
     env.store
         .start_tool_call(&checkpoint(env, &request_id, call))
         .await?;
-    run_started_call(agent, env, purse, request_id, call).await
+    let (result, finish) = run_started_call(agent, env, purse, request_id, call).await;
+    env.store.write(finish).await?;
+    Ok(result)
 }
 
-/// Runs a call already checkpointed `running` and records its result.
+/// Runs a call already checkpointed `running`; returns its result and the
+/// write that records it.
 async fn run_started_call(
     agent: &Arc<Agent>,
     env: &Arc<LoopEnv>,
     purse: &Arc<Purse>,
     request_id: String,
     call: &ToolCall,
-) -> Result<ChatMessage, StoreError> {
+) -> (ChatMessage, Batch) {
     let started = Instant::now();
     let outcome = execute(agent, env, purse, &request_id, call).await;
     let failed = outcome.is_err();
     let content = canonical_json(&result_object(outcome));
-    env.store
-        .finish_tool_call(&request_id, &content, failed)
-        .await?;
+    let mut finish = Batch::new();
+    finish.finish_tool_call(&request_id, &content, failed);
     tracing::info!(
         status = if failed { "failed" } else { "done" },
         duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         "tool call"
     );
-    Ok(ChatMessage::Tool {
+    let result = ChatMessage::Tool {
         tool_call_id: call.id.clone(),
         content,
         is_error: failed,
-    })
+    };
+    (result, finish)
 }
 
 /// Finds, validates and runs one call, containing every failure.

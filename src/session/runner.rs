@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::turn::{StopCause, TurnControl, TurnExecutor};
-use crate::store::{Batch, InboundRow, InboundStatus, OutboxRow, Store, StoreError};
+use crate::store::{Batch, Claim, InboundRow, InboundStatus, OutboxRow, Store, StoreError};
 
 /// Platforms whose replies are handed to a waiting caller in this process
 /// (the HTTP API's request, the terminal) rather than sent to a platform.
@@ -238,39 +238,42 @@ impl Runner {
     async fn drain(&self, session_id: &str) -> Result<(), StoreError> {
         let store = &self.inner.store;
         let ttl_ms = i64::try_from(self.inner.lease_ttl.as_millis()).unwrap_or(i64::MAX);
-        while !store
-            .try_acquire_lease(session_id, &self.inner.owner, ttl_ms)
-            .await?
-        {
-            // Another process runs this session; it drains the queue too, but
-            // keep checking in case it dies before reaching our message.
-            tokio::select! {
-                () = tokio::time::sleep(self.inner.lease_ttl / 4) => {}
-                () = self.inner.shutdown.cancelled() => return Ok(()),
+        let first = loop {
+            if self.inner.shutdown.is_cancelled() {
+                return Ok(());
             }
-        }
-        let result = self.drain_leased(session_id, ttl_ms).await;
+            match store
+                .lease_and_claim(session_id, &self.inner.owner, ttl_ms)
+                .await?
+            {
+                Claim::Claimed(inbound) => break *inbound,
+                Claim::Released => return Ok(()),
+                // Another process runs this session; it drains the queue
+                // too, but keep checking in case it dies before reaching
+                // our message.
+                Claim::Busy => tokio::select! {
+                    () = tokio::time::sleep(self.inner.lease_ttl / 4) => {}
+                    () = self.inner.shutdown.cancelled() => return Ok(()),
+                },
+            }
+        };
+        let result = self.drain_leased(session_id, ttl_ms, first).await;
         if !matches!(result, Ok(Drained::LeaseReleased)) {
             store.release_lease(session_id, &self.inner.owner).await?;
         }
         result.map(|_| ())
     }
 
-    async fn drain_leased(&self, session_id: &str, ttl_ms: i64) -> Result<Drained, StoreError> {
+    /// Runs `inbound`, claimed under the session's lease, and every message
+    /// after it.
+    async fn drain_leased(
+        &self,
+        session_id: &str,
+        ttl_ms: i64,
+        mut inbound: InboundRow,
+    ) -> Result<Drained, StoreError> {
         let store = &self.inner.store;
-        // The last reply's delivery status, committed with the next claim.
-        let mut delivered = Batch::new();
         loop {
-            if self.inner.shutdown.is_cancelled() {
-                store.write(delivered).await?;
-                return Ok(Drained::Stopped);
-            }
-            let Some(inbound) = store
-                .claim_next_or_release(session_id, &self.inner.owner, delivered)
-                .await?
-            else {
-                return Ok(Drained::LeaseReleased);
-            };
             // The semaphore is never closed, so acquire cannot fail.
             let Ok(_permit) = self.inner.permits.acquire().await else {
                 return Ok(Drained::Stopped);
@@ -291,11 +294,23 @@ impl Runner {
                 typing.abort();
             }
             let (row, status) = result?;
-            delivered = self
+            // The reply's delivery status, committed with the next claim.
+            let delivered = self
                 .hand_out(&row, status)
                 .instrument(span)
                 .await
                 .unwrap_or_default();
+            if self.inner.shutdown.is_cancelled() {
+                store.write(delivered).await?;
+                return Ok(Drained::Stopped);
+            }
+            let Some(next) = store
+                .claim_next_or_release(session_id, &self.inner.owner, delivered)
+                .await?
+            else {
+                return Ok(Drained::LeaseReleased);
+            };
+            inbound = next;
         }
     }
 

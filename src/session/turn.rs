@@ -18,20 +18,11 @@ use crate::agent::wallet::{Budget, Purse, Wallet};
 use crate::config::{AgentSettings, ContextSettings, LimitSettings};
 use crate::llm::ChatMessage;
 use crate::store::{
-    Batch, InboundRow, InboundStatus, NewMessage, OutboxRow, Store, StoreError, TurnEnd, WireEntry,
+    Batch, InboundRow, InboundStatus, NewMessage, OutboxRow, SessionView, Store, StoreError,
+    TurnEnd, WireEntry,
 };
 use crate::tools::ToolRegistry;
 use crate::usage::Price;
-
-impl TurnExecutor {
-    /// The session's wire view: its stored conversation under the latest
-    /// compaction.
-    async fn view(&self, session_id: &str) -> Result<Vec<WireEntry>, StoreError> {
-        let entries = self.store.wire_history(session_id, "").await?;
-        let compaction = self.store.latest_compaction(session_id).await?;
-        Ok(context::apply(entries, compaction.as_ref()))
-    }
-}
 
 /// The last tool round, if a crash cut it short: the history ends with an
 /// assistant entry asking for tools followed by fewer results than calls.
@@ -156,9 +147,13 @@ impl TurnExecutor {
         inbound: &InboundRow,
         control: &TurnControl,
     ) -> Result<(OutboxRow, InboundStatus), StoreError> {
-        let session = self
+        let SessionView {
+            session,
+            entries,
+            compaction,
+        } = self
             .store
-            .session(&inbound.session_id)
+            .session_view(&inbound.session_id)
             .await?
             .ok_or_else(|| {
                 StoreError::Corrupt(format!("session {} missing", inbound.session_id))
@@ -178,7 +173,7 @@ impl TurnExecutor {
         let agent = self.cache.get(&session.model, &toolset).await;
 
         let policy = self.context.policy(&session.model);
-        let mut stored = self.view(&session.id).await?;
+        let mut stored = context::apply(entries, compaction.as_ref());
         let forced = Command::parse(&inbound.text, None) == Some(Command::Compact);
         // A principal over its daily spend gets no model call at all, not
         // even a summary; the loop then ends the task with the message.

@@ -129,6 +129,11 @@ impl Batch {
             .count()
     }
 
+    /// Moves `other`'s statements to the end of this batch.
+    pub fn extend(&mut self, other: Batch) {
+        self.statements.extend(other.statements);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.statements.is_empty()
     }

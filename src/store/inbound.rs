@@ -122,6 +122,39 @@ impl Store {
         Ok(id)
     }
 
+    /// Takes the session's lease for `ttl_ms` if it is free, expired or
+    /// already ours, and in the same write claims the session's next
+    /// message as [`Store::claim_next_or_release`] does.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn lease_and_claim(
+        &self,
+        session_id: &str,
+        owner: &str,
+        ttl_ms: i64,
+    ) -> Result<Claim, StoreError> {
+        let mut batch = Batch::new();
+        batch.acquire_lease(session_id, owner, ttl_ms);
+        batch.push_returning(
+            "SELECT COUNT(*) FROM session_leases WHERE session_id = $1 AND owner = $2",
+            vec![session_id.into(), owner.into()],
+        );
+        push_claim(&mut batch, session_id, owner);
+        let rows = self.write(batch).await?;
+        let held: i64 = rows
+            .first()
+            .ok_or_else(|| StoreError::Corrupt("no lease row count".to_owned()))?
+            .try_get(0)?;
+        if held == 0 {
+            return Ok(Claim::Busy);
+        }
+        Ok(match rows.get(1).map(inbound_from_row).transpose()? {
+            Some(inbound) => Claim::Claimed(Box::new(inbound)),
+            None => Claim::Released,
+        })
+    }
+
     /// Commits `before` (say, the last reply's delivery status), then takes
     /// the oldest unfinished message of the session and marks it `running`
     /// (a `running` one first: a turn interrupted by a crash; then `pending`
@@ -137,20 +170,7 @@ impl Store {
         mut before: Batch,
     ) -> Result<Option<InboundRow>, StoreError> {
         let skip = before.returning_rows();
-        before.push_returning_optional(
-            format!(
-                "UPDATE inbound SET status = 'running' WHERE id = (SELECT id FROM inbound \
-                 WHERE session_id = $1 AND status IN ('pending', 'running') ORDER BY id LIMIT 1) \
-                 RETURNING {INBOUND_COLUMNS}"
-            ),
-            vec![session_id.into()],
-        );
-        // A claimed message is `running` now, so the lease is kept then.
-        before.push(
-            "DELETE FROM session_leases WHERE session_id = $1 AND owner = $2 AND NOT EXISTS \
-             (SELECT 1 FROM inbound WHERE session_id = $1 AND status = 'running')",
-            vec![session_id.into(), owner.into()],
-        );
+        push_claim(&mut before, session_id, owner);
         let rows = self.write(before).await?;
         rows.get(skip).map(inbound_from_row).transpose()
     }
@@ -192,6 +212,38 @@ impl Store {
         tx.commit().await?;
         Ok(result.rows_affected())
     }
+}
+
+/// Claims the session's next message, if the lease is ours (a `running`
+/// one first, then `pending` ones in arrival order), or gives the lease up
+/// when there is none; the claim gives at most one row.
+fn push_claim(batch: &mut Batch, session_id: &str, owner: &str) {
+    batch.push_returning_optional(
+        format!(
+            "UPDATE inbound SET status = 'running' WHERE id = (SELECT id FROM inbound \
+             WHERE session_id = $1 AND status IN ('pending', 'running') ORDER BY id LIMIT 1) \
+             AND EXISTS (SELECT 1 FROM session_leases WHERE session_id = $1 AND owner = $2) \
+             RETURNING {INBOUND_COLUMNS}"
+        ),
+        vec![session_id.into(), owner.into()],
+    );
+    // A claimed message is `running` now, so the lease is kept then.
+    batch.push(
+        "DELETE FROM session_leases WHERE session_id = $1 AND owner = $2 AND NOT EXISTS \
+         (SELECT 1 FROM inbound WHERE session_id = $1 AND status = 'running')",
+        vec![session_id.into(), owner.into()],
+    );
+}
+
+/// What [`Store::lease_and_claim`] found.
+#[derive(Debug)]
+pub enum Claim {
+    /// Another process holds the session's lease.
+    Busy,
+    /// The lease was ours but the queue empty; it is given up.
+    Released,
+    /// The next message, now `running`, under our lease.
+    Claimed(Box<InboundRow>),
 }
 
 pub(super) fn inbound_from_row(row: &AnyRow) -> Result<InboundRow, StoreError> {

@@ -5,7 +5,9 @@
 //! it after; if the holder dies, the lease expires and another process takes
 //! over. The upsert below is atomic on both backends.
 
-use super::{Store, StoreError, now_ms};
+use sqlx::Row;
+
+use super::{Arg, Batch, Store, StoreError, now_ms};
 
 impl Store {
     /// Takes the session's lease for `ttl_ms` if it is free, expired, or
@@ -19,21 +21,19 @@ impl Store {
         owner: &str,
         ttl_ms: i64,
     ) -> Result<bool, StoreError> {
-        let now = now_ms();
-        let held = sqlx::query_scalar::<_, String>(
-            "INSERT INTO session_leases (session_id, owner, expires_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, \
-             expires_at = excluded.expires_at \
-             WHERE session_leases.owner = excluded.owner OR session_leases.expires_at < $4 \
-             RETURNING owner",
-        )
-        .bind(session_id)
-        .bind(owner)
-        .bind(now.saturating_add(ttl_ms))
-        .bind(now)
-        .fetch_optional(&mut *self.conn().await?)
-        .await?;
-        Ok(held.is_some())
+        let mut batch = Batch::new();
+        batch.acquire_lease(session_id, owner, ttl_ms);
+        batch.push_returning(
+            "SELECT COUNT(*) FROM session_leases WHERE session_id = $1 AND owner = $2",
+            vec![session_id.into(), owner.into()],
+        );
+        let held: i64 = self
+            .write(batch)
+            .await?
+            .first()
+            .ok_or_else(|| StoreError::Corrupt("no lease row count".to_owned()))?
+            .try_get(0)?;
+        Ok(held > 0)
     }
 
     /// Gives the lease up, if we hold it.
@@ -47,5 +47,25 @@ impl Store {
             .execute(&mut *self.conn().await?)
             .await?;
         Ok(())
+    }
+}
+
+impl Batch {
+    /// Takes the session's lease for `ttl_ms` if it is free, expired, or
+    /// already ours; whether we hold it shows in the lease row's owner.
+    pub fn acquire_lease(&mut self, session_id: &str, owner: &str, ttl_ms: i64) {
+        let now = now_ms();
+        self.push(
+            "INSERT INTO session_leases (session_id, owner, expires_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, \
+             expires_at = excluded.expires_at \
+             WHERE session_leases.owner = excluded.owner OR session_leases.expires_at < $4",
+            vec![
+                session_id.into(),
+                owner.into(),
+                Arg::from(now.saturating_add(ttl_ms)),
+                Arg::from(now),
+            ],
+        );
     }
 }

@@ -155,53 +155,16 @@ impl Store {
         session_id: &str,
         scope: &str,
     ) -> Result<Vec<WireEntry>, StoreError> {
-        // The whole view comes back as one JSON array in one row: sqlx hands
-        // rows over one at a time between threads, and a long history would
-        // otherwise cost a wake-up per row on every turn.
-        let sql = match self.backend {
-            Backend::Sqlite => {
-                "SELECT json_group_array(json_array(id, task_id, role, content, tool_calls, \
-                 tool_call_id, is_error) ORDER BY id) FROM messages \
-                 WHERE session_id = $1 AND scope = $2 AND hidden = 0"
-            }
-            Backend::Postgres => {
-                "SELECT CAST(COALESCE(json_agg(json_build_array(id, task_id, role, content, \
-                 tool_calls, tool_call_id, is_error) ORDER BY id), '[]') AS TEXT) FROM messages \
-                 WHERE session_id = $1 AND scope = $2 AND hidden = 0"
-            }
-        };
-        let raw = sqlx::query_scalar::<_, String>(sql)
+        let sql = format!(
+            "SELECT {} FROM messages WHERE session_id = $1 AND scope = $2 AND hidden = 0",
+            wire_view_aggregate(self.backend)
+        );
+        let raw = sqlx::query_scalar::<_, String>(&sql)
             .bind(session_id)
             .bind(scope)
             .fetch_one(&mut *self.read_conn().await?)
             .await?;
-        let rows: Vec<WireRow> = serde_json::from_str(&raw)
-            .map_err(|err| StoreError::Corrupt(format!("wire history: {err}")))?;
-        rows.into_iter()
-            .map(
-                |(id, task_id, role, content, tool_calls, tool_call_id, is_error)| {
-                    let message = match Role::parse(&role)? {
-                        Role::User => ChatMessage::User {
-                            content: content.unwrap_or_default(),
-                        },
-                        Role::Assistant => ChatMessage::Assistant {
-                            content,
-                            tool_calls: parse_tool_calls(tool_calls)?,
-                        },
-                        Role::Tool => ChatMessage::Tool {
-                            tool_call_id: tool_call_id.unwrap_or_default(),
-                            content: content.unwrap_or_default(),
-                            is_error: is_error != 0,
-                        },
-                    };
-                    Ok(WireEntry {
-                        id,
-                        task_id,
-                        message,
-                    })
-                },
-            )
-            .collect()
+        parse_wire_view(&raw)
     }
 
     /// Records that a tool call is about to run (status `running`).
@@ -249,6 +212,55 @@ impl Store {
     }
 }
 
+/// The aggregate that gives a wire view as one JSON array of rows (id, task
+/// id, role, content, tool calls, tool call id, is-error flag) over the
+/// `messages` rows selected: sqlx hands rows over one at a time between
+/// threads, and a long history would otherwise cost a wake-up per row on
+/// every turn.
+pub(super) fn wire_view_aggregate(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Sqlite => {
+            "json_group_array(json_array(id, task_id, role, content, tool_calls, \
+             tool_call_id, is_error) ORDER BY id)"
+        }
+        Backend::Postgres => {
+            "CAST(COALESCE(json_agg(json_build_array(id, task_id, role, content, \
+             tool_calls, tool_call_id, is_error) ORDER BY id), '[]') AS TEXT)"
+        }
+    }
+}
+
+/// Reads what [`wire_view_aggregate`] gives.
+pub(super) fn parse_wire_view(raw: &str) -> Result<Vec<WireEntry>, StoreError> {
+    let rows: Vec<WireRow> = serde_json::from_str(raw)
+        .map_err(|err| StoreError::Corrupt(format!("wire history: {err}")))?;
+    rows.into_iter()
+        .map(
+            |(id, task_id, role, content, tool_calls, tool_call_id, is_error)| {
+                let message = match Role::parse(&role)? {
+                    Role::User => ChatMessage::User {
+                        content: content.unwrap_or_default(),
+                    },
+                    Role::Assistant => ChatMessage::Assistant {
+                        content,
+                        tool_calls: parse_tool_calls(tool_calls)?,
+                    },
+                    Role::Tool => ChatMessage::Tool {
+                        tool_call_id: tool_call_id.unwrap_or_default(),
+                        content: content.unwrap_or_default(),
+                        is_error: is_error != 0,
+                    },
+                };
+                Ok(WireEntry {
+                    id,
+                    task_id,
+                    message,
+                })
+            },
+        )
+        .collect()
+}
+
 /// A wire-view row as the aggregate query gives it: id, task id, role,
 /// content, tool calls (JSON text), tool call id, is-error flag.
 type WireRow = (
@@ -267,6 +279,22 @@ pub struct WireEntry {
     pub id: i64,
     pub task_id: Option<i64>,
     pub message: ChatMessage,
+}
+
+/// The request id of call `index` of the round whose assistant entry is
+/// `assistant_id`: what a tool receives, and what recovery looks up.
+pub fn round_request_id(assistant_id: i64, index: usize) -> String {
+    format!("{assistant_id}-{index}")
+}
+
+/// A round of tool calls about to run, named by the assistant entry written
+/// with it.
+#[derive(Debug, Clone, Copy)]
+pub struct RoundStart<'a> {
+    pub session_id: &'a str,
+    pub task_id: Option<i64>,
+    pub scope: &'a str,
+    pub calls: &'a [ToolCall],
 }
 
 /// A tool call about to run.
@@ -338,6 +366,33 @@ impl Batch {
                 request_id.into(),
             ],
         );
+    }
+
+    /// Records a round's tool calls as about to run (status `running`), in
+    /// the write that appends the round's assistant entry: each request id
+    /// is [`round_request_id`] of that entry, read back inside the
+    /// transaction as the newest entry of the session's scope (one agent
+    /// loop writes a scope at a time), so the round costs no extra commit.
+    /// Push it after the assistant entry.
+    pub fn start_round(&mut self, round: &RoundStart<'_>) {
+        for (index, call) in round.calls.iter().enumerate() {
+            self.push(
+                "INSERT INTO tool_calls (request_id, session_id, task_id, scope, call_id, name, \
+                 arguments, status, started_at) \
+                 SELECT CAST(MAX(id) AS TEXT) || $1, $2, $3, $4, $5, $6, $7, 'running', $8 \
+                 FROM messages WHERE session_id = $2 AND scope = $4",
+                vec![
+                    format!("-{index}").into(),
+                    round.session_id.into(),
+                    round.task_id.into(),
+                    round.scope.into(),
+                    call.id.as_str().into(),
+                    call.name.as_str().into(),
+                    call.arguments.as_str().into(),
+                    Arg::from(now_ms()),
+                ],
+            );
+        }
     }
 
     /// Records that a tool call is about to run (status `running`).

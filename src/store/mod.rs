@@ -37,13 +37,13 @@ use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 pub use batch::{Arg, Batch};
 pub use compactions::{Compaction, tokens_per_char};
 pub use edits::HiddenExchange;
-pub use inbound::{InboundRow, InboundStatus, NewInbound};
+pub use inbound::{Claim, InboundRow, InboundStatus, NewInbound};
 pub use messages::{MessageMeta, NewMessage, Role, StoredMessage};
-pub use messages::{ToolCheckpoint, WireEntry};
+pub use messages::{RoundStart, ToolCheckpoint, WireEntry, round_request_id};
 pub use outbox::{OutboxRow, OutboxStatus, TurnEnd};
 pub use pairing::{Applicant, PairingRequest, PairingStatus};
 pub use principals::{Identity, PrincipalId, Redemption, SessionSummary};
-pub use sessions::{NewSession, SessionRow, SessionTotals};
+pub use sessions::{NewSession, SessionRow, SessionTotals, SessionView};
 pub use usage::{ModelCallEnd, ModelCallStart, UsageRow, UsageSummary};
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");

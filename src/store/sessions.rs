@@ -6,7 +6,9 @@ use sqlx::any::AnyRow;
 
 use sqlx::Connection;
 
-use super::{PrincipalId, Store, StoreError, now_ms, to_u64};
+use super::compactions::Compaction;
+use super::messages::{parse_wire_view, wire_view_aggregate};
+use super::{Backend, PrincipalId, Store, StoreError, WireEntry, now_ms, to_u64};
 
 /// A session as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +30,15 @@ pub struct SessionRow {
     pub totals: SessionTotals,
     pub created_at: i64,
     pub updated_at: i64,
+}
+
+/// A session with what its next turn's wire view is built from.
+#[derive(Debug, Clone)]
+pub struct SessionView {
+    pub session: SessionRow,
+    /// The main conversation's entries, raw (no compaction applied).
+    pub entries: Vec<WireEntry>,
+    pub compaction: Option<Compaction>,
 }
 
 /// Token and cost totals of a session.
@@ -73,6 +84,52 @@ impl Store {
         .fetch_optional(&mut *self.read_conn().await?)
         .await?;
         row.map(|row| session_from_row(&row)).transpose()
+    }
+
+    /// The session with its wire view and latest compaction: all a turn
+    /// reads before its first model call, in one query.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn session_view(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
+        let compaction = match self.backend {
+            Backend::Sqlite => "json_array(pinned_id, through_id, kept_id, summary)",
+            Backend::Postgres => {
+                "CAST(json_build_array(pinned_id, through_id, kept_id, summary) AS TEXT)"
+            }
+        };
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS}, \
+             (SELECT {} FROM messages WHERE session_id = $1 AND scope = '' AND hidden = 0) AS view, \
+             (SELECT {compaction} FROM compactions WHERE session_id = $1 ORDER BY id DESC LIMIT 1) \
+             AS compaction FROM sessions WHERE id = $1",
+            wire_view_aggregate(self.backend)
+        );
+        let Some(row) = sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(&mut *self.read_conn().await?)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let view: String = row.try_get("view")?;
+        let compaction = row
+            .try_get::<Option<String>, _>("compaction")?
+            .map(|raw| {
+                serde_json::from_str::<(i64, i64, Option<i64>, String)>(&raw)
+                    .map_err(|err| StoreError::Corrupt(format!("compaction: {err}")))
+            })
+            .transpose()?;
+        Ok(Some(SessionView {
+            session: session_from_row(&row)?,
+            entries: parse_wire_view(&view)?,
+            compaction: compaction.map(|(pinned_id, through_id, kept_id, summary)| Compaction {
+                pinned_id,
+                through_id,
+                kept_id,
+                summary,
+            }),
+        }))
     }
 
     /// The session a route currently points at.

@@ -62,7 +62,36 @@ async fn tool_calls_of_one_round_are_answered_in_call_order_matched_by_id() {
     let assistant = &second["messages"][2];
     assert_eq!(assistant["role"], "assistant");
     assert_eq!(assistant["tool_calls"][0]["id"], "call_b");
-    assert_eq!(app.count("tool_calls").await, 2);
+    // Each call's checkpoint is named by the round's assistant entry and
+    // index, and ends `done`.
+    let mut conn = app.gateway.store.conn().await.expect("conn");
+    let assistant_id: i64 = sqlx::query_scalar(
+        "SELECT id FROM messages WHERE role = 'assistant' AND tool_calls IS NOT NULL",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .expect("assistant entry");
+    let checkpoints: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT call_id, request_id, status FROM tool_calls ORDER BY request_id")
+            .fetch_all(&mut *conn)
+            .await
+            .expect("checkpoints");
+    drop(conn);
+    assert_eq!(
+        checkpoints,
+        vec![
+            (
+                "call_b".to_owned(),
+                format!("{assistant_id}-0"),
+                "done".to_owned()
+            ),
+            (
+                "call_a".to_owned(),
+                format!("{assistant_id}-1"),
+                "done".to_owned()
+            ),
+        ]
+    );
     app.stop().await;
 }
 

@@ -107,3 +107,30 @@ async fn the_global_turn_limit_caps_concurrent_model_calls() {
     assert_eq!(llm.requests().len(), 12);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_session_leased_by_another_process_waits_for_the_lease() {
+    let llm = FakeLlm::start(|body| Reply::Text(format!("echo: {}", last_user_text(body)))).await;
+    let app = TestApp::spawn_with(&llm, |settings| settings.runner.lease_ttl_secs = 1).await;
+    let (session, _) = app.say(None, "start").await;
+    // Another gateway process holds the session for the next 1.5 s.
+    let expires = switchboard::store::now_ms() + 1500;
+    sqlx::query("INSERT INTO session_leases (session_id, owner, expires_at) VALUES ($1, $2, $3)")
+        .bind(&session)
+        .bind("another-process")
+        .bind(expires)
+        .execute(&mut *app.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("lease taken");
+
+    let (_, reply) = app.say(Some(&session), "second").await;
+
+    assert_eq!(reply, "echo: second");
+    assert!(
+        switchboard::store::now_ms() >= expires,
+        "no turn ran while the other process held the lease"
+    );
+    assert_eq!(llm.requests().len(), 2);
+    assert_eq!(app.count("session_leases").await, 0, "released when idle");
+    app.stop().await;
+}
