@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde_json::Value;
 
-use crate::helpers::{FakeLlm, Reply, TestApp, last_user_text};
+use crate::helpers::{FakeLlm, Reply, TestApp, eventually, last_user_text};
 
 /// Roles after the system prompt must alternate user/assistant: two user
 /// messages in a row would mean a message was interleaved into a turn.
@@ -113,15 +113,20 @@ async fn a_session_leased_by_another_process_waits_for_the_lease() {
     let llm = FakeLlm::start(|body| Reply::Text(format!("echo: {}", last_user_text(body)))).await;
     let app = TestApp::spawn_with(&llm, |settings| settings.runner.lease_ttl_secs = 1).await;
     let (session, _) = app.say(None, "start").await;
-    // Another gateway process holds the session for the next 1.5 s.
+    // Another gateway process takes the session for the next 1.5 s (our
+    // runner may not have given its lease up yet: the reply goes out first).
     let expires = switchboard::store::now_ms() + 1500;
-    sqlx::query("INSERT INTO session_leases (session_id, owner, expires_at) VALUES ($1, $2, $3)")
-        .bind(&session)
-        .bind("another-process")
-        .bind(expires)
-        .execute(&mut *app.gateway.store.conn().await.expect("conn"))
-        .await
-        .expect("lease taken");
+    sqlx::query(
+        "INSERT INTO session_leases (session_id, owner, expires_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, \
+         expires_at = excluded.expires_at",
+    )
+    .bind(&session)
+    .bind("another-process")
+    .bind(expires)
+    .execute(&mut *app.gateway.store.conn().await.expect("conn"))
+    .await
+    .expect("lease taken");
 
     let (_, reply) = app.say(Some(&session), "second").await;
 
@@ -131,6 +136,9 @@ async fn a_session_leased_by_another_process_waits_for_the_lease() {
         "no turn ran while the other process held the lease"
     );
     assert_eq!(llm.requests().len(), 2);
-    assert_eq!(app.count("session_leases").await, 0, "released when idle");
+    eventually("the lease released once the queue is empty", || async {
+        app.count("session_leases").await == 0
+    })
+    .await;
     app.stop().await;
 }
