@@ -9,6 +9,7 @@
 use sqlx::any::AnyRow;
 use sqlx::{Connection, Row};
 
+use super::leases::lease_held;
 use super::{Batch, Store, StoreError, now_ms};
 
 /// Where an inbound message is in its life.
@@ -136,17 +137,9 @@ impl Store {
     ) -> Result<Claim, StoreError> {
         let mut batch = Batch::new();
         batch.acquire_lease(session_id, owner, ttl_ms);
-        batch.push_returning(
-            "SELECT COUNT(*) FROM session_leases WHERE session_id = $1 AND owner = $2",
-            vec![session_id.into(), owner.into()],
-        );
         push_claim(&mut batch, session_id, owner);
         let rows = self.write(batch).await?;
-        let held: i64 = rows
-            .first()
-            .ok_or_else(|| StoreError::Corrupt("no lease row count".to_owned()))?
-            .try_get(0)?;
-        if held == 0 {
+        if !lease_held(rows.first())? {
             return Ok(Claim::Busy);
         }
         Ok(match rows.get(1).map(inbound_from_row).transpose()? {

@@ -6,6 +6,7 @@
 //! over. The upsert below is atomic on both backends.
 
 use sqlx::Row;
+use sqlx::any::AnyRow;
 
 use super::{Arg, Batch, Store, StoreError, now_ms};
 
@@ -23,17 +24,7 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let mut batch = Batch::new();
         batch.acquire_lease(session_id, owner, ttl_ms);
-        batch.push_returning(
-            "SELECT COUNT(*) FROM session_leases WHERE session_id = $1 AND owner = $2",
-            vec![session_id.into(), owner.into()],
-        );
-        let held: i64 = self
-            .write(batch)
-            .await?
-            .first()
-            .ok_or_else(|| StoreError::Corrupt("no lease row count".to_owned()))?
-            .try_get(0)?;
-        Ok(held > 0)
+        lease_held(self.write(batch).await?.first())
     }
 
     /// Gives the lease up, if we hold it.
@@ -52,7 +43,7 @@ impl Store {
 
 impl Batch {
     /// Takes the session's lease for `ttl_ms` if it is free, expired, or
-    /// already ours; whether we hold it shows in the lease row's owner.
+    /// already ours; gives one row, which [`lease_held`] reads.
     pub fn acquire_lease(&mut self, session_id: &str, owner: &str, ttl_ms: i64) {
         let now = now_ms();
         self.push(
@@ -67,5 +58,17 @@ impl Batch {
                 Arg::from(now),
             ],
         );
+        self.push_returning(
+            "SELECT COUNT(*) FROM session_leases WHERE session_id = $1 AND owner = $2",
+            vec![session_id.into(), owner.into()],
+        );
     }
+}
+
+/// Whether the row [`Batch::acquire_lease`] gave says the lease is ours.
+pub(super) fn lease_held(row: Option<&AnyRow>) -> Result<bool, StoreError> {
+    let held: i64 = row
+        .ok_or_else(|| StoreError::Corrupt("no lease row count".to_owned()))?
+        .try_get(0)?;
+    Ok(held > 0)
 }
