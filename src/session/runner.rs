@@ -345,8 +345,10 @@ impl Runner {
         work: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let mut work = std::pin::pin!(work);
-        let mut renew = tokio::time::interval(self.inner.lease_ttl / 3);
-        renew.tick().await;
+        // Not `interval`, whose first tick is due at once: the timer wheel
+        // fires it on its next millisecond, and the turn would wait for it.
+        let every = self.inner.lease_ttl / 3;
+        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         loop {
             tokio::select! {
                 result = &mut work => return result,
