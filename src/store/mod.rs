@@ -10,6 +10,7 @@
 //! in one round trip).
 
 mod batch;
+mod checkpoint;
 mod compactions;
 mod edits;
 mod inbound;
@@ -33,6 +34,8 @@ use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
+
+use self::checkpoint::Checkpointer;
 
 pub use batch::{Arg, Batch};
 pub use compactions::{Compaction, tokens_per_char};
@@ -127,6 +130,8 @@ enum Connections {
     Shared {
         writer: SharedConn,
         reader: Option<SharedConn>,
+        /// WAL checkpoints off the turn path; `None` in memory.
+        checkpointer: Option<Arc<Checkpointer>>,
     },
     Pool(AnyPool),
 }
@@ -195,6 +200,9 @@ impl Store {
                 conn.execute("PRAGMA synchronous = NORMAL").await?;
                 conn.execute("PRAGMA busy_timeout = 10000").await?;
                 conn.execute("PRAGMA foreign_keys = ON").await?;
+                // Checkpoints run in the background (see `checkpoint`), not
+                // inside whichever turn's commit fills the WAL.
+                conn.execute("PRAGMA wal_autocheckpoint = 0").await?;
                 let reader = if is_in_memory(&options.url) {
                     None
                 } else {
@@ -203,9 +211,15 @@ impl Store {
                     reader.execute("PRAGMA query_only = ON").await?;
                     Some(Arc::new(Mutex::new(Some(reader))))
                 };
+                let checkpointer = if is_in_memory(&options.url) {
+                    None
+                } else {
+                    Some(Arc::new(Checkpointer::start(&url).await?))
+                };
                 Connections::Shared {
                     writer: Arc::new(Mutex::new(Some(conn))),
                     reader,
+                    checkpointer,
                 }
             }
             Backend::Postgres => Connections::Pool(
@@ -290,7 +304,14 @@ impl Store {
     /// Closes the database (checkpointing SQLite's WAL); later calls fail.
     pub async fn close(&self) {
         match &self.connections {
-            Connections::Shared { writer, reader } => {
+            Connections::Shared {
+                writer,
+                reader,
+                checkpointer,
+            } => {
+                if let Some(checkpointer) = checkpointer {
+                    checkpointer.stop().await;
+                }
                 // The reader first, so the writer's close can checkpoint.
                 for shared in reader.iter().chain([writer]) {
                     if let Some(conn) = shared.lock().await.take()
