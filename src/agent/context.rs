@@ -249,12 +249,16 @@ async fn summarise(
     Ok(compaction)
 }
 
+/// The session's first user message: always kept, before the summary.
+fn pinned(view: &[WireEntry]) -> Option<usize> {
+    view.iter()
+        .position(|entry| matches!(entry.message, ChatMessage::User { .. }))
+}
+
 /// Where to cut between turns: the pinned first user message, and the start
 /// of the `keep`-th last turn.
 fn split(view: &[WireEntry], keep: usize) -> Option<Split> {
-    let pinned = view
-        .iter()
-        .position(|entry| matches!(entry.message, ChatMessage::User { .. }))?;
+    let pinned = pinned(view)?;
     let turn_starts: Vec<usize> = view
         .iter()
         .enumerate()
@@ -278,9 +282,7 @@ fn split(view: &[WireEntry], keep: usize) -> Option<Split> {
 /// the task. A round starts with an assistant entry, so a tool call and its
 /// results always stay on one side.
 fn split_task(view: &[WireEntry], task_id: i64, keep: usize) -> Option<Split> {
-    let pinned = view
-        .iter()
-        .position(|entry| matches!(entry.message, ChatMessage::User { .. }))?;
+    let pinned = pinned(view)?;
     let goal = view.iter().rposition(|entry| {
         entry.task_id == Some(task_id) && matches!(entry.message, ChatMessage::User { .. })
     })?;

@@ -67,6 +67,13 @@ pub struct LoopEnv {
     pub cancel: CancellationToken,
 }
 
+impl LoopEnv {
+    /// The transcript entry of a wire message of this loop's task and scope.
+    pub fn entry(&self, message: ChatMessage) -> NewMessage {
+        NewMessage::from_wire(&self.session_id, Some(self.task_id), &self.scope, message)
+    }
+}
+
 /// Limits that stop runaway work.
 #[derive(Debug, Clone, Default)]
 pub struct TaskLimits {
@@ -328,16 +335,12 @@ async fn drive(
         let meta = meta_of(&response, latency_ms);
         if response.tool_calls.is_empty() || kind == CallKind::Final {
             let text = response.content.clone().unwrap_or_default();
-            let final_message = NewMessage::from_wire(
-                &env.session_id,
-                Some(env.task_id),
-                &env.scope,
-                ChatMessage::Assistant {
+            let final_message = env
+                .entry(ChatMessage::Assistant {
                     content: response.content,
                     tool_calls: Vec::new(),
-                },
-            )
-            .with_meta(meta);
+                })
+                .with_meta(meta);
             let end = match kind {
                 CallKind::Step => LoopEnd::Answered,
                 CallKind::Final => LoopEnd::BudgetExhausted,
@@ -357,15 +360,7 @@ async fn drive(
         // The call's outcome, the entry it produced and the round's
         // `running` checkpoints, in one write; the entry's id names the
         // round's tool calls.
-        pending.append_message(
-            &NewMessage::from_wire(
-                &env.session_id,
-                Some(env.task_id),
-                &env.scope,
-                assistant.clone(),
-            )
-            .with_meta(meta),
-        )?;
+        pending.append_message(&env.entry(assistant.clone()).with_meta(meta))?;
         pending.start_round(&RoundStart {
             session_id: &env.session_id,
             task_id: Some(env.task_id),
@@ -471,8 +466,7 @@ impl MidTaskCompaction {
         }
         // The view is read back from the database, so it must be complete.
         env.store.write(std::mem::take(pending)).await?;
-        let entries = env.store.wire_history(&env.session_id, "").await?;
-        let latest = env.store.latest_compaction(&env.session_id).await?;
+        let (entries, latest) = env.store.conversation(&env.session_id).await?;
         let view = context::apply(entries, latest.as_ref());
         let summariser = Summariser {
             store: &env.store,
@@ -576,12 +570,7 @@ fn append(
     history: &mut Vec<ChatMessage>,
     message: ChatMessage,
 ) -> Result<(), StoreError> {
-    pending.append_message(&NewMessage::from_wire(
-        &env.session_id,
-        Some(env.task_id),
-        &env.scope,
-        message.clone(),
-    ))?;
+    pending.append_message(&env.entry(message.clone()))?;
     history.push(message);
     Ok(())
 }

@@ -92,12 +92,7 @@ impl SubAgents for SubAgentRunner {
         // The sub-task is committed with the sub-agent's first model call.
         let mut first_writes = crate::store::Batch::new();
         first_writes
-            .append_message(&crate::store::NewMessage::from_wire(
-                &env.session_id,
-                Some(env.task_id),
-                &env.scope,
-                history[0].clone(),
-            ))
+            .append_message(&env.entry(history[0].clone()))
             .map_err(|err| {
                 tracing::error!(error = %err, "sub-agent task not stored");
                 "the sub-agent could not start".to_owned()

@@ -31,7 +31,7 @@ use crate::config::{
 };
 use crate::store::{
     Applicant, Identity, InboundStatus, NewInbound, NewSession, PairingStatus, PrincipalId,
-    Redemption, SessionSummary, Store, StoreError, TurnEnd, now_ms,
+    Redemption, SessionSummary, Store, StoreError, TurnEnd, now_ms, start_of_today_ms,
 };
 use crate::tools::ToolRegistry;
 
@@ -665,11 +665,9 @@ impl SessionService {
                 }
             }
             Command::Usage => {
-                let now = now_ms();
-                let today = now - now.rem_euclid(DAY_MS);
                 let (summary, cost) = self
                     .store
-                    .principal_usage_since(context.identity.principal, today)
+                    .principal_usage_since(context.identity.principal, start_of_today_ms())
                     .await?;
                 same(usage_text(summary, cost, self.daily_usd))
             }
@@ -872,7 +870,6 @@ const LINK_REDEEM_STORED: &str = "/link (code not stored)";
 
 /// The answer to `/undo` and `/retry` while a turn runs.
 const BUSY: &str = "A reply is still being written; wait for it (or /stop it) first.";
-const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
 fn short_id(id: &str) -> &str {
     id.get(..8).unwrap_or(id)

@@ -73,8 +73,6 @@ pub struct TurnExecutor {
     pub prices: Arc<BTreeMap<String, Price>>,
 }
 
-const DAY_MS: i64 = 24 * 60 * 60 * 1000;
-
 /// Why a running turn was stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopCause {
@@ -126,15 +124,36 @@ impl TurnExecutor {
         let Some(principal) = principal.filter(|_| daily > 0.0) else {
             return Ok(None);
         };
-        let now = crate::store::now_ms();
-        let today = now - now.rem_euclid(DAY_MS);
         #[allow(clippy::cast_possible_truncation)] // a dollar amount, far below 2^63 nanos
         let daily_nanousd = (daily * 1e9).round() as i64;
-        let spent_before = self.store.principal_spend_since(principal, today).await?;
+        let spent_before = self
+            .store
+            .principal_spend_since(principal, crate::store::start_of_today_ms())
+            .await?;
         Ok(Some(SpendLimit {
             daily_nanousd,
             spent_before,
         }))
+    }
+
+    /// Ends a `/compact` turn with its answer (no model reply).
+    async fn answer_compact(
+        &self,
+        inbound: &InboundRow,
+        reply: &str,
+        outcome: &str,
+    ) -> Result<(OutboxRow, InboundStatus), StoreError> {
+        let row = self
+            .store
+            .finish_turn(&TurnEnd {
+                inbound_id: inbound.id,
+                final_message: None,
+                reply,
+                status: InboundStatus::Command,
+                outcome,
+            })
+            .await?;
+        Ok((row, InboundStatus::Command))
     }
 
     /// Runs the turn for one inbound message (already claimed) and returns
@@ -180,18 +199,14 @@ impl TurnExecutor {
         let spend = self.spend_limit(inbound.principal_id).await?;
         let over_budget = spend.is_some_and(|limit| limit.spent_before >= limit.daily_nanousd);
         if forced && over_budget {
-            let row = self
-                .store
-                .finish_turn(&TurnEnd {
-                    inbound_id: inbound.id,
-                    final_message: None,
-                    reply: "Compacting needs a model call, and today's spending limit is \
-                            reached (it resets at 00:00 UTC).",
-                    status: InboundStatus::Command,
-                    outcome: "spend_limit",
-                })
-                .await?;
-            return Ok((row, InboundStatus::Command));
+            return self
+                .answer_compact(
+                    inbound,
+                    "Compacting needs a model call, and today's spending limit is reached \
+                     (it resets at 00:00 UTC).",
+                    "spend_limit",
+                )
+                .await;
         }
         // Calibrating costs a query; only a view that might be near the
         // threshold at a generous estimate needs it.
@@ -232,17 +247,7 @@ impl TurnExecutor {
                     Some(None) => "The conversation is too short to compact.",
                     None => "Compaction failed; the conversation is unchanged.",
                 };
-                let row = self
-                    .store
-                    .finish_turn(&TurnEnd {
-                        inbound_id: inbound.id,
-                        final_message: None,
-                        reply,
-                        status: InboundStatus::Command,
-                        outcome: "compact",
-                    })
-                    .await?;
-                return Ok((row, InboundStatus::Command));
+                return self.answer_compact(inbound, reply, "compact").await;
             }
         }
         let asked = stored.iter().any(|entry| {

@@ -2,7 +2,11 @@
 //! wire view. Nothing is deleted; the latest compaction of a session decides
 //! its wire view.
 
-use super::{Arg, Batch, Store, StoreError, now_ms, to_u64};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use super::messages::{parse_wire_view, wire_view_aggregate};
+use super::{Arg, Backend, Batch, Store, StoreError, WireEntry, now_ms, to_u64};
 
 /// A summary and the range of messages it replaces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,29 +20,22 @@ pub struct Compaction {
 }
 
 impl Store {
-    /// The session's latest compaction, if any.
+    /// The session's main conversation, raw (every entry, hidden ones
+    /// aside), with its latest compaction: what its wire view is built from,
+    /// in one query.
     ///
     /// # Errors
-    /// A database failure.
-    pub async fn latest_compaction(
+    /// A database failure or a corrupt row.
+    pub async fn conversation(
         &self,
         session_id: &str,
-    ) -> Result<Option<Compaction>, StoreError> {
-        let row = sqlx::query_as::<_, (i64, i64, Option<i64>, String)>(
-            "SELECT pinned_id, through_id, kept_id, summary FROM compactions \
-             WHERE session_id = $1 ORDER BY id DESC LIMIT 1",
-        )
-        .bind(session_id)
-        .fetch_optional(&mut *self.read_conn().await?)
-        .await?;
-        Ok(
-            row.map(|(pinned_id, through_id, kept_id, summary)| Compaction {
-                pinned_id,
-                through_id,
-                kept_id,
-                summary,
-            }),
-        )
+    ) -> Result<(Vec<WireEntry>, Option<Compaction>), StoreError> {
+        let sql = format!("SELECT {}", conversation_columns(self.backend));
+        let row = sqlx::query(&sql)
+            .bind(session_id)
+            .fetch_one(&mut *self.read_conn().await?)
+            .await?;
+        conversation_from_row(&row)
     }
 
     /// Input tokens per request character in the session's latest model
@@ -56,6 +53,44 @@ impl Store {
         .await?;
         Ok(row.and_then(|(tokens, chars)| tokens_per_char(to_u64(tokens), chars?)))
     }
+}
+
+/// Two columns, `view` and `compaction`, giving the main conversation of
+/// session `$1` and its latest compaction (see [`conversation_from_row`]).
+pub(super) fn conversation_columns(backend: Backend) -> String {
+    let compaction = match backend {
+        Backend::Sqlite => "json_array(pinned_id, through_id, kept_id, summary)",
+        Backend::Postgres => {
+            "CAST(json_build_array(pinned_id, through_id, kept_id, summary) AS TEXT)"
+        }
+    };
+    format!(
+        "(SELECT {} FROM messages WHERE session_id = $1 AND scope = '' AND hidden = 0) AS view, \
+         (SELECT {compaction} FROM compactions WHERE session_id = $1 ORDER BY id DESC LIMIT 1) \
+         AS compaction",
+        wire_view_aggregate(backend)
+    )
+}
+
+/// Reads the columns [`conversation_columns`] gives.
+pub(super) fn conversation_from_row(
+    row: &AnyRow,
+) -> Result<(Vec<WireEntry>, Option<Compaction>), StoreError> {
+    let view: String = row.try_get("view")?;
+    let compaction = row
+        .try_get::<Option<String>, _>("compaction")?
+        .map(|raw| {
+            serde_json::from_str::<(i64, i64, Option<i64>, String)>(&raw)
+                .map_err(|err| StoreError::Corrupt(format!("compaction: {err}")))
+        })
+        .transpose()?
+        .map(|(pinned_id, through_id, kept_id, summary)| Compaction {
+            pinned_id,
+            through_id,
+            kept_id,
+            summary,
+        });
+    Ok((parse_wire_view(&view)?, compaction))
 }
 
 /// Input tokens per request character of one model call, when both counts

@@ -203,18 +203,18 @@ impl Store {
                 // Checkpoints run in the background (see `checkpoint`), not
                 // inside whichever turn's commit fills the WAL.
                 conn.execute("PRAGMA wal_autocheckpoint = 0").await?;
-                let reader = if is_in_memory(&options.url) {
-                    None
+                // An in-memory database is one connection's alone: no
+                // second connection would see it, and it has no WAL.
+                let (reader, checkpointer) = if is_in_memory(&options.url) {
+                    (None, None)
                 } else {
                     let mut reader = AnyConnection::connect(&url).await?;
                     reader.execute("PRAGMA busy_timeout = 10000").await?;
                     reader.execute("PRAGMA query_only = ON").await?;
-                    Some(Arc::new(Mutex::new(Some(reader))))
-                };
-                let checkpointer = if is_in_memory(&options.url) {
-                    None
-                } else {
-                    Some(Arc::new(Checkpointer::start(&url).await?))
+                    (
+                        Some(Arc::new(Mutex::new(Some(reader)))),
+                        Some(Arc::new(Checkpointer::start(&url).await?)),
+                    )
                 };
                 Connections::Shared {
                     writer: Arc::new(Mutex::new(Some(conn))),
@@ -345,6 +345,14 @@ pub fn now_ms() -> i64 {
         .map_or(0, |elapsed| {
             i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
         })
+}
+
+/// The start of the current UTC day in Unix milliseconds: where daily
+/// spend and `/usage` count from.
+pub fn start_of_today_ms() -> i64 {
+    const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+    let now = now_ms();
+    now - now.rem_euclid(DAY_MS)
 }
 
 fn backend_of(url: &str) -> Result<Backend, StoreError> {

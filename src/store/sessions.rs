@@ -6,9 +6,8 @@ use sqlx::any::AnyRow;
 
 use sqlx::Connection;
 
-use super::compactions::Compaction;
-use super::messages::{parse_wire_view, wire_view_aggregate};
-use super::{Backend, PrincipalId, Store, StoreError, WireEntry, now_ms, to_u64};
+use super::compactions::{Compaction, conversation_columns, conversation_from_row};
+use super::{PrincipalId, Store, StoreError, WireEntry, now_ms, to_u64};
 
 /// A session as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,18 +91,9 @@ impl Store {
     /// # Errors
     /// A database failure or a corrupt row.
     pub async fn session_view(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
-        let compaction = match self.backend {
-            Backend::Sqlite => "json_array(pinned_id, through_id, kept_id, summary)",
-            Backend::Postgres => {
-                "CAST(json_build_array(pinned_id, through_id, kept_id, summary) AS TEXT)"
-            }
-        };
         let sql = format!(
-            "SELECT {SESSION_COLUMNS}, \
-             (SELECT {} FROM messages WHERE session_id = $1 AND scope = '' AND hidden = 0) AS view, \
-             (SELECT {compaction} FROM compactions WHERE session_id = $1 ORDER BY id DESC LIMIT 1) \
-             AS compaction FROM sessions WHERE id = $1",
-            wire_view_aggregate(self.backend)
+            "SELECT {SESSION_COLUMNS}, {} FROM sessions WHERE id = $1",
+            conversation_columns(self.backend)
         );
         let Some(row) = sqlx::query(&sql)
             .bind(id)
@@ -112,23 +102,11 @@ impl Store {
         else {
             return Ok(None);
         };
-        let view: String = row.try_get("view")?;
-        let compaction = row
-            .try_get::<Option<String>, _>("compaction")?
-            .map(|raw| {
-                serde_json::from_str::<(i64, i64, Option<i64>, String)>(&raw)
-                    .map_err(|err| StoreError::Corrupt(format!("compaction: {err}")))
-            })
-            .transpose()?;
+        let (entries, compaction) = conversation_from_row(&row)?;
         Ok(Some(SessionView {
             session: session_from_row(&row)?,
-            entries: parse_wire_view(&view)?,
-            compaction: compaction.map(|(pinned_id, through_id, kept_id, summary)| Compaction {
-                pinned_id,
-                through_id,
-                kept_id,
-                summary,
-            }),
+            entries,
+            compaction,
         }))
     }
 

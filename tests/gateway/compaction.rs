@@ -12,6 +12,16 @@ fn is_summary_request(body: &Value) -> bool {
         .is_some_and(|s| s.starts_with("You compress conversations"))
 }
 
+/// The requests of the conversation itself (summarisation calls left out):
+/// each body's size and JSON.
+fn conversation_requests(llm: &FakeLlm) -> Vec<(usize, Value)> {
+    llm.requests()
+        .iter()
+        .map(|r| (r.body.len(), r.json()))
+        .filter(|(_, body)| !is_summary_request(body))
+        .collect()
+}
+
 fn chatty(body: &Value) -> Reply {
     if is_summary_request(body) {
         Reply::Text("Goal: a long chat. Facts: many turns so far. Open: keep going.".to_owned())
@@ -41,12 +51,7 @@ async fn a_500_turn_session_stays_bounded_keeps_its_goal_and_deletes_nothing() {
             .await;
     }
 
-    let requests: Vec<(usize, Value)> = llm
-        .requests()
-        .iter()
-        .map(|r| (r.body.len(), r.json()))
-        .filter(|(_, body)| !is_summary_request(body))
-        .collect();
+    let requests = conversation_requests(&llm);
     assert_eq!(requests.len(), 500);
     let largest = requests.iter().map(|(size, _)| *size).max().unwrap_or(0);
     // 75% of a 4,000-token window is ~12,000 bytes at 4 bytes a token; one
@@ -207,12 +212,7 @@ async fn a_long_task_is_compacted_while_it_runs_keeping_its_goal_and_whole_round
     let (_, reply) = app.say(Some(&session), goal).await;
 
     assert_eq!(reply, "finished");
-    let requests: Vec<(usize, Value)> = llm
-        .requests()
-        .iter()
-        .map(|r| (r.body.len(), r.json()))
-        .filter(|(_, body)| !is_summary_request(body))
-        .collect();
+    let requests = conversation_requests(&llm);
     let task: Vec<&(usize, Value)> = requests.iter().skip(1).collect();
     assert_eq!(task.len(), ROUNDS + 1);
     let largest = task.iter().map(|(size, _)| *size).max().unwrap_or(0);

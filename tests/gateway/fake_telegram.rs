@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
+use crate::helpers::eventually;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -26,8 +27,6 @@ const TOKEN: &str = "4242:TEST-token";
 /// How long the fake holds an empty `getUpdates` open, at most (the
 /// adapter's poll timeout is longer; a queued update answers at once).
 const LONG_POLL: Duration = Duration::from_millis(500);
-/// How long a test waits for the adapter and the gateway.
-const PATIENCE: Duration = Duration::from_secs(20);
 
 /// A Telegram user writing to the bot.
 #[derive(Debug, Clone, Copy)]
@@ -167,16 +166,9 @@ impl FakeTelegram {
         .await;
     }
 
-    /// Polls `done` every 10 ms until it holds; panics after [`PATIENCE`].
+    /// Polls `done` until it holds (see [`eventually`]).
     pub async fn wait_for(&self, what: &str, mut done: impl FnMut() -> bool) {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        while !done() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually(what, || std::future::ready(done())).await;
     }
 
     async fn reply_after(&self, before: usize, chat: i64, text: &str) -> String {
