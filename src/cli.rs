@@ -202,7 +202,7 @@ async fn chat(settings: Settings, session: Option<String>) -> anyhow::Result<()>
     result.context("chat")
 }
 
-/// Cancels `token` on Ctrl-C or SIGTERM.
+/// `switchboard pairing list|approve|deny`.
 async fn pairing(settings: &Settings, action: PairingAction) -> anyhow::Result<()> {
     let store = Store::connect(&StoreOptions::new(&settings.database.url))
         .await
@@ -251,6 +251,7 @@ async fn decide(store: &Store, code: &str, approve: bool) -> Result<bool, StoreE
     Ok(decided.is_some())
 }
 
+/// Cancels `token` on Ctrl-C or SIGTERM.
 async fn watch_signals(token: CancellationToken) {
     let ctrl_c = async {
         if let Err(err) = tokio::signal::ctrl_c().await {

@@ -21,9 +21,16 @@ pub enum ChatError {
     #[error("no session with id {0}")]
     UnknownSession(String),
     #[error("terminal i/o failed: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     #[error("{0}")]
     Service(String),
+}
+
+// Not `#[from]`: the message already carries the cause (see `StoreError`).
+impl From<std::io::Error> for ChatError {
+    fn from(err: std::io::Error) -> Self {
+        Self::Io(err)
+    }
 }
 
 /// Runs the chat until end of input.

@@ -26,7 +26,7 @@ impl Price {
     pub fn cost(&self, usage: &Usage) -> f64 {
         let cached = usage.cache_read_tokens + usage.cache_write_tokens;
         let fresh = usage.input_tokens.saturating_sub(cached);
-        #[allow(clippy::cast_precision_loss)] // token counts far below 2^52
+        // Token counts are far below 2^52: the casts are exact.
         let dollars = fresh as f64 * self.input
             + usage.output_tokens as f64 * self.output
             + usage.cache_read_tokens as f64 * self.cache_read
@@ -36,7 +36,7 @@ impl Price {
 
     /// The cost of some usage in billionths of a dollar, as stored.
     pub fn cost_nanousd(&self, usage: &Usage) -> i64 {
-        #[allow(clippy::cast_possible_truncation)] // rounded; far below 2^63
+        // Rounded, and far below 2^63.
         let nanos = (self.cost(usage) * 1e9).round() as i64;
         nanos.max(0)
     }

@@ -8,6 +8,67 @@
 //! Each table has its own module adding methods to [`Store`] (and, for the
 //! writes of a turn's steps, to [`Batch`], which commits several statements
 //! in one round trip).
+//!
+//! # How the SQLite plumbing works, and why
+//!
+//! A turn is a handful of short writes separated by model calls. On SQLite
+//! the cost of a write is dominated not by SQLite but by getting the
+//! statement to sqlx's worker thread and the answer back, and by waiting for
+//! the one writer SQLite allows. Three choices follow; each is measured by
+//! `switchboard bench` (see the README for the figures).
+//!
+//! - **One shared writer connection** behind an async mutex, not a pool.
+//!   SQLite admits one writer at a time anyway, so a pool only adds
+//!   `SQLITE_BUSY` retries and a checkout that cost more CPU than the
+//!   statement. Hot reads go through a second, read-only connection
+//!   ([`Store::read_conn`]) so they never queue behind writes; WAL lets it
+//!   read while the writer writes. A third connection checkpoints the WAL in
+//!   the background (`checkpoint`), so no turn's commit pays for it.
+//! - **A batch is one multi-statement string.** [`Store::write`] joins a
+//!   [`Batch`]'s statements into `BEGIN IMMEDIATE; …; COMMIT;` and sends it
+//!   with one argument list: one round trip to the worker per step of a
+//!   turn instead of one per statement. sqlx's SQLite driver binds a `$N`
+//!   placeholder to the N-th argument *of the whole query*, across
+//!   statements, so each statement's `$1…$n` is shifted past the arguments
+//!   of the statements before it (`batch::renumber`).
+//! - **An abandoned batch is rolled back on next use.** sqlx runs the
+//!   statements of one query one after another on its worker thread; when the
+//!   future awaiting them is dropped (a timeout, a cancelled turn, shutdown),
+//!   the worker stops after the statement in hand. The `COMMIT` then never
+//!   runs and the shared connection is left inside an open transaction.
+//!   `write` sets the `unfinished_batch` flag before sending and clears it
+//!   when the answer arrives; [`Store::conn`] finds it still set and issues
+//!   `ROLLBACK` before handing the connection out. A failed batch is rolled
+//!   back at once.
+//!
+//! PostgreSQL's extended protocol takes one statement per query, so there a
+//! batch is an ordinary transaction on a pooled connection, and none of the
+//! above applies.
+//!
+//! ## Invariants
+//!
+//! - Every write that must be atomic with another goes through one [`Batch`]
+//!   (guarded by `batch::tests::a_failing_statement_leaves_nothing_of_its_batch`).
+//! - A batch cut short leaves nothing behind, and the next write commits
+//!   (`batch::tests::a_batch_abandoned_half_way_is_rolled_back_before_the_next_write`).
+//! - Placeholders renumber exactly
+//!   (`batch::tests::placeholders_are_shifted_past_earlier_statements`).
+//!
+//! ## What a contributor must not do
+//!
+//! - Hold a [`Conn`] across anything slow (a model call, a network request,
+//!   a sleep): on SQLite every other session waits for it.
+//! - Open a transaction on the writer by hand outside [`Store::write`]: the
+//!   rollback-on-next-use guard only knows about batches.
+//! - Put a `$` inside a string literal of a batched statement: `renumber`
+//!   would shift it. A placeholder numbered past the argument list is not an
+//!   error in sqlx's SQLite driver but a silent `NULL`, so an argument count
+//!   that does not match a statement's placeholders corrupts data quietly;
+//!   keep each statement's arguments next to its SQL.
+//! - Use placeholders other than `$N`: PostgreSQL takes only those, and
+//!   `renumber` shifts only those.
+//! - Read through [`Store::read_conn`] what the same task has just written in
+//!   a batch that has not returned yet; it sees only committed data.
 
 mod batch;
 mod checkpoint;
@@ -25,7 +86,6 @@ mod usage;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -54,7 +114,7 @@ static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations
 
 /// Which database engine a [`Store`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
+pub(crate) enum Backend {
     Sqlite,
     Postgres,
 }
@@ -64,17 +124,29 @@ pub enum Backend {
 pub enum StoreError {
     #[error("unsupported database URL (use sqlite:// or postgres://)")]
     UnsupportedUrl,
-    #[error("could not create the database folder {path}: {source}")]
-    CreateDir {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("could not create the database folder {path}: {cause}")]
+    CreateDir { path: String, cause: std::io::Error },
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     #[error("migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Migrate(sqlx::migrate::MigrateError),
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
+}
+
+// By hand rather than `#[from]`, which would also make the cause the error's
+// `source()`: the message already includes it, and a report that walks the
+// chain would print it twice.
+impl From<sqlx::Error> for StoreError {
+    fn from(err: sqlx::Error) -> Self {
+        Self::Database(err)
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(err: sqlx::migrate::MigrateError) -> Self {
+        Self::Migrate(err)
+    }
 }
 
 /// Connection settings.
@@ -286,10 +358,6 @@ impl Store {
         Ok(())
     }
 
-    pub fn backend(&self) -> Backend {
-        self.backend
-    }
-
     /// Checks the database answers.
     ///
     /// # Errors
@@ -376,9 +444,9 @@ fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
     {
-        std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
+        std::fs::create_dir_all(parent).map_err(|cause| StoreError::CreateDir {
             path: parent.display().to_string(),
-            source,
+            cause,
         })?;
     }
     let mut query = query.to_owned();
@@ -401,13 +469,6 @@ pub(crate) fn to_i64(value: u64) -> i64 {
 /// writes, read as zero).
 pub(crate) fn to_u64(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
-}
-
-impl FromStr for Backend {
-    type Err = StoreError;
-    fn from_str(url: &str) -> Result<Self, Self::Err> {
-        backend_of(url)
-    }
 }
 
 #[cfg(test)]
