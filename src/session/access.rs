@@ -11,7 +11,7 @@ use switchboard_contract::{ChatKind, InboundMessage};
 
 use super::commands::Command;
 use super::link::LinkCode;
-use super::runner::LocalPlatform;
+use super::local::LocalPlatform;
 use super::texts;
 use crate::config::AccessSettings;
 use crate::store::{Applicant, Identity, PairingStatus, PrincipalId, Store, StoreError};

@@ -8,13 +8,15 @@
 //! at a time per session (a database lease makes that hold across
 //! processes) and delivers replies through the outbox. [`turn`] is one
 //! turn: load the session and its history from the database, run the loop,
-//! end the turn atomically with its reply. [`texts`] holds every text the
+//! end the turn atomically with its reply; [`local`] names the platforms
+//! served inside this process. [`texts`] holds every text the
 //! gateway writes to a chat itself.
 
 pub mod access;
 pub mod commands;
 pub mod key;
 pub mod link;
+pub mod local;
 pub mod routing;
 pub mod runner;
 pub mod service;

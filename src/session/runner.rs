@@ -22,36 +22,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use super::local::LocalPlatform;
 use super::turn::{StopCause, TurnControl, TurnExecutor};
 use crate::store::{Batch, Claim, InboundRow, InboundStatus, OutboxRow, Store, StoreError};
-
-/// Platforms served inside this process, whose replies are handed to a
-/// waiting caller (the HTTP API's request, the terminal) rather than sent
-/// to a platform, and whose senders need no allowlist.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LocalPlatform {
-    /// The OpenAI-compatible HTTP API.
-    Api,
-    /// `switchboard chat`.
-    Terminal,
-}
-
-impl LocalPlatform {
-    pub const ALL: [Self; 2] = [Self::Api, Self::Terminal];
-
-    /// The platform name its messages carry.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::Api => "api",
-            Self::Terminal => "terminal",
-        }
-    }
-
-    /// The local platform of this name, if it is one.
-    pub fn of(platform: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|local| local.name() == platform)
-    }
-}
 
 /// How a turn ended, for whoever waits on it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -289,3 +289,47 @@ fn ago(ms: i64) -> String {
         _ => format!("{} days ago", minutes / 1440),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::run::LoopEnd;
+
+    #[test]
+    fn an_empty_answer_is_replaced_by_a_note() {
+        let outcome = TurnOutcome::Answered {
+            text: " \n".to_owned(),
+            end: LoopEnd::Answered,
+        };
+        assert_eq!(turn_reply(&outcome), EMPTY_REPLY);
+    }
+
+    #[test]
+    fn limit_replies_carry_the_limit_wording() {
+        let outcome = TurnOutcome::TokenLimit {
+            reason: "the task used more than its 10 tokens".to_owned(),
+        };
+        assert_eq!(
+            turn_reply(&outcome),
+            "Stopped: the task used more than its 10 tokens. Ask again to continue."
+        );
+        assert_eq!(
+            turn_reply(&TurnOutcome::TimeLimit { secs: 30 }),
+            "Stopped: this task ran longer than its 30-second limit."
+        );
+    }
+
+    #[test]
+    fn session_labels_keep_six_words() {
+        assert_eq!(first_words("one two  three"), "one two three");
+        assert_eq!(first_words("a b c d e f g"), "a b c d e f…");
+    }
+
+    #[test]
+    fn ages_read_in_the_largest_whole_unit() {
+        assert_eq!(ago(-5), "just now");
+        assert_eq!(ago(5 * 60_000), "5 min ago");
+        assert_eq!(ago(3 * 3_600_000), "3 h ago");
+        assert_eq!(ago(2 * 86_400_000), "2 days ago");
+    }
+}

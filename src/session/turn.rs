@@ -566,3 +566,37 @@ fn interrupted_round(stored: &[WireEntry]) -> Option<InterruptedRound> {
         answered,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compaction_answers_are_commands_and_limits_are_failures() {
+        assert_eq!(TurnOutcome::Compacted.status(), InboundStatus::Command);
+        assert_eq!(TurnOutcome::Compacted.as_str(), "compact");
+        assert_eq!(TurnOutcome::CompactionOverSpend.as_str(), "spend_limit");
+        assert_eq!(TurnOutcome::Cancelled.status(), InboundStatus::Failed);
+        let answered = TurnOutcome::Answered {
+            text: "hi".to_owned(),
+            end: LoopEnd::BudgetExhausted,
+        };
+        assert_eq!(answered.status(), InboundStatus::Done);
+        assert_eq!(answered.as_str(), "budget_exhausted");
+    }
+
+    #[test]
+    fn a_cancelled_loop_reports_why_it_was_stopped() {
+        let limit = Duration::from_secs(90);
+        let of = |cause| TurnOutcome::of_error(LoopError::Cancelled, cause, limit).ok();
+        assert_eq!(
+            of(Some(StopCause::TimeLimit)),
+            Some(TurnOutcome::TimeLimit { secs: 90 })
+        );
+        assert_eq!(
+            of(Some(StopCause::Interrupted)),
+            Some(TurnOutcome::Interrupted)
+        );
+        assert_eq!(of(None), Some(TurnOutcome::Cancelled));
+    }
+}

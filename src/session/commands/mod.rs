@@ -174,6 +174,27 @@ mod tests {
     }
 
     #[test]
+    fn only_compact_is_a_compact_task() {
+        assert_eq!(Task::of("/compact"), Task::Compact);
+        assert_eq!(Task::of("/compact@bot now"), Task::Compact);
+        assert_eq!(Task::of("/compacted"), Task::Message);
+        assert_eq!(Task::of("please /compact"), Task::Message);
+        assert!(Command::Compact.is_queued());
+        assert!(!Command::Retry.is_queued());
+    }
+
+    #[test]
+    fn link_codes_are_not_recorded() {
+        let link = Command::parse("/link ABCD2345", None);
+        assert_eq!(
+            Command::recorded_text(link.as_ref(), "/link ABCD2345"),
+            "/link (code not stored)"
+        );
+        let help = Command::parse("/help", None);
+        assert_eq!(Command::recorded_text(help.as_ref(), "/help"), "/help");
+    }
+
+    #[test]
     fn unknown_commands_are_recognised_as_such() {
         assert_eq!(
             Command::parse("/frobnicate", None),
