@@ -427,12 +427,19 @@ impl Runner {
             });
         }
         let sender = lock(&self.inner.senders).get(&row.platform).cloned();
-        let result = match sender {
-            Some(sender) => self.send_with_retries(sender.as_ref(), row, chat).await,
-            None if LocalPlatform::of(&row.platform).is_some() => Ok(None),
+        let result = match (sender, chat) {
+            (Some(sender), Ok(chat)) => {
+                let message = outbound_of(chat, row);
+                self.send_with_retries(sender.as_ref(), row, &message).await
+            }
+            (Some(_), Err(err)) => {
+                tracing::error!(outbox_id = row.id, error = %err, "outbox row has invalid ids");
+                Err(Undelivered::Permanent)
+            }
+            (None, _) if LocalPlatform::of(&row.platform).is_some() => Ok(None),
             // No adapter for this platform in this process: another instance
             // (or a later start) delivers it.
-            None => return None,
+            (None, _) => return None,
         };
         let mut marked = Batch::new();
         match result {
@@ -450,18 +457,11 @@ impl Runner {
         &self,
         sender: &dyn PlatformSender,
         row: &OutboxRow,
-        chat: Result<&ChatRef, &IdError>,
+        message: &OutboundMessage,
     ) -> Result<Option<String>, Undelivered> {
-        let message = match chat {
-            Ok(chat) => outbound_of(chat, row),
-            Err(err) => {
-                tracing::error!(outbox_id = row.id, error = %err, "outbox row has invalid ids");
-                return Err(Undelivered::Permanent);
-            }
-        };
         let mut delay = Duration::from_millis(500);
         for attempt in 1..=SEND_ATTEMPTS {
-            match sender.send(&message).await {
+            match sender.send(message).await {
                 Ok(receipt) => return Ok(receipt.message_ids.first().cloned()),
                 Err(SendError::Permanent(reason)) => {
                     tracing::error!(outbox_id = row.id, %reason, "reply cannot be delivered");

@@ -162,15 +162,10 @@ impl SessionService {
             )
             .await?;
         let answered = pairing.is_some() || command.as_ref().is_some_and(|c| !c.is_queued());
-        let status = if answered {
-            InboundStatus::Command
-        } else {
-            InboundStatus::Pending
-        };
         let record = new_inbound(
             &message,
             &place.session_id,
-            status,
+            answered,
             command.as_ref(),
             identity.principal,
         );
@@ -296,14 +291,21 @@ fn chat_of(message: &InboundMessage) -> ChatRef {
     }
 }
 
-/// The inbound record of a message (a `/link CODE` without its code).
+/// The inbound record of a message (a `/link CODE` without its code):
+/// `answered` at once (a command, a pairing greeting), or waiting for its
+/// session's runner.
 fn new_inbound(
     message: &InboundMessage,
     session_id: &str,
-    status: InboundStatus,
+    answered: bool,
     command: Option<&Command>,
     principal: PrincipalId,
 ) -> NewInbound {
+    let status = if answered {
+        InboundStatus::Command
+    } else {
+        InboundStatus::Pending
+    };
     NewInbound {
         platform: message.platform.to_string(),
         account: message.account.to_string(),
