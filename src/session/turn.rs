@@ -88,7 +88,7 @@ impl TurnControl {
 
 /// How a turn ended: what its reply says ([`texts::turn_reply`]), the status
 /// its message is left in, and the outcome name stored with it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TurnOutcome {
     /// The model answered (`end` says whether it finished or summarised at
     /// the end of its budget).
