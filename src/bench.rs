@@ -23,6 +23,7 @@ use crate::llm::{
     ChatMessage, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind, StopReason,
     ToolCall, Usage,
 };
+use crate::session::local::LocalPlatform;
 use crate::session::service::SubmitOptions;
 
 /// Measured turns per session before moving to the next, so the history
@@ -247,7 +248,7 @@ async fn turn(gateway: &Gateway, chat: &str, index: usize) -> Result<Duration, B
 fn message(chat: &str, index: usize) -> Result<InboundMessage, String> {
     let err = |e: switchboard_contract::IdError| e.to_string();
     Ok(InboundMessage {
-        platform: PlatformName::parse("api").map_err(err)?,
+        platform: PlatformName::parse(LocalPlatform::Api.name()).map_err(err)?,
         account: AccountId::parse("bench").map_err(err)?,
         event_id: EventId::parse(format!("{chat}-{index}")).map_err(err)?,
         chat: ChatId::parse(chat).map_err(err)?,

@@ -13,6 +13,7 @@ use switchboard_contract::{
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::session::key::Origin;
+use crate::session::local::LocalPlatform;
 use crate::session::service::{Admission, SessionService, SubmitOptions};
 
 /// Why the chat stopped.
@@ -114,7 +115,7 @@ where
 
 fn origin(user: &str) -> Result<Origin, IdError> {
     Ok(Origin {
-        platform: PlatformName::parse("terminal")?,
+        platform: PlatformName::parse(LocalPlatform::Terminal.name())?,
         account: AccountId::parse("local")?,
         chat: ChatId::parse(user)?,
         thread: None,

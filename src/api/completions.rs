@@ -19,6 +19,7 @@ use switchboard_contract::{
 };
 
 use super::{ApiError, ApiState, SESSION_HEADER};
+use crate::session::local::LocalPlatform;
 use crate::session::runner::TurnReply;
 use crate::session::service::{Admission, ServiceError, SubmitOptions};
 use crate::store::InboundStatus;
@@ -296,7 +297,7 @@ fn inbound(
 ) -> Result<InboundMessage, ApiError> {
     let bad = |err: switchboard_contract::IdError| ApiError::BadRequest(err.to_string());
     Ok(InboundMessage {
-        platform: PlatformName::parse("api").map_err(bad)?,
+        platform: PlatformName::parse(LocalPlatform::Api.name()).map_err(bad)?,
         account: AccountId::parse("default").map_err(bad)?,
         event_id: EventId::parse(event_id).map_err(bad)?,
         chat: ChatId::parse(chat).map_err(bad)?,

@@ -14,19 +14,17 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use switchboard_contract::{
-    AccountId, ChatId, ChatRef, OutboundMessage, PlatformName, PlatformSender, SendError, ThreadId,
+    AccountId, ChatId, ChatRef, IdError, OutboundMessage, PlatformName, PlatformSender, SendError,
+    ThreadId,
 };
 use tokio::sync::{Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use super::local::LocalPlatform;
 use super::turn::{StopCause, TurnControl, TurnExecutor};
 use crate::store::{Batch, Claim, InboundRow, InboundStatus, OutboxRow, Store, StoreError};
-
-/// Platforms whose replies are handed to a waiting caller in this process
-/// (the HTTP API's request, the terminal) rather than sent to a platform.
-pub const LOCAL_PLATFORMS: [&str; 2] = ["api", "terminal"];
 
 /// How a turn ended, for whoever waits on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +42,16 @@ enum Drained {
     LeaseReleased,
     /// Shutting down; the lease is still held.
     Stopped,
+}
+
+/// Why a reply was not delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Undelivered {
+    /// The platform refused it for good, or its stored ids are invalid: the
+    /// row is given up.
+    Permanent,
+    /// Every attempt failed transiently: the next pump tries again.
+    Transient,
 }
 
 /// Delivery attempts per outbox row before it waits for the next pump.
@@ -153,7 +161,7 @@ impl Runner {
         }
         for row in self.inner.store.pending_outbox(1000).await? {
             // Nobody waits for these any more; the status only feeds waiters.
-            self.deliver(&row, InboundStatus::Done).await;
+            self.deliver_stored(&row, InboundStatus::Done).await;
         }
         Ok(())
     }
@@ -165,7 +173,7 @@ impl Runner {
     pub async fn retry_undelivered(&self) -> Result<usize, StoreError> {
         let rows = self.inner.store.retryable_outbox(100).await?;
         for row in &rows {
-            self.deliver(row, InboundStatus::Done).await;
+            self.deliver_stored(row, InboundStatus::Done).await;
         }
         Ok(rows.len())
     }
@@ -280,7 +288,14 @@ impl Runner {
             };
             let trace_id = uuid::Uuid::now_v7().to_string();
             let span = tracing::info_span!("turn", trace_id = %trace_id, inbound_id = inbound.id);
-            let typing = self.typing_indicator(&inbound);
+            // The reply goes back to the chat the message came from.
+            let chat = stored_chat(
+                &inbound.platform,
+                &inbound.account,
+                &inbound.chat_id,
+                inbound.thread_id.as_deref(),
+            );
+            let typing = self.typing_indicator(&inbound.platform, chat.as_ref().ok());
             let control = Arc::new(TurnControl::default());
             lock(&self.inner.running).insert(session_id.to_owned(), Arc::clone(&control));
             let turn = self
@@ -296,7 +311,7 @@ impl Runner {
             let (row, status) = result?;
             // The reply's delivery status, committed with the next claim.
             let delivered = self
-                .hand_out(&row, status)
+                .hand_out(&row, chat.as_ref(), status)
                 .instrument(span)
                 .await
                 .unwrap_or_default();
@@ -316,18 +331,14 @@ impl Runner {
 
     /// Repeats the platform's typing indicator while a turn runs; the caller
     /// aborts the returned task when the turn ends.
-    fn typing_indicator(&self, inbound: &InboundRow) -> Option<tokio::task::JoinHandle<()>> {
-        let sender = lock(&self.inner.senders).get(&inbound.platform).cloned()?;
+    fn typing_indicator(
+        &self,
+        platform: &str,
+        chat: Option<&ChatRef>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let sender = lock(&self.inner.senders).get(platform).cloned()?;
         let every = sender.typing_interval()?;
-        let chat = ChatRef {
-            platform: PlatformName::parse(&inbound.platform).ok()?,
-            account: AccountId::parse(&inbound.account).ok()?,
-            chat: ChatId::parse(&inbound.chat_id).ok()?,
-            thread: match &inbound.thread_id {
-                Some(thread) => Some(ThreadId::parse(thread).ok()?),
-                None => None,
-            },
-        };
+        let chat = chat?.clone();
         Some(tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             loop {
@@ -364,9 +375,31 @@ impl Runner {
         }
     }
 
-    /// Hands a reply to its waiter and its platform, then marks it sent.
-    pub async fn deliver(&self, row: &OutboxRow, status: InboundStatus) {
-        if let Some(marked) = self.hand_out(row, status).await
+    /// Hands a reply to its waiter and to `chat` (where the row says it
+    /// goes, its ids checked), then marks it sent.
+    pub async fn deliver_to(&self, chat: &ChatRef, row: &OutboxRow, status: InboundStatus) {
+        self.deliver(row, Ok(chat), status).await;
+    }
+
+    /// Hands a reply read back from the database to its waiter and its
+    /// platform, then marks it sent.
+    async fn deliver_stored(&self, row: &OutboxRow, status: InboundStatus) {
+        let chat = stored_chat(
+            &row.platform,
+            &row.account,
+            &row.chat_id,
+            row.thread_id.as_deref(),
+        );
+        self.deliver(row, chat.as_ref(), status).await;
+    }
+
+    async fn deliver(
+        &self,
+        row: &OutboxRow,
+        chat: Result<&ChatRef, &IdError>,
+        status: InboundStatus,
+    ) {
+        if let Some(marked) = self.hand_out(row, chat, status).await
             && let Err(err) = self.inner.store.write(marked).await
         {
             tracing::error!(error = %err, outbox_id = row.id, "outbox status not recorded");
@@ -375,8 +408,14 @@ impl Runner {
 
     /// Hands a reply to its waiter and its platform; returns the write that
     /// records the outcome (sent, or a failed attempt), or `None` when no
-    /// adapter for its platform runs in this process.
-    async fn hand_out(&self, row: &OutboxRow, status: InboundStatus) -> Option<Batch> {
+    /// adapter for its platform runs in this process. `chat` is where it
+    /// goes, or why the stored ids it was read from are invalid.
+    async fn hand_out(
+        &self,
+        row: &OutboxRow,
+        chat: Result<&ChatRef, &IdError>,
+        status: InboundStatus,
+    ) -> Option<Batch> {
         if let Some(waiter) = lock(&self.inner.waiters).remove(&row.inbound_id) {
             // The receiver may be gone (the client hung up); the reply stays
             // in the history either way.
@@ -388,38 +427,45 @@ impl Runner {
             });
         }
         let sender = lock(&self.inner.senders).get(&row.platform).cloned();
-        let result = match sender {
-            Some(sender) => self.send_with_retries(sender.as_ref(), row).await,
-            None if LOCAL_PLATFORMS.contains(&row.platform.as_str()) => Ok(None),
+        let result = match (sender, chat) {
+            (Some(sender), Ok(chat)) => {
+                let message = outbound_of(chat, row);
+                self.send_with_retries(sender.as_ref(), row, &message).await
+            }
+            (Some(_), Err(err)) => {
+                tracing::error!(outbox_id = row.id, error = %err, "outbox row has invalid ids");
+                Err(Undelivered::Permanent)
+            }
+            (None, _) if LocalPlatform::of(&row.platform).is_some() => Ok(None),
             // No adapter for this platform in this process: another instance
             // (or a later start) delivers it.
-            None => return None,
+            (None, _) => return None,
         };
         let mut marked = Batch::new();
         match result {
             Ok(message_id) => marked.mark_outbox_sent(row.id, message_id.as_deref()),
-            Err(permanent) => marked.mark_outbox_attempt_failed(row.id, permanent),
+            Err(failure) => {
+                marked.mark_outbox_attempt_failed(row.id, failure == Undelivered::Permanent);
+            }
         }
         Some(marked)
     }
 
-    /// Sends with retries; `Err(true)` when the failure is permanent.
+    /// Sends with retries; returns the platform's id of the (first) message
+    /// sent.
     async fn send_with_retries(
         &self,
         sender: &dyn PlatformSender,
         row: &OutboxRow,
-    ) -> Result<Option<String>, bool> {
-        let Some(message) = outbound_of(row) else {
-            tracing::error!(outbox_id = row.id, "outbox row has invalid ids");
-            return Err(true);
-        };
+        message: &OutboundMessage,
+    ) -> Result<Option<String>, Undelivered> {
         let mut delay = Duration::from_millis(500);
         for attempt in 1..=SEND_ATTEMPTS {
-            match sender.send(&message).await {
+            match sender.send(message).await {
                 Ok(receipt) => return Ok(receipt.message_ids.first().cloned()),
                 Err(SendError::Permanent(reason)) => {
                     tracing::error!(outbox_id = row.id, %reason, "reply cannot be delivered");
-                    return Err(true);
+                    return Err(Undelivered::Permanent);
                 }
                 Err(SendError::RetryAfter(wait)) => {
                     tracing::warn!(outbox_id = row.id, attempt, ?wait, "platform rate limit");
@@ -432,23 +478,37 @@ impl Runner {
                 }
             }
         }
-        Err(false)
+        Err(Undelivered::Transient)
     }
 }
 
-fn outbound_of(row: &OutboxRow) -> Option<OutboundMessage> {
-    Some(OutboundMessage {
+/// The chat a stored row names, its ids checked again (the database holds
+/// them as text).
+fn stored_chat(
+    platform: &str,
+    account: &str,
+    chat: &str,
+    thread: Option<&str>,
+) -> Result<ChatRef, IdError> {
+    Ok(ChatRef {
+        platform: PlatformName::parse(platform)?,
+        account: AccountId::parse(account)?,
+        chat: ChatId::parse(chat)?,
+        thread: thread.map(ThreadId::parse).transpose()?,
+    })
+}
+
+/// The message that delivers an outbox row to `chat`.
+fn outbound_of(chat: &ChatRef, row: &OutboxRow) -> OutboundMessage {
+    OutboundMessage {
         idempotency_key: row.idempotency_key(),
-        platform: PlatformName::parse(&row.platform).ok()?,
-        account: AccountId::parse(&row.account).ok()?,
-        chat: ChatId::parse(&row.chat_id).ok()?,
-        thread: match &row.thread_id {
-            Some(thread) => Some(ThreadId::parse(thread).ok()?),
-            None => None,
-        },
+        platform: chat.platform.clone(),
+        account: chat.account.clone(),
+        chat: chat.chat.clone(),
+        thread: chat.thread.clone(),
         reply_to: row.reply_to.clone(),
         text: row.text.clone(),
-    })
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -8,58 +8,28 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::commands::Command;
+use super::commands::Task;
+use super::texts;
+use crate::agent::Agent;
 use crate::agent::cache::AgentCache;
-use crate::agent::context::{self, CompactError, Summariser};
+use crate::agent::context::{self, CompactError, ContextPolicy, Summariser};
 use crate::agent::run::{
-    InterruptedRound, LoopEnv, LoopError, SpendLimit, TaskLimits, run_loop, warn_at_80_percent,
+    InterruptedRound, LoopEnd, LoopEnv, LoopError, LoopOutcome, SpendLimit, TaskLimits, run_loop,
+    warn_at_80_percent,
 };
 use crate::agent::wallet::{Budget, Purse, Wallet};
 use crate::config::{AgentSettings, ContextSettings, LimitSettings};
 use crate::llm::ChatMessage;
 use crate::store::{
-    Batch, InboundRow, InboundStatus, NewMessage, OutboxRow, SessionView, Store, StoreError,
-    TurnEnd, WireEntry,
+    Batch, InboundRow, InboundStatus, NewMessage, OutboxRow, SessionRow, SessionView, Store,
+    StoreError, TurnEnd, WireEntry,
 };
 use crate::tools::ToolRegistry;
 use crate::usage::Price;
 
-/// The last tool round, if a crash cut it short: the history ends with an
-/// assistant entry asking for tools followed by fewer results than calls.
-fn interrupted_round(stored: &[WireEntry]) -> Option<InterruptedRound> {
-    let last_request = stored
-        .iter()
-        .rposition(|entry| !matches!(entry.message, ChatMessage::Tool { .. }))?;
-    let entry = &stored[last_request];
-    let ChatMessage::Assistant { tool_calls, .. } = &entry.message else {
-        return None;
-    };
-    if tool_calls.is_empty() {
-        return None;
-    }
-    let answered: Vec<String> = stored[last_request + 1..]
-        .iter()
-        .filter_map(|entry| match &entry.message {
-            ChatMessage::Tool { tool_call_id, .. } => Some(tool_call_id.clone()),
-            _ => None,
-        })
-        .collect();
-    if tool_calls.iter().all(|call| answered.contains(&call.id)) {
-        return None;
-    }
-    Some(InterruptedRound {
-        assistant_id: entry.id,
-        calls: tool_calls.clone(),
-        answered,
-    })
-}
-
 /// Tokens per character no real tokenizer exceeds for ordinary text; a view
 /// under the threshold at this ratio needs no calibrated estimate.
 const GENEROUS_RATIO: f64 = 0.5;
-
-/// Shown when the model returns nothing at all.
-const EMPTY_REPLY: &str = "(The model returned an empty reply.)";
 
 /// Runs turns; shared by all session workers.
 pub struct TurnExecutor {
@@ -116,46 +86,110 @@ impl TurnControl {
     }
 }
 
+/// How a turn ended: what its reply says ([`texts::turn_reply`]), the status
+/// its message is left in, and the outcome name stored with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnOutcome {
+    /// The model answered (`end` says whether it finished or summarised at
+    /// the end of its budget).
+    Answered { text: String, end: LoopEnd },
+    /// `/compact`: older history was summarised.
+    Compacted,
+    /// `/compact` on a conversation too short to summarise.
+    NothingToCompact,
+    /// `/compact` whose summary could not be made.
+    CompactionFailed,
+    /// `/compact` from a principal over its daily spend.
+    CompactionOverSpend,
+    /// The model could not be reached.
+    ModelError,
+    /// The task ran past its wall-clock limit of `secs` seconds.
+    TimeLimit { secs: u64 },
+    /// A newer message interrupted the task (`sessions.busy = "interrupt"`).
+    Interrupted,
+    /// `/stop`.
+    Cancelled,
+    /// The task's token limit; `reason` is the limit's own wording.
+    TokenLimit { reason: String },
+    /// The same tool result repeated; `reason` names the tool.
+    NoProgress { reason: String },
+    /// The principal's daily spend cap; `reason` names the cap.
+    SpendLimit { reason: String },
+    /// The step budget was spent before the model could answer.
+    BudgetExhausted,
+}
+
+impl TurnOutcome {
+    /// The status the turn's message is left in.
+    pub fn status(&self) -> InboundStatus {
+        match self {
+            Self::Answered { .. } => InboundStatus::Done,
+            Self::Compacted
+            | Self::NothingToCompact
+            | Self::CompactionFailed
+            | Self::CompactionOverSpend => InboundStatus::Command,
+            Self::ModelError
+            | Self::TimeLimit { .. }
+            | Self::Interrupted
+            | Self::Cancelled
+            | Self::TokenLimit { .. }
+            | Self::NoProgress { .. }
+            | Self::SpendLimit { .. }
+            | Self::BudgetExhausted => InboundStatus::Failed,
+        }
+    }
+
+    /// The outcome's name as stored on the message.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Answered { end, .. } => end.as_str(),
+            Self::Compacted | Self::NothingToCompact | Self::CompactionFailed => "compact",
+            Self::CompactionOverSpend | Self::SpendLimit { .. } => "spend_limit",
+            Self::ModelError => "model_error",
+            Self::TimeLimit { .. } => "time_limit",
+            Self::Interrupted => "interrupted",
+            Self::Cancelled => "cancelled",
+            Self::TokenLimit { .. } => "token_limit",
+            Self::NoProgress { .. } => "no_progress",
+            Self::BudgetExhausted => "budget_exhausted",
+        }
+    }
+
+    /// The outcome of a loop that stopped without an answer; `cause` is why
+    /// a cancelled turn was stopped. A database failure stays an error.
+    fn of_error(
+        err: LoopError,
+        cause: Option<StopCause>,
+        time_limit: Duration,
+    ) -> Result<Self, StoreError> {
+        Ok(match err {
+            LoopError::Store(err) => return Err(err),
+            LoopError::Model(err) => {
+                tracing::error!(error = %err, "model call failed; the turn ends with an apology");
+                Self::ModelError
+            }
+            LoopError::Cancelled => match cause {
+                Some(StopCause::TimeLimit) => Self::TimeLimit {
+                    secs: time_limit.as_secs(),
+                },
+                Some(StopCause::Interrupted) => Self::Interrupted,
+                Some(StopCause::User) | None => Self::Cancelled,
+            },
+            err @ LoopError::TokenLimit { .. } => Self::TokenLimit {
+                reason: err.to_string(),
+            },
+            err @ LoopError::NoProgress { .. } => Self::NoProgress {
+                reason: err.to_string(),
+            },
+            err @ LoopError::SpendLimit { .. } => Self::SpendLimit {
+                reason: err.to_string(),
+            },
+            LoopError::NoBudget => Self::BudgetExhausted,
+        })
+    }
+}
+
 impl TurnExecutor {
-    /// The daily spend cap of the message's principal, with what it has
-    /// spent today (one query, only when a cap is configured).
-    async fn spend_limit(&self, principal: Option<i64>) -> Result<Option<SpendLimit>, StoreError> {
-        let daily = self.limits.principal_daily_usd;
-        let Some(principal) = principal.filter(|_| daily > 0.0) else {
-            return Ok(None);
-        };
-        #[allow(clippy::cast_possible_truncation)] // a dollar amount, far below 2^63 nanos
-        let daily_nanousd = (daily * 1e9).round() as i64;
-        let spent_before = self
-            .store
-            .principal_spend_since(principal, crate::store::start_of_today_ms())
-            .await?;
-        Ok(Some(SpendLimit {
-            daily_nanousd,
-            spent_before,
-        }))
-    }
-
-    /// Ends a `/compact` turn with its answer (no model reply).
-    async fn answer_compact(
-        &self,
-        inbound: &InboundRow,
-        reply: &str,
-        outcome: &str,
-    ) -> Result<(OutboxRow, InboundStatus), StoreError> {
-        let row = self
-            .store
-            .finish_turn(&TurnEnd {
-                inbound_id: inbound.id,
-                final_message: None,
-                reply,
-                status: InboundStatus::Command,
-                outcome,
-            })
-            .await?;
-        Ok((row, InboundStatus::Command))
-    }
-
     /// Runs the turn for one inbound message (already claimed) and returns
     /// its outbox row and how it ended.
     ///
@@ -166,6 +200,39 @@ impl TurnExecutor {
         inbound: &InboundRow,
         control: &TurnControl,
     ) -> Result<(OutboxRow, InboundStatus), StoreError> {
+        let mut turn = self.prepare(inbound).await?;
+        if let Some(answer) = self.compact(inbound, &mut turn).await? {
+            return self.finish(inbound, &answer, None, Batch::new()).await;
+        }
+        let task = self.start_task(inbound, control, turn).await?;
+        let time_limit = Duration::from_secs(self.limits.task_timeout_secs);
+        let purse = Arc::clone(&task.purse);
+        let result = run_within_limits(task, control, time_limit).await;
+        tracing::info!(model_calls = purse.task_calls(), "turn finished");
+        let (outcome, final_message, writes) = match result {
+            Ok(LoopOutcome {
+                final_message,
+                text,
+                end,
+                writes,
+            }) => (
+                TurnOutcome::Answered { text, end },
+                Some(final_message),
+                writes,
+            ),
+            Err(err) => (
+                TurnOutcome::of_error(err, control.cause(), time_limit)?,
+                None,
+                Batch::new(),
+            ),
+        };
+        self.finish(inbound, &outcome, final_message.as_ref(), writes)
+            .await
+    }
+
+    /// Loads the session and its history (compaction applied), the agent
+    /// for its model and tools, and the principal's spend so far.
+    async fn prepare(&self, inbound: &InboundRow) -> Result<Prepared, StoreError> {
         let SessionView {
             session,
             entries,
@@ -190,66 +257,93 @@ impl TurnExecutor {
                 self.registry.toolset(&known).unwrap_or_default()
             });
         let agent = self.cache.get(&session.model, &toolset).await;
-
         let policy = self.context.policy(&session.model);
-        let mut stored = context::apply(entries, compaction.as_ref());
-        let forced = Command::parse(&inbound.text, None) == Some(Command::Compact);
+        let stored = context::apply(entries, compaction.as_ref());
+        let spend = self.spend_limit(inbound.principal_id).await?;
+        Ok(Prepared {
+            session,
+            stored,
+            agent,
+            policy,
+            spend,
+        })
+    }
+
+    /// Compacts the history when `/compact` asks or the view nears the
+    /// model's context window. Returns the answer that ends a `/compact`
+    /// turn; an ordinary turn goes on with the compacted view.
+    async fn compact(
+        &self,
+        inbound: &InboundRow,
+        turn: &mut Prepared,
+    ) -> Result<Option<TurnOutcome>, StoreError> {
+        let forced = Task::of(&inbound.text) == Task::Compact;
         // A principal over its daily spend gets no model call at all, not
         // even a summary; the loop then ends the task with the message.
-        let spend = self.spend_limit(inbound.principal_id).await?;
-        let over_budget = spend.is_some_and(|limit| limit.spent_before >= limit.daily_nanousd);
+        let over_budget = turn
+            .spend
+            .is_some_and(|limit| limit.spent_before >= limit.daily_nanousd);
         if forced && over_budget {
-            return self
-                .answer_compact(
-                    inbound,
-                    "Compacting needs a model call, and today's spending limit is reached \
-                     (it resets at 00:00 UTC).",
-                    "spend_limit",
-                )
-                .await;
+            return Ok(Some(TurnOutcome::CompactionOverSpend));
         }
+        let system = &turn.session.system_prompt;
         // Calibrating costs a query; only a view that might be near the
         // threshold at a generous estimate needs it.
-        let near = policy.should_compact(&session.system_prompt, &stored, Some(GENEROUS_RATIO));
+        let near = turn
+            .policy
+            .should_compact(system, &turn.stored, Some(GENEROUS_RATIO));
         let ratio = if near {
-            self.store.tokens_per_char(&session.id).await?
+            self.store.tokens_per_char(&turn.session.id).await?
         } else {
             None
         };
-        if !over_budget
-            && (forced || (near && policy.should_compact(&session.system_prompt, &stored, ratio)))
-        {
-            let summariser = Summariser {
-                store: &self.store,
-                provider: agent.provider.as_ref(),
-                model: &agent.model,
-                session_id: &session.id,
-                task_id: Some(inbound.id),
-                principal_id: inbound.principal_id,
-                prices: &self.prices,
-            };
-            let compacted = match policy.compact(&summariser, &stored).await {
-                Ok(done) => Some(done),
-                Err(CompactError::Store(err)) => return Err(err),
-                Err(CompactError::Model(err)) => {
-                    tracing::warn!(error = %err, "compaction failed; continuing with the full history");
-                    None
-                }
-            };
-            if let Some(Some(compaction)) = &compacted {
-                stored = context::apply(stored, Some(compaction));
-            }
-            if forced {
-                let reply = match compacted {
-                    Some(Some(_)) => {
-                        "Older messages were summarised; the full history stays stored."
-                    }
-                    Some(None) => "The conversation is too short to compact.",
-                    None => "Compaction failed; the conversation is unchanged.",
-                };
-                return self.answer_compact(inbound, reply, "compact").await;
-            }
+        let due = forced || (near && turn.policy.should_compact(system, &turn.stored, ratio));
+        if over_budget || !due {
+            return Ok(None);
         }
+        let summariser = Summariser {
+            store: &self.store,
+            provider: turn.agent.provider.as_ref(),
+            model: &turn.agent.model,
+            session_id: &turn.session.id,
+            task_id: Some(inbound.id),
+            principal_id: inbound.principal_id,
+            prices: &self.prices,
+        };
+        let compacted = match turn.policy.compact(&summariser, &turn.stored).await {
+            Ok(done) => Some(done),
+            Err(CompactError::Store(err)) => return Err(err),
+            Err(CompactError::Model(err)) => {
+                tracing::warn!(error = %err, "compaction failed; continuing with the full history");
+                None
+            }
+        };
+        if let Some(Some(compaction)) = &compacted {
+            turn.stored = context::apply(std::mem::take(&mut turn.stored), Some(compaction));
+        }
+        Ok(forced.then_some(match compacted {
+            Some(Some(_)) => TurnOutcome::Compacted,
+            Some(None) => TurnOutcome::NothingToCompact,
+            None => TurnOutcome::CompactionFailed,
+        }))
+    }
+
+    /// Opens the task: settles model calls a restart cut short, stages the
+    /// task's message (committed with its first model call), and opens its
+    /// purse with what the task has left.
+    async fn start_task(
+        &self,
+        inbound: &InboundRow,
+        control: &TurnControl,
+        turn: Prepared,
+    ) -> Result<StartedTask, StoreError> {
+        let Prepared {
+            session,
+            stored,
+            agent,
+            policy,
+            spend,
+        } = turn;
         let asked = stored.iter().any(|entry| {
             entry.task_id == Some(inbound.id) && matches!(entry.message, ChatMessage::User { .. })
         });
@@ -264,7 +358,6 @@ impl TurnExecutor {
         }
         let interrupted = interrupted_round(&stored);
         let mut history: Vec<ChatMessage> = stored.into_iter().map(|entry| entry.message).collect();
-        // The task's message is committed with its first model call.
         let mut first_writes = Batch::new();
         if !asked {
             let user = ChatMessage::User {
@@ -278,8 +371,37 @@ impl TurnExecutor {
             ))?;
             history.push(user);
         }
+        let env = Arc::new(self.loop_env(inbound, control, &session, policy, spend));
+        // A resumed task (its message was stored by an earlier run) keeps
+        // spending from what it had left.
+        let spent = if asked {
+            self.store.task_usage(inbound.id).await?.calls
+        } else {
+            0
+        };
+        let budget = u64::from(self.agent.max_iterations).saturating_sub(spent);
+        let purse = Arc::new(Wallet::open(u32::try_from(budget).unwrap_or(0)));
+        let _ = control.purse.set(Arc::clone(&purse));
+        Ok(StartedTask {
+            agent,
+            env,
+            purse,
+            history,
+            interrupted,
+            first_writes,
+        })
+    }
 
-        let env = Arc::new(LoopEnv {
+    /// What the agent loop of this task runs with.
+    fn loop_env(
+        &self,
+        inbound: &InboundRow,
+        control: &TurnControl,
+        session: &SessionRow,
+        policy: ContextPolicy,
+        spend: Option<SpendLimit>,
+    ) -> LoopEnv {
+        LoopEnv {
             store: self.store.clone(),
             session_id: session.id.clone(),
             task_id: inbound.id,
@@ -299,138 +421,182 @@ impl TurnExecutor {
                 spend,
             },
             cancel: control.token.clone(),
-            context: Some(policy.clone()),
-        });
-        // A resumed task (its message was stored by an earlier run) keeps
-        // spending from what it had left.
-        let spent = if asked {
-            self.store.task_usage(inbound.id).await?.calls
-        } else {
-            0
-        };
-        let budget = u64::from(self.agent.max_iterations).saturating_sub(spent);
-        let purse = Arc::new(Wallet::open(u32::try_from(budget).unwrap_or(0)));
-        let _ = control.purse.set(Arc::clone(&purse));
-        let run = run_loop(
-            agent,
-            env,
-            Arc::clone(&purse),
-            history,
-            interrupted,
-            first_writes,
-        );
-        let mut run = std::pin::pin!(run);
-        let time_limit = Duration::from_secs(self.limits.task_timeout_secs);
-        let warn_at = time_limit.mul_f64(0.8);
-        let result = tokio::select! {
-            result = &mut run => result,
-            () = async {
-                tokio::time::sleep(warn_at).await;
-                let secs = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-                warn_at_80_percent(&purse, Budget::Time, secs(warn_at), secs(time_limit));
-                tokio::time::sleep(time_limit.saturating_sub(warn_at)).await;
-            } => {
-                tracing::warn!(limit_secs = time_limit.as_secs(), "task time limit reached");
-                control.stop(StopCause::TimeLimit);
-                // The loop winds down on its own, recording a result for
-                // every call in flight, so the history stays valid.
-                run.await
-            }
-        };
-        let mut result = match result {
-            Err(LoopError::Store(err)) => return Err(err),
-            other => other,
-        };
-        // The final model call's outcome commits with the reply.
-        let writes = match &mut result {
-            Ok(outcome) => std::mem::take(&mut outcome.writes),
-            Err(_) => Batch::new(),
-        };
-        tracing::info!(model_calls = purse.task_calls(), "turn finished");
-        let limit_reply;
-        let (final_message, reply, status, outcome) = match &result {
-            Ok(outcome) => (
-                Some(&outcome.final_message),
-                if outcome.text.trim().is_empty() {
-                    EMPTY_REPLY
-                } else {
-                    outcome.text.as_str()
-                },
-                InboundStatus::Done,
-                outcome.end.as_str(),
-            ),
-            Err(LoopError::Model(err)) => {
-                tracing::error!(error = %err, "model call failed; the turn ends with an apology");
-                (
-                    None,
-                    "Sorry, the model could not be reached, so this message was not answered. \
-                     Please try again in a moment.",
-                    InboundStatus::Failed,
-                    "model_error",
-                )
-            }
-            Err(LoopError::Cancelled) => match control.cause() {
-                Some(StopCause::TimeLimit) => {
-                    limit_reply = format!(
-                        "Stopped: this task ran longer than its {}-second limit.",
-                        time_limit.as_secs()
-                    );
-                    (
-                        None,
-                        limit_reply.as_str(),
-                        InboundStatus::Failed,
-                        "time_limit",
-                    )
-                }
-                Some(StopCause::Interrupted) => (
-                    None,
-                    "Stopped to handle your newer message.",
-                    InboundStatus::Failed,
-                    "interrupted",
-                ),
-                _ => (
-                    None,
-                    "Stopped, as you asked.",
-                    InboundStatus::Failed,
-                    "cancelled",
-                ),
-            },
-            Err(err @ (LoopError::TokenLimit { .. } | LoopError::NoProgress { .. })) => {
-                limit_reply = format!("Stopped: {err}. Ask again to continue.");
-                let outcome = if matches!(err, LoopError::TokenLimit { .. }) {
-                    "token_limit"
-                } else {
-                    "no_progress"
-                };
-                (None, limit_reply.as_str(), InboundStatus::Failed, outcome)
-            }
-            Err(err @ LoopError::SpendLimit { .. }) => {
-                limit_reply = format!("Stopped: {err}.");
-                (
-                    None,
-                    limit_reply.as_str(),
-                    InboundStatus::Failed,
-                    "spend_limit",
-                )
-            }
-            Err(LoopError::NoBudget | LoopError::Store(_)) => (
-                None,
-                "Sorry, this task used up its step budget before an answer was ready.",
-                InboundStatus::Failed,
-                "budget_exhausted",
-            ),
-        };
-        if status == InboundStatus::Failed {
-            tracing::warn!(outcome, "turn ended by a limit or failure");
+            context: Some(policy),
         }
+    }
+
+    /// The daily spend cap of the message's principal, with what it has
+    /// spent today (one query, only when a cap is configured).
+    async fn spend_limit(&self, principal: Option<i64>) -> Result<Option<SpendLimit>, StoreError> {
+        let daily = self.limits.principal_daily_usd;
+        let Some(principal) = principal.filter(|_| daily > 0.0) else {
+            return Ok(None);
+        };
+        // A dollar amount, far below 2^63 nano-dollars.
+        let daily_nanousd = (daily * 1e9).round() as i64;
+        let spent_before = self
+            .store
+            .principal_spend_since(principal, crate::store::start_of_today_ms())
+            .await?;
+        Ok(Some(SpendLimit {
+            daily_nanousd,
+            spent_before,
+        }))
+    }
+
+    /// Ends the turn in one transaction: `writes` (the final model call's
+    /// outcome), the final assistant entry, the reply in the outbox, and the
+    /// message's status and outcome.
+    async fn finish(
+        &self,
+        inbound: &InboundRow,
+        outcome: &TurnOutcome,
+        final_message: Option<&NewMessage>,
+        writes: Batch,
+    ) -> Result<(OutboxRow, InboundStatus), StoreError> {
+        let status = outcome.status();
+        if status == InboundStatus::Failed {
+            tracing::warn!(
+                outcome = outcome.as_str(),
+                "turn ended by a limit or failure"
+            );
+        }
+        let reply = texts::turn_reply(outcome);
         let end = TurnEnd {
             inbound_id: inbound.id,
             final_message,
-            reply,
+            reply: &reply,
             status,
-            outcome,
+            outcome: outcome.as_str(),
         };
         let row = self.store.finish_turn_with(&end, writes).await?;
-        Ok((row, end.status))
+        Ok((row, status))
+    }
+}
+
+/// A turn's session, loaded.
+struct Prepared {
+    session: SessionRow,
+    /// The wire view of the history (compaction applied).
+    stored: Vec<WireEntry>,
+    agent: Arc<Agent>,
+    policy: ContextPolicy,
+    spend: Option<SpendLimit>,
+}
+
+/// A task ready for the agent loop.
+struct StartedTask {
+    agent: Arc<Agent>,
+    env: Arc<LoopEnv>,
+    purse: Arc<Purse>,
+    history: Vec<ChatMessage>,
+    interrupted: Option<InterruptedRound>,
+    /// The task's message, committed with the first model call.
+    first_writes: Batch,
+}
+
+/// Runs the agent loop under the task's wall-clock limit: a warning at 80%,
+/// then the turn is stopped and the loop winds down on its own.
+async fn run_within_limits(
+    task: StartedTask,
+    control: &TurnControl,
+    time_limit: Duration,
+) -> Result<LoopOutcome, LoopError> {
+    let StartedTask {
+        agent,
+        env,
+        purse,
+        history,
+        interrupted,
+        first_writes,
+    } = task;
+    let run = run_loop(
+        agent,
+        env,
+        Arc::clone(&purse),
+        history,
+        interrupted,
+        first_writes,
+    );
+    let mut run = std::pin::pin!(run);
+    let warn_at = time_limit.mul_f64(0.8);
+    tokio::select! {
+        result = &mut run => result,
+        () = async {
+            tokio::time::sleep(warn_at).await;
+            let secs = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            warn_at_80_percent(&purse, Budget::Time, secs(warn_at), secs(time_limit));
+            tokio::time::sleep(time_limit.saturating_sub(warn_at)).await;
+        } => {
+            tracing::warn!(limit_secs = time_limit.as_secs(), "task time limit reached");
+            control.stop(StopCause::TimeLimit);
+            // The loop winds down on its own, recording a result for
+            // every call in flight, so the history stays valid.
+            run.await
+        }
+    }
+}
+
+/// The last tool round, if a crash cut it short: the history ends with an
+/// assistant entry asking for tools followed by fewer results than calls.
+fn interrupted_round(stored: &[WireEntry]) -> Option<InterruptedRound> {
+    let last_request = stored
+        .iter()
+        .rposition(|entry| !matches!(entry.message, ChatMessage::Tool { .. }))?;
+    let entry = &stored[last_request];
+    let ChatMessage::Assistant { tool_calls, .. } = &entry.message else {
+        return None;
+    };
+    if tool_calls.is_empty() {
+        return None;
+    }
+    let answered: Vec<String> = stored[last_request + 1..]
+        .iter()
+        .filter_map(|entry| match &entry.message {
+            ChatMessage::Tool { tool_call_id, .. } => Some(tool_call_id.clone()),
+            _ => None,
+        })
+        .collect();
+    if tool_calls.iter().all(|call| answered.contains(&call.id)) {
+        return None;
+    }
+    Some(InterruptedRound {
+        assistant_id: entry.id,
+        calls: tool_calls.clone(),
+        answered,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compaction_answers_are_commands_and_limits_are_failures() {
+        assert_eq!(TurnOutcome::Compacted.status(), InboundStatus::Command);
+        assert_eq!(TurnOutcome::Compacted.as_str(), "compact");
+        assert_eq!(TurnOutcome::CompactionOverSpend.as_str(), "spend_limit");
+        assert_eq!(TurnOutcome::Cancelled.status(), InboundStatus::Failed);
+        let answered = TurnOutcome::Answered {
+            text: "hi".to_owned(),
+            end: LoopEnd::BudgetExhausted,
+        };
+        assert_eq!(answered.status(), InboundStatus::Done);
+        assert_eq!(answered.as_str(), "budget_exhausted");
+    }
+
+    #[test]
+    fn a_cancelled_loop_reports_why_it_was_stopped() {
+        let limit = Duration::from_secs(90);
+        let of = |cause| TurnOutcome::of_error(LoopError::Cancelled, cause, limit).ok();
+        assert_eq!(
+            of(Some(StopCause::TimeLimit)),
+            Some(TurnOutcome::TimeLimit { secs: 90 })
+        );
+        assert_eq!(
+            of(Some(StopCause::Interrupted)),
+            Some(TurnOutcome::Interrupted)
+        );
+        assert_eq!(of(None), Some(TurnOutcome::Cancelled));
     }
 }

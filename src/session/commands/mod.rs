@@ -1,6 +1,18 @@
 //! Chat commands: the same on every platform, answered by the gateway without
 //! a model call. `/cmd@botname` is understood; unknown commands get help
 //! instead of reaching the model.
+//!
+//! This module is the one place that reads commands: [`Command::parse`]
+//! parses them, [`Commands::run`] answers each one, and [`Task::of`] tells a
+//! queued task whether it is a `/compact` (which needs a model call, so it
+//! waits its turn in the session's queue) or ordinary text. `/retry` turns
+//! its own message into a task asking the last question again.
+
+mod dispatch;
+
+pub use dispatch::{Answer, CommandSettings, Commands, Context, Dispatched};
+
+use super::texts;
 
 /// A parsed command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,23 +52,43 @@ pub enum Command {
     Unknown(String),
 }
 
-/// The help text listing the commands.
-pub const HELP: &str = "Commands:\n\
-    /help: this list\n\
-    /new: start a fresh conversation in this chat\n\
-    /status: show this conversation's id, model and token use\n\
-    /stop: stop the task that is running\n\
-    /compact: summarise older messages to free up context\n\
-    /sessions: list your recent conversations; /resume ID: continue one here\n\
-    /title TEXT: name this conversation\n\
-    /model [NAME]: show or switch this conversation's model\n\
-    /usage: your tokens today and the share read from the provider cache\n\
-    /retry: answer your last message again; /undo: forget the last exchange\n\
-    /link: get a code to link another account; /link CODE: link this account\n\
-    /unlink: detach this account from the others\n\
-    Anything else goes to the assistant.";
+/// What a queued message asks its turn to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Task {
+    /// Answer the text (the model sees it).
+    Message,
+    /// `/compact`: summarise older history now, then answer with the result.
+    Compact,
+}
+
+impl Task {
+    /// The task of a queued message's text.
+    pub fn of(text: &str) -> Self {
+        match Command::parse(text, None) {
+            Some(Command::Compact) => Self::Compact,
+            _ => Self::Message,
+        }
+    }
+}
 
 impl Command {
+    /// Whether the message runs as a queued task of its session (`/compact`,
+    /// which needs a model call) rather than being answered at once.
+    pub fn is_queued(&self) -> bool {
+        matches!(self, Self::Compact)
+    }
+
+    /// The text recorded for a message that is this command. A `/link CODE`
+    /// is recorded without its code: a live code is a credential until
+    /// redeemed (and stays one when the redemption is refused, e.g.
+    /// rate-limited or sent in a group).
+    pub fn recorded_text<'a>(command: Option<&Self>, text: &'a str) -> &'a str {
+        match command {
+            Some(Self::Link(Some(_))) => texts::LINK_REDEEM_STORED,
+            _ => text,
+        }
+    }
+
     /// Parses `text` as a command. `bot_name`, when known, lets
     /// `/cmd@botname` through and makes `/cmd@otherbot` not a command for us
     /// (returned as `None`, like ordinary text).
@@ -139,6 +171,27 @@ mod tests {
             Command::parse("/resume ", None),
             Some(Command::Resume(None))
         );
+    }
+
+    #[test]
+    fn only_compact_is_a_compact_task() {
+        assert_eq!(Task::of("/compact"), Task::Compact);
+        assert_eq!(Task::of("/compact@bot now"), Task::Compact);
+        assert_eq!(Task::of("/compacted"), Task::Message);
+        assert_eq!(Task::of("please /compact"), Task::Message);
+        assert!(Command::Compact.is_queued());
+        assert!(!Command::Retry.is_queued());
+    }
+
+    #[test]
+    fn link_codes_are_not_recorded() {
+        let link = Command::parse("/link ABCD2345", None);
+        assert_eq!(
+            Command::recorded_text(link.as_ref(), "/link ABCD2345"),
+            "/link (code not stored)"
+        );
+        let help = Command::parse("/help", None);
+        assert_eq!(Command::recorded_text(help.as_ref(), "/help"), "/help");
     }
 
     #[test]

@@ -1,0 +1,389 @@
+//! Answering commands: one match over [`Command`], and a handler for each
+//! command that needs more than a line.
+//!
+//! Identity commands (`/link`, `/unlink`, `/sessions`, `/resume`, `/usage`)
+//! answer in direct chats only: group chats never reach a principal's own
+//! sessions.
+
+use super::Command;
+use crate::config::Settings;
+use crate::session::access::{Access, Decision};
+use crate::session::link::{CODE_TTL, FAILURE_WINDOW, LinkCode, MAX_FAILURES};
+use crate::session::routing::{Place, Routing};
+use crate::session::runner::Runner;
+use crate::session::texts;
+use crate::session::turn::StopCause;
+use crate::store::{Identity, Redemption, Store, StoreError, now_ms, start_of_today_ms};
+
+/// What commands act on: the service's parts, borrowed for one message.
+pub struct Commands<'a> {
+    pub store: &'a Store,
+    pub runner: &'a Runner,
+    pub access: &'a Access,
+    pub routing: &'a Routing,
+    pub settings: &'a CommandSettings,
+}
+
+/// The settings commands read.
+#[derive(Debug, Clone)]
+pub struct CommandSettings {
+    /// The model new sessions start with (`llm.model`).
+    pub model: String,
+    /// Models `/model` may switch to: `llm.model` and `llm.extra_models`.
+    pub models: Vec<String>,
+    /// Model calls each message may use, for `/status`.
+    pub max_iterations: u32,
+    /// A principal's daily spend cap in dollars (0: none), for `/usage`.
+    pub daily_usd: f64,
+}
+
+/// Who sent a command, from where, and the session the chat is on.
+pub struct Context<'a> {
+    /// The command's own recorded message.
+    pub inbound_id: i64,
+    pub identity: Identity,
+    pub place: &'a Place,
+    /// The message is routed by its chat alone (see `SubmitOptions`).
+    pub own_chat: bool,
+}
+
+/// What became of a command.
+#[derive(Debug)]
+pub enum Dispatched {
+    /// Answered; the chat is on `session_id` afterwards.
+    Answer { session_id: String, answer: Answer },
+    /// The message runs as a task of its session, like ordinary text
+    /// (`/compact`, which needs a model call).
+    Queue,
+    /// `/retry`: the message became a task asking the last question again.
+    Retried,
+}
+
+/// A command's answer. `stored`, when set, is what the outbox keeps instead
+/// of `text`, which holds a secret (a link code): the chat gets `text` now,
+/// and a delivery retried from the outbox sends `stored`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub text: String,
+    pub stored: Option<String>,
+}
+
+impl From<String> for Answer {
+    fn from(text: String) -> Self {
+        Self { text, stored: None }
+    }
+}
+
+impl From<&str> for Answer {
+    fn from(text: &str) -> Self {
+        text.to_owned().into()
+    }
+}
+
+/// Sessions `/sessions` lists.
+const SESSIONS_LISTED: i64 = 10;
+/// Longest title kept, in characters.
+const TITLE_MAX_CHARS: usize = 200;
+
+impl CommandSettings {
+    /// Reads `llm.model`, `llm.extra_models`, `agent.max_iterations` and
+    /// `limits.principal_daily_usd`.
+    pub fn new(settings: &Settings) -> Self {
+        let model = settings.llm.model.clone();
+        let mut models = vec![model.clone()];
+        models.extend(
+            settings
+                .llm
+                .extra_models
+                .iter()
+                .filter(|m| **m != model)
+                .cloned(),
+        );
+        Self {
+            model,
+            models,
+            max_iterations: settings.agent.max_iterations,
+            daily_usd: settings.limits.principal_daily_usd,
+        }
+    }
+}
+
+impl Commands<'_> {
+    /// Runs a command.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn run(
+        &self,
+        command: Command,
+        context: &Context<'_>,
+    ) -> Result<Dispatched, StoreError> {
+        let session_id = context.place.session_id.as_str();
+        let identity_command = matches!(
+            command,
+            Command::Link(_)
+                | Command::Unlink
+                | Command::Sessions
+                | Command::Resume(_)
+                | Command::Usage
+        );
+        if identity_command && !context.place.direct {
+            return Ok(stay(context, texts::DIRECT_ONLY));
+        }
+        Ok(match command {
+            Command::Help => stay(context, texts::HELP),
+            Command::New => self.new_session(context).await?,
+            Command::Status => {
+                let running = self.runner.budget_left(session_id);
+                let session = self.store.session(session_id).await?;
+                let text = texts::status(session.as_ref(), running, self.settings.max_iterations);
+                stay(context, text)
+            }
+            Command::Stop => stay(
+                context,
+                if self.runner.stop(session_id, StopCause::User) {
+                    texts::STOPPING
+                } else {
+                    texts::NOTHING_RUNNING
+                },
+            ),
+            Command::Compact => Dispatched::Queue,
+            Command::Retry => self.retry(context).await?,
+            Command::Undo => self.undo(context).await?,
+            Command::Link(None) => stay(context, self.new_link_code(&context.identity).await?),
+            Command::Link(Some(code)) => self.redeem(context, &code).await?,
+            Command::Unlink => self.unlink(context).await?,
+            Command::Sessions => {
+                let sessions = self
+                    .store
+                    .principal_sessions(context.identity.principal, SESSIONS_LISTED)
+                    .await?;
+                stay(context, texts::sessions(&sessions, session_id, now_ms()))
+            }
+            Command::Resume(None) => stay(context, texts::RESUME_USAGE),
+            Command::Resume(Some(id)) => self.resume(context, &id).await?,
+            Command::Title(None) => {
+                let title = self.store.session(session_id).await?.and_then(|s| s.title);
+                stay(
+                    context,
+                    title.map_or_else(|| texts::NO_TITLE.to_owned(), |t| texts::title(&t)),
+                )
+            }
+            Command::Title(Some(title)) => {
+                let title: String = title.chars().take(TITLE_MAX_CHARS).collect();
+                self.store.set_session_title(session_id, &title).await?;
+                stay(context, texts::title_set(&title))
+            }
+            Command::Model(name) => self.model(context, name).await?,
+            Command::Usage => {
+                let (summary, cost) = self
+                    .store
+                    .principal_usage_since(context.identity.principal, start_of_today_ms())
+                    .await?;
+                stay(
+                    context,
+                    texts::usage(&summary, cost, self.settings.daily_usd),
+                )
+            }
+            Command::Approve(code) => self.decide(context, code, Decision::Approve).await?,
+            Command::Deny(code) => self.decide(context, code, Decision::Deny).await?,
+            Command::Unknown(name) => stay(context, texts::unknown_command(&name)),
+        })
+    }
+
+    /// `/new`: a fresh session for this chat.
+    async fn new_session(&self, context: &Context<'_>) -> Result<Dispatched, StoreError> {
+        let place = context.place;
+        let owner = place.direct.then_some(context.identity.principal);
+        let id = self
+            .routing
+            .start_new_session(&place.route, &place.origin, owner)
+            .await?;
+        let text = texts::new_conversation(&id);
+        Ok(moved(id, text))
+    }
+
+    /// `/retry`: hides the last exchange and turns the command message into
+    /// a new task asking the same again; an answer instead while a turn
+    /// runs or when there is nothing to retry.
+    async fn retry(&self, context: &Context<'_>) -> Result<Dispatched, StoreError> {
+        let session_id = context.place.session_id.as_str();
+        if self.runner.is_running(session_id) {
+            return Ok(stay(context, texts::BUSY));
+        }
+        let Some(hidden) = self.store.hide_last_exchange(session_id).await? else {
+            return Ok(stay(context, texts::NOTHING_TO_RETRY));
+        };
+        tracing::info!(
+            session_id,
+            entries = hidden.entries,
+            "retrying the last message"
+        );
+        self.store
+            .requeue_inbound(context.inbound_id, &hidden.user_text)
+            .await?;
+        Ok(Dispatched::Retried)
+    }
+
+    /// `/undo`: hides the last exchange from what the model sees.
+    async fn undo(&self, context: &Context<'_>) -> Result<Dispatched, StoreError> {
+        let session_id = context.place.session_id.as_str();
+        if self.runner.is_running(session_id) {
+            return Ok(stay(context, texts::BUSY));
+        }
+        Ok(match self.store.hide_last_exchange(session_id).await? {
+            None => stay(context, texts::NOTHING_TO_UNDO),
+            Some(hidden) => {
+                tracing::info!(session_id, entries = hidden.entries, "last exchange hidden");
+                stay(context, texts::UNDONE)
+            }
+        })
+    }
+
+    /// `/model`: shows the session's model and the choice; `/model NAME`
+    /// switches to one of them.
+    async fn model(
+        &self,
+        context: &Context<'_>,
+        name: Option<String>,
+    ) -> Result<Dispatched, StoreError> {
+        let session_id = context.place.session_id.as_str();
+        let models = &self.settings.models;
+        let Some(name) = name else {
+            let current = self
+                .store
+                .session(session_id)
+                .await?
+                .map_or_else(|| self.settings.model.clone(), |s| s.model);
+            return Ok(stay(context, texts::model(&current, models)));
+        };
+        if !models.contains(&name) {
+            return Ok(stay(context, texts::unknown_model(models)));
+        }
+        self.store.set_session_model(session_id, &name).await?;
+        tracing::info!(session_id, model = %name, "session model switched");
+        Ok(stay(context, texts::model_switched(&name)))
+    }
+
+    /// `/approve CODE`, `/deny CODE`: admins only, in a direct chat.
+    async fn decide(
+        &self,
+        context: &Context<'_>,
+        code: Option<String>,
+        decision: Decision,
+    ) -> Result<Dispatched, StoreError> {
+        if !context.place.direct || !self.access.is_admin(context.identity.principal).await? {
+            return Ok(stay(context, texts::ADMINS_ONLY));
+        }
+        Ok(match code {
+            None => stay(context, texts::DECIDE_USAGE),
+            Some(code) => stay(context, self.access.decide(&code, decision).await?),
+        })
+    }
+
+    /// `/link`: a fresh one-time code for the sender's principal. The code
+    /// is a credential: the answer's stored form (the outbox row) leaves it
+    /// out, and the store keeps only its hash.
+    async fn new_link_code(&self, identity: &Identity) -> Result<Answer, StoreError> {
+        let code = LinkCode::generate();
+        let ttl_ms = i64::try_from(CODE_TTL.as_millis()).unwrap_or(i64::MAX);
+        self.store
+            .create_link_code(identity, code.as_str(), now_ms().saturating_add(ttl_ms))
+            .await?;
+        tracing::info!(principal_id = %identity.principal, "link code issued");
+        Ok(Answer {
+            text: texts::link_code(code.as_str()),
+            stored: Some(texts::LINK_CODE_STORED.to_owned()),
+        })
+    }
+
+    /// `/link CODE`: joins the sender's identity to the code owner.
+    async fn redeem(&self, context: &Context<'_>, code: &str) -> Result<Dispatched, StoreError> {
+        let identity = &context.identity;
+        let window_ms = i64::try_from(FAILURE_WINDOW.as_millis()).unwrap_or(i64::MAX);
+        let failures = self
+            .store
+            .link_failures_since(identity, now_ms().saturating_sub(window_ms))
+            .await?;
+        if failures >= MAX_FAILURES {
+            tracing::warn!(principal_id = %identity.principal, "link attempts rate-limited");
+            return Ok(stay(context, texts::LINK_RATE_LIMITED));
+        }
+        let Ok(code) = LinkCode::parse(code) else {
+            return Ok(stay(context, texts::NOT_A_LINK_CODE));
+        };
+        Ok(
+            match self.store.redeem_link_code(identity, code.as_str()).await? {
+                Redemption::Invalid => {
+                    tracing::info!(principal_id = %identity.principal, "link code refused");
+                    stay(context, texts::LINK_CODE_REFUSED)
+                }
+                Redemption::AlreadyLinked => stay(context, texts::ALREADY_LINKED),
+                Redemption::Linked { from, to } => {
+                    tracing::info!(from = %from, to = %to, "identity linked");
+                    let id = self
+                        .routing
+                        .direct_session(&context.place.origin, to, context.own_chat)
+                        .await?;
+                    moved(id, texts::LINKED)
+                }
+            },
+        )
+    }
+
+    /// `/unlink`: detaches the sender's identity into a fresh principal.
+    async fn unlink(&self, context: &Context<'_>) -> Result<Dispatched, StoreError> {
+        let Some(fresh) = self.store.unlink_identity(&context.identity).await? else {
+            return Ok(stay(context, texts::NOT_LINKED));
+        };
+        tracing::info!(
+            from = %context.identity.principal,
+            to = %fresh,
+            "identity unlinked"
+        );
+        let id = self
+            .routing
+            .direct_session(&context.place.origin, fresh, context.own_chat)
+            .await?;
+        Ok(moved(id, texts::UNLINKED))
+    }
+
+    /// `/resume ID`: points this chat at one of the sender's sessions (a
+    /// full id or an unambiguous prefix of one).
+    async fn resume(&self, context: &Context<'_>, id: &str) -> Result<Dispatched, StoreError> {
+        let prefix = id.trim().to_ascii_lowercase();
+        if prefix.len() < 4 || !prefix.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Ok(stay(context, texts::not_a_session_id(id)));
+        }
+        let matches = self
+            .store
+            .principal_sessions_by_prefix(context.identity.principal, &prefix)
+            .await?;
+        Ok(match matches.as_slice() {
+            [session] => {
+                self.store
+                    .bind_route(context.place.route.as_str(), session)
+                    .await?;
+                tracing::info!(session_id = %session, "chat switched to a session");
+                let title = self.store.session(session).await?.and_then(|s| s.title);
+                let text = texts::resumed(session, title.as_deref());
+                moved(session.clone(), text)
+            }
+            [] => stay(context, texts::no_session_with_prefix(&prefix)),
+            _ => stay(context, texts::ambiguous_prefix(&prefix)),
+        })
+    }
+}
+
+/// An answer that leaves the chat on its session.
+fn stay(context: &Context<'_>, answer: impl Into<Answer>) -> Dispatched {
+    moved(context.place.session_id.clone(), answer)
+}
+
+/// An answer after which the chat is on `session_id`.
+fn moved(session_id: String, answer: impl Into<Answer>) -> Dispatched {
+    Dispatched::Answer {
+        session_id,
+        answer: answer.into(),
+    }
+}

@@ -1,0 +1,214 @@
+//! Which session a message belongs to: its chat's [`Origin`], the
+//! [`RouteKey`] the chat (or, for shared direct chats, the sender's
+//! principal) is routed by, and the session that route points at, created on
+//! first contact with its system prompt built once.
+//!
+//! Direct chats are routed by the sender's principal when
+//! `sessions.dm_sessions = "shared"`, so every linked identity continues one
+//! conversation; the reply still goes to the chat the message came from.
+//! Group chats are routed by the chat (and the sender, with
+//! `sessions.group_sessions = "per_user"`).
+
+use std::sync::Arc;
+
+use switchboard_contract::{ChatKind, InboundMessage};
+
+use super::key::{Origin, RouteKey};
+use super::service::ServiceError;
+use crate::agent::prompt::build_system_prompt;
+use crate::config::{AgentSettings, DmSessions, GroupSessions, SessionSettings};
+use crate::store::{NewSession, PrincipalId, Store, StoreError};
+use crate::tools::ToolRegistry;
+
+/// Where a message belongs.
+#[derive(Debug, Clone)]
+pub struct Place {
+    /// The chat it came from (and goes back to).
+    pub origin: Origin,
+    /// What the chat is routed by.
+    pub route: RouteKey,
+    /// The session the route points at.
+    pub session_id: String,
+    /// A direct chat (sessions there belong to the sender's principal).
+    pub direct: bool,
+}
+
+/// Routes chats to sessions and starts sessions.
+pub struct Routing {
+    store: Store,
+    registry: Arc<ToolRegistry>,
+    agent: AgentSettings,
+    /// The model new sessions start with.
+    model: String,
+    sessions: SessionSettings,
+}
+
+impl Routing {
+    pub fn new(
+        store: Store,
+        registry: Arc<ToolRegistry>,
+        agent: AgentSettings,
+        model: String,
+        sessions: SessionSettings,
+    ) -> Self {
+        Self {
+            store,
+            registry,
+            agent,
+            model,
+            sessions,
+        }
+    }
+
+    /// The place of a message from `principal`. `session`, when given, is
+    /// an existing session of the principal's (or of no one's) that the
+    /// chat is pointed at first; `own_chat` routes a direct chat by the chat
+    /// alone even when direct chats are shared.
+    ///
+    /// # Errors
+    /// An unknown session (or another principal's), or a database failure.
+    pub async fn place(
+        &self,
+        message: &InboundMessage,
+        principal: PrincipalId,
+        session: Option<&str>,
+        own_chat: bool,
+    ) -> Result<Place, ServiceError> {
+        let direct = message.chat_kind == ChatKind::Direct;
+        let origin = self.origin_of(message);
+        let route = self.route_of(direct, &origin, principal, own_chat);
+        if let Some(session) = session {
+            let row = self
+                .store
+                .session(session)
+                .await?
+                .ok_or_else(|| ServiceError::UnknownSession(session.to_owned()))?;
+            if row.principal.is_some_and(|owner| owner != principal) {
+                // Answered like a missing session: ids of other people's
+                // sessions are not confirmed.
+                tracing::warn!(principal_id = %principal, "refused another principal's session");
+                return Err(ServiceError::UnknownSession(session.to_owned()));
+            }
+            self.store.bind_route(route.as_str(), session).await?;
+        }
+        let owner = direct.then_some(principal);
+        let session_id = self.session_for(&route, &origin, owner).await?;
+        Ok(Place {
+            origin,
+            route,
+            session_id,
+            direct,
+        })
+    }
+
+    /// The session a direct chat from `origin` is on once its identity
+    /// belongs to `principal` (after `/link` or `/unlink`).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn direct_session(
+        &self,
+        origin: &Origin,
+        principal: PrincipalId,
+        own_chat: bool,
+    ) -> Result<String, StoreError> {
+        let route = self.route_of(true, origin, principal, own_chat);
+        self.session_for(&route, origin, Some(principal)).await
+    }
+
+    /// Creates a fresh session for `origin`, owned by `owner`, and points
+    /// `route` at it.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn start_new_session(
+        &self,
+        route: &RouteKey,
+        origin: &Origin,
+        owner: Option<PrincipalId>,
+    ) -> Result<String, StoreError> {
+        let session = self.new_session(origin, owner);
+        self.store.create_session(&session).await?;
+        self.store.bind_route(route.as_str(), &session.id).await?;
+        Ok(session.id)
+    }
+
+    fn origin_of(&self, message: &InboundMessage) -> Origin {
+        let per_user = message.chat_kind == ChatKind::Group
+            && self.sessions.group_sessions == GroupSessions::PerUser;
+        Origin {
+            platform: message.platform.clone(),
+            account: message.account.clone(),
+            chat: message.chat.clone(),
+            thread: message.thread.clone(),
+            sender: per_user.then(|| message.sender.id.clone()),
+        }
+    }
+
+    /// The route of a message: the principal's direct conversation for a
+    /// direct chat when those are shared, the chat itself otherwise.
+    fn route_of(
+        &self,
+        direct: bool,
+        origin: &Origin,
+        principal: PrincipalId,
+        own_chat: bool,
+    ) -> RouteKey {
+        if direct && !own_chat && self.sessions.dm_sessions == DmSessions::Shared {
+            RouteKey::principal_dm(principal)
+        } else {
+            origin.key()
+        }
+    }
+
+    /// The session `route` points at, created (and the route bound) on
+    /// first contact.
+    async fn session_for(
+        &self,
+        route: &RouteKey,
+        origin: &Origin,
+        owner: Option<PrincipalId>,
+    ) -> Result<String, StoreError> {
+        if let Some(session) = self.store.route(route.as_str()).await? {
+            return Ok(session);
+        }
+        let session = self.new_session(origin, owner);
+        let id = self
+            .store
+            .create_routed_session(route.as_str(), &session)
+            .await?;
+        if id == session.id {
+            tracing::info!(session_id = %id, "session started");
+        }
+        Ok(id)
+    }
+
+    /// A new session's row: the system prompt is built here, once.
+    fn new_session(&self, origin: &Origin, owner: Option<PrincipalId>) -> NewSession {
+        let toolset = self
+            .registry
+            .toolset(&self.agent.tools)
+            .unwrap_or_else(|unknown| {
+                tracing::warn!(?unknown, "configured tools that do not exist are left out");
+                let known: Vec<&String> = self
+                    .agent
+                    .tools
+                    .iter()
+                    .filter(|name| self.registry.get(name).is_some())
+                    .collect();
+                self.registry.toolset(&known).unwrap_or_default()
+            });
+        NewSession {
+            id: uuid::Uuid::new_v4().to_string(),
+            origin_key: origin.key().to_string(),
+            platform: origin.platform.to_string(),
+            account: origin.account.to_string(),
+            chat_id: origin.chat.to_string(),
+            thread_id: origin.thread.as_ref().map(ToString::to_string),
+            system_prompt: build_system_prompt(&self.agent, toolset.specs()),
+            model: self.model.clone(),
+            toolset: toolset.names(),
+            principal: owner,
+        }
+    }
+}

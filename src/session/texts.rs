@@ -1,0 +1,335 @@
+//! Every text the gateway itself writes to a chat: command answers, the
+//! pairing greeting, and the replies that end a turn without a model answer.
+//! Kept together so their wording is reviewed (and translated) in one place;
+//! the tests in `tests/gateway` pin them byte for byte.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use super::access::Decision;
+use super::link::CODE_TTL;
+use super::turn::TurnOutcome;
+use crate::store::{PairingRequest, SessionRow, SessionSummary, UsageSummary};
+
+/// The help text listing the commands.
+pub const HELP: &str = "Commands:\n\
+    /help: this list\n\
+    /new: start a fresh conversation in this chat\n\
+    /status: show this conversation's id, model and token use\n\
+    /stop: stop the task that is running\n\
+    /compact: summarise older messages to free up context\n\
+    /sessions: list your recent conversations; /resume ID: continue one here\n\
+    /title TEXT: name this conversation\n\
+    /model [NAME]: show or switch this conversation's model\n\
+    /usage: your tokens today and the share read from the provider cache\n\
+    /retry: answer your last message again; /undo: forget the last exchange\n\
+    /link: get a code to link another account; /link CODE: link this account\n\
+    /unlink: detach this account from the others\n\
+    Anything else goes to the assistant.";
+
+/// The answer to identity commands sent in a group chat.
+pub const DIRECT_ONLY: &str = "Please send this command in a direct chat with me.";
+
+/// The answer to `/undo` and `/retry` while a turn runs.
+pub const BUSY: &str = "A reply is still being written; wait for it (or /stop it) first.";
+
+pub const NOTHING_TO_RETRY: &str = "Nothing to retry yet.";
+pub const NOTHING_TO_UNDO: &str = "Nothing to undo.";
+pub const UNDONE: &str = "Removed your last message and its answer from this conversation (they \
+    stay in the stored history).";
+
+pub const STOPPING: &str = "Stopping the running task.";
+pub const NOTHING_RUNNING: &str = "Nothing is running.";
+
+pub const NO_CONVERSATION: &str = "No conversation yet.";
+pub const NO_CONVERSATIONS: &str = "No conversations yet.";
+pub const RESUME_USAGE: &str = "Usage: /resume ID (see /sessions).";
+pub const NO_TITLE: &str = "No title yet. Set one with /title TEXT.";
+
+pub const NOT_LINKED: &str = "This account is not linked to any other.";
+pub const UNLINKED: &str = "Unlinked: this account has its own conversations again.";
+pub const LINKED: &str =
+    "Linked: this account now shares its conversations with the account that made the code.";
+pub const ALREADY_LINKED: &str = "This account is already linked to that one.";
+pub const LINK_RATE_LIMITED: &str =
+    "Too many wrong codes. Please wait a few minutes and try again.";
+pub const NOT_A_LINK_CODE: &str =
+    "That is not a link code: it has 8 letters and digits. Get one with /link.";
+pub const LINK_CODE_REFUSED: &str =
+    "That code is wrong, expired or already used. Get a new one with /link.";
+/// The outbox's copy of a `/link` answer (the code itself is not stored).
+pub const LINK_CODE_STORED: &str = "A link code was sent to this chat. Codes are not stored, so \
+    if it did not arrive, send /link for a new one.";
+/// The text recorded for a `/link CODE` message in place of the code.
+pub const LINK_REDEEM_STORED: &str = "/link (code not stored)";
+
+pub const ADMINS_ONLY: &str = "Only an admin can answer pairing requests, in a direct chat.";
+pub const DECIDE_USAGE: &str = "Usage: /approve CODE or /deny CODE.";
+pub const NO_PAIRING_REQUEST: &str = "No pairing request awaits a decision with that code.";
+
+/// Shown when the model returns nothing at all.
+pub const EMPTY_REPLY: &str = "(The model returned an empty reply.)";
+
+/// The reply that ends a turn: the model's answer, or what stopped it.
+pub fn turn_reply(outcome: &TurnOutcome) -> Cow<'_, str> {
+    match outcome {
+        TurnOutcome::Answered { text, .. } if text.trim().is_empty() => EMPTY_REPLY.into(),
+        TurnOutcome::Answered { text, .. } => text.as_str().into(),
+        TurnOutcome::Compacted => {
+            "Older messages were summarised; the full history stays stored.".into()
+        }
+        TurnOutcome::NothingToCompact => "The conversation is too short to compact.".into(),
+        TurnOutcome::CompactionFailed => "Compaction failed; the conversation is unchanged.".into(),
+        TurnOutcome::CompactionOverSpend => "Compacting needs a model call, and today's spending \
+            limit is reached (it resets at 00:00 UTC)."
+            .into(),
+        TurnOutcome::ModelError => "Sorry, the model could not be reached, so this message was \
+            not answered. Please try again in a moment."
+            .into(),
+        TurnOutcome::TimeLimit { secs } => {
+            format!("Stopped: this task ran longer than its {secs}-second limit.").into()
+        }
+        TurnOutcome::Interrupted => "Stopped to handle your newer message.".into(),
+        TurnOutcome::Cancelled => "Stopped, as you asked.".into(),
+        TurnOutcome::TokenLimit { reason } | TurnOutcome::NoProgress { reason } => {
+            format!("Stopped: {reason}. Ask again to continue.").into()
+        }
+        TurnOutcome::SpendLimit { reason } => format!("Stopped: {reason}.").into(),
+        TurnOutcome::BudgetExhausted => {
+            "Sorry, this task used up its step budget before an answer was ready.".into()
+        }
+    }
+}
+
+/// The greeting of an unknown direct-chat sender, with its pairing code.
+pub fn pairing_requested(code: &str) -> String {
+    format!(
+        "Hello! I can only talk with people the owner approved. Your pairing code is {code}: \
+         ask the owner to approve it. If you already talk with me on another account, send \
+         /link CODE here with a code from /link there."
+    )
+}
+
+/// The answer to `/approve CODE` or `/deny CODE` that found its request.
+pub fn pairing_decided(decision: Decision, request: &PairingRequest) -> String {
+    format!(
+        "{} {}:{}.",
+        match decision {
+            Decision::Approve => "Approved",
+            Decision::Deny => "Denied",
+        },
+        request.platform,
+        request.user_id
+    )
+}
+
+/// The `/link` answer, holding the code.
+pub fn link_code(code: &str) -> String {
+    format!(
+        "Your link code: {code}\nWithin {} minutes, send /link {code} from your other account, \
+         in a direct chat with me, to share your conversations there. It works once; keep it \
+         private.",
+        CODE_TTL.as_secs() / 60,
+    )
+}
+
+pub fn new_conversation(session_id: &str) -> String {
+    format!("Started a new conversation ({session_id}).")
+}
+
+/// The `/status` answer. `running` is the model calls the running task has
+/// left, if one runs; `max_iterations` what each message may use.
+pub fn status(session: Option<&SessionRow>, running: Option<u32>, max_iterations: u32) -> String {
+    let budget = match running {
+        Some(left) => format!("a task is running; {left} model calls left"),
+        None => format!("idle; each message may use {max_iterations} model calls"),
+    };
+    match session {
+        Some(session) => format!(
+            "Conversation {}\nModel: {}\nBudget: {budget}\nTokens: {} in ({} from cache), {} out",
+            session.id,
+            session.model,
+            session.totals.input_tokens,
+            session.totals.cache_read_tokens,
+            session.totals.output_tokens
+        ),
+        None => NO_CONVERSATION.to_owned(),
+    }
+}
+
+pub fn title(title: &str) -> String {
+    format!("Title: {title}\nChange it with /title TEXT.")
+}
+
+pub fn title_set(title: &str) -> String {
+    format!("Title set: {title}")
+}
+
+pub fn model(current: &str, models: &[String]) -> String {
+    format!(
+        "Model: {current}\nAvailable: {}\nSwitch with /model NAME.",
+        models.join(", ")
+    )
+}
+
+pub fn model_switched(name: &str) -> String {
+    format!("This conversation now uses {name}.")
+}
+
+pub fn unknown_model(models: &[String]) -> String {
+    format!("Unknown model. Available: {}", models.join(", "))
+}
+
+pub fn unknown_command(name: &str) -> String {
+    format!("Unknown command /{name}.\n\n{HELP}")
+}
+
+pub fn not_a_session_id(id: &str) -> String {
+    format!("{id} is not a conversation id; /sessions lists yours.")
+}
+
+pub fn resumed(session_id: &str, title: Option<&str>) -> String {
+    let title = match title {
+        Some(title) => format!(" ({title})"),
+        None => String::new(),
+    };
+    format!("Resumed conversation {}{title}.", short_id(session_id))
+}
+
+pub fn no_session_with_prefix(prefix: &str) -> String {
+    format!("No conversation of yours starts with {prefix}; /sessions lists them.")
+}
+
+pub fn ambiguous_prefix(prefix: &str) -> String {
+    format!("More than one conversation starts with {prefix}; give more of the id.")
+}
+
+/// The `/sessions` answer.
+pub fn sessions(sessions: &[SessionSummary], current: &str, now: i64) -> String {
+    if sessions.is_empty() {
+        return NO_CONVERSATIONS.to_owned();
+    }
+    let mut text = "Your recent conversations:".to_owned();
+    for session in sessions {
+        let label = session
+            .title
+            .clone()
+            .or_else(|| session.first_text.as_deref().map(first_words))
+            .unwrap_or_else(|| "(empty)".to_owned());
+        let marker = if session.id == current {
+            " (this chat)"
+        } else {
+            ""
+        };
+        // Writing to a `String` cannot fail.
+        let _ = write!(
+            text,
+            "\n{}  {label}  [{}, {}]{marker}",
+            short_id(&session.id),
+            session.platform,
+            ago(now.saturating_sub(session.updated_at))
+        );
+    }
+    text.push_str("\nContinue one here with /resume ID.");
+    text
+}
+
+/// The `/usage` answer: `cost` in nano-dollars when prices are known,
+/// `daily_usd` the principal's cap (0: none).
+pub fn usage(summary: &UsageSummary, cost: Option<i64>, daily_usd: f64) -> String {
+    let usage = &summary.usage;
+    // Input tokens include cached ones (see `Usage`).
+    let cached_percent = usage
+        .cache_read_tokens
+        .saturating_mul(100)
+        .checked_div(usage.input_tokens)
+        .unwrap_or(0);
+    let cost = match cost {
+        // Far below 2^52 nano-dollars, so the conversion is exact.
+        Some(nanos) => format!(
+            "about ${:.4} (estimated from the price table)",
+            nanos as f64 / 1e9
+        ),
+        None => "cost unknown (no prices configured for these models)".to_owned(),
+    };
+    let limit = if daily_usd > 0.0 {
+        format!(" Daily limit: ${daily_usd:.2}.")
+    } else {
+        String::new()
+    };
+    format!(
+        "Today (UTC): {} model calls, {} input tokens ({cached_percent}% read from the \
+         provider cache), {} output tokens, {cost}.{limit}",
+        summary.calls, usage.input_tokens, usage.output_tokens
+    )
+}
+
+/// The first eight characters of a session id, enough to tell sessions apart.
+fn short_id(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
+}
+
+/// Up to six words of a message, on one line.
+fn first_words(text: &str) -> String {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut label = words.iter().take(6).copied().collect::<Vec<_>>().join(" ");
+    if words.len() > 6 {
+        label.push('…');
+    }
+    label
+}
+
+/// A duration in milliseconds as "5 min ago".
+fn ago(ms: i64) -> String {
+    let minutes = ms / 60_000;
+    match minutes {
+        i64::MIN..=0 => "just now".to_owned(),
+        1..=59 => format!("{minutes} min ago"),
+        60..=1439 => format!("{} h ago", minutes / 60),
+        _ => format!("{} days ago", minutes / 1440),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::run::LoopEnd;
+
+    #[test]
+    fn an_empty_answer_is_replaced_by_a_note() {
+        let outcome = TurnOutcome::Answered {
+            text: " \n".to_owned(),
+            end: LoopEnd::Answered,
+        };
+        assert_eq!(turn_reply(&outcome), EMPTY_REPLY);
+    }
+
+    #[test]
+    fn limit_replies_carry_the_limit_wording() {
+        let outcome = TurnOutcome::TokenLimit {
+            reason: "the task used more than its 10 tokens".to_owned(),
+        };
+        assert_eq!(
+            turn_reply(&outcome),
+            "Stopped: the task used more than its 10 tokens. Ask again to continue."
+        );
+        assert_eq!(
+            turn_reply(&TurnOutcome::TimeLimit { secs: 30 }),
+            "Stopped: this task ran longer than its 30-second limit."
+        );
+    }
+
+    #[test]
+    fn session_labels_keep_six_words() {
+        assert_eq!(first_words("one two  three"), "one two three");
+        assert_eq!(first_words("a b c d e f g"), "a b c d e f…");
+    }
+
+    #[test]
+    fn ages_read_in_the_largest_whole_unit() {
+        assert_eq!(ago(-5), "just now");
+        assert_eq!(ago(5 * 60_000), "5 min ago");
+        assert_eq!(ago(3 * 3_600_000), "3 h ago");
+        assert_eq!(ago(2 * 86_400_000), "2 days ago");
+    }
+}
