@@ -1,7 +1,8 @@
 //! Retrying model calls, and the failure plumbing both providers share.
 //!
-//! Owns [`RetryPolicy`] and [`with_retry`] (capped exponential backoff with
-//! jitter, honouring the provider's `Retry-After`), the parsing of the
+//! Owns [`RetryPolicy`] and [`with_retry`] (the shared [`Backoff`]: capped
+//! exponential backoff with jitter, honouring the provider's `Retry-After`,
+//! which is itself capped at [`MAX_RETRY_AFTER`]), the parsing of the
 //! `Retry-After` / `retry-after-ms` headers, and the turning of transport
 //! errors and error bodies into [`LlmError`]s that never carry a secret.
 
@@ -9,6 +10,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use reqwest::header::HeaderMap;
+use switchboard_contract::backoff::Backoff;
 
 use super::LlmError;
 
@@ -44,28 +46,24 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The shared backoff policy with these delays.
+    pub fn backoff(&self) -> Backoff {
+        Backoff::new(self.base_delay, self.max_delay)
+    }
+
     /// The backoff ceiling before retry number `retry` (0-based):
     /// `base_delay * 2^retry`, capped at `max_delay`, without jitter.
     pub fn backoff_ceiling(&self, retry: u32) -> Duration {
-        let factor = 1u32.checked_shl(retry).unwrap_or(u32::MAX);
-        self.base_delay
-            .checked_mul(factor)
-            .unwrap_or(Duration::MAX)
-            .min(self.max_delay)
+        self.backoff().ceiling(retry)
     }
 
     /// How long to wait before retry number `retry` (0-based) after `error`.
     ///
     /// A provider-sent `Retry-After` wins (capped at [`MAX_RETRY_AFTER`]) and is
-    /// used as is. Otherwise "equal jitter": a uniformly random delay between
-    /// half the ceiling and the ceiling, so that many sessions hitting the
-    /// same rate limit do not retry in lockstep, yet each still backs off.
+    /// used as is. Otherwise the [`Backoff`]'s jittered delay, between half the
+    /// ceiling and the ceiling.
     pub fn delay_for(&self, retry: u32, error: &LlmError) -> Duration {
-        if let Some(after) = error.retry_after() {
-            return after.min(MAX_RETRY_AFTER);
-        }
-        let ceiling = self.backoff_ceiling(retry);
-        ceiling.mul_f64(0.5 + fastrand::f64() * 0.5)
+        self.backoff().delay(retry, asked_delay(error))
     }
 }
 
@@ -82,15 +80,14 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, LlmError>>,
 {
-    let mut retries = 0u32;
+    let mut retries = policy.backoff().retries();
     loop {
         match attempt().await {
             Ok(value) => return Ok(value),
-            Err(error) if error.is_retryable() && retries < policy.max_retries => {
-                let delay = policy.delay_for(retries, &error);
-                retries += 1;
+            Err(error) if error.is_retryable() && retries.count() < policy.max_retries => {
+                let delay = retries.next_delay(asked_delay(&error));
                 tracing::warn!(
-                    retry = retries,
+                    retry = retries.count(),
                     max_retries = policy.max_retries,
                     delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
                     error = %error,
@@ -141,6 +138,11 @@ fn parse_seconds(value: &str) -> Option<Duration> {
         return None;
     }
     Duration::try_from_secs_f64(seconds).ok()
+}
+
+/// The delay the provider asked for, cut to [`MAX_RETRY_AFTER`].
+fn asked_delay(error: &LlmError) -> Option<Duration> {
+    error.retry_after().map(|after| after.min(MAX_RETRY_AFTER))
 }
 
 /// Maps a reqwest failure (sending, or reading the body) to an [`LlmError`].
