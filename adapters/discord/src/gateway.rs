@@ -99,9 +99,9 @@ impl DiscordGateway {
                     err @ (DiscordError::PrivilegedIntentDisabled | DiscordError::InvalidToken),
                 ) => return Err(err),
                 Err(err) => {
-                    let backoff = retries.next_delay(None);
-                    tracing::warn!(error = %err, ?backoff, "Discord gateway failed; reconnecting");
-                    if backoff::wait(backoff, &shutdown).await == Wait::Cancelled {
+                    let delay = retries.next_delay(None);
+                    tracing::warn!(error = %err, backoff = ?delay, "Discord gateway failed; reconnecting");
+                    if backoff::wait(delay, &shutdown).await == Wait::Cancelled {
                         return Ok(());
                     }
                 }
