@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use axum::Router;
 use switchboard_contract::InboundSink;
+use switchboard_contract::backoff::{self, Backoff, Wait};
 use switchboard_discord::DiscordAdapter;
 use switchboard_feishu::FeishuAdapter;
 use switchboard_telegram::{Mode, TelegramAdapter};
@@ -16,6 +17,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::gateway::Gateway;
+
+/// Between restarts of Telegram polling that failed to start: from 1 s,
+/// doubling, at most a minute.
+const POLLING_RESTART: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 
 /// The running adapters.
 pub struct Platforms {
@@ -47,21 +52,20 @@ impl Platforms {
                             platforms.spawn("telegram", async move {
                                 // Polling that fails (Telegram unreachable,
                                 // say) starts again after a capped backoff.
-                                let mut backoff = Duration::from_secs(1);
+                                let mut retries = POLLING_RESTART.retries();
                                 loop {
-                                    match adapter.run_polling(stop.clone()).await {
-                                        Ok(()) => return,
-                                        Err(err) => tracing::error!(
-                                            error = %err,
-                                            retry_in_secs = backoff.as_secs(),
-                                            "telegram polling failed"
-                                        ),
+                                    let Err(err) = adapter.run_polling(stop.clone()).await else {
+                                        return;
+                                    };
+                                    let delay = retries.next_delay(None);
+                                    tracing::error!(
+                                        error = %err,
+                                        retry_in_secs = delay.as_secs_f64(),
+                                        "telegram polling failed"
+                                    );
+                                    if backoff::wait(delay, &stop).await == Wait::Cancelled {
+                                        return;
                                     }
-                                    tokio::select! {
-                                        () = tokio::time::sleep(backoff) => {}
-                                        () = stop.cancelled() => return,
-                                    }
-                                    backoff = (backoff * 2).min(Duration::from_secs(60));
                                 }
                             });
                         }

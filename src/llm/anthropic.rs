@@ -7,12 +7,13 @@
 //! treated like a rate limit).
 
 use async_trait::async_trait;
-use reqwest::header::{CONTENT_TYPE, HeaderMap};
+use reqwest::header::HeaderMap;
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::retry::{status_error, transport_error, with_retry};
+use super::http::{answering_model, post_json, request_id};
+use super::retry::with_retry;
 use super::{
     ChatMessage, Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind,
     StopReason, ToolCall, Usage, canonical_json,
@@ -43,28 +44,19 @@ impl AnthropicProvider {
     }
 
     async fn attempt(&self, body: &[u8], request_model: &str) -> Result<ModelResponse, LlmError> {
-        let key = self.endpoint.api_key.expose_secret();
-        let response = self
+        let request = self
             .http
             .post(self.url())
-            .timeout(self.endpoint.timeout)
-            .header("x-api-key", key)
-            .header("anthropic-version", ANTHROPIC_VERSION)
-            .header(CONTENT_TYPE, "application/json")
-            .body(body.to_vec())
-            .send()
-            .await
-            .map_err(|error| transport_error(error, key))?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|error| transport_error(error, key))?;
-        if !status.is_success() {
-            return Err(status_error(status, &headers, &bytes, key, &[OVERLOADED]));
-        }
-        parse_response(&bytes, &headers, request_model)
+            .header("x-api-key", self.endpoint.api_key.expose_secret())
+            .header("anthropic-version", ANTHROPIC_VERSION);
+        post_json(
+            request,
+            &self.endpoint,
+            body,
+            &[OVERLOADED],
+            |bytes, headers| parse_response(bytes, headers, request_model),
+        )
+        .await
     }
 }
 
@@ -409,11 +401,6 @@ fn parse_response(
         cache_read_tokens: cache_read,
         cache_write_tokens: cache_write,
     };
-    let request_id = headers
-        .get("request-id")
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned)
-        .or(response.id);
     Ok(ModelResponse {
         content,
         reasoning,
@@ -421,11 +408,8 @@ fn parse_response(
         stop_reason,
         finish_reason,
         usage,
-        model: response
-            .model
-            .filter(|model| !model.is_empty())
-            .unwrap_or_else(|| request_model.to_owned()),
-        request_id,
+        model: answering_model(response.model, request_model),
+        request_id: request_id(headers, "request-id", response.id),
     })
 }
 
@@ -443,33 +427,21 @@ fn stop_reason(stop_reason: &str, has_tool_calls: bool) -> StopReason {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use serde_json::json;
 
-    use super::super::retry::fake_server::{
-        FakeServer, KEY, Reply, closed_port, endpoint, fast_retry,
-    };
-    use super::super::{RetryPolicy, ToolSpec};
+    use super::super::ToolSpec;
+    use super::super::test_support::{self, Fixture, KEY, Reply};
     use super::*;
 
-    fn make_provider(base_url: &str, retry: RetryPolicy, timeout: Duration) -> AnthropicProvider {
-        AnthropicProvider::new(
-            endpoint(ProviderKind::Anthropic, base_url, retry, timeout),
-            reqwest::Client::new(),
-        )
-    }
-
-    async fn setup(script: Vec<Reply>) -> (FakeServer, AnthropicProvider) {
-        let server = FakeServer::start(script).await;
-        // Trailing slash on purpose: it must be trimmed.
-        let provider = make_provider(
-            &format!("{}/", server.base),
-            fast_retry(3),
-            Duration::from_secs(10),
-        );
-        (server, provider)
-    }
+    const FIXTURE: Fixture = Fixture {
+        kind: ProviderKind::Anthropic,
+        path: "/",
+        model: "claude-test",
+        max_tokens: 512,
+        ok_body,
+        history,
+    };
 
     fn ok_body() -> String {
         json!({
@@ -542,14 +514,7 @@ mod tests {
     }
 
     fn request<'a>(messages: &'a [ChatMessage], tools: &'a [ToolSpec]) -> ModelRequest<'a> {
-        ModelRequest {
-            model: "claude-test",
-            system: "You are terse.",
-            messages,
-            tools,
-            cache_key: "session-42",
-            max_tokens: 512,
-        }
+        FIXTURE.request(messages, tools)
     }
 
     fn count_breakpoints(body: &str) -> usize {
@@ -559,7 +524,7 @@ mod tests {
 
     #[tokio::test]
     async fn request_body_is_built_field_by_field() {
-        let (server, provider) = setup(vec![Reply::json(200, ok_body())]).await;
+        let (server, provider) = FIXTURE.start(vec![Reply::json(200, ok_body())]).await;
         let messages = history();
         let tools = tools();
         provider
@@ -624,7 +589,7 @@ mod tests {
 
     #[tokio::test]
     async fn tools_omitted_and_breakpoints_on_a_first_turn() {
-        let (server, provider) = setup(vec![Reply::json(200, ok_body())]).await;
+        let (server, provider) = FIXTURE.start(vec![Reply::json(200, ok_body())]).await;
         let messages = vec![user("hello")];
         provider
             .complete(&request(&messages, &[]))
@@ -642,7 +607,7 @@ mod tests {
 
     #[tokio::test]
     async fn user_items_merge_into_one_message_tool_results_first() {
-        let (server, provider) = setup(vec![Reply::json(200, ok_body())]).await;
+        let (server, provider) = FIXTURE.start(vec![Reply::json(200, ok_body())]).await;
         let messages = vec![
             user("run it"),
             ChatMessage::Assistant {
@@ -699,15 +664,12 @@ mod tests {
             "usage": {"input_tokens": 50, "output_tokens": 30,
                       "cache_creation_input_tokens": 200, "cache_read_input_tokens": 1000}
         });
-        let (_server, provider) = setup(vec![
-            Reply::json(200, body.to_string()).header("request-id", "req_011"),
-        ])
-        .await;
-        let messages = history();
-        let response = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect("success");
+        let (_server, provider) = FIXTURE
+            .start(vec![
+                Reply::json(200, body.to_string()).header("request-id", "req_011"),
+            ])
+            .await;
+        let response = FIXTURE.ask(provider.as_ref()).await.expect("success");
         assert_eq!(
             response,
             ModelResponse {
@@ -734,12 +696,10 @@ mod tests {
     #[tokio::test]
     async fn response_fallbacks() {
         let body = json!({"id": "msg_2", "content": [], "stop_reason": "max_tokens"});
-        let (_server, provider) = setup(vec![Reply::json(200, body.to_string())]).await;
-        let messages = history();
-        let response = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect("success");
+        let (_server, provider) = FIXTURE
+            .start(vec![Reply::json(200, body.to_string())])
+            .await;
+        let response = FIXTURE.ask(provider.as_ref()).await.expect("success");
         assert_eq!(response.content, None);
         assert_eq!(response.reasoning, None);
         assert_eq!(response.stop_reason, StopReason::MaxTokens);
@@ -765,29 +725,17 @@ mod tests {
 
     #[tokio::test]
     async fn rate_limit_with_retry_after_zero_then_success() {
-        let (server, provider) = setup(vec![
-            Reply::json(
-                429,
-                r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow"}}"#,
-            )
-            .header("retry-after", "0"),
-            Reply::json(200, ok_body()),
-        ])
+        test_support::a_rate_limit_with_retry_after_zero_is_retried(
+            &FIXTURE,
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow"}}"#,
+        )
         .await;
-        let messages = history();
-        let response = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect("success");
-        assert_eq!(response.content.as_deref(), Some("hi"));
-        let requests = server.requests();
-        assert_eq!(requests.len(), 2);
-        assert_eq!(requests[0].body, requests[1].body);
     }
 
     #[tokio::test]
     async fn server_errors_and_overload_are_retried() {
-        let (server, provider) = setup(vec![
+        test_support::transient_failures_are_retried(
+            &FIXTURE,
             Reply::json(
                 500,
                 r#"{"type":"error","error":{"type":"api_error","message":"x"}}"#,
@@ -796,132 +744,61 @@ mod tests {
                 529,
                 r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
             ),
-            Reply::json(200, ok_body()),
-        ])
+        )
         .await;
-        let messages = history();
-        provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect("success");
-        assert_eq!(server.requests().len(), 3);
     }
 
     #[tokio::test]
     async fn bad_request_is_not_retried() {
-        let (server, provider) = setup(vec![
-            Reply::json(
-                400,
-                r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}"#,
-            ),
-            Reply::json(200, ok_body()),
-        ])
+        test_support::a_bad_request_is_not_retried(
+            &FIXTURE,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages: roles must alternate"}}"#,
+            "messages: roles must alternate",
+        )
         .await;
-        let messages = history();
-        let error = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect_err("rejected");
-        assert_eq!(
-            error,
-            LlmError::Rejected {
-                status: 400,
-                message: "messages: roles must alternate".to_owned()
-            }
-        );
-        assert_eq!(server.requests().len(), 1);
     }
 
     #[tokio::test]
     async fn exhausted_retries_return_the_last_error() {
         let overloaded =
             r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-        let (server, provider) = setup(vec![
-            Reply::json(529, overloaded),
-            Reply::json(529, overloaded),
-            Reply::json(529, overloaded),
-            Reply::json(529, overloaded),
-        ])
-        .await;
-        let messages = history();
-        let error = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect_err("exhausted");
-        assert_eq!(
-            error,
+        test_support::exhausted_retries_return_the_last_error(
+            &FIXTURE,
+            vec![Reply::json(529, overloaded); 4],
             LlmError::RateLimited {
                 status: 529,
-                retry_after: None
-            }
-        );
-        assert_eq!(server.requests().len(), 4);
+                retry_after: None,
+            },
+        )
+        .await;
     }
 
     #[tokio::test]
     async fn slow_server_times_out() {
-        let server = FakeServer::start(vec![
-            Reply::json(200, ok_body()).delayed(Duration::from_secs(2)),
-        ])
-        .await;
-        let provider = make_provider(&server.base, fast_retry(0), Duration::from_millis(200));
-        let messages = history();
-        let error = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect_err("timeout");
-        assert_eq!(error, LlmError::Timeout);
+        test_support::a_slow_server_times_out(&FIXTURE).await;
     }
 
     #[tokio::test]
     async fn invalid_json_is_an_invalid_response() {
-        let (_server, provider) = setup(vec![Reply::json(200, "{\"content\": 5}")]).await;
-        let messages = history();
-        let error = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect_err("invalid");
-        assert!(matches!(error, LlmError::InvalidResponse(_)), "{error:?}");
+        test_support::bodies_that_are_invalid_responses(&FIXTURE, &["{\"content\": 5}"]).await;
     }
 
     #[tokio::test]
     async fn api_key_never_leaks_into_errors() {
-        let (_server, provider) = setup(vec![
-            Reply::json(
-                401,
-                format!(r#"{{"type":"error","error":{{"type":"authentication_error","message":"invalid x-api-key {KEY}"}}}}"#),
-            ),
-            Reply::json(403, format!("forbidden: {KEY}")),
-        ])
+        let errors = test_support::errors_never_show_the_key(
+            &FIXTURE,
+            vec![
+                Reply::json(
+                    401,
+                    format!(r#"{{"type":"error","error":{{"type":"authentication_error","message":"invalid x-api-key {KEY}"}}}}"#),
+                ),
+                Reply::json(403, format!("forbidden: {KEY}")),
+            ],
+            2,
+        )
         .await;
-        let messages = history();
-        let mut errors = Vec::new();
-        for _ in 0..2 {
-            errors.push(
-                provider
-                    .complete(&request(&messages, &[]))
-                    .await
-                    .expect_err("fails"),
-            );
-        }
-        let port = closed_port().await;
-        let unreachable = make_provider(
-            &format!("http://127.0.0.1:{port}/{KEY}"),
-            fast_retry(0),
-            Duration::from_secs(5),
-        );
-        errors.push(
-            unreachable
-                .complete(&request(&messages, &[]))
-                .await
-                .expect_err("unreachable"),
-        );
         assert!(matches!(errors[0], LlmError::Rejected { status: 401, .. }));
         assert!(matches!(errors[1], LlmError::Rejected { status: 403, .. }));
         assert!(matches!(errors[2], LlmError::Network(_)));
-        for error in &errors {
-            let shown = format!("{error} {error:?}");
-            assert!(!shown.contains(KEY), "{shown}");
-        }
     }
 }

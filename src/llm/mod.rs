@@ -3,13 +3,18 @@
 //! The agent loop speaks [`ModelRequest`] / [`ModelResponse`]; each provider
 //! module turns them into its wire format: [`openai`] (Chat Completions, and
 //! every server that speaks it) and [`anthropic`] (Messages). [`retry`] holds
-//! the shared retry policy (capped exponential backoff with jitter, honouring
-//! `Retry-After`). Errors never carry an API key.
+//! the shared retry policy (the contract crate's capped, jittered backoff,
+//! honouring `Retry-After`) and the HTTP attempt both providers make; the
+//! providers' tests share their fake server and scenarios in `test_support`.
+//! Errors never carry an API key.
 
 pub mod anthropic;
 pub mod canonical;
+mod http;
 pub mod openai;
 pub mod retry;
+#[cfg(test)]
+mod test_support;
 
 use std::fmt;
 use std::sync::Arc;

@@ -7,12 +7,13 @@
 //! server that speaks the same protocol (OpenRouter, DeepSeek, vLLM, Ollama).
 
 use async_trait::async_trait;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap};
+use reqwest::header::{AUTHORIZATION, HeaderMap};
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::retry::{error_message, status_error, transport_error, with_retry};
+use super::http::{answering_model, error_message, post_json, request_id};
+use super::retry::with_retry;
 use super::{
     ChatMessage, Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind,
     StopReason, ToolCall, Usage, canonical_json,
@@ -38,26 +39,14 @@ impl OpenAiProvider {
 
     async fn attempt(&self, body: &[u8], request_model: &str) -> Result<ModelResponse, LlmError> {
         let key = self.endpoint.api_key.expose_secret();
-        let response = self
+        let request = self
             .http
             .post(self.url())
-            .timeout(self.endpoint.timeout)
-            .header(AUTHORIZATION, format!("Bearer {key}"))
-            .header(CONTENT_TYPE, "application/json")
-            .body(body.to_vec())
-            .send()
-            .await
-            .map_err(|error| transport_error(error, key))?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|error| transport_error(error, key))?;
-        if !status.is_success() {
-            return Err(status_error(status, &headers, &bytes, key, &[]));
-        }
-        parse_response(&bytes, &headers, request_model, key)
+            .header(AUTHORIZATION, format!("Bearer {key}"));
+        post_json(request, &self.endpoint, body, &[], |bytes, headers| {
+            parse_response(bytes, headers, request_model, key)
+        })
+        .await
     }
 }
 
@@ -339,11 +328,6 @@ fn parse_response(
             .unwrap_or(0),
         cache_write_tokens: 0,
     };
-    let request_id = headers
-        .get("x-request-id")
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned)
-        .or(response.id);
     Ok(ModelResponse {
         content: non_empty(message.content),
         reasoning: non_empty(message.reasoning_content).or_else(|| non_empty(message.reasoning)),
@@ -351,11 +335,8 @@ fn parse_response(
         stop_reason,
         finish_reason,
         usage,
-        model: response
-            .model
-            .filter(|model| !model.is_empty())
-            .unwrap_or_else(|| request_model.to_owned()),
-        request_id,
+        model: answering_model(response.model, request_model),
+        request_id: request_id(headers, "x-request-id", response.id),
     })
 }
 
@@ -380,29 +361,18 @@ mod tests {
 
     use serde_json::json;
 
-    use super::super::retry::fake_server::{
-        FakeServer, KEY, Reply, closed_port, endpoint, fast_retry,
-    };
-    use super::super::{RetryPolicy, ToolSpec};
+    use super::super::ToolSpec;
+    use super::super::test_support::{self, Fixture, KEY, Reply};
     use super::*;
 
-    fn make_provider(base_url: &str, retry: RetryPolicy, timeout: Duration) -> OpenAiProvider {
-        OpenAiProvider::new(
-            endpoint(ProviderKind::Openai, base_url, retry, timeout),
-            reqwest::Client::new(),
-        )
-    }
-
-    async fn setup(script: Vec<Reply>) -> (FakeServer, OpenAiProvider) {
-        let server = FakeServer::start(script).await;
-        // Trailing slash on purpose: it must be trimmed.
-        let provider = make_provider(
-            &format!("{}/v1/", server.base),
-            fast_retry(3),
-            Duration::from_secs(10),
-        );
-        (server, provider)
-    }
+    const FIXTURE: Fixture = Fixture {
+        kind: ProviderKind::Openai,
+        path: "/v1/",
+        model: "gpt-test",
+        max_tokens: 256,
+        ok_body,
+        history,
+    };
 
     fn ok_body() -> String {
         json!({
@@ -451,14 +421,7 @@ mod tests {
     }
 
     fn request<'a>(messages: &'a [ChatMessage], tools: &'a [ToolSpec]) -> ModelRequest<'a> {
-        ModelRequest {
-            model: "gpt-test",
-            system: "You are terse.",
-            messages,
-            tools,
-            cache_key: "session-42",
-            max_tokens: 256,
-        }
+        FIXTURE.request(messages, tools)
     }
 
     /// The raw bytes of the JSON array following `"key":` in `text`.
@@ -492,7 +455,7 @@ mod tests {
 
     #[tokio::test]
     async fn request_body_is_built_field_by_field() {
-        let (server, provider) = setup(vec![Reply::json(200, ok_body())]).await;
+        let (server, provider) = FIXTURE.start(vec![Reply::json(200, ok_body())]).await;
         let messages = history();
         let tools = tools();
         provider
@@ -560,12 +523,8 @@ mod tests {
 
     #[tokio::test]
     async fn tools_key_is_omitted_without_tools() {
-        let (server, provider) = setup(vec![Reply::json(200, ok_body())]).await;
-        let messages = history();
-        provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect("success");
+        let (server, provider) = FIXTURE.start(vec![Reply::json(200, ok_body())]).await;
+        FIXTURE.ask(provider.as_ref()).await.expect("success");
         let body = server.requests()[0].json();
         assert!(body.get("tools").is_none(), "{body}");
         assert_eq!(body["prompt_cache_key"], "session-42");
@@ -573,11 +532,12 @@ mod tests {
 
     #[tokio::test]
     async fn messages_bytes_extend_the_previous_request() {
-        let (server, provider) = setup(vec![
-            Reply::json(200, ok_body()),
-            Reply::json(200, ok_body()),
-        ])
-        .await;
+        let (server, provider) = FIXTURE
+            .start(vec![
+                Reply::json(200, ok_body()),
+                Reply::json(200, ok_body()),
+            ])
+            .await;
         let tools = tools();
         let full = history();
         provider
@@ -621,15 +581,12 @@ mod tests {
             "usage": {"prompt_tokens": 1200, "completion_tokens": 40, "total_tokens": 1240,
                       "prompt_tokens_details": {"cached_tokens": 1024}}
         });
-        let (_server, provider) = setup(vec![
-            Reply::json(200, body.to_string()).header("x-request-id", "req_abc"),
-        ])
-        .await;
-        let messages = history();
-        let response = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect("success");
+        let (_server, provider) = FIXTURE
+            .start(vec![
+                Reply::json(200, body.to_string()).header("x-request-id", "req_abc"),
+            ])
+            .await;
+        let response = FIXTURE.ask(provider.as_ref()).await.expect("success");
         assert_eq!(
             response,
             ModelResponse {
@@ -674,12 +631,10 @@ mod tests {
             "id": "chatcmpl-7",
             "choices": [{"message": {"role": "assistant", "content": null, "reasoning": "hmm"}, "finish_reason": "length"}]
         });
-        let (_server, provider) = setup(vec![Reply::json(200, body.to_string())]).await;
-        let messages = history();
-        let response = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect("success");
+        let (_server, provider) = FIXTURE
+            .start(vec![Reply::json(200, body.to_string())])
+            .await;
+        let response = FIXTURE.ask(provider.as_ref()).await.expect("success");
         assert_eq!(response.content, None);
         assert_eq!(response.reasoning.as_deref(), Some("hmm"));
         assert_eq!(response.stop_reason, StopReason::MaxTokens);
@@ -710,199 +665,112 @@ mod tests {
                 {"id": "x", "function": {"name": "calc", "arguments": {"z": 1, "y": [2]}}}
             ]}}]
         });
-        let (_server, provider) = setup(vec![
-            Reply::json(200, body.to_string()),
-            Reply::json(
-                200,
-                json!({"choices": [{"message": {"content": "ok"}}]}).to_string(),
-            ),
-        ])
-        .await;
-        let messages = history();
-        let response = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect("success");
+        let (_server, provider) = FIXTURE
+            .start(vec![
+                Reply::json(200, body.to_string()),
+                Reply::json(
+                    200,
+                    json!({"choices": [{"message": {"content": "ok"}}]}).to_string(),
+                ),
+            ])
+            .await;
+        let response = FIXTURE.ask(provider.as_ref()).await.expect("success");
         assert_eq!(response.tool_calls[0].arguments, r#"{"y":[2],"z":1}"#);
         assert_eq!(response.stop_reason, StopReason::ToolUse);
-        let response = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect("success");
+        let response = FIXTURE.ask(provider.as_ref()).await.expect("success");
         assert_eq!(response.stop_reason, StopReason::EndTurn);
         assert_eq!(response.finish_reason, "");
     }
 
     #[tokio::test]
     async fn rate_limit_with_retry_after_zero_then_success() {
-        let (server, provider) = setup(vec![
-            Reply::json(429, r#"{"error":{"message":"slow down"}}"#).header("retry-after", "0"),
-            Reply::json(200, ok_body()),
-        ])
+        test_support::a_rate_limit_with_retry_after_zero_is_retried(
+            &FIXTURE,
+            r#"{"error":{"message":"slow down"}}"#,
+        )
         .await;
-        let messages = history();
-        let response = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect("success");
-        assert_eq!(response.content.as_deref(), Some("hi"));
-        let requests = server.requests();
-        assert_eq!(requests.len(), 2);
-        // Every retry sends the very same bytes.
-        assert_eq!(requests[0].body, requests[1].body);
     }
 
     #[tokio::test]
     async fn server_errors_are_retried() {
-        let (server, provider) = setup(vec![
+        test_support::transient_failures_are_retried(
+            &FIXTURE,
             Reply::json(500, "oops"),
             Reply::json(502, "<html>bad gateway</html>"),
-            Reply::json(200, ok_body()),
-        ])
+        )
         .await;
-        let messages = history();
-        provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect("success");
-        assert_eq!(server.requests().len(), 3);
     }
 
     #[tokio::test]
     async fn bad_request_is_not_retried() {
-        let (server, provider) = setup(vec![
-            Reply::json(
-                400,
-                r#"{"error":{"message":"max_tokens is too large","type":"invalid_request_error"}}"#,
-            ),
-            Reply::json(200, ok_body()),
-        ])
+        test_support::a_bad_request_is_not_retried(
+            &FIXTURE,
+            r#"{"error":{"message":"max_tokens is too large","type":"invalid_request_error"}}"#,
+            "max_tokens is too large",
+        )
         .await;
-        let messages = history();
-        let error = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect_err("rejected");
-        assert_eq!(
-            error,
-            LlmError::Rejected {
-                status: 400,
-                message: "max_tokens is too large".to_owned()
-            }
-        );
-        assert_eq!(server.requests().len(), 1);
     }
 
     #[tokio::test]
     async fn exhausted_retries_return_the_last_error() {
-        let (server, provider) = setup(vec![
-            Reply::json(503, r#"{"error":{"message":"overloaded"}}"#),
-            Reply::json(503, r#"{"error":{"message":"overloaded"}}"#),
-            Reply::json(503, r#"{"error":{"message":"overloaded"}}"#),
-            Reply::json(429, "{}").header("retry-after-ms", "3"),
-        ])
-        .await;
-        let messages = history();
-        let error = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect_err("exhausted");
-        assert_eq!(
-            error,
+        let overloaded = r#"{"error":{"message":"overloaded"}}"#;
+        test_support::exhausted_retries_return_the_last_error(
+            &FIXTURE,
+            vec![
+                Reply::json(503, overloaded),
+                Reply::json(503, overloaded),
+                Reply::json(503, overloaded),
+                Reply::json(429, "{}").header("retry-after-ms", "3"),
+            ],
             LlmError::RateLimited {
                 status: 429,
-                retry_after: Some(Duration::from_millis(3))
-            }
-        );
-        assert_eq!(server.requests().len(), 4);
+                retry_after: Some(Duration::from_millis(3)),
+            },
+        )
+        .await;
     }
 
     #[tokio::test]
     async fn slow_server_times_out() {
-        let server = FakeServer::start(vec![
-            Reply::json(200, ok_body()).delayed(Duration::from_secs(2)),
-        ])
-        .await;
-        let provider = make_provider(
-            &format!("{}/v1", server.base),
-            fast_retry(0),
-            Duration::from_millis(200),
-        );
-        let messages = history();
-        let error = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect_err("timeout");
-        assert_eq!(error, LlmError::Timeout);
+        test_support::a_slow_server_times_out(&FIXTURE).await;
     }
 
     #[tokio::test]
     async fn invalid_json_is_an_invalid_response() {
-        let (_server, provider) = setup(vec![
-            Reply::json(200, "not json"),
-            Reply::json(200, r#"{"error":{"message":"upstream failed"}}"#),
-        ])
+        let errors = test_support::bodies_that_are_invalid_responses(
+            &FIXTURE,
+            &["not json", r#"{"error":{"message":"upstream failed"}}"#],
+        )
         .await;
-        let messages = history();
-        let error = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect_err("invalid");
-        assert!(matches!(error, LlmError::InvalidResponse(_)), "{error:?}");
-        let error = provider
-            .complete(&request(&messages, &[]))
-            .await
-            .expect_err("no choices");
         assert!(
-            matches!(error, LlmError::InvalidResponse(ref m) if m.contains("upstream failed")),
-            "{error:?}"
+            matches!(errors[1], LlmError::InvalidResponse(ref m) if m.contains("upstream failed")),
+            "{:?}",
+            errors[1]
         );
     }
 
     #[tokio::test]
     async fn api_key_never_leaks_into_errors() {
-        let (_server, provider) = setup(vec![
-            Reply::json(
-                401,
-                format!(r#"{{"error":{{"message":"Incorrect API key provided: {KEY}"}}}}"#),
-            ),
-            Reply::json(500, format!("internal error for key {KEY}")),
-            Reply::json(500, format!("internal error for key {KEY}")),
-            Reply::json(500, format!("internal error for key {KEY}")),
-            Reply::json(500, format!("internal error for key {KEY}")),
-            Reply::json(200, format!(r#"{{"error":{{"message":"bad key {KEY}"}}}}"#)),
-        ])
+        let server_error = || Reply::json(500, format!("internal error for key {KEY}"));
+        let errors = test_support::errors_never_show_the_key(
+            &FIXTURE,
+            vec![
+                Reply::json(
+                    401,
+                    format!(r#"{{"error":{{"message":"Incorrect API key provided: {KEY}"}}}}"#),
+                ),
+                server_error(),
+                server_error(),
+                server_error(),
+                server_error(),
+                Reply::json(200, format!(r#"{{"error":{{"message":"bad key {KEY}"}}}}"#)),
+            ],
+            3,
+        )
         .await;
-        let messages = history();
-        let mut errors = Vec::new();
-        for _ in 0..3 {
-            errors.push(
-                provider
-                    .complete(&request(&messages, &[]))
-                    .await
-                    .expect_err("fails"),
-            );
-        }
-        // A connection failure to a URL that itself contains the key.
-        let port = closed_port().await;
-        let unreachable = make_provider(
-            &format!("http://127.0.0.1:{port}/{KEY}/v1"),
-            fast_retry(0),
-            Duration::from_secs(5),
-        );
-        errors.push(
-            unreachable
-                .complete(&request(&messages, &[]))
-                .await
-                .expect_err("unreachable"),
-        );
         assert!(matches!(errors[0], LlmError::Rejected { status: 401, .. }));
         assert!(matches!(errors[1], LlmError::Server { status: 500, .. }));
         assert!(matches!(errors[2], LlmError::InvalidResponse(_)));
         assert!(matches!(errors[3], LlmError::Network(_)));
-        for error in &errors {
-            let shown = format!("{error} {error:?}");
-            assert!(!shown.contains(KEY), "{shown}");
-        }
     }
 }

@@ -1,14 +1,15 @@
-//! Retrying model calls, and the failure plumbing both providers share.
+//! Retrying model calls.
 //!
-//! Owns [`RetryPolicy`] and [`with_retry`] (capped exponential backoff with
-//! jitter, honouring the provider's `Retry-After`), the parsing of the
-//! `Retry-After` / `retry-after-ms` headers, and the turning of transport
-//! errors and error bodies into [`LlmError`]s that never carry a secret.
+//! Owns [`RetryPolicy`] and [`with_retry`] (the shared [`Backoff`]: capped
+//! exponential backoff with jitter, honouring the provider's `Retry-After`,
+//! which is itself capped at [`MAX_RETRY_AFTER`]), and the parsing of the
+//! `Retry-After` / `retry-after-ms` headers.
 
 use std::future::Future;
 use std::time::Duration;
 
 use reqwest::header::HeaderMap;
+use switchboard_contract::backoff::Backoff;
 
 use super::LlmError;
 
@@ -19,9 +20,6 @@ use super::LlmError;
 /// user is waiting on the other end, so anything past a minute is cut to a
 /// minute (the retry will then most likely fail fast and surface the error).
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
-
-/// Longest provider error message we keep, in characters.
-const MAX_MESSAGE_CHARS: usize = 300;
 
 /// How often and how long to retry a failed model call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,28 +42,24 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The shared backoff policy with these delays.
+    pub fn backoff(&self) -> Backoff {
+        Backoff::new(self.base_delay, self.max_delay)
+    }
+
     /// The backoff ceiling before retry number `retry` (0-based):
     /// `base_delay * 2^retry`, capped at `max_delay`, without jitter.
     pub fn backoff_ceiling(&self, retry: u32) -> Duration {
-        let factor = 1u32.checked_shl(retry).unwrap_or(u32::MAX);
-        self.base_delay
-            .checked_mul(factor)
-            .unwrap_or(Duration::MAX)
-            .min(self.max_delay)
+        self.backoff().ceiling(retry)
     }
 
     /// How long to wait before retry number `retry` (0-based) after `error`.
     ///
     /// A provider-sent `Retry-After` wins (capped at [`MAX_RETRY_AFTER`]) and is
-    /// used as is. Otherwise "equal jitter": a uniformly random delay between
-    /// half the ceiling and the ceiling, so that many sessions hitting the
-    /// same rate limit do not retry in lockstep, yet each still backs off.
+    /// used as is. Otherwise the [`Backoff`]'s jittered delay, between half the
+    /// ceiling and the ceiling.
     pub fn delay_for(&self, retry: u32, error: &LlmError) -> Duration {
-        if let Some(after) = error.retry_after() {
-            return after.min(MAX_RETRY_AFTER);
-        }
-        let ceiling = self.backoff_ceiling(retry);
-        ceiling.mul_f64(0.5 + fastrand::f64() * 0.5)
+        self.backoff().delay(retry, asked_delay(error))
     }
 }
 
@@ -82,15 +76,14 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, LlmError>>,
 {
-    let mut retries = 0u32;
+    let mut retries = policy.backoff().retries();
     loop {
         match attempt().await {
             Ok(value) => return Ok(value),
-            Err(error) if error.is_retryable() && retries < policy.max_retries => {
-                let delay = policy.delay_for(retries, &error);
-                retries += 1;
+            Err(error) if error.is_retryable() && retries.count() < policy.max_retries => {
+                let delay = retries.next_delay(asked_delay(&error));
                 tracing::warn!(
-                    retry = retries,
+                    retry = retries.count(),
                     max_retries = policy.max_retries,
                     delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
                     error = %error,
@@ -143,279 +136,9 @@ fn parse_seconds(value: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(seconds).ok()
 }
 
-/// Maps a reqwest failure (sending, or reading the body) to an [`LlmError`].
-///
-/// reqwest's `Display` includes the request URL, which may carry credentials
-/// (a key in a query string or userinfo), so the URL is stripped; the
-/// innermost cause (e.g. "Connection refused") is kept because it is what an
-/// operator needs, and scrubbed of `secret` defensively.
-pub(crate) fn transport_error(error: reqwest::Error, secret: &str) -> LlmError {
-    if error.is_timeout() {
-        return LlmError::Timeout;
-    }
-    let error = error.without_url();
-    let mut text = error.to_string();
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(&error);
-    let mut innermost = None;
-    while let Some(current) = cause {
-        innermost = Some(current);
-        cause = current.source();
-    }
-    if let Some(innermost) = innermost {
-        text.push_str(": ");
-        text.push_str(&innermost.to_string());
-    }
-    LlmError::Network(scrub(&text, secret))
-}
-
-/// A short, secret-free description of a failed response, for the error.
-///
-/// Prefers the provider's `error.message` (both OpenAI and Anthropic use that
-/// shape); falls back to the start of the body, since a proxy's HTML or plain
-/// text error is still more useful than nothing. Either way, providers echo
-/// keys back ("Incorrect API key provided: ..."), so the key is removed.
-/// Maps a non-success HTTP status to an error: 429 (and any `busy` codes the
-/// provider adds, like Anthropic's 529) is a rate limit carrying the delay
-/// asked for, other 5xx a server failure, anything else a rejection (not
-/// retried). Messages come from the body with `secret` scrubbed.
-pub(crate) fn status_error(
-    status: reqwest::StatusCode,
-    headers: &HeaderMap,
-    body: &[u8],
-    secret: &str,
-    busy: &[u16],
-) -> LlmError {
-    let code = status.as_u16();
-    if status == reqwest::StatusCode::TOO_MANY_REQUESTS || busy.contains(&code) {
-        LlmError::RateLimited {
-            status: code,
-            retry_after: retry_after_from_headers(headers),
-        }
-    } else if status.is_server_error() {
-        LlmError::Server {
-            status: code,
-            message: error_message(body, secret),
-        }
-    } else {
-        LlmError::Rejected {
-            status: code,
-            message: error_message(body, secret),
-        }
-    }
-}
-
-pub(crate) fn error_message(body: &[u8], secret: &str) -> String {
-    let from_json = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|value| match value.pointer("/error/message") {
-            Some(serde_json::Value::String(message)) => Some(message.clone()),
-            _ => None,
-        });
-    let raw = from_json.unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
-    let collapsed = raw.split_whitespace().collect::<Vec<_>>().join(" ");
-    // Scrub before truncating, so a key cut in half cannot survive.
-    let clean = scrub(&collapsed, secret);
-    if clean.is_empty() {
-        return "no error message".to_owned();
-    }
-    truncate_chars(&clean, MAX_MESSAGE_CHARS)
-}
-
-/// Removes every occurrence of `secret` from `text`.
-pub(crate) fn scrub(text: &str, secret: &str) -> String {
-    // An empty pattern would match between every character.
-    if secret.is_empty() {
-        return text.to_owned();
-    }
-    text.replace(secret, "[redacted]")
-}
-
-fn truncate_chars(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
-    }
-}
-
-/// A scripted fake provider for the provider modules' HTTP tests.
-#[cfg(test)]
-pub(crate) mod fake_server {
-    use std::collections::VecDeque;
-
-    use secrecy::SecretString;
-
-    use crate::llm::{Endpoint, ProviderKind, RetryPolicy};
-
-    /// The API key the provider tests use (and check never leaks).
-    pub const KEY: &str = "sk-secret-123";
-
-    /// An endpoint with the test key.
-    pub fn endpoint(
-        kind: ProviderKind,
-        base_url: &str,
-        retry: RetryPolicy,
-        timeout: Duration,
-    ) -> Endpoint {
-        Endpoint {
-            kind,
-            base_url: base_url.to_owned(),
-            api_key: SecretString::from(KEY),
-            timeout,
-            retry,
-        }
-    }
-
-    /// Retries with millisecond delays, so tests stay fast.
-    pub fn fast_retry(max_retries: u32) -> RetryPolicy {
-        RetryPolicy {
-            max_retries,
-            base_delay: Duration::from_millis(2),
-            max_delay: Duration::from_millis(5),
-        }
-    }
-    use std::sync::{Arc, Mutex};
-    use std::time::Duration;
-
-    use axum::body::Bytes;
-    use axum::extract::State;
-    use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
-    use axum::response::{IntoResponse, Response};
-
-    /// One canned answer.
-    #[derive(Debug, Clone)]
-    pub struct Reply {
-        pub status: u16,
-        pub headers: Vec<(String, String)>,
-        pub body: String,
-        /// Wait this long before answering.
-        pub delay: Duration,
-    }
-
-    impl Reply {
-        pub fn json(status: u16, body: impl Into<String>) -> Self {
-            Self {
-                status,
-                headers: vec![("content-type".to_owned(), "application/json".to_owned())],
-                body: body.into(),
-                delay: Duration::ZERO,
-            }
-        }
-
-        pub fn header(mut self, name: &str, value: &str) -> Self {
-            self.headers.push((name.to_owned(), value.to_owned()));
-            self
-        }
-
-        pub fn delayed(mut self, delay: Duration) -> Self {
-            self.delay = delay;
-            self
-        }
-    }
-
-    /// One request as the server saw it.
-    #[derive(Debug, Clone)]
-    pub struct Recorded {
-        pub path: String,
-        pub headers: HeaderMap,
-        pub body: Vec<u8>,
-    }
-
-    impl Recorded {
-        pub fn json(&self) -> serde_json::Value {
-            serde_json::from_slice(&self.body).expect("request body is JSON")
-        }
-
-        pub fn text(&self) -> String {
-            String::from_utf8(self.body.clone()).expect("request body is UTF-8")
-        }
-
-        pub fn header(&self, name: &str) -> Option<String> {
-            self.headers
-                .get(name)
-                .map(|value| value.to_str().expect("ascii header").to_owned())
-        }
-    }
-
-    #[derive(Default)]
-    struct Shared {
-        script: Mutex<VecDeque<Reply>>,
-        requests: Mutex<Vec<Recorded>>,
-    }
-
-    /// A running fake server; it stops with the test's runtime.
-    pub struct FakeServer {
-        pub base: String,
-        shared: Arc<Shared>,
-    }
-
-    impl FakeServer {
-        /// Starts on an ephemeral port, answering from `script` in order (and
-        /// with a 500 once the script is exhausted).
-        pub async fn start(script: Vec<Reply>) -> Self {
-            let shared = Arc::new(Shared {
-                script: Mutex::new(script.into()),
-                requests: Mutex::default(),
-            });
-            let app = axum::Router::new()
-                .fallback(handle)
-                .with_state(Arc::clone(&shared));
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            let port = listener.local_addr().expect("local addr").port();
-            tokio::spawn(async move {
-                axum::serve(listener, app).await.expect("serve");
-            });
-            Self {
-                base: format!("http://127.0.0.1:{port}"),
-                shared,
-            }
-        }
-
-        pub fn requests(&self) -> Vec<Recorded> {
-            self.shared.requests.lock().expect("lock").clone()
-        }
-    }
-
-    async fn handle(
-        State(shared): State<Arc<Shared>>,
-        uri: Uri,
-        headers: HeaderMap,
-        body: Bytes,
-    ) -> Response {
-        shared.requests.lock().expect("lock").push(Recorded {
-            path: uri.path().to_owned(),
-            headers,
-            body: body.to_vec(),
-        });
-        let reply = shared.script.lock().expect("lock").pop_front();
-        let Some(reply) = reply else {
-            return (StatusCode::INTERNAL_SERVER_ERROR, "script exhausted").into_response();
-        };
-        if !reply.delay.is_zero() {
-            tokio::time::sleep(reply.delay).await;
-        }
-        let mut response = (
-            StatusCode::from_u16(reply.status).expect("status"),
-            reply.body,
-        )
-            .into_response();
-        for (name, value) in reply.headers {
-            response.headers_mut().insert(
-                HeaderName::from_bytes(name.as_bytes()).expect("header name"),
-                HeaderValue::from_str(&value).expect("header value"),
-            );
-        }
-        response
-    }
-
-    /// A port nothing listens on.
-    pub async fn closed_port() -> u16 {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        listener.local_addr().expect("local addr").port()
-    }
+/// The delay the provider asked for, cut to [`MAX_RETRY_AFTER`].
+fn asked_delay(error: &LlmError) -> Option<Duration> {
+    error.retry_after().map(|after| after.min(MAX_RETRY_AFTER))
 }
 
 #[cfg(test)]
@@ -616,23 +339,5 @@ mod tests {
             Some(Duration::from_millis(120))
         );
         assert_eq!(retry_after_from_headers(&HeaderMap::new()), None);
-    }
-
-    #[test]
-    fn error_messages_are_extracted_scrubbed_and_truncated() {
-        let key = "sk-secret-123";
-        let body =
-            br#"{"error":{"message":"Incorrect API key provided: sk-secret-123.","type":"x"}}"#;
-        let message = error_message(body, key);
-        assert_eq!(message, "Incorrect API key provided: [redacted].");
-
-        let message = error_message(b"<html>\n  bad   gateway sk-secret-123 </html>", key);
-        assert_eq!(message, "<html> bad gateway [redacted] </html>");
-
-        let long = "é".repeat(1000);
-        let message = error_message(long.as_bytes(), key);
-        assert_eq!(message.chars().count(), MAX_MESSAGE_CHARS + 1);
-        assert_eq!(error_message(b"", key), "no error message");
-        assert_eq!(scrub("abc", ""), "abc");
     }
 }

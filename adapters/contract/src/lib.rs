@@ -5,11 +5,13 @@
 //! and deliver [`OutboundMessage`]s through the [`PlatformSender`] they implement.
 //! This crate also holds what every adapter shares: newtype identifiers,
 //! splitting text to a platform's length limit without breaking code fences
-//! ([`split`]), and Markdown conversion hooks ([`markdown`]).
+//! ([`split`]), Markdown conversion hooks ([`markdown`]), and the one backoff
+//! policy of every retry loop ([`backoff`]).
 //!
 //! The core depends on this crate and on the adapters; nothing here depends on
 //! the core.
 
+pub mod backoff;
 pub mod ids;
 pub mod markdown;
 pub mod message;

@@ -9,6 +9,7 @@ use serenity::gateway::GatewayError;
 use serenity::model::channel::Message;
 use serenity::model::gateway::{GatewayIntents, Ready};
 use serenity::model::permissions::Permissions;
+use switchboard_contract::backoff::{self, Backoff, Wait};
 use tokio_util::sync::CancellationToken;
 
 use crate::adapter::build_http;
@@ -24,10 +25,8 @@ pub fn intents() -> GatewayIntents {
         | GatewayIntents::MESSAGE_CONTENT
 }
 
-/// First wait before rebuilding a failed client.
-const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
-/// Longest wait between rebuilds.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// Between rebuilds of a failed client: from 1 s, doubling, at most a minute.
+const RECONNECT: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 
 /// The bot permissions to request in the invite link (README): View
 /// Channels, Send Messages, Send Messages in Threads, Create Public Threads,
@@ -82,34 +81,31 @@ impl DiscordGateway {
     ///
     /// Serenity resumes dropped connections by itself. When the client
     /// stops with a non-fatal error (Discord unreachable at start, say), it
-    /// is rebuilt after a capped backoff. A fatal error (4014, 4004) is
-    /// logged once and returned; the rest of the process keeps running, and
-    /// the caller decides what a stopped Discord adapter means.
+    /// is rebuilt after a capped, jittered backoff (the wait ends at
+    /// shutdown). A fatal error (4014, 4004) is returned without a retry,
+    /// for the caller to log; the rest of the process keeps running, and the
+    /// caller decides what a stopped Discord adapter means.
     ///
     /// # Errors
     /// [`DiscordError::PrivilegedIntentDisabled`] (close code 4014: enable
     /// MESSAGE CONTENT INTENT in the developer portal) or
     /// [`DiscordError::InvalidToken`] (4004).
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), DiscordError> {
-        let mut backoff = INITIAL_BACKOFF;
+        let mut retries = RECONNECT.retries();
         loop {
             match self.run_once(&shutdown).await {
                 Ok(()) => return Ok(()),
                 Err(
                     err @ (DiscordError::PrivilegedIntentDisabled | DiscordError::InvalidToken),
-                ) => {
-                    tracing::error!(error = %err, "Discord gateway stopped");
-                    return Err(err);
-                }
+                ) => return Err(err),
                 Err(err) => {
-                    tracing::warn!(error = %err, ?backoff, "Discord gateway failed; reconnecting");
+                    let delay = retries.next_delay(None);
+                    tracing::warn!(error = %err, backoff = ?delay, "Discord gateway failed; reconnecting");
+                    if backoff::wait(delay, &shutdown).await == Wait::Cancelled {
+                        return Ok(());
+                    }
                 }
             }
-            tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
-                () = shutdown.cancelled() => return Ok(()),
-            }
-            backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 

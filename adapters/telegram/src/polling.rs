@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchboard_contract::SubmitError;
+use switchboard_contract::backoff::{self, Backoff, Wait};
 use teloxide::payloads::GetUpdatesSetters;
 use teloxide::prelude::Requester;
 use teloxide::types::AllowedUpdate;
@@ -22,10 +23,9 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Scrubber, TelegramError};
 use crate::inbound::Inbound;
 
-/// First wait after a failure; doubled per failure up to [`MAX_BACKOFF`].
-const MIN_BACKOFF: Duration = Duration::from_millis(500);
-/// Longest wait between failed attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Between failed attempts (a `getUpdates`, or handing one update to the
+/// core): from 500 ms, doubling, at most 30 s.
+const RETRY: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 /// How long the final offset confirmation may take at shutdown.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -45,7 +45,7 @@ impl Poller {
         self.remove_webhook().await?;
         tracing::info!("Telegram long polling started");
         let mut offset: Option<i32> = None;
-        let mut backoff = MIN_BACKOFF;
+        let mut retries = RETRY.retries();
         'poll: loop {
             let mut request = self
                 .bot
@@ -61,19 +61,20 @@ impl Poller {
             };
             let updates = match result {
                 Ok(updates) => {
-                    backoff = MIN_BACKOFF;
+                    retries.reset();
                     updates
                 }
                 Err(error) => {
                     self.report(&error);
-                    if !pause(&shutdown, retry_wait(&error, &mut backoff)).await {
+                    let delay = retries.next_delay(retry_after(&error));
+                    if backoff::wait(delay, &shutdown).await == Wait::Cancelled {
                         break 'poll;
                     }
                     continue;
                 }
             };
             for update in updates {
-                let mut wait = MIN_BACKOFF;
+                let mut update_retries = RETRY.retries();
                 loop {
                     match self.inbound.handle(&update).await {
                         Ok(_) => break,
@@ -83,10 +84,10 @@ impl Poller {
                         }
                         Err(SubmitError::Unavailable(reason)) => {
                             tracing::warn!(update_id = update.id.0, %reason, "core unavailable; retrying the update");
-                            if !pause(&shutdown, wait).await {
+                            let delay = update_retries.next_delay(None);
+                            if backoff::wait(delay, &shutdown).await == Wait::Cancelled {
                                 break 'poll;
                             }
-                            wait = (wait * 2).min(MAX_BACKOFF);
                         }
                     }
                 }
@@ -145,21 +146,11 @@ fn next_offset(update_id: u32) -> i32 {
     i32::try_from(update_id).map_or(i32::MAX, |id| id.saturating_add(1))
 }
 
-/// How long to wait after a failed `getUpdates`: Telegram's `retry_after`
-/// when it gives one, otherwise the capped exponential backoff.
-fn retry_wait(error: &RequestError, backoff: &mut Duration) -> Duration {
-    if let RequestError::RetryAfter(wait) = error {
-        return Duration::from_secs(u64::from(wait.seconds()));
-    }
-    let wait = *backoff;
-    *backoff = (*backoff * 2).min(MAX_BACKOFF);
-    wait
-}
-
-/// Sleeps for `wait` unless shut down first; false when shut down.
-async fn pause(shutdown: &CancellationToken, wait: Duration) -> bool {
-    tokio::select! {
-        () = shutdown.cancelled() => false,
-        () = tokio::time::sleep(wait) => true,
+/// The wait Telegram asks for after a failed `getUpdates`, which replaces
+/// the computed backoff.
+fn retry_after(error: &RequestError) -> Option<Duration> {
+    match error {
+        RequestError::RetryAfter(wait) => Some(Duration::from_secs(u64::from(wait.seconds()))),
+        _ => None,
     }
 }

@@ -1,0 +1,186 @@
+//! The HTTP side both providers share: one attempt (POST the body, turn
+//! transport failures and error statuses into [`LlmError`]s that never carry
+//! the key) and the metadata every response has (request id, model).
+
+use reqwest::header::{CONTENT_TYPE, HeaderMap};
+use secrecy::ExposeSecret;
+
+use super::retry::retry_after_from_headers;
+use super::{Endpoint, LlmError};
+
+/// Longest provider error message we keep, in characters.
+const MAX_MESSAGE_CHARS: usize = 300;
+
+/// Makes one attempt: POSTs the JSON `body` through `request` (the provider's
+/// URL and auth headers) with the endpoint's timeout, and hands a success's
+/// body and headers to `parse`. Statuses in `busy` count as rate limits, like
+/// 429 (see [`status_error`]).
+///
+/// # Errors
+/// The transport failure or error status, scrubbed of the endpoint's key, or
+/// what `parse` returns.
+pub(crate) async fn post_json<T>(
+    request: reqwest::RequestBuilder,
+    endpoint: &Endpoint,
+    body: &[u8],
+    busy: &[u16],
+    parse: impl FnOnce(&[u8], &HeaderMap) -> Result<T, LlmError>,
+) -> Result<T, LlmError> {
+    let key = endpoint.api_key.expose_secret();
+    let response = request
+        .timeout(endpoint.timeout)
+        .header(CONTENT_TYPE, "application/json")
+        .body(body.to_vec())
+        .send()
+        .await
+        .map_err(|error| transport_error(error, key))?;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|error| transport_error(error, key))?;
+    if !status.is_success() {
+        return Err(status_error(status, &headers, &bytes, key, busy));
+    }
+    parse(&bytes, &headers)
+}
+
+/// The request id: the provider's `header` when it sends one, else the id in
+/// the response body.
+pub(crate) fn request_id(
+    headers: &HeaderMap,
+    header: &str,
+    body_id: Option<String>,
+) -> Option<String> {
+    headers
+        .get(header)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+        .or(body_id)
+}
+
+/// The model that answered, as the provider reports it; the requested one
+/// when it reports none.
+pub(crate) fn answering_model(reported: Option<String>, requested: &str) -> String {
+    reported
+        .filter(|model| !model.is_empty())
+        .unwrap_or_else(|| requested.to_owned())
+}
+
+/// Maps a reqwest failure (sending, or reading the body) to an [`LlmError`].
+///
+/// reqwest's `Display` includes the request URL, which may carry credentials
+/// (a key in a query string or userinfo), so the URL is stripped; the
+/// innermost cause (e.g. "Connection refused") is kept because it is what an
+/// operator needs, and scrubbed of `secret` defensively.
+fn transport_error(error: reqwest::Error, secret: &str) -> LlmError {
+    if error.is_timeout() {
+        return LlmError::Timeout;
+    }
+    let error = error.without_url();
+    let mut text = error.to_string();
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(&error);
+    let mut innermost = None;
+    while let Some(current) = cause {
+        innermost = Some(current);
+        cause = current.source();
+    }
+    if let Some(innermost) = innermost {
+        text.push_str(": ");
+        text.push_str(&innermost.to_string());
+    }
+    LlmError::Network(scrub(&text, secret))
+}
+
+/// Maps a non-success HTTP status to an error: 429 (and any `busy` codes the
+/// provider adds, like Anthropic's 529) is a rate limit carrying the delay
+/// asked for, other 5xx a server failure, anything else a rejection (not
+/// retried). Messages come from the body with `secret` scrubbed.
+fn status_error(
+    status: reqwest::StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    secret: &str,
+    busy: &[u16],
+) -> LlmError {
+    let code = status.as_u16();
+    if status == reqwest::StatusCode::TOO_MANY_REQUESTS || busy.contains(&code) {
+        LlmError::RateLimited {
+            status: code,
+            retry_after: retry_after_from_headers(headers),
+        }
+    } else if status.is_server_error() {
+        LlmError::Server {
+            status: code,
+            message: error_message(body, secret),
+        }
+    } else {
+        LlmError::Rejected {
+            status: code,
+            message: error_message(body, secret),
+        }
+    }
+}
+
+/// A short, secret-free description of a failed response, for the error.
+///
+/// Prefers the provider's `error.message` (both OpenAI and Anthropic use that
+/// shape); falls back to the start of the body, since a proxy's HTML or plain
+/// text error is still more useful than nothing. Either way, providers echo
+/// keys back ("Incorrect API key provided: ..."), so the key is removed.
+pub(crate) fn error_message(body: &[u8], secret: &str) -> String {
+    let from_json = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|value| match value.pointer("/error/message") {
+            Some(serde_json::Value::String(message)) => Some(message.clone()),
+            _ => None,
+        });
+    let raw = from_json.unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    let collapsed = raw.split_whitespace().collect::<Vec<_>>().join(" ");
+    // Scrub before truncating, so a key cut in half cannot survive.
+    let clean = scrub(&collapsed, secret);
+    if clean.is_empty() {
+        return "no error message".to_owned();
+    }
+    truncate_chars(&clean, MAX_MESSAGE_CHARS)
+}
+
+/// Removes every occurrence of `secret` from `text`.
+fn scrub(text: &str, secret: &str) -> String {
+    // An empty pattern would match between every character.
+    if secret.is_empty() {
+        return text.to_owned();
+    }
+    text.replace(secret, "[redacted]")
+}
+
+fn truncate_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_messages_are_extracted_scrubbed_and_truncated() {
+        let key = "sk-secret-123";
+        let body =
+            br#"{"error":{"message":"Incorrect API key provided: sk-secret-123.","type":"x"}}"#;
+        let message = error_message(body, key);
+        assert_eq!(message, "Incorrect API key provided: [redacted].");
+
+        let message = error_message(b"<html>\n  bad   gateway sk-secret-123 </html>", key);
+        assert_eq!(message, "<html> bad gateway [redacted] </html>");
+
+        let long = "é".repeat(1000);
+        let message = error_message(long.as_bytes(), key);
+        assert_eq!(message.chars().count(), MAX_MESSAGE_CHARS + 1);
+        assert_eq!(error_message(b"", key), "no error message");
+        assert_eq!(scrub("abc", ""), "abc");
+    }
+}
