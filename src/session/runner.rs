@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use switchboard_contract::backoff::{self, Backoff, Wait};
 use switchboard_contract::{
     AccountId, ChatId, ChatRef, IdError, OutboundMessage, PlatformName, PlatformSender, SendError,
     ThreadId,
@@ -56,6 +57,10 @@ enum Undelivered {
 
 /// Delivery attempts per outbox row before it waits for the next pump.
 const SEND_ATTEMPTS: u32 = 5;
+
+/// Between delivery attempts: from 500 ms, doubling, at most 30 s (a
+/// platform's `retry_after` replaces it).
+const SEND_BACKOFF: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 
 /// Runs sessions' turns and delivers their replies.
 #[derive(Clone)]
@@ -459,9 +464,10 @@ impl Runner {
         row: &OutboxRow,
         message: &OutboundMessage,
     ) -> Result<Option<String>, Undelivered> {
-        let mut delay = Duration::from_millis(500);
-        for attempt in 1..=SEND_ATTEMPTS {
-            match sender.send(message).await {
+        let mut retries = SEND_BACKOFF.retries();
+        loop {
+            let attempt = retries.count() + 1;
+            let retry_after = match sender.send(message).await {
                 Ok(receipt) => return Ok(receipt.message_ids.first().cloned()),
                 Err(SendError::Permanent(reason)) => {
                     tracing::error!(outbox_id = row.id, %reason, "reply cannot be delivered");
@@ -469,16 +475,23 @@ impl Runner {
                 }
                 Err(SendError::RetryAfter(wait)) => {
                     tracing::warn!(outbox_id = row.id, attempt, ?wait, "platform rate limit");
-                    tokio::time::sleep(wait).await;
+                    Some(wait)
                 }
                 Err(SendError::Transient(reason)) => {
                     tracing::warn!(outbox_id = row.id, attempt, %reason, "send failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(30));
+                    None
                 }
+            };
+            // Attempts spent, or shutting down: the row stays pending for the
+            // next pump (or the next start).
+            if attempt >= SEND_ATTEMPTS {
+                return Err(Undelivered::Transient);
+            }
+            let delay = retries.next_delay(retry_after);
+            if backoff::wait(delay, &self.inner.shutdown).await == Wait::Cancelled {
+                return Err(Undelivered::Transient);
             }
         }
-        Err(Undelivered::Transient)
     }
 }
 
