@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use switchboard_contract::{InboundSink, SubmitError};
-use teloxide::types::Update;
+use teloxide_core::types::Update;
 
 use crate::normalise::Normaliser;
 

@@ -30,10 +30,10 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 use switchboard_contract::{AccountId, InboundSink, PlatformSender};
-use teloxide::Bot;
-use teloxide::payloads::SetWebhookSetters;
-use teloxide::prelude::Requester;
-use teloxide::types::AllowedUpdate;
+use teloxide_core::Bot;
+use teloxide_core::payloads::SetWebhookSetters;
+use teloxide_core::prelude::Requester;
+use teloxide_core::types::AllowedUpdate;
 use tokio_util::sync::CancellationToken;
 
 pub use error::TelegramError;
@@ -111,7 +111,7 @@ impl TelegramAdapter {
     ) -> Result<Self, TelegramError> {
         validate(&settings, webhook_secret.as_ref())?;
         let scrubber = Scrubber::new(token.clone());
-        let client = teloxide::net::default_reqwest_settings()
+        let client = teloxide_core::net::default_reqwest_settings()
             .timeout(settings.poll_timeout() + HTTP_TIMEOUT_MARGIN)
             .build()
             .map_err(|e| TelegramError::Client(scrubber.scrub(&e.to_string())))?;

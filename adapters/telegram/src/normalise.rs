@@ -18,7 +18,7 @@ use switchboard_contract::{
     AccountId, Attachment, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender,
     ThreadId, UserId,
 };
-use teloxide::types::{Message, MessageEntityKind, MessageEntityRef, Update, UpdateKind};
+use teloxide_core::types::{Message, MessageEntityKind, MessageEntityRef, Update, UpdateKind};
 
 use crate::PLATFORM;
 
