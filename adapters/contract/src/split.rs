@@ -117,35 +117,29 @@ struct Fence {
     closer: String,
 }
 
-impl Fence {
-    /// The fence of `line` (without its line break), an opening line that
-    /// pulldown-cmark read as one.
-    fn from_opener(line: &str) -> Option<Self> {
-        let body = line.trim_end();
-        let trimmed = body.trim_start_matches([' ', '\t']);
-        let indent = &body[..body.len() - trimmed.len()];
-        let marker = trimmed.chars().next().filter(|&c| c == '`' || c == '~')?;
-        // Fence markers are ASCII: one byte each.
-        let count = trimmed.chars().take_while(|&c| c == marker).count();
-        Some(Self {
-            opener: body.to_owned(),
-            closer: format!("{indent}{}", trimmed.get(..count).unwrap_or_default()),
-        })
+/// The fence `line` (without its line break) opens, if pulldown-cmark reads
+/// it as the opening line of a fenced code block.
+fn opening_fence(line: &str) -> Option<Fence> {
+    if !might_be_fence(line) {
+        return None;
     }
-}
-
-/// Whether pulldown-cmark reads `line` (without its line break) as a line
-/// that opens a fenced code block.
-fn opens_fence(line: &str) -> bool {
-    might_be_fence(line)
-        && Parser::new_ext(line, parser_options())
-            .next()
-            .is_some_and(|event| {
-                matches!(
-                    event,
-                    Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(_)))
-                )
-            })
+    let (event, range) = Parser::new_ext(line, parser_options())
+        .into_offset_iter()
+        .next()?;
+    if !matches!(
+        event,
+        Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(_)))
+    ) {
+        return None;
+    }
+    // The block starts at its fence, after the indentation.
+    let (indent, fence) = line.split_at_checked(range.start)?;
+    let marker = fence.chars().next()?;
+    let markers = fence.strip_suffix(fence.trim_start_matches(marker))?;
+    Some(Fence {
+        opener: line.trim_end().to_owned(),
+        closer: format!("{indent}{markers}"),
+    })
 }
 
 /// Whether pulldown-cmark reads `line` (without its line break), right after
@@ -173,7 +167,7 @@ fn closes_fence(fence: &Fence, line: &str) -> bool {
 fn reads_as_fence(open: Option<&Fence>, line: &str) -> bool {
     match open {
         Some(fence) => closes_fence(fence, line),
-        None => opens_fence(line),
+        None => opening_fence(line).is_some(),
     }
 }
 
@@ -224,9 +218,7 @@ fn scan(text: &str) -> (Vec<Line>, Vec<Fence>) {
                 }
             }
             None => {
-                if opens_fence(content)
-                    && let Some(fence) = Fence::from_opener(content)
-                {
+                if let Some(fence) = opening_fence(content) {
                     fences.push(fence);
                     open = Some(fences.len() - 1);
                     fence_line = true;
@@ -1107,12 +1099,13 @@ mod tests {
         // Four spaces of indentation make an indented code line, not a
         // fence; a backtick fence's info string holds no backtick.
         for line in ["    ```", "\t```", "``` a`b", "``", "> ```", "- ```"] {
-            assert!(!opens_fence(line), "{line:?}");
+            assert!(opening_fence(line).is_none(), "{line:?}");
         }
         for line in ["```", "   ```rust", "~~~ a`b", "````"] {
-            assert!(opens_fence(line), "{line:?}");
+            assert!(opening_fence(line).is_some(), "{line:?}");
         }
-        let fence = Fence::from_opener("  ````md").unwrap();
+        let fence = opening_fence("  ````md  ").unwrap();
+        assert_eq!(fence.opener, "  ````md");
         assert_eq!(fence.closer, "  ````");
         for line in ["````", "   `````  ", "  ````"] {
             assert!(closes_fence(&fence, line), "{line:?}");
