@@ -106,11 +106,15 @@ struct LinkState {
     anchor: bool,
 }
 
+/// The Markdown extensions every parse in this crate enables (the renderers
+/// here and the splitter's code-block finder), so all read the same blocks.
+pub(crate) fn parser_options() -> Options {
+    Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES | Options::ENABLE_TASKLISTS
+}
+
 fn render(markdown: &str, flavor: Flavor) -> String {
-    let options =
-        Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES | Options::ENABLE_TASKLISTS;
     let mut writer = Writer::new(flavor);
-    for event in Parser::new_ext(markdown, options) {
+    for event in Parser::new_ext(markdown, parser_options()) {
         writer.event(event);
     }
     writer.finish()

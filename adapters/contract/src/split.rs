@@ -9,8 +9,9 @@
 //! 1. at a paragraph boundary (after a blank line),
 //! 2. at a line boundary,
 //! 3. after whitespace,
-//! 4. between two characters that do not form one visible symbol (an emoji
-//!    ZWJ sequence, a flag, a letter and its combining mark),
+//! 4. between two extended grapheme clusters, the symbols a reader sees, as
+//!    `unicode-segmentation` finds them (so never inside an emoji ZWJ
+//!    sequence, a flag, a keycap or a letter and its combining marks),
 //! 5. between any two characters.
 //!
 //! Text is never cut inside a UTF-8 character, so never inside a UTF-16
@@ -18,12 +19,18 @@
 //! least half the chunk; otherwise a lower level that fills more is tried
 //! first, and only when none exists is a short chunk accepted.
 //!
-//! Fenced code blocks (three or more backticks or tildes, any indentation) stay
-//! valid Markdown: when a chunk ends inside a block, the chunk is closed with a
-//! fence line of the same character and length, and the next chunk reopens the
-//! block with a copy of the original opening line (so ```` ```rust ```` keeps
-//! its language). These added lines count toward the limit. Fences inside
-//! block quotes (`> ````) are not recognised.
+//! Fenced code blocks stay valid Markdown: when a chunk ends inside a block,
+//! the chunk is closed with a fence line of the same character and length, and
+//! the next chunk reopens the block with a copy of the original opening line
+//! (so ```` ```rust ```` keeps its language). These added lines count toward
+//! the limit. Fence lines are the ones `pulldown-cmark`, the parser of
+//! [`crate::markdown`], reads as such (three or more backticks or tildes after
+//! at most three spaces; a closing line of the same character, at least as
+//! long, without an info string). It reads each line as at the top level of a
+//! document, given the fence open before it, so that a chunk starting at any
+//! line reads its fences as the whole text does: fences inside block quotes or
+//! after a list marker (`> ````, `- ````) are not recognised, a fence
+//! indented under a list item is.
 //!
 //! At each cut, whitespace ending the earlier chunk and line breaks starting
 //! the later one are dropped; apart from that and the added fence lines, the
@@ -37,6 +44,11 @@
 //! makes progress and never panics.
 
 use std::ops::Range;
+
+use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
+use unicode_segmentation::UnicodeSegmentation;
+
+use crate::markdown::parser_options;
 
 /// How a platform measures message length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,51 +115,67 @@ struct Fence {
     opener: String,
     /// The indentation and fence characters of the opening line.
     closer: String,
-    marker: char,
-    count: usize,
 }
 
-/// Parses `line` (without its line break) as an opening code fence.
-fn parse_opener(line: &str) -> Option<Fence> {
-    let body = line.trim_end();
-    let trimmed = body.trim_start_matches([' ', '\t']);
-    let indent = &body[..body.len() - trimmed.len()];
-    let marker = trimmed.chars().next()?;
-    if marker != '`' && marker != '~' {
+/// The fence `line` (without its line break) opens, if pulldown-cmark reads
+/// it as the opening line of a fenced code block.
+fn opening_fence(line: &str) -> Option<Fence> {
+    if !might_be_fence(line) {
         return None;
     }
-    let count = trimmed.chars().take_while(|&c| c == marker).count();
-    if count < 3 {
+    let (event, range) = Parser::new_ext(line, parser_options())
+        .into_offset_iter()
+        .next()?;
+    if !matches!(
+        event,
+        Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(_)))
+    ) {
         return None;
     }
-    // `count` markers are ASCII, one byte each.
-    let info = &trimmed[count..];
-    if marker == '`' && info.contains('`') {
-        return None;
-    }
+    // The block starts at its fence, after the indentation.
+    let (indent, fence) = line.split_at_checked(range.start)?;
+    let marker = fence.chars().next()?;
+    let markers = fence.strip_suffix(fence.trim_start_matches(marker))?;
     Some(Fence {
-        opener: body.to_owned(),
-        closer: format!("{indent}{}", trimmed.get(..count).unwrap_or_default()),
-        marker,
-        count,
+        opener: line.trim_end().to_owned(),
+        closer: format!("{indent}{markers}"),
     })
 }
 
-/// Whether `line` (without its line break) closes `fence`.
-fn closes(fence: &Fence, line: &str) -> bool {
-    let trimmed = line.trim();
-    // Fence markers are ASCII: one byte each.
-    let run = trimmed.chars().take_while(|&c| c == fence.marker).count();
-    run >= fence.count && run == trimmed.len()
+/// Whether pulldown-cmark reads `line` (without its line break), right after
+/// the opening line of `fence`, as the line that closes it.
+fn closes_fence(fence: &Fence, line: &str) -> bool {
+    if !might_be_fence(line) {
+        return false;
+    }
+    let block = format!("{}\n{line}", fence.opener);
+    // The block's content is the line unless the line closes it.
+    let mut content = false;
+    for event in Parser::new_ext(&block, parser_options()) {
+        match event {
+            Event::Text(_) => content = true,
+            Event::End(TagEnd::CodeBlock) => return !content,
+            _ => {}
+        }
+    }
+    false
 }
 
-/// Whether `line` would be a fence line when read with `open` as the fence
-/// open before it.
-fn looks_like_fence(open: Option<&Fence>, line: &str) -> bool {
+/// Whether `line` (without its line break), read on a line of its own, is a
+/// fence line: with `open` the fence open before it, whether it closes that
+/// fence; otherwise whether it opens one.
+fn reads_as_fence(open: Option<&Fence>, line: &str) -> bool {
     match open {
-        Some(fence) => closes(fence, line),
-        None => parse_opener(line).is_some(),
+        Some(fence) => closes_fence(fence, line),
+        None => opening_fence(line).is_some(),
     }
+}
+
+/// A cheap necessary condition that spares the parser most lines: a fence
+/// line starts with three backticks or tildes after its indentation.
+fn might_be_fence(line: &str) -> bool {
+    let body = line.trim_start_matches([' ', '\t']);
+    body.starts_with("```") || body.starts_with("~~~")
 }
 
 /// One line of the text and the fence state around it.
@@ -166,6 +194,10 @@ struct Line {
 }
 
 /// Splits `text` into lines and tracks which code fence is open around each.
+///
+/// Each line is read as pulldown-cmark reads it at the top level of a
+/// document, given the fence open before it, so a chunk starting at any line
+/// reads its fences as the whole text does.
 fn scan(text: &str) -> (Vec<Line>, Vec<Fence>) {
     let mut lines = Vec::new();
     let mut fences: Vec<Fence> = Vec::new();
@@ -180,13 +212,13 @@ fn scan(text: &str) -> (Vec<Line>, Vec<Fence>) {
         let mut fence_line = false;
         match open.and_then(|i| fences.get(i)) {
             Some(fence) => {
-                if closes(fence, content) {
+                if closes_fence(fence, content) {
                     open = None;
                     fence_line = true;
                 }
             }
             None => {
-                if let Some(fence) = parse_opener(content) {
+                if let Some(fence) = opening_fence(content) {
                     fences.push(fence);
                     open = Some(fences.len() - 1);
                     fence_line = true;
@@ -236,6 +268,8 @@ struct Doc<'a> {
     cum: Vec<usize>,
     lines: Vec<Line>,
     fences: Vec<Fence>,
+    /// The byte offsets where extended grapheme clusters start, ascending.
+    graphemes: Vec<usize>,
 }
 
 impl<'a> Doc<'a> {
@@ -250,6 +284,7 @@ impl<'a> Doc<'a> {
         }
         cum[text.len()] = total;
         let (lines, fences) = scan(text);
+        let graphemes = text.grapheme_indices(true).map(|(i, _)| i).collect();
         Self {
             text,
             limit,
@@ -257,6 +292,7 @@ impl<'a> Doc<'a> {
             cum,
             lines,
             fences,
+            graphemes,
         }
     }
 
@@ -478,14 +514,8 @@ impl<'a> Doc<'a> {
                     && self.mid_line_ok(p)
             }
             Level::Grapheme => {
-                let prev = self.text[..p].chars().next_back();
-                let next = self.text[p..].chars().next();
-                match (prev, next) {
-                    (Some(a), Some(b)) => {
-                        !joins(a, b) && !self.splits_flag(p, a, b) && self.mid_line_ok(p)
-                    }
-                    _ => true,
-                }
+                p == self.text.len()
+                    || (self.graphemes.binary_search(&p).is_ok() && self.mid_line_ok(p))
             }
             Level::Char => true,
         }
@@ -505,45 +535,9 @@ impl<'a> Doc<'a> {
             return false;
         }
         let open = self.fence(line.before);
-        !looks_like_fence(open, &self.text[p..line.content_end])
-            && !looks_like_fence(open, &self.text[line.start..p])
+        !reads_as_fence(open, &self.text[p..line.content_end])
+            && !reads_as_fence(open, &self.text[line.start..p])
     }
-
-    /// Whether `p` falls between the two regional indicators of a flag.
-    fn splits_flag(&self, p: usize, a: char, b: char) -> bool {
-        if !is_regional_indicator(a) || !is_regional_indicator(b) {
-            return false;
-        }
-        let run = self.text[..p]
-            .chars()
-            .rev()
-            .take_while(|&c| is_regional_indicator(c))
-            .count();
-        run % 2 == 1
-    }
-}
-
-fn is_regional_indicator(c: char) -> bool {
-    ('\u{1F1E6}'..='\u{1F1FF}').contains(&c)
-}
-
-/// Whether `a` followed by `b` belongs to one visible symbol (an
-/// approximation of grapheme clusters that needs no tables).
-fn joins(a: char, b: char) -> bool {
-    const ZWJ: char = '\u{200D}';
-    a == ZWJ
-        || b == ZWJ
-        || matches!(b,
-            '\u{0300}'..='\u{036F}'     // combining diacritical marks
-            | '\u{1AB0}'..='\u{1AFF}'
-            | '\u{1DC0}'..='\u{1DFF}'
-            | '\u{20D0}'..='\u{20FF}'   // combining marks for symbols (keycaps)
-            | '\u{FE00}'..='\u{FE0F}'   // variation selectors
-            | '\u{FE20}'..='\u{FE2F}'
-            | '\u{1F3FB}'..='\u{1F3FF}' // skin tone modifiers
-            | '\u{E0020}'..='\u{E007F}' // tag characters (subdivision flags)
-            | '\u{E0100}'..='\u{E01EF}')
-        || (a == '\r' && b == '\n')
 }
 
 #[cfg(test)]
@@ -551,6 +545,10 @@ mod tests {
     use super::*;
 
     const ALL_UNITS: [LengthUnit; 3] = [LengthUnit::Chars, LengthUnit::Utf16, LengthUnit::Bytes];
+
+    fn is_regional_indicator(c: char) -> bool {
+        ('\u{1F1E6}'..='\u{1F1FF}').contains(&c)
+    }
 
     /// Whether every fence opened in `chunk` is closed in it.
     fn balanced(chunk: &str) -> bool {
@@ -563,7 +561,7 @@ mod tests {
     fn bodies(chunk: &str) -> Vec<&str> {
         let mut starts = vec![0];
         if let Some(nl) = chunk.find('\n')
-            && parse_opener(&chunk[..nl]).is_some()
+            && reads_as_fence(None, &chunk[..nl])
         {
             starts.push(nl + 1);
         }
@@ -1008,5 +1006,118 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn combining_marks_keycaps_and_skin_tones_stay_with_their_base() {
+        // "e" + COMBINING ACUTE ACCENT: two chars, one symbol.
+        let accented = "e\u{301}".repeat(6);
+        let chunks = check(&accented, 5, LengthUnit::Chars, true);
+        assert!(
+            chunks.iter().all(|c| c == &"e\u{301}".repeat(2)),
+            "{chunks:?}"
+        );
+        // A keycap (digit, variation selector, enclosing keycap) and a thumb
+        // with a skin tone.
+        let text = "1\u{FE0F}\u{20E3}👍🏽".repeat(3);
+        let chunks = check(&text, 5, LengthUnit::Chars, true);
+        for chunk in &chunks {
+            assert!(
+                chunk == "1\u{FE0F}\u{20E3}" || chunk == "👍🏽" || chunk == "1\u{FE0F}\u{20E3}👍🏽",
+                "{chunk:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn flags_and_zwj_sequences_are_never_cut_apart() {
+        let flags = "🇫🇷🇩🇪🇯🇵";
+        let chunks = check(flags, 5, LengthUnit::Chars, true);
+        assert_eq!(chunks, vec!["🇫🇷🇩🇪", "🇯🇵"]);
+        // A family (5 chars) at a limit of 7 chars: one family per chunk.
+        let family = "👨\u{200D}👩\u{200D}👧";
+        let chunks = check(&family.repeat(3), 7, LengthUnit::Chars, true);
+        assert_eq!(chunks, vec![family; 3]);
+        // A sequence longer than the limit is cut between characters.
+        let chunks = check(family, 3, LengthUnit::Chars, true);
+        assert_eq!(chunks.concat(), family);
+    }
+
+    #[test]
+    fn cjk_without_spaces_is_cut_between_any_two_characters() {
+        let text = "日本語の文章".repeat(3);
+        let chunks = check(&text, 7, LengthUnit::Chars, true);
+        assert_eq!(
+            chunks.iter().map(|c| c.chars().count()).collect::<Vec<_>>(),
+            [7, 7, 4]
+        );
+        let chunks = check(&text, 10, LengthUnit::Bytes, true);
+        assert!(chunks.iter().all(|c| c.len() == 9));
+    }
+
+    #[test]
+    fn shorter_fences_inside_a_longer_block_are_content() {
+        let mut text = String::from("````md\n");
+        for i in 0..12 {
+            text.push_str(&format!("```rust\nlet x = {i};\n```\n"));
+        }
+        text.push_str("````\nafter");
+        let chunks = check(&text, 60, LengthUnit::Chars, true);
+        assert!(chunks.len() > 2);
+        for chunk in &chunks[1..chunks.len() - 1] {
+            assert!(chunk.starts_with("````md\n"), "{chunk:?}");
+            assert!(chunk.ends_with("\n````"), "{chunk:?}");
+        }
+
+        // Backticks inside a tilde block, too.
+        let mut text = String::from("~~~\n");
+        for _ in 0..12 {
+            text.push_str("```\nquoted\n```\n");
+        }
+        text.push_str("~~~");
+        let chunks = check(&text, 40, LengthUnit::Chars, true);
+        assert!(chunks.len() > 2);
+        assert!(chunks[1].starts_with("~~~\n") && chunks[1].ends_with("\n~~~"));
+    }
+
+    #[test]
+    fn an_unclosed_tilde_fence_is_closed_with_tildes() {
+        let text = format!("~~~~text\n{}", "a line\n".repeat(20));
+        let chunks = check(&text, 40, LengthUnit::Chars, false);
+        assert!(chunks.len() > 2);
+        assert!(chunks.iter().all(|c| c.starts_with("~~~~text\n")));
+        assert!(
+            chunks[..chunks.len() - 1]
+                .iter()
+                .all(|c| c.ends_with("\n~~~~"))
+        );
+        assert!(!chunks[chunks.len() - 1].ends_with("~~~~"));
+    }
+
+    #[test]
+    fn fences_are_read_as_commonmark_reads_them() {
+        // Four spaces of indentation make an indented code line, not a
+        // fence; a backtick fence's info string holds no backtick.
+        for line in ["    ```", "\t```", "``` a`b", "``", "> ```", "- ```"] {
+            assert!(opening_fence(line).is_none(), "{line:?}");
+        }
+        for line in ["```", "   ```rust", "~~~ a`b", "````"] {
+            assert!(opening_fence(line).is_some(), "{line:?}");
+        }
+        let fence = opening_fence("  ````md  ").unwrap();
+        assert_eq!(fence.opener, "  ````md");
+        assert_eq!(fence.closer, "  ````");
+        for line in ["````", "   `````  ", "  ````"] {
+            assert!(closes_fence(&fence, line), "{line:?}");
+        }
+        for line in ["```", "    ````", "```` x", "~~~~"] {
+            assert!(!closes_fence(&fence, line), "{line:?}");
+        }
+        // So an indented line of backticks is content, and the next
+        // chunk is not reopened after the real closing line.
+        let text = format!("```\n{}    ```\n```\nafter", "code\n".repeat(10));
+        let chunks = check(&text, 30, LengthUnit::Chars, true);
+        assert_eq!(chunks[2], "```\ncode\ncode\n    ```\n```");
+        assert_eq!(chunks[3], "after");
     }
 }

@@ -53,7 +53,13 @@ pub enum Skip {
 /// expected for real Discord payloads).
 #[derive(Debug, thiserror::Error)]
 #[error("discord message has an unusable id: {0}")]
-pub struct NormaliseError(#[from] IdError);
+pub struct NormaliseError(IdError);
+
+impl From<IdError> for NormaliseError {
+    fn from(err: IdError) -> Self {
+        Self(err)
+    }
+}
 
 /// Normalises one message received by the bot `bot_id`.
 ///

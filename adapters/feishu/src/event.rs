@@ -146,13 +146,25 @@ pub(crate) struct Mention {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum NormaliseError {
     #[error("event does not match the im.message.receive_v1 schema: {0}")]
-    Schema(#[from] serde_json::Error),
+    Schema(serde_json::Error),
     #[error("message type {0} is not handled")]
     UnsupportedType(String),
     #[error("the sender has no id")]
     NoSender,
     #[error("invalid id: {0}")]
-    Id(#[from] IdError),
+    Id(IdError),
+}
+
+impl From<serde_json::Error> for NormaliseError {
+    fn from(err: serde_json::Error) -> Self {
+        Self::Schema(err)
+    }
+}
+
+impl From<IdError> for NormaliseError {
+    fn from(err: IdError) -> Self {
+        Self::Id(err)
+    }
 }
 
 /// The values normalisation needs besides the event.

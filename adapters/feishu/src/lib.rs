@@ -66,11 +66,23 @@ pub enum StartError {
     #[error(transparent)]
     Settings(#[from] SettingsError),
     #[error("feishu.app_id: {0}")]
-    AppId(#[from] IdError),
+    AppId(IdError),
     #[error("building the HTTP client failed: {0}")]
     HttpClient(String),
     #[error("fetching the bot's identity from Feishu failed: {0}")]
-    BotInfo(#[from] ApiError),
+    BotInfo(ApiError),
+}
+
+impl From<IdError> for StartError {
+    fn from(err: IdError) -> Self {
+        Self::AppId(err)
+    }
+}
+
+impl From<ApiError> for StartError {
+    fn from(err: ApiError) -> Self {
+        Self::BotInfo(err)
+    }
 }
 
 impl FeishuAdapter {

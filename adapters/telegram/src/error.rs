@@ -64,7 +64,7 @@ impl Scrubber {
     pub(crate) fn api_error(
         &self,
         method: &'static str,
-        error: &teloxide::RequestError,
+        error: &teloxide_core::RequestError,
     ) -> TelegramError {
         TelegramError::Api {
             method,

@@ -9,13 +9,13 @@
 use std::sync::Arc;
 
 use switchboard_contract::{InboundSink, SubmitError};
-use teloxide::types::Update;
+use teloxide_core::types::Update;
 
-use crate::normalize::Normalizer;
+use crate::normalise::Normaliser;
 
 /// Normalises updates and submits them to the core's sink.
 pub(crate) struct Inbound {
-    pub normalizer: Normalizer,
+    pub normaliser: Normaliser,
     pub sink: Arc<dyn InboundSink>,
 }
 
@@ -28,7 +28,7 @@ impl Inbound {
     /// deliver the update again later; [`SubmitError::Rejected`]: don't).
     #[tracing::instrument(name = "telegram.update", skip_all, fields(update_id = update.id.0))]
     pub(crate) async fn handle(&self, update: &Update) -> Result<(), SubmitError> {
-        let message = match self.normalizer.normalize(update) {
+        let message = match self.normaliser.normalise(update) {
             Ok(message) => message,
             Err(skip) => {
                 tracing::debug!(?skip, "update skipped");

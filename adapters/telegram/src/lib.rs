@@ -6,7 +6,7 @@
 //! `telegram` platform, and then either runs [`TelegramAdapter::run_polling`]
 //! or mounts [`TelegramAdapter::webhook_router`].
 //!
-//! Layout: [`settings`] (configuration), `normalize` (update →
+//! Layout: [`settings`] (configuration), `normalise` (update →
 //! [`switchboard_contract::InboundMessage`]), `inbound` (normalise and
 //! submit), `polling` (the `getUpdates` loop), `webhook` (the axum route),
 //! `format` (split and render replies), [`sender`] (the
@@ -17,7 +17,7 @@
 pub mod error;
 mod format;
 mod inbound;
-mod normalize;
+mod normalise;
 mod polling;
 pub mod sender;
 pub mod settings;
@@ -30,10 +30,10 @@ use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
 use switchboard_contract::{AccountId, InboundSink, PlatformSender};
-use teloxide::Bot;
-use teloxide::payloads::SetWebhookSetters;
-use teloxide::prelude::Requester;
-use teloxide::types::AllowedUpdate;
+use teloxide_core::Bot;
+use teloxide_core::payloads::SetWebhookSetters;
+use teloxide_core::prelude::Requester;
+use teloxide_core::types::AllowedUpdate;
 use tokio_util::sync::CancellationToken;
 
 pub use error::TelegramError;
@@ -44,7 +44,7 @@ pub use webhook::SECRET_HEADER;
 
 use error::Scrubber;
 use inbound::Inbound;
-use normalize::{BotIdentity, Normalizer};
+use normalise::{BotIdentity, Normaliser};
 use polling::Poller;
 
 /// The platform name this adapter registers under and stamps on messages.
@@ -69,8 +69,8 @@ impl std::fmt::Debug for TelegramAdapter {
     // Written by hand: teloxide's `Bot` derives `Debug` over the token.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TelegramAdapter")
-            .field("account", &self.inbound.normalizer.account)
-            .field("username", &self.inbound.normalizer.identity.username)
+            .field("account", &self.inbound.normaliser.account)
+            .field("username", &self.inbound.normaliser.identity.username)
             .field("mode", &self.settings.mode)
             .finish_non_exhaustive()
     }
@@ -111,7 +111,7 @@ impl TelegramAdapter {
     ) -> Result<Self, TelegramError> {
         validate(&settings, webhook_secret.as_ref())?;
         let scrubber = Scrubber::new(token.clone());
-        let client = teloxide::net::default_reqwest_settings()
+        let client = teloxide_core::net::default_reqwest_settings()
             .timeout(settings.poll_timeout() + HTTP_TIMEOUT_MARGIN)
             .build()
             .map_err(|e| TelegramError::Client(scrubber.scrub(&e.to_string())))?;
@@ -134,7 +134,7 @@ impl TelegramAdapter {
             })?;
         tracing::info!(bot = %username, account = %account, "connected to Telegram");
         let inbound = Arc::new(Inbound {
-            normalizer: Normalizer {
+            normaliser: Normaliser {
                 identity: BotIdentity {
                     id: me.user.id.0,
                     username,
@@ -167,13 +167,13 @@ impl TelegramAdapter {
     /// inbound message.
     #[must_use]
     pub fn account(&self) -> &AccountId {
-        &self.inbound.normalizer.account
+        &self.inbound.normaliser.account
     }
 
     /// The bot's username, without `@`.
     #[must_use]
     pub fn username(&self) -> &str {
-        &self.inbound.normalizer.identity.username
+        &self.inbound.normaliser.identity.username
     }
 
     /// The configured mode: run [`Self::run_polling`] or mount

@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use switchboard_contract::SubmitError;
 use switchboard_contract::backoff::{self, Backoff, Wait};
-use teloxide::payloads::GetUpdatesSetters;
-use teloxide::prelude::Requester;
-use teloxide::types::AllowedUpdate;
-use teloxide::{ApiError, Bot, RequestError};
+use teloxide_core::payloads::GetUpdatesSetters;
+use teloxide_core::prelude::Requester;
+use teloxide_core::types::AllowedUpdate;
+use teloxide_core::{ApiError, Bot, RequestError};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Scrubber, TelegramError};

@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use switchboard_contract::{ChatRef, DeliveryReceipt, OutboundMessage, PlatformSender, SendError};
-use teloxide::payloads::{SendChatActionSetters, SendMessageSetters};
-use teloxide::prelude::Requester;
-use teloxide::types::{ChatAction, ChatId, MessageId, ParseMode, ReplyParameters, ThreadId};
-use teloxide::{ApiError, Bot, RequestError};
+use teloxide_core::payloads::{SendChatActionSetters, SendMessageSetters};
+use teloxide_core::prelude::Requester;
+use teloxide_core::types::{ChatAction, ChatId, MessageId, ParseMode, ReplyParameters, ThreadId};
+use teloxide_core::{ApiError, Bot, RequestError};
 
 use crate::error::Scrubber;
 use crate::format::{Chunk, TELEGRAM_TEXT_LIMIT, render_chunks};
@@ -147,7 +147,7 @@ impl TelegramSender {
         thread: Option<ThreadId>,
         reply_to: Option<MessageId>,
         text: &str,
-    ) -> teloxide::requests::JsonRequest<teloxide::payloads::SendMessage> {
+    ) -> teloxide_core::requests::JsonRequest<teloxide_core::payloads::SendMessage> {
         let mut request = self.bot.send_message(chat, text);
         if let Some(thread) = thread {
             request = request.message_thread_id(thread);

@@ -19,7 +19,7 @@ use axum::routing::post;
 use secrecy::{ExposeSecret, SecretString};
 use subtle::ConstantTimeEq;
 use switchboard_contract::SubmitError;
-use teloxide::types::Update;
+use teloxide_core::types::Update;
 
 use crate::inbound::Inbound;
 

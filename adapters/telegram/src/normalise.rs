@@ -18,7 +18,7 @@ use switchboard_contract::{
     AccountId, Attachment, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender,
     ThreadId, UserId,
 };
-use teloxide::types::{Message, MessageEntityKind, MessageEntityRef, Update, UpdateKind};
+use teloxide_core::types::{Message, MessageEntityKind, MessageEntityRef, Update, UpdateKind};
 
 use crate::PLATFORM;
 
@@ -47,15 +47,15 @@ pub(crate) enum Skip {
 
 /// The normalisation context: who we are and where we answer freely.
 #[derive(Debug, Clone)]
-pub(crate) struct Normalizer {
+pub(crate) struct Normaliser {
     pub identity: BotIdentity,
     pub account: AccountId,
     pub free_response_chats: HashSet<i64>,
 }
 
-impl Normalizer {
+impl Normaliser {
     /// Normalises one update, or says why it is skipped.
-    pub(crate) fn normalize(&self, update: &Update) -> Result<InboundMessage, Skip> {
+    pub(crate) fn normalise(&self, update: &Update) -> Result<InboundMessage, Skip> {
         let UpdateKind::Message(message) = &update.kind else {
             return Err(Skip::NotAMessage);
         };
