@@ -1,0 +1,14 @@
+//! What the integration tests of the gateway and of every adapter share:
+//! fake platform APIs bound to 127.0.0.1:0 ([`telegram`], [`feishu`]),
+//! waiting for a condition instead of sleeping ([`wait`]), and delivering
+//! through a `PlatformSender` the way the core's runner does ([`send`]).
+//!
+//! It depends on the contract crate only, never on the core, so the
+//! adapters' tests can use it.
+
+pub mod feishu;
+pub mod send;
+pub mod telegram;
+pub mod wait;
+
+pub use wait::{eventually, eventually_some};
