@@ -1,11 +1,12 @@
 //! The test harness: a fake LLM server on 127.0.0.1 that records every
-//! request and answers from a script, and a `TestApp` running the real
-//! gateway (HTTP server included) on a fresh database: a SQLite file, or a
-//! fresh PostgreSQL database when `TEST_DATABASE_URL` is set.
+//! request and answers from a script, a `TestApp` running the real gateway
+//! (HTTP server included) on a fresh database (a SQLite file, or a fresh
+//! PostgreSQL database when `TEST_DATABASE_URL` is set), the settings that
+//! point the gateway at the shared fake platforms, and the real binary.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use axum::Router;
@@ -18,8 +19,15 @@ use serde_json::{Value, json};
 use switchboard::config::Settings;
 use switchboard::gateway::Gateway;
 use switchboard::platforms::Platforms;
+use switchboard_telegram::TelegramSettings;
+use switchboard_test_support::eventually;
+use switchboard_test_support::telegram::{self, FakeTelegram};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+/// The variable holding the fake Telegram bot's token, set once per test
+/// process.
+const TELEGRAM_TOKEN_ENV: &str = "SB_TEST_TG_TOKEN";
 
 /// What the fake model answers.
 #[derive(Debug, Clone)]
@@ -332,23 +340,6 @@ pub fn last_is_tool_result(body: &Value) -> bool {
             .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
 }
 
-/// Polls `check` every 10 ms until it holds; panics naming `what` after
-/// 20 s.
-pub async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// A fresh database URL: a new PostgreSQL database when
 /// `TEST_DATABASE_URL` is set, else a SQLite file in `dir`.
 pub async fn fresh_database(dir: &std::path::Path) -> String {
@@ -543,6 +534,21 @@ pub async fn test_settings(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {
     settings
 }
 
+/// The `[telegram]` settings that point the adapter at `fake` (long
+/// polling, a one-second poll timeout).
+pub fn telegram_settings(fake: &FakeTelegram) -> TelegramSettings {
+    static TOKEN_SET: Once = Once::new();
+    // SAFETY (test): set once per process, before the first adapter reads
+    // it; nothing else writes this variable.
+    TOKEN_SET.call_once(|| unsafe { std::env::set_var(TELEGRAM_TOKEN_ENV, telegram::TOKEN) });
+    TelegramSettings {
+        token_env: TELEGRAM_TOKEN_ENV.to_owned(),
+        api_url: Some(fake.url()),
+        poll_timeout_secs: 1,
+        ..TelegramSettings::default()
+    }
+}
+
 /// The real `switchboard serve` binary, started on a free loopback port in
 /// `dir` and waited for until `/healthz` answers.
 pub struct ServeProcess {
@@ -575,18 +581,14 @@ impl ServeProcess {
             .expect("binary starts");
         let base = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::new();
-        for _ in 0..1000 {
-            if http
-                .get(format!("{base}/healthz"))
+        eventually("the server to come up", || async {
+            http.get(format!("{base}/healthz"))
                 .send()
                 .await
                 .is_ok_and(|r| r.status().is_success())
-            {
-                return Self { child, base };
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("the server did not come up");
+        })
+        .await;
+        Self { child, base }
     }
 
     /// Stops the process with SIGTERM, checks it exits cleanly, and returns
