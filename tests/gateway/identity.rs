@@ -13,6 +13,8 @@ use switchboard_contract::{
     OutboundMessage, PlatformName, PlatformSender, SendError, Sender, Submitted, UserId,
 };
 
+use switchboard_test_support::eventually_some;
+
 use crate::helpers::{FakeLlm, TestApp};
 
 /// A platform that records what the gateway sends it.
@@ -86,18 +88,17 @@ impl Fake {
             matches!(submitted, Submitted::Accepted | Submitted::Handled),
             "{submitted:?}"
         );
-        for _ in 0..1000 {
-            if let Some(reply) = self.sent_lock().get(before) {
-                assert_eq!(
-                    reply.chat.as_str(),
-                    chat,
-                    "the reply goes where the message came from"
-                );
-                return reply.text.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("no reply to {text:?}");
+        let what = format!("a reply to {text:?}");
+        let reply = eventually_some(&what, || {
+            std::future::ready(self.sent_lock().get(before).cloned())
+        })
+        .await;
+        assert_eq!(
+            reply.chat.as_str(),
+            chat,
+            "the reply goes where the message came from"
+        );
+        reply.text
     }
 }
 

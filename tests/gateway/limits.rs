@@ -5,7 +5,17 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use switchboard_test_support::eventually;
+
 use crate::helpers::{FakeLlm, Reply, TestApp, last_is_tool_result, last_user_text};
+
+/// Waits until the model has been asked at least once.
+async fn model_called(llm: &FakeLlm) {
+    eventually("a model call", || {
+        std::future::ready(!llm.requests().is_empty())
+    })
+    .await;
+}
 
 fn slow_echo(body: &Value) -> Reply {
     Reply::Text(format!("echo: {}", last_user_text(body)))
@@ -24,12 +34,7 @@ async fn stop_cancels_a_running_turn_and_confirms() {
         async move { app.say(Some(&session), "take your time").await }
     };
     let stop = async {
-        for _ in 0..1000 {
-            if !llm.requests().is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        model_called(&llm).await;
         let (_, status) = app.say(Some(&session), "/status").await;
         (status, app.say(Some(&session), "/stop").await)
     };
@@ -188,12 +193,7 @@ async fn in_interrupt_mode_a_new_message_stops_the_running_turn() {
         async move { app.say(Some(&session), "first").await }
     };
     let second = async {
-        for _ in 0..1000 {
-            if !llm.requests().is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        model_called(&llm).await;
         app.say(Some(&session), "second").await
     };
     let ((_, first), (_, second)) = tokio::join!(first, second);

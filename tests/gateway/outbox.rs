@@ -12,6 +12,8 @@ use switchboard_contract::{
     OutboundMessage, PlatformName, PlatformSender, SendError, Sender, Submitted, UserId,
 };
 
+use switchboard_test_support::eventually;
+
 use crate::helpers::{FakeLlm, Reply, TestApp, last_user_text};
 
 #[derive(Default)]
@@ -75,19 +77,15 @@ async fn sent_rows(app: &TestApp) -> Vec<(String, Option<String>, String)> {
 }
 
 async fn wait_for_sent(app: &TestApp, count: usize) {
-    for _ in 0..500 {
+    let what = format!("{count} replies delivered");
+    eventually(&what, || async {
         let rows = sent_rows(app).await;
-        if rows
-            .iter()
+        rows.iter()
             .filter(|(status, _, _)| status == "sent")
             .count()
             >= count
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("replies were not delivered");
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -158,12 +156,32 @@ async fn a_redelivered_event_starts_no_second_turn() {
         .await
         .expect("ok");
 
+    // A later message in the same chat: the chat's messages are answered in
+    // order, so its reply comes after any second turn for the first.
+    let later = sink
+        .submit(inbound("e8", ChatKind::Direct, true, false))
+        .await
+        .expect("ok");
+    wait_for_sent(&app, 2).await;
+
     assert_eq!(first, Submitted::Accepted);
     assert_eq!(again, Submitted::Duplicate);
     assert_eq!(third, Submitted::Duplicate);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(llm.requests().len(), 1);
-    assert_eq!(sender.attempts.lock().expect("lock").len(), 1);
+    assert_eq!(later, Submitted::Accepted);
+    let asked: Vec<String> = llm
+        .requests()
+        .iter()
+        .map(|request| last_user_text(&request.json()))
+        .collect();
+    assert_eq!(asked, ["hello e7", "hello e8"], "one turn per event");
+    let replies: Vec<String> = sender
+        .attempts
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|attempt| attempt.text.clone())
+        .collect();
+    assert_eq!(replies, ["echo: hello e7", "echo: hello e8"]);
     app.stop().await;
 }
 
