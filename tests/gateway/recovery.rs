@@ -8,32 +8,18 @@ use switchboard::config::Settings;
 use switchboard::gateway::Gateway;
 use switchboard::session::service::SubmitOptions;
 use switchboard::store::Store;
-use switchboard_contract::{
-    AccountId, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender, UserId,
-};
-
-use switchboard_test_support::{eventually, eventually_some};
+use switchboard_contract::{AccountId, ChatKind, EventId, InboundMessage, PlatformName};
+use switchboard_test_support::{eventually, eventually_some, inbound};
 
 use crate::helpers::{FakeLlm, Reply, TestApp, last_is_tool_result, test_settings};
 
+/// `text` from `u1` in a direct chat on the API, always the same event.
 fn message(text: &str) -> InboundMessage {
     InboundMessage {
         platform: PlatformName::parse("api").expect("id"),
         account: AccountId::parse("default").expect("id"),
         event_id: EventId::parse("crash-1").expect("id"),
-        chat: ChatId::parse("crash-chat").expect("id"),
-        chat_kind: ChatKind::Direct,
-        thread: None,
-        sender: Sender {
-            id: UserId::parse("u1").expect("id"),
-            display_name: None,
-            is_bot: false,
-        },
-        text: text.to_owned(),
-        mentions_bot: true,
-        reply_to: None,
-        message_id: None,
-        attachments: Vec::new(),
+        ..inbound::message("u1", "crash-chat", ChatKind::Direct, text)
     }
 }
 
