@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use switchboard::config::Settings;
 use switchboard::gateway::Gateway;
 use switchboard::platforms::Platforms;
+use switchboard::store::{SessionRow, StoredMessage, WireEntry};
 use switchboard_telegram::TelegramSettings;
 use switchboard_test_support::eventually;
 use switchboard_test_support::telegram::{self, FakeTelegram};
@@ -296,7 +297,6 @@ fn status(code: u16, body: String) -> Response {
     (code, [("retry-after", "0")], body).into_response()
 }
 
-/// The text of the last user message of an OpenAI or Anthropic request.
 /// A model that asks for the calculator forever, with different arguments
 /// each time (so no-progress detection stays out of the way).
 pub fn endless_calculator(body: &Value) -> Reply {
@@ -308,6 +308,18 @@ pub fn endless_calculator(body: &Value) -> Reply {
     )])
 }
 
+/// A model that asks for the same calculation (`2+2`) forever, each call
+/// with an id of its own.
+pub fn same_calculation(body: &Value) -> Reply {
+    let n = body["messages"].as_array().map_or(0, Vec::len);
+    Reply::Tools(vec![(
+        format!("c{n}"),
+        "calculator".to_owned(),
+        r#"{"expression":"2+2"}"#.to_owned(),
+    )])
+}
+
+/// The text of the last user message of an OpenAI or Anthropic request.
 pub fn last_user_text(body: &Value) -> String {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     for message in messages.iter().rev() {
@@ -481,6 +493,34 @@ impl TestApp {
         .await
         .expect("row")
         .unwrap_or_default()
+    }
+
+    /// The stored session `id`, which must exist.
+    pub async fn session_row(&self, id: &str) -> SessionRow {
+        self.gateway
+            .store
+            .session(id)
+            .await
+            .expect("db")
+            .expect("row")
+    }
+
+    /// The session's main history as stored, internal fields included.
+    pub async fn stored_history(&self, session: &str) -> Vec<StoredMessage> {
+        self.gateway
+            .store
+            .history(session, "")
+            .await
+            .expect("history")
+    }
+
+    /// The session's main history as it goes on the wire.
+    pub async fn wire_history(&self, session: &str) -> Vec<WireEntry> {
+        self.gateway
+            .store
+            .wire_history(session, "")
+            .await
+            .expect("history")
     }
 
     /// Counts rows in a table.

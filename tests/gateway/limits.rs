@@ -7,7 +7,9 @@ use serde_json::Value;
 
 use switchboard_test_support::eventually;
 
-use crate::helpers::{FakeLlm, Reply, TestApp, last_is_tool_result, last_user_text};
+use crate::helpers::{
+    FakeLlm, Reply, TestApp, last_is_tool_result, last_user_text, same_calculation,
+};
 
 /// Waits until the model has been asked at least once.
 async fn model_called(llm: &FakeLlm) {
@@ -95,12 +97,7 @@ async fn a_task_over_its_token_limit_stops_and_the_history_stays_valid() {
     assert_eq!(llm.requests().len(), 3);
     assert_eq!(app.outcome_of_last_turn().await, "token_limit");
     // Every stored tool call has its result.
-    let history = app
-        .gateway
-        .store
-        .wire_history(&session, "")
-        .await
-        .expect("history");
+    let history = app.wire_history(&session).await;
     let calls: usize = history
         .iter()
         .map(|e| match &e.message {
@@ -118,15 +115,7 @@ async fn a_task_over_its_token_limit_stops_and_the_history_stays_valid() {
 
 #[tokio::test]
 async fn the_same_call_with_the_same_result_again_and_again_stops_the_loop() {
-    let llm = FakeLlm::start(|body| {
-        let n = body["messages"].as_array().map_or(0, Vec::len);
-        Reply::Tools(vec![(
-            format!("c{n}"),
-            "calculator".to_owned(),
-            r#"{"expression":"2+2"}"#.to_owned(),
-        )])
-    })
-    .await;
+    let llm = FakeLlm::start(same_calculation).await;
     let app = TestApp::spawn(&llm).await;
 
     let (_, reply) = app.say(None, "are we there yet").await;
