@@ -3,10 +3,11 @@
 //! (or an admin's `/approve`); unknown senders in groups are ignored.
 
 use switchboard_contract::{ChatKind, InboundSink, Submitted};
+use switchboard_test_support::inbound::message;
 use tokio::process::Command;
 
 use crate::helpers::{FakeLlm, TestApp};
-use crate::identity::{Fake, code_in, message, user_texts};
+use crate::identity::{Fake, code_in, user_texts};
 
 async fn spawn(llm: &FakeLlm) -> TestApp {
     TestApp::spawn_with(llm, |s| {

@@ -8,8 +8,9 @@
 use switchboard::config::Settings;
 
 use crate::access::pairing_cli;
-use crate::fake_telegram::{FakeTelegram, TgUser};
-use crate::helpers::{FakeLlm, TestApp};
+use switchboard_test_support::telegram::{BOT_USERNAME, FakeTelegram, TgUser};
+
+use crate::helpers::{FakeLlm, TestApp, telegram_settings};
 use crate::identity::{code_in, user_texts};
 
 const ADA: TgUser = TgUser {
@@ -32,7 +33,7 @@ const GROUP: i64 = -100_123;
 async fn spawn(configure: impl FnOnce(&mut Settings)) -> (FakeTelegram, FakeLlm, TestApp) {
     let telegram = FakeTelegram::start().await;
     let llm = FakeLlm::echo().await;
-    let settings = telegram.settings();
+    let settings = telegram_settings(&telegram);
     let app = TestApp::spawn_with(&llm, |s| {
         s.telegram = Some(settings);
         configure(s);
@@ -175,14 +176,16 @@ async fn a_telegram_group_never_lists_or_resumes_private_sessions() {
     let private = session_in(&telegram.ask(ADA, "/status").await);
 
     let listed = telegram
-        .ask_in_group(GROUP, ADA, "/sessions@sb_test_bot")
+        .ask_in_group(GROUP, ADA, &format!("/sessions@{BOT_USERNAME}"))
         .await;
     let resumed = telegram
-        .ask_in_group(GROUP, ADA, &format!("/resume@sb_test_bot {private}"))
+        .ask_in_group(GROUP, ADA, &format!("/resume@{BOT_USERNAME} {private}"))
         .await;
-    let linked = telegram.ask_in_group(GROUP, ADA, "/link@sb_test_bot").await;
+    let linked = telegram
+        .ask_in_group(GROUP, ADA, &format!("/link@{BOT_USERNAME}"))
+        .await;
     let answered = telegram
-        .ask_in_group(GROUP, ADA, "@sb_test_bot hi all")
+        .ask_in_group(GROUP, ADA, &format!("@{BOT_USERNAME} hi all"))
         .await;
 
     for reply in [&listed, &resumed, &linked] {
@@ -236,7 +239,7 @@ async fn an_admin_approves_a_telegram_pairing_request_from_a_telegram_dm() {
     let approved = telegram
         .ask(
             ROOT,
-            &format!("/approve@sb_test_bot {}", code.to_lowercase()),
+            &format!("/approve@{BOT_USERNAME} {}", code.to_lowercase()),
         )
         .await;
     let after = telegram.ask(BOB, "thanks").await;
@@ -253,13 +256,13 @@ async fn an_admin_approves_a_telegram_pairing_request_from_a_telegram_dm() {
 async fn an_unauthorised_sender_in_a_telegram_group_is_ignored_silently() {
     let (telegram, llm, app) = spawn(ada_only).await;
 
-    telegram.group(GROUP, BOB, "@sb_test_bot hello from Bob");
-    telegram.group(GROUP, BOB, "/help@sb_test_bot");
+    telegram.group(GROUP, BOB, &format!("@{BOT_USERNAME} hello from Bob"));
+    telegram.group(GROUP, BOB, &format!("/help@{BOT_USERNAME}"));
     telegram.settled().await;
     let recorded = app.count("inbound").await;
     let requested = app.count("pairing_requests").await;
     let answered = telegram
-        .ask_in_group(GROUP, ADA, "@sb_test_bot hello from Ada")
+        .ask_in_group(GROUP, ADA, &format!("@{BOT_USERNAME} hello from Ada"))
         .await;
 
     assert_eq!(recorded, 0, "Bob's group messages were not even recorded");
@@ -276,8 +279,10 @@ async fn an_unauthorised_sender_in_a_telegram_group_is_ignored_silently() {
 async fn help_addressed_to_the_bot_by_name_is_answered_on_telegram_without_a_model_call() {
     let (telegram, llm, app) = spawn(|_| {}).await;
 
-    let in_dm = telegram.ask(ADA, "/help@sb_test_bot").await;
-    let in_group = telegram.ask_in_group(GROUP, ADA, "/help@sb_test_bot").await;
+    let in_dm = telegram.ask(ADA, &format!("/help@{BOT_USERNAME}")).await;
+    let in_group = telegram
+        .ask_in_group(GROUP, ADA, &format!("/help@{BOT_USERNAME}"))
+        .await;
     telegram.dm(ADA, "/help@some_other_bot");
     telegram.settled().await;
 

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::helpers::{FakeLlm, Reply, TestApp};
+use crate::helpers::{FakeLlm, Reply, TestApp, same_calculation};
 
 fn offers(body: &Value, tool: &str) -> bool {
     body["tools"]
@@ -95,12 +95,7 @@ async fn a_tool_loop_without_delegation_stops_at_the_budget_with_a_summary() {
         if body.get("tools").is_none() {
             Reply::Text("here is what I found".to_owned())
         } else {
-            let n = body["messages"].as_array().map_or(0, Vec::len);
-            Reply::Tools(vec![(
-                format!("c{n}"),
-                "calculator".to_owned(),
-                r#"{"expression":"2+2"}"#.to_owned(),
-            )])
+            same_calculation(body)
         }
     })
     .await;

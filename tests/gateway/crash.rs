@@ -9,6 +9,8 @@ use serde_json::{Value, json};
 use switchboard::llm::ChatMessage;
 use switchboard::store::{Store, StoreOptions};
 
+use switchboard_test_support::wait::within;
+
 use crate::helpers::{FakeLlm, Reply, ServeProcess, last_is_tool_result, last_user_text};
 
 /// The top agent delegates a sub-task (non-idempotent) and computes
@@ -114,10 +116,9 @@ async fn kill_9_at_many_points_loses_nothing_and_repeats_nothing() {
     let store = Store::connect_without_migrating(&StoreOptions::new(&database))
         .await
         .expect("store");
-    let mut settled = false;
     // Generous: under a loaded CI machine a restart and a lease expiry take
     // seconds each.
-    for _ in 0..4500 {
+    let settled = within(Duration::from_secs(90), || async {
         let unfinished: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM inbound WHERE status IN ('pending', 'running')",
         )
@@ -128,13 +129,10 @@ async fn kill_9_at_many_points_loses_nothing_and_repeats_nothing() {
             .fetch_one(&mut *store.conn().await.expect("conn"))
             .await
             .expect("count");
-        if unfinished == 0 && unsent == 0 {
-            settled = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    if !settled {
+        (unfinished == 0 && unsent == 0).then_some(())
+    })
+    .await;
+    if settled.is_none() {
         let inbound: Vec<(i64, String, String)> =
             sqlx::query_as("SELECT id, text, status FROM inbound ORDER BY id")
                 .fetch_all(&mut *store.conn().await.expect("conn"))

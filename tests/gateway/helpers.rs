@@ -1,11 +1,12 @@
 //! The test harness: a fake LLM server on 127.0.0.1 that records every
-//! request and answers from a script, and a `TestApp` running the real
-//! gateway (HTTP server included) on a fresh database: a SQLite file, or a
-//! fresh PostgreSQL database when `TEST_DATABASE_URL` is set.
+//! request and answers from a script, a `TestApp` running the real gateway
+//! (HTTP server included) on a fresh database (a SQLite file, or a fresh
+//! PostgreSQL database when `TEST_DATABASE_URL` is set), the settings that
+//! point the gateway at the shared fake platforms, and the real binary.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use axum::Router;
@@ -18,8 +19,16 @@ use serde_json::{Value, json};
 use switchboard::config::Settings;
 use switchboard::gateway::Gateway;
 use switchboard::platforms::Platforms;
+use switchboard::store::{SessionRow, StoredMessage, WireEntry};
+use switchboard_telegram::TelegramSettings;
+use switchboard_test_support::eventually;
+use switchboard_test_support::telegram::{self, FakeTelegram};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+/// The variable holding the fake Telegram bot's token, set once per test
+/// process.
+const TELEGRAM_TOKEN_ENV: &str = "SB_TEST_TG_TOKEN";
 
 /// What the fake model answers.
 #[derive(Debug, Clone)]
@@ -288,7 +297,6 @@ fn status(code: u16, body: String) -> Response {
     (code, [("retry-after", "0")], body).into_response()
 }
 
-/// The text of the last user message of an OpenAI or Anthropic request.
 /// A model that asks for the calculator forever, with different arguments
 /// each time (so no-progress detection stays out of the way).
 pub fn endless_calculator(body: &Value) -> Reply {
@@ -300,6 +308,18 @@ pub fn endless_calculator(body: &Value) -> Reply {
     )])
 }
 
+/// A model that asks for the same calculation (`2+2`) forever, each call
+/// with an id of its own.
+pub fn same_calculation(body: &Value) -> Reply {
+    let n = body["messages"].as_array().map_or(0, Vec::len);
+    Reply::Tools(vec![(
+        format!("c{n}"),
+        "calculator".to_owned(),
+        r#"{"expression":"2+2"}"#.to_owned(),
+    )])
+}
+
+/// The text of the last user message of an OpenAI or Anthropic request.
 pub fn last_user_text(body: &Value) -> String {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     for message in messages.iter().rev() {
@@ -330,23 +350,6 @@ pub fn last_is_tool_result(body: &Value) -> bool {
         || last["content"]
             .as_array()
             .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
-}
-
-/// Polls `check` every 10 ms until it holds; panics naming `what` after
-/// 20 s.
-pub async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// A fresh database URL: a new PostgreSQL database when
@@ -492,6 +495,34 @@ impl TestApp {
         .unwrap_or_default()
     }
 
+    /// The stored session `id`, which must exist.
+    pub async fn session_row(&self, id: &str) -> SessionRow {
+        self.gateway
+            .store
+            .session(id)
+            .await
+            .expect("db")
+            .expect("row")
+    }
+
+    /// The session's main history as stored, internal fields included.
+    pub async fn stored_history(&self, session: &str) -> Vec<StoredMessage> {
+        self.gateway
+            .store
+            .history(session, "")
+            .await
+            .expect("history")
+    }
+
+    /// The session's main history as it goes on the wire.
+    pub async fn wire_history(&self, session: &str) -> Vec<WireEntry> {
+        self.gateway
+            .store
+            .wire_history(session, "")
+            .await
+            .expect("history")
+    }
+
     /// Counts rows in a table.
     pub async fn count(&self, table: &str) -> i64 {
         sqlx::query_scalar::<_, i64>(&format!("SELECT COUNT(*) FROM {table}"))
@@ -543,6 +574,21 @@ pub async fn test_settings(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {
     settings
 }
 
+/// The `[telegram]` settings that point the adapter at `fake` (long
+/// polling, a one-second poll timeout).
+pub fn telegram_settings(fake: &FakeTelegram) -> TelegramSettings {
+    static TOKEN_SET: Once = Once::new();
+    // SAFETY (test): set once per process, before the first adapter reads
+    // it; nothing else writes this variable.
+    TOKEN_SET.call_once(|| unsafe { std::env::set_var(TELEGRAM_TOKEN_ENV, telegram::TOKEN) });
+    TelegramSettings {
+        token_env: TELEGRAM_TOKEN_ENV.to_owned(),
+        api_url: Some(fake.url()),
+        poll_timeout_secs: 1,
+        ..TelegramSettings::default()
+    }
+}
+
 /// The real `switchboard serve` binary, started on a free loopback port in
 /// `dir` and waited for until `/healthz` answers.
 pub struct ServeProcess {
@@ -575,18 +621,14 @@ impl ServeProcess {
             .expect("binary starts");
         let base = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::new();
-        for _ in 0..1000 {
-            if http
-                .get(format!("{base}/healthz"))
+        eventually("the server to come up", || async {
+            http.get(format!("{base}/healthz"))
                 .send()
                 .await
                 .is_ok_and(|r| r.status().is_success())
-            {
-                return Self { child, base };
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("the server did not come up");
+        })
+        .await;
+        Self { child, base }
     }
 
     /// Stops the process with SIGTERM, checks it exits cleanly, and returns

@@ -3,49 +3,24 @@
 //! the chat commands — through the HTTP API (a `user` field) and a fake
 //! platform submitted through `InboundSink`.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use serde_json::Value;
-use switchboard_contract::{
-    AccountId, ChatId, ChatKind, ChatRef, DeliveryReceipt, EventId, InboundMessage, InboundSink,
-    OutboundMessage, PlatformName, PlatformSender, SendError, Sender, Submitted, UserId,
-};
+use switchboard_contract::{ChatKind, InboundSink, OutboundMessage, PlatformSender, Submitted};
+use switchboard_test_support::eventually_some;
+use switchboard_test_support::inbound::message;
+use switchboard_test_support::sender::RecordingSender;
 
 use crate::helpers::{FakeLlm, TestApp};
 
-/// A platform that records what the gateway sends it.
-#[derive(Default)]
-struct Recorder {
-    sent: Mutex<Vec<OutboundMessage>>,
-}
-
-#[async_trait]
-impl PlatformSender for Recorder {
-    async fn send(&self, message: &OutboundMessage) -> Result<DeliveryReceipt, SendError> {
-        let mut sent = self.sent.lock().expect("lock");
-        sent.push(message.clone());
-        Ok(DeliveryReceipt {
-            message_ids: vec![format!("m{}", sent.len())],
-        })
-    }
-
-    async fn typing(&self, _chat: &ChatRef) {}
-
-    fn typing_interval(&self) -> Option<Duration> {
-        None
-    }
-}
-
 /// The fake platform "fake" wired into a running gateway.
 pub struct Fake {
-    sender: Arc<Recorder>,
+    sender: Arc<RecordingSender>,
 }
 
 impl Fake {
     pub fn register(app: &TestApp) -> Self {
-        let sender = Arc::new(Recorder::default());
+        let sender = Arc::new(RecordingSender::new());
         app.gateway
             .service
             .runner()
@@ -54,11 +29,7 @@ impl Fake {
     }
 
     pub fn sent(&self) -> Vec<OutboundMessage> {
-        self.sent_lock().clone()
-    }
-
-    fn sent_lock(&self) -> std::sync::MutexGuard<'_, Vec<OutboundMessage>> {
-        self.sender.sent.lock().expect("lock")
+        self.sender.attempts()
     }
 
     /// `user` writes `text` in a direct chat; returns the reply sent back.
@@ -76,7 +47,7 @@ impl Fake {
         kind: ChatKind,
         text: &str,
     ) -> String {
-        let before = self.sent_lock().len();
+        let before = self.sent().len();
         let sink: &dyn InboundSink = app.gateway.service.as_ref();
         let submitted = sink
             .submit(message(user, chat, kind, text))
@@ -86,39 +57,15 @@ impl Fake {
             matches!(submitted, Submitted::Accepted | Submitted::Handled),
             "{submitted:?}"
         );
-        for _ in 0..1000 {
-            if let Some(reply) = self.sent_lock().get(before) {
-                assert_eq!(
-                    reply.chat.as_str(),
-                    chat,
-                    "the reply goes where the message came from"
-                );
-                return reply.text.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("no reply to {text:?}");
-    }
-}
-
-pub fn message(user: &str, chat: &str, kind: ChatKind, text: &str) -> InboundMessage {
-    InboundMessage {
-        platform: PlatformName::parse("fake").expect("id"),
-        account: AccountId::parse("bot-1").expect("id"),
-        event_id: EventId::parse(uuid::Uuid::new_v4().to_string()).expect("id"),
-        chat: ChatId::parse(chat).expect("id"),
-        chat_kind: kind,
-        thread: None,
-        sender: Sender {
-            id: UserId::parse(user).expect("id"),
-            display_name: None,
-            is_bot: false,
-        },
-        text: text.to_owned(),
-        mentions_bot: true,
-        reply_to: None,
-        message_id: None,
-        attachments: Vec::new(),
+        let what = format!("a reply to {text:?}");
+        let reply =
+            eventually_some(&what, || std::future::ready(self.sender.attempt(before))).await;
+        assert_eq!(
+            reply.chat.as_str(),
+            chat,
+            "the reply goes where the message came from"
+        );
+        reply.text
     }
 }
 

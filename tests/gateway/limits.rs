@@ -5,7 +5,19 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::helpers::{FakeLlm, Reply, TestApp, last_is_tool_result, last_user_text};
+use switchboard_test_support::eventually;
+
+use crate::helpers::{
+    FakeLlm, Reply, TestApp, last_is_tool_result, last_user_text, same_calculation,
+};
+
+/// Waits until the model has been asked at least once.
+async fn model_called(llm: &FakeLlm) {
+    eventually("a model call", || {
+        std::future::ready(!llm.requests().is_empty())
+    })
+    .await;
+}
 
 fn slow_echo(body: &Value) -> Reply {
     Reply::Text(format!("echo: {}", last_user_text(body)))
@@ -24,12 +36,7 @@ async fn stop_cancels_a_running_turn_and_confirms() {
         async move { app.say(Some(&session), "take your time").await }
     };
     let stop = async {
-        for _ in 0..1000 {
-            if !llm.requests().is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        model_called(&llm).await;
         let (_, status) = app.say(Some(&session), "/status").await;
         (status, app.say(Some(&session), "/stop").await)
     };
@@ -90,12 +97,7 @@ async fn a_task_over_its_token_limit_stops_and_the_history_stays_valid() {
     assert_eq!(llm.requests().len(), 3);
     assert_eq!(app.outcome_of_last_turn().await, "token_limit");
     // Every stored tool call has its result.
-    let history = app
-        .gateway
-        .store
-        .wire_history(&session, "")
-        .await
-        .expect("history");
+    let history = app.wire_history(&session).await;
     let calls: usize = history
         .iter()
         .map(|e| match &e.message {
@@ -113,15 +115,7 @@ async fn a_task_over_its_token_limit_stops_and_the_history_stays_valid() {
 
 #[tokio::test]
 async fn the_same_call_with_the_same_result_again_and_again_stops_the_loop() {
-    let llm = FakeLlm::start(|body| {
-        let n = body["messages"].as_array().map_or(0, Vec::len);
-        Reply::Tools(vec![(
-            format!("c{n}"),
-            "calculator".to_owned(),
-            r#"{"expression":"2+2"}"#.to_owned(),
-        )])
-    })
-    .await;
+    let llm = FakeLlm::start(same_calculation).await;
     let app = TestApp::spawn(&llm).await;
 
     let (_, reply) = app.say(None, "are we there yet").await;
@@ -188,12 +182,7 @@ async fn in_interrupt_mode_a_new_message_stops_the_running_turn() {
         async move { app.say(Some(&session), "first").await }
     };
     let second = async {
-        for _ in 0..1000 {
-            if !llm.requests().is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        model_called(&llm).await;
         app.say(Some(&session), "second").await
     };
     let ((_, first), (_, second)) = tokio::join!(first, second);

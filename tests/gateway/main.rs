@@ -1,5 +1,6 @@
 //! Integration tests: the real gateway over HTTP against a fake model server
-//! on 127.0.0.1, on SQLite (or PostgreSQL with `TEST_DATABASE_URL`).
+//! and fake platform APIs (from `switchboard-test-support`) on 127.0.0.1, on
+//! SQLite (or PostgreSQL with `TEST_DATABASE_URL`).
 
 mod access;
 mod adapter_identity;
@@ -9,7 +10,6 @@ mod budget;
 mod budget_warnings;
 mod compaction;
 mod crash;
-mod fake_telegram;
 mod helpers;
 mod identity;
 mod limits;

@@ -3,65 +3,31 @@
 //! while the turn runs. Also the service's gating and deduplication, as an
 //! adapter sees them through `InboundSink`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use switchboard_contract::{
-    AccountId, ChatId, ChatKind, ChatRef, DeliveryReceipt, EventId, InboundMessage, InboundSink,
-    OutboundMessage, PlatformName, PlatformSender, SendError, Sender, Submitted, UserId,
+    ChatKind, EventId, InboundMessage, InboundSink, PlatformSender, Sender, Submitted, UserId,
 };
+use switchboard_test_support::eventually;
+use switchboard_test_support::inbound::message;
+use switchboard_test_support::sender::RecordingSender;
 
 use crate::helpers::{FakeLlm, Reply, TestApp, last_user_text};
 
-#[derive(Default)]
-struct FakeSender {
-    attempts: Mutex<Vec<OutboundMessage>>,
-    typing: Mutex<Vec<ChatRef>>,
-    /// Answers 429 to the first attempt.
-    rate_limit_first: bool,
-}
-
-#[async_trait]
-impl PlatformSender for FakeSender {
-    async fn send(&self, message: &OutboundMessage) -> Result<DeliveryReceipt, SendError> {
-        let mut attempts = self.attempts.lock().expect("lock");
-        attempts.push(message.clone());
-        if self.rate_limit_first && attempts.len() == 1 {
-            return Err(SendError::RetryAfter(Duration::from_millis(20)));
-        }
-        Ok(DeliveryReceipt {
-            message_ids: vec![format!("m{}", attempts.len())],
-        })
-    }
-
-    async fn typing(&self, chat: &ChatRef) {
-        self.typing.lock().expect("lock").push(chat.clone());
-    }
-
-    fn typing_interval(&self) -> Option<Duration> {
-        Some(Duration::from_millis(20))
-    }
-}
-
+/// `hello <event>` from Alice in `chat-9`, as platform message `pm-<event>`.
 fn inbound(event: &str, kind: ChatKind, mentions_bot: bool, is_bot: bool) -> InboundMessage {
+    let base = message("alice", "chat-9", kind, &format!("hello {event}"));
     InboundMessage {
-        platform: PlatformName::parse("fake").expect("id"),
-        account: AccountId::parse("bot-1").expect("id"),
         event_id: EventId::parse(event).expect("id"),
-        chat: ChatId::parse("chat-9").expect("id"),
-        chat_kind: kind,
-        thread: None,
         sender: Sender {
-            id: UserId::parse("alice").expect("id"),
             display_name: Some("Alice".to_owned()),
             is_bot,
+            ..base.sender.clone()
         },
-        text: format!("hello {event}"),
         mentions_bot,
-        reply_to: None,
         message_id: Some(format!("pm-{event}")),
-        attachments: Vec::new(),
+        ..base
     }
 }
 
@@ -75,19 +41,15 @@ async fn sent_rows(app: &TestApp) -> Vec<(String, Option<String>, String)> {
 }
 
 async fn wait_for_sent(app: &TestApp, count: usize) {
-    for _ in 0..500 {
+    let what = format!("{count} replies delivered");
+    eventually(&what, || async {
         let rows = sent_rows(app).await;
-        if rows
-            .iter()
+        rows.iter()
             .filter(|(status, _, _)| status == "sent")
             .count()
             >= count
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("replies were not delivered");
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -98,10 +60,11 @@ async fn a_rate_limited_reply_is_delivered_once_and_marked_sent() {
     )
     .await;
     let app = TestApp::spawn(&llm).await;
-    let sender = Arc::new(FakeSender {
-        rate_limit_first: true,
-        ..FakeSender::default()
-    });
+    let sender = Arc::new(
+        RecordingSender::new()
+            .rate_limiting_the_first_attempt()
+            .typing_every(Duration::from_millis(20)),
+    );
     app.gateway
         .service
         .runner()
@@ -115,7 +78,7 @@ async fn a_rate_limited_reply_is_delivered_once_and_marked_sent() {
     wait_for_sent(&app, 1).await;
 
     assert_eq!(submitted, Submitted::Accepted);
-    let attempts = sender.attempts.lock().expect("lock").clone();
+    let attempts = sender.attempts();
     assert_eq!(attempts.len(), 2, "one 429, one success");
     assert_eq!(attempts[0], attempts[1], "the retry is the same message");
     assert_eq!(attempts[1].text, "echo: hello e1");
@@ -127,7 +90,7 @@ async fn a_rate_limited_reply_is_delivered_once_and_marked_sent() {
         [("sent".to_owned(), Some("m2".to_owned()), "pm-e1".to_owned())]
     );
     assert!(
-        sender.typing.lock().expect("lock").len() >= 2,
+        sender.typing().len() >= 2,
         "typing repeated while the model worked"
     );
     app.stop().await;
@@ -137,7 +100,7 @@ async fn a_rate_limited_reply_is_delivered_once_and_marked_sent() {
 async fn a_redelivered_event_starts_no_second_turn() {
     let llm = FakeLlm::echo().await;
     let app = TestApp::spawn(&llm).await;
-    let sender = Arc::new(FakeSender::default());
+    let sender = Arc::new(RecordingSender::new().typing_every(Duration::from_millis(20)));
     app.gateway
         .service
         .runner()
@@ -158,12 +121,30 @@ async fn a_redelivered_event_starts_no_second_turn() {
         .await
         .expect("ok");
 
+    // A later message in the same chat: the chat's messages are answered in
+    // order, so its reply comes after any second turn for the first.
+    let later = sink
+        .submit(inbound("e8", ChatKind::Direct, true, false))
+        .await
+        .expect("ok");
+    wait_for_sent(&app, 2).await;
+
     assert_eq!(first, Submitted::Accepted);
     assert_eq!(again, Submitted::Duplicate);
     assert_eq!(third, Submitted::Duplicate);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(llm.requests().len(), 1);
-    assert_eq!(sender.attempts.lock().expect("lock").len(), 1);
+    assert_eq!(later, Submitted::Accepted);
+    let asked: Vec<String> = llm
+        .requests()
+        .iter()
+        .map(|request| last_user_text(&request.json()))
+        .collect();
+    assert_eq!(asked, ["hello e7", "hello e8"], "one turn per event");
+    let replies: Vec<String> = sender
+        .attempts()
+        .iter()
+        .map(|attempt| attempt.text.clone())
+        .collect();
+    assert_eq!(replies, ["echo: hello e7", "echo: hello e8"]);
     app.stop().await;
 }
 

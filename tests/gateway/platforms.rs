@@ -1,120 +1,75 @@
 //! A platform adapter wired into the gateway end to end: a Feishu event
 //! posted to the gateway's webhook route is answered through the agent and
-//! the outbox into a fake Feishu open API, once however often it is
+//! the outbox into the fake Feishu open API, once however often it is
 //! redelivered.
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use axum::Json;
-use axum::extract::{Path, State};
-use axum::routing::{get, post};
 use serde_json::{Value, json};
 use switchboard_feishu::{Domain, FeishuSettings};
+use switchboard_test_support::eventually;
+use switchboard_test_support::feishu::{
+    APP_ID, APP_SECRET, FakeFeishu, VERIFICATION_TOKEN, message_event,
+};
 
 use crate::helpers::{FakeLlm, TestApp};
 
-type Replies = Arc<Mutex<Vec<(String, Value)>>>;
-
-async fn fake_feishu() -> (String, Replies) {
-    let replies: Replies = Arc::new(Mutex::new(Vec::new()));
-    let app = axum::Router::new()
-        .route(
-            "/open-apis/auth/v3/tenant_access_token/internal",
-            post(|| async {
-                Json(json!({"code": 0, "tenant_access_token": "t-123", "expire": 7200}))
-            }),
-        )
-        .route(
-            "/open-apis/bot/v3/info",
-            get(|| async {
-                Json(json!({"code": 0, "bot": {"open_id": "ou_bot", "app_name": "sb"}}))
-            }),
-        )
-        .route(
-            "/open-apis/im/v1/messages/{id}/reply",
-            post(
-                |State(replies): State<Replies>,
-                 Path(id): Path<String>,
-                 Json(body): Json<Value>| async move {
-                    replies.lock().expect("lock").push((id, body));
-                    Json(json!({"code": 0, "data": {"message_id": "om_reply"}}))
-                },
-            ),
-        )
-        .with_state(Arc::clone(&replies));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}"), replies)
-}
-
-fn event(event_id: &str, text: &str) -> Value {
-    json!({
-        "schema": "2.0",
-        "header": {"event_id": event_id, "event_type": "im.message.receive_v1",
-                   "create_time": "1700000000000", "token": "verify-me", "app_id": "cli_test",
-                   "tenant_key": "t"},
-        "event": {
-            "sender": {"sender_id": {"open_id": "ou_alice"}, "sender_type": "user"},
-            "message": {"message_id": "om_1", "chat_id": "oc_1", "chat_type": "p2p",
-                        "message_type": "text", "content": json!({"text": text}).to_string()}
-        }
-    })
+/// A direct message `text` with its own event and message ids.
+fn direct_message(event_id: &str, message_id: &str, text: &str) -> Value {
+    let mut event = message_event(event_id, "p2p", text, json!([]));
+    event["event"]["message"]["message_id"] = json!(message_id);
+    event
 }
 
 #[tokio::test]
 async fn a_feishu_event_is_answered_once_through_the_agent_and_the_outbox() {
     // SAFETY (test): variable names unique to this test.
     unsafe {
-        std::env::set_var("SB_TEST_FS_SECRET", "app-secret");
-        std::env::set_var("SB_TEST_FS_TOKEN", "verify-me");
+        std::env::set_var("SB_TEST_FS_SECRET", APP_SECRET);
+        std::env::set_var("SB_TEST_FS_TOKEN", VERIFICATION_TOKEN);
     }
-    let (feishu_url, replies) = fake_feishu().await;
+    let feishu = FakeFeishu::start().await;
     let llm = FakeLlm::echo().await;
     let app = TestApp::spawn_with(&llm, |s| {
-        let mut feishu = FeishuSettings::new("cli_test");
-        feishu.app_secret_env = "SB_TEST_FS_SECRET".to_owned();
-        feishu.verification_token_env = "SB_TEST_FS_TOKEN".to_owned();
-        feishu.domain = Domain::Custom(feishu_url);
-        s.feishu = Some(feishu);
+        let mut settings = FeishuSettings::new(APP_ID);
+        settings.app_secret_env = "SB_TEST_FS_SECRET".to_owned();
+        settings.verification_token_env = "SB_TEST_FS_TOKEN".to_owned();
+        settings.domain = Domain::Custom(feishu.url());
+        s.feishu = Some(settings);
+    })
+    .await;
+    let post = |event: Value| {
+        let request = app.http.post(app.url("/feishu/events")).json(&event);
+        async move { request.send().await.expect("sent").status() }
+    };
+
+    for _ in 0..4 {
+        let status = post(direct_message("ev-1", "om_1", "hello feishu")).await;
+        assert_eq!(status, 200);
+    }
+    // A later message in the same chat: the chat's messages are answered in
+    // order, so its reply comes after any second reply to the first.
+    let status = post(direct_message("ev-2", "om_2", "and then")).await;
+    assert_eq!(status, 200);
+    eventually("the reply to the later message", || {
+        std::future::ready(feishu.messages().len() >= 2)
     })
     .await;
 
-    for _ in 0..4 {
-        let response = app
-            .http
-            .post(app.url("/feishu/events"))
-            .json(&event("ev-1", "hello feishu"))
-            .send()
-            .await
-            .expect("sent");
-        assert_eq!(response.status(), 200);
-    }
-    for _ in 0..300 {
-        if !replies.lock().expect("lock").is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-
-    let replies = replies.lock().expect("lock").clone();
-    assert_eq!(replies.len(), 1, "four deliveries, one reply");
-    let (target, body) = &replies[0];
-    assert_eq!(target, "om_1");
-    assert!(body.to_string().contains("echo: hello feishu"), "{body}");
-    assert!(body["uuid"].as_str().is_some_and(|u| !u.is_empty()));
-    assert_eq!(llm.requests().len(), 1);
-    let wrong = app
-        .http
-        .post(app.url("/feishu/events"))
-        .json(&json!({"header": {"event_id": "x", "token": "nope", "event_type": "im.message.receive_v1"}, "schema": "2.0", "event": {}}))
-        .send()
-        .await
-        .expect("sent");
-    assert_eq!(wrong.status(), 401);
+    let replies = feishu.messages();
+    assert_eq!(replies.len(), 2, "four deliveries, one reply: {replies:?}");
+    let (first, later) = (&replies[0], &replies[1]);
+    assert_eq!(first.reply_target(), Some("om_1"));
+    assert!(
+        first.body.to_string().contains("echo: hello feishu"),
+        "{first:?}"
+    );
+    assert!(first.body["uuid"].as_str().is_some_and(|u| !u.is_empty()));
+    assert_eq!(later.reply_target(), Some("om_2"));
+    assert!(
+        later.body.to_string().contains("echo: and then"),
+        "{later:?}"
+    );
+    assert_eq!(llm.requests().len(), 2);
+    let wrong = post(json!({"header": {"event_id": "x", "token": "nope", "event_type": "im.message.receive_v1"}, "schema": "2.0", "event": {}})).await;
+    assert_eq!(wrong, 401);
     app.stop().await;
 }

@@ -30,13 +30,7 @@ async fn editing_the_memory_file_changes_new_sessions_only() {
     );
     assert!(system(2).contains("Grace"));
     assert!(!system(2).contains("Ada"));
-    let stored = app
-        .gateway
-        .store
-        .session(&old)
-        .await
-        .expect("db")
-        .expect("row");
+    let stored = app.session_row(&old).await;
     assert_eq!(stored.system_prompt, system(0));
     assert_ne!(old, new);
     app.stop().await;

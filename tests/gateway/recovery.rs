@@ -8,30 +8,18 @@ use switchboard::config::Settings;
 use switchboard::gateway::Gateway;
 use switchboard::session::service::SubmitOptions;
 use switchboard::store::Store;
-use switchboard_contract::{
-    AccountId, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender, UserId,
-};
+use switchboard_contract::{AccountId, ChatKind, EventId, InboundMessage, PlatformName};
+use switchboard_test_support::{eventually, eventually_some, inbound};
 
 use crate::helpers::{FakeLlm, Reply, TestApp, last_is_tool_result, test_settings};
 
+/// `text` from `u1` in a direct chat on the API, always the same event.
 fn message(text: &str) -> InboundMessage {
     InboundMessage {
         platform: PlatformName::parse("api").expect("id"),
         account: AccountId::parse("default").expect("id"),
         event_id: EventId::parse("crash-1").expect("id"),
-        chat: ChatId::parse("crash-chat").expect("id"),
-        chat_kind: ChatKind::Direct,
-        thread: None,
-        sender: Sender {
-            id: UserId::parse("u1").expect("id"),
-            display_name: None,
-            is_bot: false,
-        },
-        text: text.to_owned(),
-        mentions_bot: true,
-        reply_to: None,
-        message_id: None,
-        attachments: Vec::new(),
+        ..inbound::message("u1", "crash-chat", ChatKind::Direct, text)
     }
 }
 
@@ -59,17 +47,14 @@ fn crash_while_a_tool_runs(settings: Settings, ready: impl Fn() -> bool + Send +
                 .submit(message("do the thing"), SubmitOptions::default())
                 .await
                 .expect("submitted");
-            for _ in 0..500 {
-                if running_checkpoints(&gateway.store).await > 0 && ready() {
-                    // Nothing reaches the database after this point, as if
-                    // the process had died here (tasks still running while
-                    // the runtime shuts down cannot write any more).
-                    gateway.store.close().await;
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            panic!("the tool never started");
+            eventually("the tool to start", || async {
+                running_checkpoints(&gateway.store).await > 0 && ready()
+            })
+            .await;
+            // Nothing reaches the database after this point, as if the
+            // process had died here (tasks still running while the runtime
+            // shuts down cannot write any more).
+            gateway.store.close().await;
         });
         runtime.shutdown_background();
     })
@@ -78,18 +63,13 @@ fn crash_while_a_tool_runs(settings: Settings, ready: impl Fn() -> bool + Send +
 }
 
 async fn wait_until_answered(app: &TestApp) -> String {
-    for _ in 0..1500 {
-        let reply: Option<String> =
-            sqlx::query_scalar("SELECT text FROM outbox ORDER BY id LIMIT 1")
-                .fetch_optional(&mut *app.gateway.store.conn().await.expect("conn"))
-                .await
-                .expect("query");
-        if let Some(reply) = reply {
-            return reply;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the resumed task was never answered");
+    eventually_some("the resumed task to be answered", || async {
+        sqlx::query_scalar("SELECT text FROM outbox ORDER BY id LIMIT 1")
+            .fetch_optional(&mut *app.gateway.store.conn().await.expect("conn"))
+            .await
+            .expect("query")
+    })
+    .await
 }
 
 fn last_tool_result(body: &Value) -> Value {

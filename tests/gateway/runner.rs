@@ -6,7 +6,9 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde_json::Value;
 
-use crate::helpers::{FakeLlm, Reply, TestApp, eventually, last_user_text};
+use switchboard_test_support::eventually;
+
+use crate::helpers::{FakeLlm, Reply, TestApp, last_user_text};
 
 /// Roles after the system prompt must alternate user/assistant: two user
 /// messages in a row would mean a message was interleaved into a turn.

@@ -134,12 +134,7 @@ async fn a_principal_over_its_daily_spend_is_stopped_and_others_go_on() {
     );
     assert_eq!(llm.requests().len(), 3, "stopped before the fourth call");
     assert_eq!(app.outcome_of_last_turn().await, "spend_limit");
-    let history = app
-        .gateway
-        .store
-        .wire_history(&session, "")
-        .await
-        .expect("history");
+    let history = app.wire_history(&session).await;
     let last = history.last().expect("entries");
     assert!(
         matches!(last.message, switchboard::llm::ChatMessage::Tool { .. }),

@@ -4,8 +4,10 @@
 
 use serde_json::{Value, json};
 
-use crate::fake_telegram::FakeTelegram;
-use crate::helpers::{FakeLlm, TestApp, eventually};
+use switchboard_test_support::eventually;
+use switchboard_test_support::telegram::FakeTelegram;
+
+use crate::helpers::{FakeLlm, TestApp, telegram_settings};
 
 fn dm_update(update_id: u32, message_id: u32, text: &str) -> Value {
     json!({"update_id": update_id, "message": {
@@ -20,7 +22,8 @@ fn dm_update(update_id: u32, message_id: u32, text: &str) -> Value {
 async fn a_telegram_update_is_answered_once_through_the_gateway() {
     let telegram = FakeTelegram::start().await;
     let llm = FakeLlm::echo().await;
-    let gateway = TestApp::spawn_with(&llm, |s| s.telegram = Some(telegram.settings())).await;
+    let gateway =
+        TestApp::spawn_with(&llm, |s| s.telegram = Some(telegram_settings(&telegram))).await;
 
     telegram.push(dm_update(1, 10, "hello telegram"));
     telegram

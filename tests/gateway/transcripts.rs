@@ -27,12 +27,7 @@ async fn openai_stored_entries_keep_internal_fields_and_the_wire_strips_them() {
     let (session, reply) = app.say(None, "what is 6*7").await;
 
     assert_eq!(reply, "the answer is 42");
-    let stored = app
-        .gateway
-        .store
-        .history(&session, "")
-        .await
-        .expect("history");
+    let stored = app.stored_history(&session).await;
     let roles: Vec<Role> = stored.iter().map(|m| m.message.role).collect();
     assert_eq!(
         roles,
@@ -58,13 +53,7 @@ async fn openai_stored_entries_keep_internal_fields_and_the_wire_strips_them() {
     assert_eq!(answer.meta.request_id.as_deref(), Some("req-2"));
     assert_eq!(stored[2].message.tool_call_id.as_deref(), Some("toolu_1"));
 
-    let session_row = app
-        .gateway
-        .store
-        .session(&session)
-        .await
-        .expect("db")
-        .expect("row");
+    let session_row = app.session_row(&session).await;
     let wire = llm.requests()[1].json();
     let messages = wire["messages"].as_array().expect("messages");
     assert_eq!(
@@ -114,13 +103,7 @@ async fn anthropic_requests_carry_cache_breakpoints_and_tool_results_in_user_mes
     let requests = llm.requests();
     assert!(requests.iter().all(|r| r.path == "/v1/messages"));
     let second = requests[1].json();
-    let session_row = app
-        .gateway
-        .store
-        .session(&session)
-        .await
-        .expect("db")
-        .expect("row");
+    let session_row = app.session_row(&session).await;
     assert_eq!(
         second["system"][0]["text"],
         session_row.system_prompt.as_str()
@@ -147,12 +130,7 @@ async fn anthropic_requests_carry_cache_breakpoints_and_tool_results_in_user_mes
     );
     assert!(messages.iter().all(|m| m["role"] != "system"));
 
-    let stored = app
-        .gateway
-        .store
-        .history(&session, "")
-        .await
-        .expect("history");
+    let stored = app.stored_history(&session).await;
     let answer = &stored.last().expect("answer").message;
     assert_eq!(answer.meta.reasoning.as_deref(), Some("pondering"));
     assert_eq!(answer.meta.finish_reason.as_deref(), Some("end_turn"));

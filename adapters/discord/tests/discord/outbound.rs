@@ -3,7 +3,9 @@
 use axum::http::StatusCode;
 use switchboard_contract::{LengthUnit, PlatformSender, SendError};
 
-use crate::support::{TestAdapter, deliver, fixture};
+use switchboard_test_support::send::send_with_retries;
+
+use crate::support::{TestAdapter, fixture};
 
 #[tokio::test]
 async fn a_dm_round_trip_replies_in_the_dm() {
@@ -13,7 +15,7 @@ async fn a_dm_round_trip_replies_in_the_dm() {
     let reply = TestAdapter::reply_to(&inbound, 1, "Sure, **ask away**.");
 
     app.sender.typing(&reply.chat_ref()).await;
-    let (receipt, _) = deliver(app.sender.as_ref(), &reply).await;
+    let (receipt, _) = send_with_retries(app.sender.as_ref(), &reply).await;
 
     let receipt = receipt.expect("delivered");
     let requests = app.fake.requests();
@@ -46,7 +48,7 @@ async fn a_reply_in_a_thread_stays_in_the_thread() {
     app.handler.on_message(&fixture("thread_reply")).await;
     let inbound = app.sink.submitted().remove(0);
 
-    let (receipt, _) = deliver(
+    let (receipt, _) = send_with_retries(
         app.sender.as_ref(),
         &TestAdapter::reply_to(&inbound, 2, "'static lives for the whole program."),
     )
@@ -74,7 +76,7 @@ async fn a_5000_character_reply_is_split_at_2000_with_fences_intact() {
         .collect();
     assert_eq!(LengthUnit::Chars.measure(&text), 5000);
 
-    let (receipt, _) = deliver(
+    let (receipt, _) = send_with_retries(
         app.sender.as_ref(),
         &TestAdapter::reply_to(&inbound, 7, &text),
     )
@@ -115,7 +117,7 @@ async fn every_send_carries_a_stable_enforced_nonce_across_a_retry() {
     app.handler.on_message(&fixture("dm")).await;
     let inbound = app.sink.submitted().remove(0);
 
-    let (receipt, delivery) = deliver(
+    let (receipt, delivery) = send_with_retries(
         app.sender.as_ref(),
         &TestAdapter::reply_to(&inbound, 3, "hi"),
     )
@@ -141,14 +143,14 @@ async fn a_429_then_success_delivers_every_chunk_once() {
     // The first chunk goes through; the second is rate limited.
     app.fake.fail_creation(1, StatusCode::TOO_MANY_REQUESTS);
 
-    let (receipt, delivery) = deliver(
+    let (receipt, delivery) = send_with_retries(
         app.sender.as_ref(),
         &TestAdapter::reply_to(&inbound, 4, &text),
     )
     .await;
 
     let receipt = receipt.expect("delivered");
-    assert_eq!(delivery.rate_limited, 1);
+    assert_eq!(delivery.rate_limited(), 1);
     assert_eq!(delivery.attempts, 2);
     let created = app.fake.created();
     assert_eq!(
@@ -174,7 +176,7 @@ async fn a_forbidden_channel_is_a_permanent_failure() {
     app.handler.on_message(&fixture("dm")).await;
     let inbound = app.sink.submitted().remove(0);
 
-    let (receipt, delivery) = deliver(
+    let (receipt, delivery) = send_with_retries(
         app.sender.as_ref(),
         &TestAdapter::reply_to(&inbound, 5, "hi"),
     )

@@ -9,8 +9,7 @@ use secrecy::SecretString;
 use serenity::model::channel::Message;
 use serenity::model::id::UserId;
 use switchboard_contract::{
-    ChatKind, DeliveryReceipt, InboundMessage, InboundSink, OutboundMessage, PlatformSender,
-    SendError, SubmitError, Submitted,
+    ChatKind, InboundMessage, InboundSink, OutboundMessage, SubmitError, Submitted,
 };
 use switchboard_discord::{DiscordAdapter, DiscordSender, DiscordSettings, InboundHandler};
 
@@ -112,36 +111,4 @@ impl TestAdapter {
             idempotency_key: format!("sb-{row_id}"),
         }
     }
-}
-
-/// What a delivery through [`deliver`] went through.
-#[derive(Debug, Default)]
-pub struct Delivery {
-    pub attempts: usize,
-    pub rate_limited: usize,
-}
-
-/// Sends like the core's runner (`send_with_retries`): retry on
-/// `RetryAfter`/`Transient`, give up on `Permanent`. Waits are checked, not
-/// slept: tests do not sleep.
-pub async fn deliver(
-    sender: &dyn PlatformSender,
-    message: &OutboundMessage,
-) -> (Result<DeliveryReceipt, SendError>, Delivery) {
-    let mut delivery = Delivery::default();
-    let mut last = None;
-    for _ in 0..5 {
-        delivery.attempts += 1;
-        match sender.send(message).await {
-            Ok(receipt) => return (Ok(receipt), delivery),
-            Err(SendError::RetryAfter(wait)) => {
-                assert!(!wait.is_zero(), "a rate limit asks for a positive wait");
-                delivery.rate_limited += 1;
-                last = Some(SendError::RetryAfter(wait));
-            }
-            Err(SendError::Transient(reason)) => last = Some(SendError::Transient(reason)),
-            Err(permanent) => return (Err(permanent), delivery),
-        }
-    }
-    (Err(last.expect("at least one attempt")), delivery)
 }

@@ -3,33 +3,12 @@
 use std::time::Duration;
 
 use serde_json::json;
-use switchboard_contract::{DeliveryReceipt, OutboundMessage, PlatformSender, SendError};
+use switchboard_contract::{DeliveryReceipt, OutboundMessage, SendError};
 use switchboard_feishu::send::CARD_BODY_LIMIT;
 
-use crate::helpers::{Scripted, TestApp, spawn_app};
+use switchboard_test_support::send::send_with_retries;
 
-/// Sends like the core's runner: retries `RetryAfter` and `Transient`, gives
-/// up on `Permanent`. Returns the receipt and the waits it was asked for; it
-/// sleeps at most a millisecond per wait so tests stay fast.
-async fn send_with_retries(
-    sender: &dyn PlatformSender,
-    message: &OutboundMessage,
-) -> (Result<DeliveryReceipt, SendError>, Vec<Duration>) {
-    let mut waits = Vec::new();
-    for _ in 0..5 {
-        match sender.send(message).await {
-            Err(SendError::RetryAfter(wait)) => {
-                waits.push(wait);
-                tokio::time::sleep(wait.min(Duration::from_millis(1))).await;
-            }
-            Err(SendError::Transient(_)) => {
-                waits.push(Duration::ZERO);
-            }
-            other => return (other, waits),
-        }
-    }
-    (Err(SendError::Permanent("gave up".to_owned())), waits)
-}
+use crate::helpers::{Scripted, TestApp, spawn_app};
 
 fn rate_limited_230020() -> Scripted {
     Scripted {
@@ -118,14 +97,14 @@ async fn a_rejected_token_is_replaced_on_the_retry() {
         headers: vec![],
     }]);
 
-    let (result, waits) = send_with_retries(
+    let (result, delivery) = send_with_retries(
         app.adapter.sender().as_ref(),
         &app.outbound("sb-1", "hi", None),
     )
     .await;
 
     result.unwrap();
-    assert_eq!(waits, [Duration::ZERO], "one transient failure");
+    assert_eq!(delivery.waits, [Duration::ZERO], "one transient failure");
     assert_eq!(app.fake.token_fetches(), 2);
     let last = app.fake.messages().pop().unwrap();
     assert_eq!(last.authorization.as_deref(), Some("Bearer t-2"));
@@ -201,11 +180,11 @@ async fn a_rate_limit_code_then_success_delivers_exactly_one_reply() {
     app.fake.script([rate_limited_230020()]);
     let message = app.outbound("sb-9", "hi", Some("om_q"));
 
-    let (result, waits) = send_with_retries(app.adapter.sender().as_ref(), &message).await;
+    let (result, delivery) = send_with_retries(app.adapter.sender().as_ref(), &message).await;
 
     let receipt = result.unwrap();
     assert_eq!(receipt.message_ids.len(), 1);
-    assert_eq!(waits, [Duration::from_secs(1)]);
+    assert_eq!(delivery.waits, [Duration::from_secs(1)]);
     let attempts = app.fake.messages();
     assert_eq!(attempts.len(), 2, "one refused attempt, one delivery");
     assert!(attempts.iter().all(|m| m.body["uuid"] == "sb-9-0"));

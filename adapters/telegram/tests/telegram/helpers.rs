@@ -2,7 +2,6 @@
 //! records what the adapter submits, and builders for Telegram updates.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::body::Body;
@@ -10,16 +9,18 @@ use axum::http::{Request, StatusCode};
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use switchboard_contract::{
-    AccountId, ChatId, DeliveryReceipt, InboundMessage, InboundSink, OutboundMessage, PlatformName,
-    PlatformSender, SendError, SubmitError, Submitted, ThreadId,
+    AccountId, ChatId, InboundMessage, InboundSink, OutboundMessage, PlatformName, PlatformSender,
+    SubmitError, Submitted, ThreadId,
 };
 use switchboard_telegram::{SECRET_HEADER, TelegramAdapter, TelegramSettings};
-use tokio::sync::Notify;
 use tower::ServiceExt;
 
-use crate::fake::{BOT_ID, FakeBotApi};
+pub use switchboard_test_support::send::send_with_retries;
+pub use switchboard_test_support::telegram::TOKEN;
 
-pub const TOKEN: &str = "123456:TEST-fake-token_abcdefghijklmnopqrstu";
+use switchboard_test_support::eventually;
+use switchboard_test_support::telegram::{BOT_ID, FakeTelegram};
+
 pub const SECRET: &str = "webhook-secret_123";
 pub const USER_ID: u64 = 42;
 
@@ -28,7 +29,6 @@ pub const USER_ID: u64 = 42;
 pub struct RecordingSink {
     pub messages: Mutex<Vec<InboundMessage>>,
     pub unavailable: Mutex<bool>,
-    notify: Notify,
 }
 
 #[async_trait]
@@ -38,7 +38,6 @@ impl InboundSink for RecordingSink {
             return Err(SubmitError::Unavailable("database down".to_owned()));
         }
         self.messages.lock().unwrap().push(message);
-        self.notify.notify_waiters();
         Ok(Submitted::Accepted)
     }
 }
@@ -48,25 +47,19 @@ impl RecordingSink {
         self.messages.lock().unwrap().clone()
     }
 
-    /// Waits (briefly, in real time) until `count` messages were submitted.
+    /// Waits until `count` messages were submitted; returns them all.
     pub async fn wait_for(&self, count: usize) -> Vec<InboundMessage> {
-        tokio::time::timeout(Duration::from_secs(5), async {
-            loop {
-                let notified = self.notify.notified();
-                if self.messages.lock().unwrap().len() >= count {
-                    return;
-                }
-                notified.await;
-            }
+        let what = format!("{count} submissions");
+        eventually(&what, || {
+            std::future::ready(self.submitted().len() >= count)
         })
-        .await
-        .expect("submissions arrive");
+        .await;
         self.submitted()
     }
 }
 
 pub struct TestApp {
-    pub fake: FakeBotApi,
+    pub fake: FakeTelegram,
     pub sink: Arc<RecordingSink>,
     pub adapter: TelegramAdapter,
 }
@@ -77,9 +70,9 @@ impl TestApp {
     }
 
     pub async fn spawn_with(configure: impl FnOnce(&mut TelegramSettings)) -> Self {
-        let fake = FakeBotApi::start(TOKEN).await;
+        let fake = FakeTelegram::start().await;
         let mut settings = TelegramSettings {
-            api_url: Some(fake.url.clone()),
+            api_url: Some(fake.url()),
             poll_timeout_secs: 1,
             ..TelegramSettings::default()
         };
@@ -148,23 +141,6 @@ pub fn outbound(
         text: text.to_owned(),
         idempotency_key: format!("outbox-{chat}-{}", text.len()),
     }
-}
-
-/// Sends like the core's runner: `RetryAfter` and `Transient` are retried
-/// (the waits are recorded, not slept), `Permanent` ends it.
-pub async fn send_with_retries(
-    sender: &dyn PlatformSender,
-    message: &OutboundMessage,
-) -> (Result<DeliveryReceipt, SendError>, Vec<Duration>) {
-    let mut waits = Vec::new();
-    for _ in 0..5 {
-        match sender.send(message).await {
-            Err(SendError::RetryAfter(wait)) => waits.push(wait),
-            Err(SendError::Transient(_)) => waits.push(Duration::ZERO),
-            other => return (other, waits),
-        }
-    }
-    (Err(SendError::Transient("gave up".to_owned())), waits)
 }
 
 // ---- update builders -------------------------------------------------------

@@ -3,8 +3,8 @@
 use serde_json::json;
 use switchboard_contract::ChatKind;
 
-use crate::fake::{BOT_ID, me};
 use crate::helpers::*;
+use switchboard_test_support::telegram::{BOT_ID, me};
 
 const GROUP: i64 = -100_200;
 

@@ -1,7 +1,6 @@
-//! Integration tests of the Telegram adapter over real HTTP against a fake
-//! Bot API. Nothing reaches the internet; nothing sleeps for long.
+//! Integration tests of the Telegram adapter over real HTTP against the
+//! shared fake Bot API. Nothing reaches the internet; nothing sleeps.
 
-mod fake;
 mod helpers;
 mod inbound;
 mod outbound;

@@ -5,9 +5,8 @@ use std::time::Duration;
 use serde_json::json;
 use switchboard_contract::{LengthUnit, SendError};
 
-use crate::fake::cant_parse_entities;
-use crate::fake::too_many_requests;
 use crate::helpers::*;
+use switchboard_test_support::telegram::{cant_parse_entities, too_many_requests};
 
 const CHAT: i64 = 4242;
 
@@ -141,11 +140,11 @@ async fn a_rate_limited_reply_is_delivered_exactly_once() {
     app.fake.script("sendMessage", 429, too_many_requests(3));
     let sender = app.sender();
 
-    let (result, waits) =
+    let (result, delivery) =
         send_with_retries(sender.as_ref(), &outbound(CHAT, None, None, "hello")).await;
 
     assert_eq!(result.expect("delivered").message_ids.len(), 1);
-    assert_eq!(waits, vec![Duration::from_secs(3)]);
+    assert_eq!(delivery.waits, vec![Duration::from_secs(3)]);
     assert_eq!(app.fake.delivered_texts(), vec!["hello".to_owned()]);
 }
 
@@ -160,12 +159,12 @@ async fn a_rate_limit_between_chunks_sends_only_the_rest_on_retry() {
     app.fake.script("sendMessage", 429, too_many_requests(1));
     let sender = app.sender();
 
-    let (result, waits) =
+    let (result, delivery) =
         send_with_retries(sender.as_ref(), &outbound(CHAT, None, None, &text)).await;
 
     let receipt = result.expect("delivered");
     assert_eq!(receipt.message_ids, vec!["1".to_owned(), "5000".to_owned()]);
-    assert_eq!(waits, vec![Duration::from_secs(1)]);
+    assert_eq!(delivery.waits, vec![Duration::from_secs(1)]);
     let texts: Vec<String> = app
         .fake
         .calls("sendMessage")

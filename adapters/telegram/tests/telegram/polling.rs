@@ -1,5 +1,6 @@
 //! Long polling, and a direct-message round trip through it.
 
+use switchboard_test_support::eventually;
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::*;
@@ -56,13 +57,10 @@ async fn an_unavailable_core_gets_the_update_again_before_moving_on() {
     let worker = tokio::spawn(app.adapter.run_polling(shutdown.clone()));
 
     // Let the loop fail a first time, then bring the core back.
-    tokio::time::timeout(std::time::Duration::from_secs(5), async {
-        while app.fake.calls("getUpdates").is_empty() {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+    eventually("a first poll", || {
+        std::future::ready(!app.fake.calls("getUpdates").is_empty())
     })
-    .await
-    .expect("polls");
+    .await;
     *app.sink.unavailable.lock().unwrap() = false;
     let submitted = app.sink.wait_for(1).await;
     shutdown.cancel();

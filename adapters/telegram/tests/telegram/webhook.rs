@@ -95,9 +95,9 @@ async fn webhook_mode_registers_the_webhook_with_its_secret() {
 
 #[tokio::test]
 async fn webhook_mode_without_a_secret_does_not_start() {
-    let fake = crate::fake::FakeBotApi::start(TOKEN).await;
+    let fake = switchboard_test_support::telegram::FakeTelegram::start().await;
     let settings = TelegramSettings {
-        api_url: Some(fake.url.clone()),
+        api_url: Some(fake.url()),
         mode: Mode::Webhook,
         ..TelegramSettings::default()
     };

@@ -1,0 +1,238 @@
+//! A fake Feishu open API on 127.0.0.1:0, for the adapter's own tests and
+//! for the gateway end to end: it issues tenant tokens (counting them),
+//! answers the bot info, records every message sent or replied, and plays
+//! scripted answers before succeeding. Also builders for the events Feishu
+//! posts to the webhook.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+/// The app id the fake issues tokens for.
+pub const APP_ID: &str = "cli_test_app";
+/// The app secret the fake expects with it.
+pub const APP_SECRET: &str = "app-secret";
+/// The bot's open id (`bot/v3/info`).
+pub const BOT_OPEN_ID: &str = "ou_bot";
+/// The verification token events carry.
+pub const VERIFICATION_TOKEN: &str = "verify-token";
+
+/// How long an issued tenant token lives, in seconds.
+const TOKEN_LIFETIME_SECS: u64 = 7200;
+
+/// One message request the fake received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub query: Option<String>,
+    pub authorization: Option<String>,
+    pub body: Value,
+}
+
+impl Recorded {
+    /// The `content` field, parsed (it is a JSON string).
+    ///
+    /// # Panics
+    ///
+    /// When the request has no JSON `content`.
+    pub fn content(&self) -> Value {
+        let raw = self.body["content"].as_str().expect("a content string");
+        serde_json::from_str(raw).expect("the content is JSON")
+    }
+
+    /// The message replied to, for a reply (`…/messages/{id}/reply`).
+    pub fn reply_target(&self) -> Option<&str> {
+        self.path
+            .strip_prefix("/open-apis/im/v1/messages/")?
+            .strip_suffix("/reply")
+    }
+}
+
+/// A scripted answer to a message request.
+pub struct Scripted {
+    pub status: u16,
+    pub body: Value,
+    pub headers: Vec<(&'static str, &'static str)>,
+}
+
+/// The fake Feishu open API.
+pub struct FakeFeishu {
+    address: SocketAddr,
+    state: Arc<FakeState>,
+}
+
+impl FakeFeishu {
+    /// Starts the server on a free port.
+    ///
+    /// # Panics
+    ///
+    /// When no loopback port can be bound.
+    pub async fn start() -> Self {
+        let state = Arc::new(FakeState::default());
+        let app = Router::new()
+            .route(
+                "/open-apis/auth/v3/tenant_access_token/internal",
+                post(fake_token),
+            )
+            .route("/open-apis/bot/v3/info", get(fake_bot_info))
+            .route("/open-apis/im/v1/messages", post(fake_send))
+            .route("/open-apis/im/v1/messages/{id}/reply", post(fake_reply))
+            .with_state(Arc::clone(&state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { address, state }
+    }
+
+    /// The base URL to configure as the adapter's custom domain.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Tenant tokens issued so far.
+    pub fn token_fetches(&self) -> usize {
+        self.state.token_fetches.load(Ordering::SeqCst)
+    }
+
+    /// Every message request so far (scripted ones included), oldest first.
+    pub fn messages(&self) -> Vec<Recorded> {
+        self.state.messages.lock().expect("lock").clone()
+    }
+
+    /// Answers the next message requests with these, in order.
+    pub fn script(&self, answers: impl IntoIterator<Item = Scripted>) {
+        self.state.script.lock().expect("lock").extend(answers);
+    }
+}
+
+/// An `im.message.receive_v1` event for message `om_msg1` in chat `oc_chat`.
+pub fn message_event(event_id: &str, chat_type: &str, text: &str, mentions: Value) -> Value {
+    json!({
+        "schema": "2.0",
+        "header": {
+            "event_id": event_id,
+            "event_type": "im.message.receive_v1",
+            "create_time": "1700000000000",
+            "token": VERIFICATION_TOKEN,
+            "app_id": APP_ID,
+            "tenant_key": "tenant",
+            "some_future_field": {"x": 1}
+        },
+        "event": {
+            "sender": {
+                "sender_id": {"open_id": "ou_alice", "union_id": "on_alice", "user_id": null},
+                "sender_type": "user",
+                "tenant_key": "tenant"
+            },
+            "message": {
+                "message_id": "om_msg1",
+                "root_id": "",
+                "parent_id": "",
+                "create_time": 1_700_000_000_000_i64,
+                "chat_id": "oc_chat",
+                "chat_type": chat_type,
+                "message_type": "text",
+                "content": json!({"text": text}).to_string(),
+                "mentions": mentions,
+                "user_agent": "Mozilla"
+            }
+        }
+    })
+}
+
+/// A mention of `open_id` under `key`.
+pub fn mention(key: &str, open_id: &str, name: &str) -> Value {
+    json!({"key": key, "id": {"open_id": open_id, "union_id": "on_x", "user_id": "u"}, "name": name, "tenant_key": "t"})
+}
+
+#[derive(Default)]
+struct FakeState {
+    token_fetches: AtomicUsize,
+    messages: Mutex<Vec<Recorded>>,
+    script: Mutex<VecDeque<Scripted>>,
+    sent: AtomicUsize,
+}
+
+async fn fake_token(State(state): State<Arc<FakeState>>, Json(body): Json<Value>) -> Json<Value> {
+    assert_eq!(body["app_id"], APP_ID);
+    assert_eq!(body["app_secret"], APP_SECRET);
+    let n = state.token_fetches.fetch_add(1, Ordering::SeqCst) + 1;
+    Json(
+        json!({"code": 0, "msg": "ok", "tenant_access_token": format!("t-{n}"),
+                "expire": TOKEN_LIFETIME_SECS}),
+    )
+}
+
+async fn fake_bot_info(headers: HeaderMap) -> Json<Value> {
+    let authorization = headers
+        .get("authorization")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    assert!(authorization.starts_with("Bearer t-"), "{authorization:?}");
+    Json(
+        json!({"code": 0, "msg": "ok", "bot": {"open_id": BOT_OPEN_ID, "app_name": "Switchboard", "activate_status": 2}}),
+    )
+}
+
+async fn fake_send(
+    State(state): State<Arc<FakeState>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let path = "/open-apis/im/v1/messages".to_owned();
+    record(&state, path, query, &headers, body)
+}
+
+async fn fake_reply(
+    State(state): State<Arc<FakeState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let path = format!("/open-apis/im/v1/messages/{id}/reply");
+    record(&state, path, None, &headers, body)
+}
+
+fn record(
+    state: &FakeState,
+    path: String,
+    query: Option<String>,
+    headers: &HeaderMap,
+    body: Value,
+) -> Response {
+    state.messages.lock().expect("lock").push(Recorded {
+        path,
+        query,
+        authorization: headers
+            .get("authorization")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned),
+        body,
+    });
+    let scripted = state.script.lock().expect("lock").pop_front();
+    if let Some(answer) = scripted {
+        let status = StatusCode::from_u16(answer.status).expect("an HTTP status");
+        let mut response = (status, Json(answer.body)).into_response();
+        for (name, value) in answer.headers {
+            response
+                .headers_mut()
+                .insert(name, HeaderValue::from_static(value));
+        }
+        return response;
+    }
+    let n = state.sent.fetch_add(1, Ordering::SeqCst) + 1;
+    Json(json!({"code": 0, "msg": "success", "data": {"message_id": format!("om_sent_{n}")}}))
+        .into_response()
+}

@@ -1,0 +1,19 @@
+//! What the integration tests of the gateway and of every adapter share:
+//! fake platform APIs bound to 127.0.0.1:0 ([`telegram`], [`feishu`]),
+//! waiting for a condition instead of sleeping ([`wait`]), delivering
+//! through a `PlatformSender` the way the core's runner does ([`send`]), and
+//! the contract seen from the core's side: messages as an adapter submits
+//! them ([`inbound`]) and a platform that records what it is sent
+//! ([`sender`]).
+//!
+//! It depends on the contract crate only, never on the core, so the
+//! adapters' tests can use it.
+
+pub mod feishu;
+pub mod inbound;
+pub mod send;
+pub mod sender;
+pub mod telegram;
+pub mod wait;
+
+pub use wait::{eventually, eventually_some};

@@ -1,0 +1,413 @@
+//! A fake Telegram Bot API on 127.0.0.1:0, for the adapter's own tests and
+//! for the gateway end to end: it serves `/bot<token>/<method>` (any case,
+//! as Telegram does), hands queued updates to `getUpdates` (holding an empty
+//! long poll a little), records every call, plays scripted answers (errors,
+//! rate limits) before its defaults, answers `sendMessage` like Telegram,
+//! and tells a test when the adapter has handled everything queued.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use url::Url;
+
+use crate::wait::eventually;
+
+/// The bot token the fake accepts; any other is `401 Unauthorized`.
+pub const TOKEN: &str = "123456:TEST-fake-token_abcdefghijklmnopqrstu";
+/// The fake bot's user id (`getMe`): the gateway's Telegram account id.
+pub const BOT_ID: u64 = 999;
+/// The fake bot's username (`getMe`), for `@mentions` and `/cmd@bot`.
+pub const BOT_USERNAME: &str = "SwitchboardBot";
+
+/// How long the fake holds an empty `getUpdates` open, at most (the
+/// adapter's poll timeout may be longer; a queued update answers at once).
+const LONG_POLL: Duration = Duration::from_millis(500);
+/// The id of the first message the fake sends on the bot's behalf.
+const FIRST_SENT_ID: i64 = 5000;
+
+/// A Telegram user writing to the bot.
+#[derive(Debug, Clone, Copy)]
+pub struct TgUser {
+    pub id: i64,
+    pub first_name: &'static str,
+}
+
+/// One `sendMessage` call Telegram accepted.
+#[derive(Debug, Clone)]
+pub struct SentMessage {
+    pub chat_id: i64,
+    /// The text with Telegram HTML entities decoded.
+    pub text: String,
+    pub body: Value,
+}
+
+/// The fake server; cheap to clone.
+#[derive(Clone)]
+pub struct FakeTelegram {
+    url: Url,
+    api: Arc<BotApi>,
+}
+
+impl FakeTelegram {
+    /// Starts the server on a free port.
+    ///
+    /// # Panics
+    ///
+    /// When no loopback port can be bound.
+    pub async fn start() -> Self {
+        let api = Arc::new(BotApi::default());
+        let app = Router::new()
+            .route("/{bot}/{method}", post(handle))
+            .with_state(Arc::clone(&api));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let url = Url::parse(&format!("http://{addr}/")).expect("a loopback URL");
+        Self { url, api }
+    }
+
+    /// The base URL to point the adapter's `api_url` at.
+    pub fn url(&self) -> Url {
+        self.url.clone()
+    }
+
+    /// The next call of `method` gets this answer instead of the default.
+    pub fn script(&self, method: &str, status: u16, body: Value) {
+        let status = StatusCode::from_u16(status).expect("an HTTP status");
+        self.api
+            .scripted
+            .lock()
+            .expect("lock")
+            .entry(method.to_ascii_lowercase())
+            .or_default()
+            .push_back((status, body));
+    }
+
+    /// Queues an update as it is.
+    pub fn push(&self, update: Value) {
+        self.push_updates([update]);
+    }
+
+    /// Queues updates for the next `getUpdates`.
+    pub fn push_updates(&self, updates: impl IntoIterator<Item = Value>) {
+        self.api.queue.lock().expect("lock").updates.extend(updates);
+        self.api.queued.notify_one();
+    }
+
+    /// Queues `text` from `user` in their private chat with the bot.
+    pub fn dm(&self, user: TgUser, text: &str) {
+        let chat = json!({"id": user.id, "type": "private", "first_name": user.first_name});
+        self.push_message(chat, user, text);
+    }
+
+    /// Queues `text` from `user` in the group `chat` (a negative id).
+    pub fn group(&self, chat: i64, user: TgUser, text: &str) {
+        let chat = json!({"id": chat, "type": "supergroup", "title": "Test group"});
+        self.push_message(chat, user, text);
+    }
+
+    /// `user` writes `text` in their private chat; returns the reply, which
+    /// must come back to that chat.
+    pub async fn ask(&self, user: TgUser, text: &str) -> String {
+        let before = self.sent().len();
+        self.dm(user, text);
+        self.reply_after(before, user.id, text).await
+    }
+
+    /// `user` writes `text` in the group `chat`; returns the reply there.
+    pub async fn ask_in_group(&self, chat: i64, user: TgUser, text: &str) -> String {
+        let before = self.sent().len();
+        self.group(chat, user, text);
+        self.reply_after(before, chat, text).await
+    }
+
+    /// The bodies of every call of `method` (any case), oldest first.
+    pub fn calls(&self, method: &str) -> Vec<Value> {
+        self.api
+            .calls
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|call| call.method.eq_ignore_ascii_case(method))
+            .map(|call| call.body.clone())
+            .collect()
+    }
+
+    /// Every `sendMessage` call Telegram accepted (scripted failures left
+    /// out), oldest first.
+    pub fn sent(&self) -> Vec<SentMessage> {
+        self.api
+            .calls
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|call| call.method == "sendmessage" && call.delivered)
+            .map(|call| SentMessage {
+                chat_id: call.body["chat_id"].as_i64().expect("numeric chat_id"),
+                text: unescape_html(call.body["text"].as_str().unwrap_or_default()),
+                body: call.body.clone(),
+            })
+            .collect()
+    }
+
+    /// The texts Telegram accepted through `sendMessage`, as sent (HTML).
+    pub fn delivered_texts(&self) -> Vec<String> {
+        self.sent()
+            .iter()
+            .map(|sent| sent.body["text"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// Waits until the adapter has taken every queued update and handled it
+    /// (submitted it to the gateway or skipped it): it polled again after
+    /// the batch that held the last one.
+    pub async fn settled(&self) {
+        self.wait_for("the adapter to handle the queued updates", || {
+            let queue = self.api.queue.lock().expect("lock");
+            queue.updates.is_empty() && queue.polls > queue.delivered_by
+        })
+        .await;
+    }
+
+    /// Polls `done` until it holds (see [`eventually`]).
+    pub async fn wait_for(&self, what: &str, mut done: impl FnMut() -> bool) {
+        eventually(what, || std::future::ready(done())).await;
+    }
+
+    async fn reply_after(&self, before: usize, chat: i64, text: &str) -> String {
+        let what = format!("a reply to {text:?}");
+        self.wait_for(&what, || self.sent().len() > before).await;
+        let reply = self.sent().swap_remove(before);
+        assert_eq!(
+            reply.chat_id, chat,
+            "the reply to {text:?} goes to the chat it came from: {reply:?}"
+        );
+        reply.text
+    }
+
+    fn push_message(&self, chat: Value, user: TgUser, text: &str) {
+        let mut queue = self.api.queue.lock().expect("lock");
+        queue.next_update_id += 1;
+        let update_id = queue.next_update_id;
+        queue.next_message_id += 1;
+        let message_id = queue.next_message_id;
+        queue
+            .updates
+            .push_back(json!({"update_id": update_id, "message": {
+                "message_id": message_id, "date": 1_700_000_000,
+                "chat": chat,
+                "from": {"id": user.id, "is_bot": false, "first_name": user.first_name},
+                "text": text,
+                "entities": entities(text),
+            }}));
+        drop(queue);
+        self.api.queued.notify_one();
+    }
+}
+
+/// The fake bot as `getMe` describes it (also the `from` of its messages).
+pub fn me() -> Value {
+    json!({
+        "id": BOT_ID,
+        "is_bot": true,
+        "first_name": "Switchboard",
+        "username": BOT_USERNAME,
+        "can_join_groups": true,
+        "can_read_all_group_messages": false,
+        "supports_inline_queries": false,
+        "can_connect_to_business": false,
+        "has_main_web_app": false,
+    })
+}
+
+/// A `429 Too Many Requests` body with `retry_after`.
+pub fn too_many_requests(retry_after: u64) -> Value {
+    json!({
+        "ok": false,
+        "error_code": 429,
+        "description": format!("Too Many Requests: retry after {retry_after}"),
+        "parameters": {"retry_after": retry_after},
+    })
+}
+
+/// A `400 can't parse entities` body.
+pub fn cant_parse_entities() -> Value {
+    json!({
+        "ok": false,
+        "error_code": 400,
+        "description": "Bad Request: can't parse entities: Unsupported start tag \"x\" at byte offset 0",
+    })
+}
+
+/// One recorded method call.
+struct Call {
+    /// Lower case: Telegram ignores the case (teloxide writes `GetMe`).
+    method: String,
+    /// The JSON body; a multipart one (`setWebhook`) kept raw under `__raw`.
+    body: Value,
+    /// Answered by the default (success), not by a script.
+    delivered: bool,
+}
+
+#[derive(Default)]
+struct BotApi {
+    queue: Mutex<Queue>,
+    calls: Mutex<Vec<Call>>,
+    scripted: Mutex<HashMap<String, VecDeque<(StatusCode, Value)>>>,
+    /// Woken when an update is queued, so a held `getUpdates` answers.
+    queued: Notify,
+}
+
+#[derive(Default)]
+struct Queue {
+    updates: VecDeque<Value>,
+    next_update_id: u32,
+    /// The id of the last message pushed through [`FakeTelegram::dm`] or
+    /// [`FakeTelegram::group`].
+    next_message_id: i64,
+    /// Messages sent on the bot's behalf so far.
+    sent: i64,
+    /// `getUpdates` calls received so far.
+    polls: u64,
+    /// The number of the `getUpdates` call that handed out the last batch.
+    /// The adapter handles a batch before it polls again, so a later poll
+    /// means the batch was handled.
+    delivered_by: u64,
+}
+
+async fn handle(
+    State(api): State<Arc<BotApi>>,
+    Path((bot, method)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let method = method.to_ascii_lowercase();
+    if bot != format!("bot{TOKEN}") {
+        let body = json!({"ok": false, "error_code": 401, "description": "Unauthorized"});
+        return (StatusCode::UNAUTHORIZED, Json(body)).into_response();
+    }
+    let body: Value = serde_json::from_slice(&body)
+        .unwrap_or_else(|_| json!({"__raw": String::from_utf8_lossy(&body)}));
+    let scripted = api
+        .scripted
+        .lock()
+        .expect("lock")
+        .get_mut(&method)
+        .and_then(VecDeque::pop_front);
+    let delivered = scripted.is_none();
+    let response = match scripted {
+        Some((status, answer)) => (status, Json(answer)).into_response(),
+        None => {
+            let result = default_result(&api, &method, &body).await;
+            Json(json!({"ok": true, "result": result})).into_response()
+        }
+    };
+    api.calls.lock().expect("lock").push(Call {
+        method,
+        body,
+        delivered,
+    });
+    response
+}
+
+async fn default_result(api: &BotApi, method: &str, body: &Value) -> Value {
+    match method {
+        "getme" => me(),
+        "getwebhookinfo" => {
+            json!({"url": "", "has_custom_certificate": false, "pending_update_count": 0})
+        }
+        "getupdates" => {
+            let hold = Duration::from_secs(body["timeout"].as_u64().unwrap_or(0)).min(LONG_POLL);
+            json!(updates(api, hold).await)
+        }
+        "sendmessage" => {
+            let chat_id = body["chat_id"].as_i64().unwrap_or_default();
+            let chat = if chat_id < 0 {
+                json!({"id": chat_id, "type": "supergroup", "title": "Test group"})
+            } else {
+                json!({"id": chat_id, "type": "private", "first_name": "User"})
+            };
+            let message_id = {
+                let mut queue = api.queue.lock().expect("lock");
+                queue.sent += 1;
+                FIRST_SENT_ID + queue.sent - 1
+            };
+            json!({"message_id": message_id, "date": 1_700_000_000, "chat": chat,
+                   "from": me(), "text": body["text"]})
+        }
+        _ => json!(true),
+    }
+}
+
+/// One `getUpdates`: what is queued, or (after up to `hold` with nothing
+/// queued) an empty list.
+async fn updates(api: &BotApi, hold: Duration) -> Vec<Value> {
+    let poll = {
+        let mut queue = api.queue.lock().expect("lock");
+        queue.polls += 1;
+        queue.polls
+    };
+    let take = || {
+        let mut queue = api.queue.lock().expect("lock");
+        let batch: Vec<Value> = queue.updates.drain(..).collect();
+        if !batch.is_empty() {
+            queue.delivered_by = poll;
+        }
+        batch
+    };
+    let batch = take();
+    if !batch.is_empty() || hold.is_zero() {
+        return batch;
+    }
+    // A permit stored by an earlier push makes this return at once; the
+    // queue is checked again either way.
+    let _ = tokio::time::timeout(hold, api.queued.notified()).await;
+    take()
+}
+
+/// What Telegram marks in a text: a leading `/command` (with its `@bot`) and
+/// `@username` mentions, with offsets and lengths in UTF-16 units.
+fn entities(text: &str) -> Vec<Value> {
+    let utf16 = |s: &str| s.encode_utf16().count();
+    let mut found = Vec::new();
+    if text.starts_with('/') {
+        let word = text.split_whitespace().next().unwrap_or_default();
+        found.push(json!({"type": "bot_command", "offset": 0, "length": utf16(word)}));
+    }
+    let mut start = 0;
+    while let Some(at) = text[start..].find('@').map(|i| start + i) {
+        let name_len = text[at + 1..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(text.len() - at - 1);
+        let preceded_by_word = text[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| !c.is_whitespace());
+        if name_len > 0 && !preceded_by_word {
+            found.push(json!({"type": "mention", "offset": utf16(&text[..at]),
+                              "length": name_len + 1}));
+        }
+        start = at + 1 + name_len;
+    }
+    found
+}
+
+/// Decodes the entities Telegram HTML escaping produces.
+fn unescape_html(text: &str) -> String {
+    text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+}
