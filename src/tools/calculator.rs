@@ -360,6 +360,16 @@ fn to_json(value: &ExprValue) -> Result<Value, ToolError> {
 mod tests {
     use super::*;
 
+    /// The schema is in every cached prompt: its bytes must not drift.
+    #[test]
+    fn the_argument_schema_keeps_its_bytes() {
+        let schema = serde_json::to_string(&Calculator.parameters()).unwrap();
+        assert_eq!(
+            schema,
+            r#"{"additionalProperties":false,"properties":{"expression":{"description":"The expression, e.g. \"2 * (3 + 4) ^ 2\" or \"math::sqrt(2) * 10\".","maxLength":1000,"type":"string"}},"required":["expression"],"type":"object"}"#
+        );
+    }
+
     fn ctx() -> ToolContext {
         ToolContext {
             request_id: "r".to_owned(),

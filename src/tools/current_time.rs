@@ -128,6 +128,16 @@ fn weekday_name(day: Weekday) -> &'static str {
 mod tests {
     use super::*;
 
+    /// The schema is in every cached prompt: its bytes must not drift.
+    #[test]
+    fn the_argument_schema_keeps_its_bytes() {
+        let schema = serde_json::to_string(&CurrentTime.parameters()).unwrap();
+        assert_eq!(
+            schema,
+            r#"{"additionalProperties":false,"properties":{"timezone":{"description":"IANA time zone name, e.g. \"Europe/Berlin\". Defaults to \"UTC\".","type":"string"}},"type":"object"}"#
+        );
+    }
+
     fn ctx() -> ToolContext {
         ToolContext {
             request_id: "r".to_owned(),

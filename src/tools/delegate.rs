@@ -74,3 +74,18 @@ impl Tool for Delegate {
         Ok(json!({ "result": result }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The schema is in every cached prompt: its bytes must not drift.
+    #[test]
+    fn the_argument_schema_keeps_its_bytes() {
+        let schema = serde_json::to_string(&Delegate.parameters()).unwrap();
+        assert_eq!(
+            schema,
+            r#"{"additionalProperties":false,"properties":{"task":{"description":"The complete task, with every fact the sub-agent needs.","type":"string"},"tools":{"description":"Names of your tools the sub-agent may use; omit for all.","items":{"type":"string"},"type":"array"}},"required":["task"],"type":"object"}"#
+        );
+    }
+}

@@ -479,6 +479,18 @@ fn body_text(mut body: Vec<u8>, truncated: bool) -> String {
 mod tests {
     use super::*;
 
+    /// The schema is in every cached prompt: its bytes must not drift.
+    #[test]
+    fn the_argument_schema_keeps_its_bytes() {
+        let schema =
+            serde_json::to_string(&HttpGet::new(HttpGetConfig::default()).unwrap().parameters())
+                .unwrap();
+        assert_eq!(
+            schema,
+            r#"{"additionalProperties":false,"properties":{"url":{"description":"Absolute http:// or https:// URL to fetch.","type":"string"}},"required":["url"],"type":"object"}"#
+        );
+    }
+
     use axum::Router;
     use axum::http::StatusCode;
     use axum::response::Redirect;
