@@ -20,6 +20,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use schemars::generate::SchemaSettings;
+use schemars::transform::RecursiveTransform;
+use schemars::{JsonSchema, Schema};
 use serde_json::Value;
 
 use crate::llm::ToolSpec;
@@ -184,4 +187,23 @@ impl Toolset {
             .collect();
         Self::from_map(tools)
     }
+}
+
+/// The JSON schema of a tool's arguments type as the model sees it: derived
+/// from the type, its fields' docs becoming their descriptions. The type's
+/// own `title` and doc, the `$schema` keyword and `default` values are left
+/// out: the schemas were written by hand before they were derived, and the
+/// bytes of every cached prompt must stay the same (each tool's tests pin
+/// them).
+pub fn arguments_schema<T: JsonSchema>() -> Value {
+    let mut schema = SchemaSettings::draft2020_12()
+        .with(|settings| settings.meta_schema = None)
+        .with_transform(RecursiveTransform(|schema: &mut Schema| {
+            schema.remove("default");
+        }))
+        .into_generator()
+        .into_root_schema_for::<T>();
+    schema.remove("title");
+    schema.remove("description");
+    schema.to_value()
 }
