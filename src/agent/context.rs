@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::config::ContextSettings;
 use crate::llm::{ChatMessage, ModelRequest, Provider};
 use crate::store::{Batch, Compaction, ModelCallStart, Store, StoreError, WireEntry};
 use crate::usage::Price;
@@ -115,6 +116,19 @@ fn summary_entry(compaction: &Compaction) -> WireEntry {
 }
 
 impl ContextPolicy {
+    /// The policy for a model under the configured settings.
+    pub fn for_model(settings: &ContextSettings, model: &str) -> Self {
+        Self {
+            window_tokens: settings
+                .windows
+                .get(model)
+                .copied()
+                .unwrap_or(settings.window_tokens),
+            threshold: settings.compact_threshold,
+            keep_recent_turns: settings.keep_recent_turns,
+        }
+    }
+
     /// Whether the view (with the system prompt) is past the threshold, by
     /// an estimate calibrated with the session's last reported usage.
     pub fn should_compact(

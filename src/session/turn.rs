@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::commands::Command;
 use crate::agent::cache::AgentCache;
-use crate::agent::context::{self, CompactError, Summariser};
+use crate::agent::context::{self, CompactError, ContextPolicy, Summariser};
 use crate::agent::run::{
     InterruptedRound, LoopEnv, LoopError, SpendLimit, TaskLimits, run_loop, warn_at_80_percent,
 };
@@ -177,21 +177,10 @@ impl TurnExecutor {
             .ok_or_else(|| {
                 StoreError::Corrupt(format!("session {} missing", inbound.session_id))
             })?;
-        let toolset = self
-            .registry
-            .toolset(&session.toolset)
-            .unwrap_or_else(|unknown| {
-                tracing::warn!(?unknown, "tools no longer configured are left out");
-                let known: Vec<&String> = session
-                    .toolset
-                    .iter()
-                    .filter(|name| self.registry.get(name).is_some())
-                    .collect();
-                self.registry.toolset(&known).unwrap_or_default()
-            });
+        let toolset = self.registry.toolset(&session.toolset);
         let agent = self.cache.get(&session.model, &toolset).await;
 
-        let policy = self.context.policy(&session.model);
+        let policy = ContextPolicy::for_model(&self.context, &session.model);
         let mut stored = context::apply(entries, compaction.as_ref());
         let forced = Command::parse(&inbound.text, None) == Some(Command::Compact);
         // A principal over its daily spend gets no model call at all, not

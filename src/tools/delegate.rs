@@ -58,7 +58,7 @@ impl Tool for Delegate {
         let result = subagents
             .run(args.task, args.tools)
             .await
-            .map_err(ToolError::Failed)?;
+            .map_err(|err| ToolError::Failed(err.to_string()))?;
         Ok(json!({ "result": result }))
     }
 }

@@ -46,9 +46,31 @@ pub trait SubAgents: Send + Sync {
     /// depth) and returns the sub-agent's final answer.
     ///
     /// # Errors
-    /// A message for the model: delegation too deep, no budget left, unknown
-    /// tools, or the sub-agent failing.
-    async fn run(&self, task: String, tools: Vec<String>) -> Result<String, String>;
+    /// Delegation too deep, no budget left, unknown tools, or the sub-agent
+    /// failing; the message is shown to the model.
+    async fn run(&self, task: String, tools: Vec<String>) -> Result<String, SubAgentError>;
+}
+
+/// Why a sub-agent gave no answer; the message is shown to the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubAgentError {
+    #[error("delegation is limited to depth {max_depth}; do this task yourself")]
+    TooDeep { max_depth: u32 },
+    #[error("unknown tools for the sub-agent: {unknown}; available: {available}")]
+    UnknownTools { unknown: String, available: String },
+    #[error("not enough step budget left to delegate; finish the task yourself")]
+    NoBudget,
+    #[error("the sub-agent could not start")]
+    NotStarted,
+    /// The sub-agent's loop failed; holds that error's message.
+    #[error("the sub-agent failed: {0}")]
+    Failed(String),
+    /// The answer could not be added to a write; holds why.
+    #[error("the sub-agent's answer could not be stored: {0}")]
+    AnswerRejected(String),
+    /// The write of the answer failed (the cause is logged, not shown).
+    #[error("the sub-agent's answer could not be stored")]
+    AnswerNotStored,
 }
 
 /// Why a tool call failed; the message is shown to the model.
@@ -116,12 +138,11 @@ impl ToolRegistry {
         self.tools.keys().copied()
     }
 
-    /// The toolset with the given names, sorted by name. Unknown names are
-    /// returned as the error.
-    ///
-    /// # Errors
-    /// The names that no registered tool has.
-    pub fn toolset<S: AsRef<str>>(&self, names: &[S]) -> Result<Toolset, Vec<String>> {
+    /// The toolset with those of the given names that are registered,
+    /// sorted by name. A name no tool has (a tool that is not configured, or
+    /// no longer, since a session started) is logged and left out, so a
+    /// session still starts and runs.
+    pub fn toolset<S: AsRef<str>>(&self, names: &[S]) -> Toolset {
         let mut tools = BTreeMap::new();
         let mut unknown = Vec::new();
         for name in names {
@@ -129,14 +150,13 @@ impl ToolRegistry {
                 Some(tool) => {
                     tools.insert(tool.name(), Arc::clone(tool));
                 }
-                None => unknown.push(name.as_ref().to_owned()),
+                None => unknown.push(name.as_ref()),
             }
         }
-        if unknown.is_empty() {
-            Ok(Toolset::from_map(tools))
-        } else {
-            Err(unknown)
+        if !unknown.is_empty() {
+            tracing::warn!(?unknown, "tools that are not registered are left out");
         }
+        Toolset::from_map(tools)
     }
 }
 
