@@ -94,18 +94,6 @@ pub(super) async fn run_round(
     }
 }
 
-fn checkpoint<'a>(env: &'a LoopEnv, request_id: &'a str, call: &'a ToolCall) -> ToolCheckpoint<'a> {
-    ToolCheckpoint {
-        request_id,
-        session_id: &env.session_id,
-        task_id: Some(env.task_id),
-        scope: &env.scope,
-        call_id: &call.id,
-        name: &call.name,
-        arguments: &call.arguments,
-    }
-}
-
 /// Answers the unanswered calls of an interrupted round from their
 /// checkpoints: a finished call's stored result is reused; a call that never
 /// started runs now; a call caught `running` is re-run with the same request
@@ -164,6 +152,19 @@ pub(super) async fn resume_round(
         results.push(result);
     }
     Ok(results)
+}
+
+/// The `running` checkpoint of a call.
+fn checkpoint<'a>(env: &'a LoopEnv, request_id: &'a str, call: &'a ToolCall) -> ToolCheckpoint<'a> {
+    ToolCheckpoint {
+        request_id,
+        session_id: &env.session_id,
+        task_id: Some(env.task_id),
+        scope: &env.scope,
+        call_id: &call.id,
+        name: &call.name,
+        arguments: &call.arguments,
+    }
 }
 
 /// Checkpoints one call `running`, then runs it.
@@ -312,5 +313,78 @@ impl CallStatus {
             Self::Done => "done",
             Self::Failed => "failed",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn shown(error: ToolCallError) -> String {
+        canonical_json(&result_object(Err(error)))
+    }
+
+    #[test]
+    fn a_tool_result_gains_success_true() {
+        assert_eq!(
+            canonical_json(&result_object(Ok(json!({"b": 1, "a": "x"})))),
+            r#"{"a":"x","b":1,"success":true}"#
+        );
+        assert_eq!(
+            canonical_json(&result_object(Ok(json!(42)))),
+            r#"{"result":42,"success":true}"#
+        );
+    }
+
+    #[test]
+    fn every_failure_reads_as_before_to_the_model() {
+        let cases = [
+            (
+                ToolCallError::UnknownTool {
+                    name: "nope".to_owned(),
+                    available: "calculator, http_get".to_owned(),
+                },
+                r#"{"error":"unknown tool `nope`; available tools: calculator, http_get","success":false}"#,
+            ),
+            (
+                ToolCallError::NotAnObject,
+                r#"{"error":"the arguments must be a JSON object","success":false}"#,
+            ),
+            (
+                ToolCallError::Tool(ToolError::InvalidArguments("`x` is missing".to_owned())),
+                r#"{"error":"invalid arguments: `x` is missing","success":false}"#,
+            ),
+            (
+                ToolCallError::Tool(ToolError::Failed("boom".to_owned())),
+                r#"{"error":"boom","success":false}"#,
+            ),
+            (
+                ToolCallError::TimedOut(Duration::from_millis(1500)),
+                r#"{"error":"the tool did not finish within 1.5 s","success":false}"#,
+            ),
+            (
+                ToolCallError::Cancelled,
+                r#"{"error":"cancelled: the task was stopped before this tool finished","success":false}"#,
+            ),
+            (
+                ToolCallError::Panicked,
+                r#"{"error":"the tool failed unexpectedly","success":false}"#,
+            ),
+            (
+                ToolCallError::OutcomeUnknown,
+                r#"{"error":"the gateway restarted while this tool was running; its outcome is unknown and it was not retried","success":false}"#,
+            ),
+        ];
+        for (error, expected) in cases {
+            assert_eq!(shown(error), expected);
+        }
+        let not_json = serde_json::from_str::<Value>("{").unwrap_err();
+        let message = not_json.to_string();
+        assert_eq!(
+            shown(ToolCallError::NotJson(not_json)),
+            format!(r#"{{"error":"the arguments are not valid JSON: {message}","success":false}}"#)
+        );
     }
 }

@@ -191,6 +191,47 @@ pub async fn run_loop(
     }
 }
 
+/// Logs the first time a task passes 80 % of one of its budgets.
+pub fn warn_at_80_percent(purse: &Purse, budget: Budget, used: u64, limit: u64) {
+    if purse.first_past_80_percent(budget, used, limit) {
+        tracing::warn!(
+            budget = budget.as_str(),
+            used,
+            limit,
+            "task passed 80% of a budget"
+        );
+    }
+}
+
+/// Bytes (UTF-8, not characters) of a request's system prompt and messages:
+/// the part that grows. Stored as a model call's `request_chars`; the ratio
+/// of reported input tokens to this count calibrates compaction.
+pub fn wire_bytes<'a>(system: &str, messages: impl IntoIterator<Item = &'a ChatMessage>) -> i64 {
+    let bytes: usize = system.len()
+        + messages
+            .into_iter()
+            .map(|message| match message {
+                ChatMessage::User { content } => content.len(),
+                ChatMessage::Assistant {
+                    content,
+                    tool_calls,
+                } => {
+                    content.as_ref().map_or(0, String::len)
+                        + tool_calls
+                            .iter()
+                            .map(|call| call.name.len() + call.arguments.len() + call.id.len())
+                            .sum::<usize>()
+                }
+                ChatMessage::Tool {
+                    tool_call_id,
+                    content,
+                    ..
+                } => tool_call_id.len() + content.len(),
+            })
+            .sum::<usize>();
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
 /// The loop proper: complete an interrupted round, then step until the
 /// model answers or a limit stops it.
 async fn drive(
@@ -570,18 +611,6 @@ impl MidTaskCompaction {
     }
 }
 
-/// Logs the first time a task passes 80 % of one of its budgets.
-pub fn warn_at_80_percent(purse: &Purse, budget: Budget, used: u64, limit: u64) {
-    if purse.first_past_80_percent(budget, used, limit) {
-        tracing::warn!(
-            budget = budget.as_str(),
-            used,
-            limit,
-            "task passed 80% of a budget"
-        );
-    }
-}
-
 /// Counts how often in a row each tool call repeated with the same result.
 #[derive(Debug, Default)]
 struct RepeatTracker {
@@ -602,35 +631,6 @@ impl RepeatTracker {
         }
         self.times
     }
-}
-
-/// Bytes (UTF-8, not characters) of a request's system prompt and messages:
-/// the part that grows. Stored as a model call's `request_chars`; the ratio
-/// of reported input tokens to this count calibrates compaction.
-pub fn wire_bytes<'a>(system: &str, messages: impl IntoIterator<Item = &'a ChatMessage>) -> i64 {
-    let bytes: usize = system.len()
-        + messages
-            .into_iter()
-            .map(|message| match message {
-                ChatMessage::User { content } => content.len(),
-                ChatMessage::Assistant {
-                    content,
-                    tool_calls,
-                } => {
-                    content.as_ref().map_or(0, String::len)
-                        + tool_calls
-                            .iter()
-                            .map(|call| call.name.len() + call.arguments.len() + call.id.len())
-                            .sum::<usize>()
-                }
-                ChatMessage::Tool {
-                    tool_call_id,
-                    content,
-                    ..
-                } => tool_call_id.len() + content.len(),
-            })
-            .sum::<usize>();
-    i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 
 /// Adds a wire message to the history and its entry to the pending writes
