@@ -115,10 +115,12 @@ pub trait Tool: Send + Sync {
     }
 }
 
-/// All tools the gateway offers, built once at start.
+/// All tools the gateway offers, built once at start. Each tool's spec is
+/// built once, when it is registered (deriving a schema is not free, and
+/// every turn picks its toolset from here).
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
-    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+    tools: BTreeMap<&'static str, Registered>,
 }
 
 impl ToolRegistry {
@@ -127,11 +129,12 @@ impl ToolRegistry {
     }
 
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        self.tools.insert(tool.name(), tool);
+        let spec = tool.spec();
+        self.tools.insert(tool.name(), Registered { tool, spec });
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.get(name)
+        self.tools.get(name).map(|registered| &registered.tool)
     }
 
     pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
@@ -146,9 +149,9 @@ impl ToolRegistry {
         let mut tools = BTreeMap::new();
         let mut unknown = Vec::new();
         for name in names {
-            match self.tools.get(name.as_ref()) {
-                Some(tool) => {
-                    tools.insert(tool.name(), Arc::clone(tool));
+            match self.tools.get_key_value(name.as_ref()) {
+                Some((name, registered)) => {
+                    tools.insert(*name, registered.clone());
                 }
                 None => unknown.push(name.as_ref()),
             }
@@ -163,18 +166,21 @@ impl ToolRegistry {
 /// An ordered set of tools with their specs computed once.
 #[derive(Clone, Default)]
 pub struct Toolset {
-    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+    tools: BTreeMap<&'static str, Registered>,
     specs: Arc<[ToolSpec]>,
 }
 
 impl Toolset {
-    fn from_map(tools: BTreeMap<&'static str, Arc<dyn Tool>>) -> Self {
-        let specs = tools.values().map(|tool| tool.spec()).collect();
+    fn from_map(tools: BTreeMap<&'static str, Registered>) -> Self {
+        let specs = tools
+            .values()
+            .map(|registered| registered.spec.clone())
+            .collect();
         Self { tools, specs }
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.get(name)
+        self.tools.get(name).map(|registered| &registered.tool)
     }
 
     /// Specs in name order: the fixed order the prompt prefix relies on.
@@ -203,7 +209,7 @@ impl Toolset {
             .tools
             .iter()
             .filter(|(name, _)| names.iter().any(|wanted| wanted.as_ref() == **name))
-            .map(|(name, tool)| (*name, Arc::clone(tool)))
+            .map(|(name, registered)| (*name, registered.clone()))
             .collect();
         Self::from_map(tools)
     }
@@ -226,4 +232,11 @@ pub fn arguments_schema<T: JsonSchema>() -> Value {
     schema.remove("title");
     schema.remove("description");
     schema.to_value()
+}
+
+/// A registered tool and its spec.
+#[derive(Clone)]
+struct Registered {
+    tool: Arc<dyn Tool>,
+    spec: ToolSpec,
 }
