@@ -656,3 +656,16 @@ fn meta_of(response: &ModelResponse, latency_ms: i64) -> MessageMeta {
         request_id: response.request_id.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_bytes_counts_utf8_bytes_not_characters() {
+        let messages = [ChatMessage::User {
+            content: "日本".to_owned(),
+        }];
+        assert_eq!(wire_bytes("ab", &messages), 2 + 6);
+    }
+}
