@@ -38,6 +38,31 @@ pub struct ChatRequest {
     user: Option<String>,
 }
 
+/// The handler: prepare the message, submit it, then answer the turn's
+/// reply as one JSON object or as a stream of chunks. Every failure is an
+/// [`ApiError`], which owns the text and status the client sees.
+pub async fn create(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    body: Result<Json<ChatRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(request) = body?;
+    let (message, options) = prepare(&headers, &request)?;
+    let turn = submit(&state, message, options).await?;
+    let completion = Completion::new(&state, &turn, request.model.as_deref()).await;
+    let session_header = HeaderValue::from_str(&turn.session_id)
+        .map_err(|err| ApiError::Internal(err.to_string()))?;
+    let mut response = if request.stream {
+        streamed(&state, completion, turn)
+    } else {
+        answered(&state, completion, turn).await?
+    };
+    response
+        .headers_mut()
+        .insert(SESSION_HEADER, session_header);
+    Ok(response)
+}
+
 #[derive(Debug, Deserialize)]
 struct RequestMessage {
     role: String,
@@ -74,31 +99,6 @@ impl Content {
                 .join("\n"),
         }
     }
-}
-
-/// The handler: prepare the message, submit it, then answer the turn's
-/// reply as one JSON object or as a stream of chunks. Every failure is an
-/// [`ApiError`], which owns the text and status the client sees.
-pub async fn create(
-    State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    body: Result<Json<ChatRequest>, JsonRejection>,
-) -> Result<Response, ApiError> {
-    let Json(request) = body?;
-    let (message, options) = prepare(&headers, &request)?;
-    let turn = submit(&state, message, options).await?;
-    let completion = Completion::new(&state, &turn, request.model.as_deref()).await;
-    let session_header = HeaderValue::from_str(&turn.session_id)
-        .map_err(|err| ApiError::Internal(err.to_string()))?;
-    let mut response = if request.stream {
-        streamed(&state, completion, turn)
-    } else {
-        answered(&state, completion, turn).await?
-    };
-    response
-        .headers_mut()
-        .insert(SESSION_HEADER, session_header);
-    Ok(response)
 }
 
 /// A submitted message whose turn's reply is awaited.
