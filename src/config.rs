@@ -240,21 +240,6 @@ impl Default for ContextSettings {
     }
 }
 
-impl ContextSettings {
-    /// The compaction policy for a model.
-    pub fn policy(&self, model: &str) -> crate::agent::context::ContextPolicy {
-        crate::agent::context::ContextPolicy {
-            window_tokens: self
-                .windows
-                .get(model)
-                .copied()
-                .unwrap_or(self.window_tokens),
-            threshold: self.compact_threshold,
-            keep_recent_turns: self.keep_recent_turns,
-        }
-    }
-}
-
 /// What a message does when its session is busy with a turn.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -16,11 +16,12 @@
 
 use std::collections::BTreeMap;
 
+use crate::config::ContextSettings;
 use crate::llm::{ChatMessage, ModelRequest, Provider};
 use crate::store::{Batch, Compaction, ModelCallStart, Store, StoreError, WireEntry};
 use crate::usage::Price;
 
-use super::run::wire_chars;
+use super::run::wire_bytes;
 use super::step;
 
 /// The system prompt of a summarisation call.
@@ -37,8 +38,9 @@ pub const SUMMARY_PREFIX: &str = "[Summary of the earlier conversation]\n";
 /// summarisation.
 const MAX_RESULT_CHARS: usize = 2000;
 
-/// Tokens per character assumed before the provider has reported any usage.
-const DEFAULT_TOKENS_PER_CHAR: f64 = 0.25;
+/// Tokens per request byte assumed before the provider has reported any
+/// usage.
+const DEFAULT_TOKENS_PER_BYTE: f64 = 0.25;
 
 /// When to compact.
 #[derive(Debug, Clone)]
@@ -57,7 +59,13 @@ pub enum CompactError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("the summary could not be made: {0}")]
-    Model(#[from] crate::llm::LlmError),
+    Model(crate::llm::LlmError),
+}
+
+impl From<crate::llm::LlmError> for CompactError {
+    fn from(err: crate::llm::LlmError) -> Self {
+        Self::Model(err)
+    }
 }
 
 /// What a summarisation call needs: the model to ask, and where the call is
@@ -108,27 +116,39 @@ fn summary_entry(compaction: &Compaction) -> WireEntry {
 }
 
 impl ContextPolicy {
+    /// The policy for a model under the configured settings.
+    pub fn for_model(settings: &ContextSettings, model: &str) -> Self {
+        Self {
+            window_tokens: settings
+                .windows
+                .get(model)
+                .copied()
+                .unwrap_or(settings.window_tokens),
+            threshold: settings.compact_threshold,
+            keep_recent_turns: settings.keep_recent_turns,
+        }
+    }
+
     /// Whether the view (with the system prompt) is past the threshold, by
     /// an estimate calibrated with the session's last reported usage.
     pub fn should_compact(
         &self,
         system: &str,
         view: &[WireEntry],
-        tokens_per_char: Option<f64>,
+        tokens_per_byte: Option<f64>,
     ) -> bool {
-        let messages: Vec<ChatMessage> = view.iter().map(|entry| entry.message.clone()).collect();
-        self.over_threshold(wire_chars(system, &messages), tokens_per_char)
+        let messages = view.iter().map(|entry| &entry.message);
+        self.over_threshold(wire_bytes(system, messages), tokens_per_byte)
     }
 
-    /// Whether a request of `chars` characters is past the threshold at
-    /// `tokens_per_char` (a default ratio when not yet calibrated).
-    pub fn over_threshold(&self, chars: i64, tokens_per_char: Option<f64>) -> bool {
-        let ratio = tokens_per_char
-            .unwrap_or(DEFAULT_TOKENS_PER_CHAR)
+    /// Whether a request of `bytes` bytes (see [`wire_bytes`]) is past the
+    /// threshold at `tokens_per_byte` (a default ratio when not yet
+    /// calibrated).
+    pub fn over_threshold(&self, bytes: i64, tokens_per_byte: Option<f64>) -> bool {
+        let ratio = tokens_per_byte
+            .unwrap_or(DEFAULT_TOKENS_PER_BYTE)
             .clamp(0.05, 2.0);
-        #[allow(clippy::cast_precision_loss)] // sizes far below 2^52
-        let estimate = chars as f64 * ratio;
-        #[allow(clippy::cast_precision_loss)]
+        let estimate = bytes as f64 * ratio;
         let limit = self.window_tokens as f64 * self.threshold;
         estimate > limit
     }

@@ -9,6 +9,7 @@
 pub mod cache;
 pub mod context;
 pub mod prompt;
+pub mod round;
 pub mod run;
 pub mod step;
 pub mod subagent;

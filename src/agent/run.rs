@@ -1,34 +1,26 @@
 //! The agent loop: call the model, run the tools it asks for, write every
 //! step back, repeat until the model is done or the wallet is empty.
 //!
-//! Calls of one round run concurrently; each result is matched to its call by
-//! id and appended in call order. Before a tool runs its call is checkpointed
-//! as `running` with a request id derived from the stored assistant entry, and
-//! after it as `done`/`failed`. Unknown tools, invalid arguments, tool errors,
-//! timeouts and panics all become `{"success": false, "error": "…"}` results
-//! the model sees: nothing the model outputs can crash the loop.
+//! Each iteration is a few named steps: check the task may go on, compact a
+//! history that outgrew the window, take a step from the purse, call the
+//! model, settle its usage against the limits, then either answer or run the
+//! round of tools it asked for (see [`super::round`]). How the loop ended is
+//! one type: [`LoopEnd`] for an answer, [`LoopError`] (whose messages are
+//! what users see) otherwise.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::future::join_all;
-use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use super::Agent;
 use super::context::{self, CompactError, ContextPolicy, Summariser};
+use super::round::{resume_round, run_round};
 use super::step;
-use super::subagent::SubAgentRunner;
 use super::wallet::{Budget, CallKind, Purse};
-use crate::llm::{ChatMessage, LlmError, ModelRequest, ModelResponse, ToolCall, canonical_json};
-use crate::store::{
-    Batch, MessageMeta, ModelCallStart, NewMessage, RoundStart, Store, StoreError, ToolCheckpoint,
-    round_request_id,
-};
-use crate::tools::{ToolContext, ToolError};
+use crate::llm::{ChatMessage, LlmError, ModelRequest, ModelResponse, ToolCall};
+use crate::store::{Batch, MessageMeta, ModelCallStart, NewMessage, RoundStart, Store, StoreError};
 use crate::usage::Price;
 
 /// The note that asks for a summary when the wallet is spent. Stored like any
@@ -99,9 +91,7 @@ pub struct SpendLimit {
 impl SpendLimit {
     /// The cap in dollars, for messages.
     pub fn dollars(self) -> f64 {
-        #[allow(clippy::cast_precision_loss)] // far below 2^52
-        let nanos = self.daily_nanousd as f64;
-        nanos / 1e9
+        self.daily_nanousd as f64 / 1e9
     }
 }
 
@@ -201,6 +191,49 @@ pub async fn run_loop(
     }
 }
 
+/// Logs the first time a task passes 80 % of one of its budgets.
+pub fn warn_at_80_percent(purse: &Purse, budget: Budget, used: u64, limit: u64) {
+    if purse.first_past_80_percent(budget, used, limit) {
+        tracing::warn!(
+            budget = budget.as_str(),
+            used,
+            limit,
+            "task passed 80% of a budget"
+        );
+    }
+}
+
+/// Bytes (UTF-8, not characters) of a request's system prompt and messages:
+/// the part that grows. Stored as a model call's `request_chars`; the ratio
+/// of reported input tokens to this count calibrates compaction.
+pub fn wire_bytes<'a>(system: &str, messages: impl IntoIterator<Item = &'a ChatMessage>) -> i64 {
+    let bytes: usize = system.len()
+        + messages
+            .into_iter()
+            .map(|message| match message {
+                ChatMessage::User { content } => content.len(),
+                ChatMessage::Assistant {
+                    content,
+                    tool_calls,
+                } => {
+                    content.as_ref().map_or(0, String::len)
+                        + tool_calls
+                            .iter()
+                            .map(|call| call.name.len() + call.arguments.len() + call.id.len())
+                            .sum::<usize>()
+                }
+                ChatMessage::Tool {
+                    tool_call_id,
+                    content,
+                    ..
+                } => tool_call_id.len() + content.len(),
+            })
+            .sum::<usize>();
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
+/// The loop proper: complete an interrupted round, then step until the
+/// model answers or a limit stops it.
 async fn drive(
     agent: &Arc<Agent>,
     env: &Arc<LoopEnv>,
@@ -219,183 +252,262 @@ async fn drive(
     let mut compaction = MidTaskCompaction::default();
     loop {
         iteration += 1;
-        if env.cancel.is_cancelled() {
-            return Err(LoopError::Cancelled);
-        }
-        if let Some(spend) = env.limits.spend
-            && spend.spent_before.saturating_add(purse.task_cost()) >= spend.daily_nanousd
-        {
-            tracing::warn!(
-                limit_usd = spend.dollars(),
-                "daily spend limit reached; stopping the task"
-            );
-            return Err(LoopError::SpendLimit {
-                dollars: spend.dollars(),
-            });
-        }
+        check_before_step(env, purse)?;
         compaction.run(agent, env, pending, &mut history).await?;
-        let kind = if purse.try_spend(CallKind::Step) {
-            CallKind::Step
-        } else if purse.try_spend(CallKind::Final) {
-            append(
-                env,
-                pending,
-                &mut history,
-                ChatMessage::User {
-                    content: BUDGET_NOTE.to_owned(),
-                },
-            )?;
-            tracing::warn!(
-                iteration,
-                scope = env.scope,
-                "step budget spent; asking for a summary"
-            );
-            CallKind::Final
-        } else {
-            return Err(LoopError::NoBudget);
-        };
-        warn_at_80_percent(
-            purse,
-            Budget::Calls,
-            u64::from(purse.task_calls()),
-            u64::from(purse.task_budget()),
+        let kind = take_step(env, purse, pending, &mut history, iteration)?;
+        let step = call_step(agent, env, kind, &history, pending, iteration).await?;
+        compaction.calibrate(step.request_bytes, step.response.usage.input_tokens);
+        settle_usage(env, purse, &step)?;
+        if step.response.tool_calls.is_empty() || kind == CallKind::Final {
+            return Ok(answer(env, step, kind));
+        }
+        run_tools(agent, env, purse, step, &mut history, pending, &mut repeats).await?;
+    }
+}
+
+/// One answered model call of the loop, its outcome added to the pending
+/// writes.
+struct Step {
+    response: ModelResponse,
+    meta: MessageMeta,
+    cost_nanousd: Option<i64>,
+    /// What [`wire_bytes`] counted for the request.
+    request_bytes: i64,
+}
+
+/// Stops a cancelled task, and one whose principal reached the daily spend
+/// limit.
+fn check_before_step(env: &LoopEnv, purse: &Purse) -> Result<(), LoopError> {
+    if env.cancel.is_cancelled() {
+        return Err(LoopError::Cancelled);
+    }
+    if let Some(spend) = env.limits.spend
+        && spend.spent_before.saturating_add(purse.task_cost()) >= spend.daily_nanousd
+    {
+        tracing::warn!(
+            limit_usd = spend.dollars(),
+            "daily spend limit reached; stopping the task"
         );
-        let tools = match kind {
-            CallKind::Step => agent.toolset.specs(),
-            CallKind::Final => &[],
-        };
-        let request = ModelRequest {
-            model: &agent.model,
-            system: &env.system_prompt,
-            messages: &history,
-            tools,
-            cache_key: &env.session_id,
-            max_tokens: env.max_tokens,
-        };
-        let started = Instant::now();
-        let request_id = step::request_id();
-        let start = ModelCallStart {
-            request_id: &request_id,
-            session_id: &env.session_id,
-            task_id: Some(env.task_id),
-            scope: &env.scope,
-            principal_id: env.principal_id,
-            provider: agent.provider_kind.as_str(),
-            model: &agent.model,
-            request_chars: Some(wire_chars(&env.system_prompt, &history)),
-        };
-        let call = call_model(agent, env, request);
-        let recorded = step::recorded(
-            &env.store,
-            &start,
-            &env.prices,
-            std::mem::take(pending),
-            call,
-        )
-        .await?;
-        recorded.finish(pending);
-        let step::Recorded {
-            response,
-            cost_nanousd,
-            ..
-        } = recorded;
-        let latency_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
-        tracing::info!(
+        return Err(LoopError::SpendLimit {
+            dollars: spend.dollars(),
+        });
+    }
+    Ok(())
+}
+
+/// Spends one call from the purse: a step while the budget lasts, then one
+/// final call that asks (with [`BUDGET_NOTE`]) for a summary.
+fn take_step(
+    env: &LoopEnv,
+    purse: &Purse,
+    pending: &mut Batch,
+    history: &mut Vec<ChatMessage>,
+    iteration: u32,
+) -> Result<CallKind, LoopError> {
+    let kind = if purse.try_spend(CallKind::Step) {
+        CallKind::Step
+    } else if purse.try_spend(CallKind::Final) {
+        append(
+            env,
+            pending,
+            history,
+            ChatMessage::User {
+                content: BUDGET_NOTE.to_owned(),
+            },
+        )?;
+        tracing::warn!(
             iteration,
             scope = env.scope,
-            request_id,
-            input_tokens = response.usage.input_tokens,
-            output_tokens = response.usage.output_tokens,
-            cache_read_tokens = response.usage.cache_read_tokens,
-            cache_write_tokens = response.usage.cache_write_tokens,
-            context_messages = history.len(),
-            tool_calls = response.tool_calls.len(),
-            latency_ms,
-            "model call"
+            "step budget spent; asking for a summary"
         );
-        compaction.calibrate(&start, response.usage.input_tokens);
-        let task_tokens =
-            purse.add_tokens(response.usage.input_tokens + response.usage.output_tokens);
-        let limit = env.limits.max_tokens;
-        if limit > 0 && task_tokens > limit {
-            tracing::warn!(task_tokens, limit, "task token limit reached");
-            return Err(LoopError::TokenLimit { limit });
-        }
-        warn_at_80_percent(purse, Budget::Tokens, task_tokens, limit);
-        let task_cost = purse.add_cost(cost_nanousd.unwrap_or(0));
-        if let Some(spend) = env.limits.spend {
-            let spent = spend.spent_before.saturating_add(task_cost);
-            warn_at_80_percent(
-                purse,
-                Budget::Spend,
-                u64::try_from(spent).unwrap_or(0),
-                u64::try_from(spend.daily_nanousd).unwrap_or(0),
-            );
-        }
-        let meta = meta_of(&response, latency_ms);
-        if response.tool_calls.is_empty() || kind == CallKind::Final {
-            let text = response.content.clone().unwrap_or_default();
-            let final_message = env
-                .entry(ChatMessage::Assistant {
-                    content: response.content,
-                    tool_calls: Vec::new(),
-                })
-                .with_meta(meta);
-            let end = match kind {
-                CallKind::Step => LoopEnd::Answered,
-                CallKind::Final => LoopEnd::BudgetExhausted,
-            };
-            return Ok(LoopOutcome {
-                final_message,
-                text,
-                end,
-                writes: Batch::new(),
-            });
-        }
-        let calls = response.tool_calls.clone();
-        let assistant = ChatMessage::Assistant {
-            content: response.content,
-            tool_calls: calls.clone(),
-        };
-        // The call's outcome, the entry it produced and the round's
-        // `running` checkpoints, in one write; the entry's id names the
-        // round's tool calls.
-        pending.append_message(&env.entry(assistant.clone()).with_meta(meta))?;
-        pending.start_round(&RoundStart {
-            session_id: &env.session_id,
-            task_id: Some(env.task_id),
-            scope: &env.scope,
-            calls: &calls,
-        });
-        let assistant_id = env
-            .store
-            .write_ids(std::mem::take(pending))
-            .await?
-            .last()
-            .copied()
-            .ok_or_else(|| StoreError::Corrupt("no id for the assistant entry".to_owned()))?;
-        history.push(assistant);
-        let results = run_round(agent, env, purse, assistant_id, &calls, pending).await?;
-        let mut stuck = None;
-        for (call, result) in calls.iter().zip(&results) {
-            if let ChatMessage::Tool { content, .. } = result {
-                let times = repeats.observe(call, content);
-                if env.limits.repeat_limit > 0 && times >= env.limits.repeat_limit {
-                    stuck = Some(LoopError::NoProgress {
-                        tool: call.name.clone(),
-                        times,
-                    });
-                }
+        CallKind::Final
+    } else {
+        return Err(LoopError::NoBudget);
+    };
+    warn_at_80_percent(
+        purse,
+        Budget::Calls,
+        u64::from(purse.task_calls()),
+        u64::from(purse.task_budget()),
+    );
+    Ok(kind)
+}
+
+/// Makes the step's model call as a recorded step: the pending writes go
+/// out with its `running` row, and its outcome becomes the next pending
+/// write. A final call offers no tools.
+async fn call_step(
+    agent: &Agent,
+    env: &LoopEnv,
+    kind: CallKind,
+    history: &[ChatMessage],
+    pending: &mut Batch,
+    iteration: u32,
+) -> Result<Step, LoopError> {
+    let tools = match kind {
+        CallKind::Step => agent.toolset.specs(),
+        CallKind::Final => &[],
+    };
+    let request = ModelRequest {
+        model: &agent.model,
+        system: &env.system_prompt,
+        messages: history,
+        tools,
+        cache_key: &env.session_id,
+        max_tokens: env.max_tokens,
+    };
+    let started = Instant::now();
+    let request_id = step::request_id();
+    let request_bytes = wire_bytes(&env.system_prompt, history);
+    let start = ModelCallStart {
+        request_id: &request_id,
+        session_id: &env.session_id,
+        task_id: Some(env.task_id),
+        scope: &env.scope,
+        principal_id: env.principal_id,
+        provider: agent.provider_kind.as_str(),
+        model: &agent.model,
+        request_chars: Some(request_bytes),
+    };
+    let call = call_model(agent, env, request);
+    let recorded = step::recorded(
+        &env.store,
+        &start,
+        &env.prices,
+        std::mem::take(pending),
+        call,
+    )
+    .await?;
+    recorded.finish(pending);
+    let step::Recorded {
+        response,
+        cost_nanousd,
+        ..
+    } = recorded;
+    let latency_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    tracing::info!(
+        iteration,
+        scope = env.scope,
+        request_id,
+        input_tokens = response.usage.input_tokens,
+        output_tokens = response.usage.output_tokens,
+        cache_read_tokens = response.usage.cache_read_tokens,
+        cache_write_tokens = response.usage.cache_write_tokens,
+        context_messages = history.len(),
+        tool_calls = response.tool_calls.len(),
+        latency_ms,
+        "model call"
+    );
+    let meta = meta_of(&response, latency_ms);
+    Ok(Step {
+        response,
+        meta,
+        cost_nanousd,
+        request_bytes,
+    })
+}
+
+/// Counts the step's tokens and cost against the task's limits: past the
+/// token limit the task stops; at 80 % of a budget it warns.
+fn settle_usage(env: &LoopEnv, purse: &Purse, step: &Step) -> Result<(), LoopError> {
+    let usage = &step.response.usage;
+    let task_tokens = purse.add_tokens(usage.input_tokens + usage.output_tokens);
+    let limit = env.limits.max_tokens;
+    if limit > 0 && task_tokens > limit {
+        tracing::warn!(task_tokens, limit, "task token limit reached");
+        return Err(LoopError::TokenLimit { limit });
+    }
+    warn_at_80_percent(purse, Budget::Tokens, task_tokens, limit);
+    let task_cost = purse.add_cost(step.cost_nanousd.unwrap_or(0));
+    if let Some(spend) = env.limits.spend {
+        let spent = spend.spent_before.saturating_add(task_cost);
+        warn_at_80_percent(
+            purse,
+            Budget::Spend,
+            u64::try_from(spent).unwrap_or(0),
+            u64::try_from(spend.daily_nanousd).unwrap_or(0),
+        );
+    }
+    Ok(())
+}
+
+/// The loop's outcome from the step that answered.
+fn answer(env: &LoopEnv, step: Step, kind: CallKind) -> LoopOutcome {
+    let text = step.response.content.clone().unwrap_or_default();
+    let final_message = env
+        .entry(ChatMessage::Assistant {
+            content: step.response.content,
+            tool_calls: Vec::new(),
+        })
+        .with_meta(step.meta);
+    let end = match kind {
+        CallKind::Step => LoopEnd::Answered,
+        CallKind::Final => LoopEnd::BudgetExhausted,
+    };
+    LoopOutcome {
+        final_message,
+        text,
+        end,
+        writes: Batch::new(),
+    }
+}
+
+/// Stores the step's assistant entry with its round's `running`
+/// checkpoints, runs the round, and appends the results; stops a loop that
+/// keeps getting the same result for the same call.
+async fn run_tools(
+    agent: &Arc<Agent>,
+    env: &Arc<LoopEnv>,
+    purse: &Arc<Purse>,
+    step: Step,
+    history: &mut Vec<ChatMessage>,
+    pending: &mut Batch,
+    repeats: &mut RepeatTracker,
+) -> Result<(), LoopError> {
+    let calls = step.response.tool_calls;
+    let assistant = ChatMessage::Assistant {
+        content: step.response.content,
+        tool_calls: calls.clone(),
+    };
+    // The call's outcome, the entry it produced and the round's
+    // `running` checkpoints, in one write; the entry's id names the
+    // round's tool calls.
+    pending.append_message(&env.entry(assistant.clone()).with_meta(step.meta))?;
+    pending.start_round(&RoundStart {
+        session_id: &env.session_id,
+        task_id: Some(env.task_id),
+        scope: &env.scope,
+        calls: &calls,
+    });
+    let assistant_id = env
+        .store
+        .write_ids(std::mem::take(pending))
+        .await?
+        .last()
+        .copied()
+        .ok_or_else(|| StoreError::Corrupt("no id for the assistant entry".to_owned()))?;
+    history.push(assistant);
+    let results = run_round(agent, env, purse, assistant_id, &calls, pending).await?;
+    let mut stuck = None;
+    for (call, result) in calls.iter().zip(&results) {
+        if let ChatMessage::Tool { content, .. } = result {
+            let times = repeats.observe(call, content);
+            if env.limits.repeat_limit > 0 && times >= env.limits.repeat_limit {
+                stuck = Some(LoopError::NoProgress {
+                    tool: call.name.clone(),
+                    times,
+                });
             }
         }
-        for result in results {
-            append(env, pending, &mut history, result)?;
-        }
-        if let Some(stuck) = stuck {
-            tracing::warn!(error = %stuck, "stopping a loop that makes no progress");
-            return Err(stuck);
-        }
     }
+    for result in results {
+        append(env, pending, history, result)?;
+    }
+    if let Some(stuck) = stuck {
+        tracing::warn!(error = %stuck, "stopping a loop that makes no progress");
+        return Err(stuck);
+    }
+    Ok(())
 }
 
 /// Calls the model, racing the task's cancellation, and falls back to the
@@ -426,23 +538,21 @@ async fn call_model(
 }
 
 /// Compaction between the iterations of a long task: when the history would
-/// pass the context threshold (estimated at the ratio of tokens to
-/// characters the provider reported for the previous call), the task's
+/// pass the context threshold (estimated at the ratio of tokens to request
+/// bytes the provider reported for the previous call), the task's
 /// earlier rounds are summarised, its goal and latest rounds kept.
 #[derive(Debug, Default)]
 struct MidTaskCompaction {
-    /// Input tokens per request character of the last call.
-    tokens_per_char: Option<f64>,
+    /// Input tokens per request byte of the last call.
+    tokens_per_byte: Option<f64>,
     /// History length below which no new attempt is made (after an attempt
     /// found nothing to summarise or failed).
     retry_from_len: usize,
 }
 
 impl MidTaskCompaction {
-    fn calibrate(&mut self, start: &ModelCallStart<'_>, input_tokens: u64) {
-        self.tokens_per_char = start
-            .request_chars
-            .and_then(|chars| crate::store::tokens_per_char(input_tokens, chars));
+    fn calibrate(&mut self, request_bytes: i64, input_tokens: u64) {
+        self.tokens_per_byte = crate::store::tokens_per_char(input_tokens, request_bytes);
     }
 
     async fn run(
@@ -455,11 +565,11 @@ impl MidTaskCompaction {
         let Some(policy) = &env.context else {
             return Ok(());
         };
-        if self.tokens_per_char.is_none()
+        if self.tokens_per_byte.is_none()
             || history.len() < self.retry_from_len
             || !policy.over_threshold(
-                wire_chars(&env.system_prompt, history),
-                self.tokens_per_char,
+                wire_bytes(&env.system_prompt, history.iter()),
+                self.tokens_per_byte,
             )
         {
             return Ok(());
@@ -483,7 +593,7 @@ impl MidTaskCompaction {
                     .into_iter()
                     .map(|entry| entry.message)
                     .collect();
-                self.tokens_per_char = None;
+                self.tokens_per_byte = None;
                 tracing::info!(
                     task_id = env.task_id,
                     messages = history.len(),
@@ -498,18 +608,6 @@ impl MidTaskCompaction {
             }
         }
         Ok(())
-    }
-}
-
-/// Logs the first time a task passes 80 % of one of its budgets.
-pub fn warn_at_80_percent(purse: &Purse, budget: Budget, used: u64, limit: u64) {
-    if purse.first_past_80_percent(budget, used, limit) {
-        tracing::warn!(
-            budget = budget.as_str(),
-            used,
-            limit,
-            "task passed 80% of a budget"
-        );
     }
 }
 
@@ -533,33 +631,6 @@ impl RepeatTracker {
         }
         self.times
     }
-}
-
-/// Characters of a request's system prompt and messages (the part that grows).
-pub fn wire_chars(system: &str, messages: &[ChatMessage]) -> i64 {
-    let chars: usize = system.len()
-        + messages
-            .iter()
-            .map(|message| match message {
-                ChatMessage::User { content } => content.len(),
-                ChatMessage::Assistant {
-                    content,
-                    tool_calls,
-                } => {
-                    content.as_ref().map_or(0, String::len)
-                        + tool_calls
-                            .iter()
-                            .map(|call| call.name.len() + call.arguments.len() + call.id.len())
-                            .sum::<usize>()
-                }
-                ChatMessage::Tool {
-                    tool_call_id,
-                    content,
-                    ..
-                } => tool_call_id.len() + content.len(),
-            })
-            .sum::<usize>();
-    i64::try_from(chars).unwrap_or(i64::MAX)
 }
 
 /// Adds a wire message to the history and its entry to the pending writes
@@ -586,241 +657,15 @@ fn meta_of(response: &ModelResponse, latency_ms: i64) -> MessageMeta {
     }
 }
 
-/// Runs one round of tool calls, already checkpointed `running`,
-/// concurrently; results come back in call order, one per call, each
-/// carrying its call's id. A result is recorded as soon as its call ends
-/// while others still run; the last one to end joins `pending`, the step's
-/// next write, which follows at once.
-async fn run_round(
-    agent: &Arc<Agent>,
-    env: &Arc<LoopEnv>,
-    purse: &Arc<Purse>,
-    assistant_id: i64,
-    calls: &[ToolCall],
-    pending: &mut Batch,
-) -> Result<Vec<ChatMessage>, StoreError> {
-    let running = AtomicUsize::new(calls.len());
-    let runs = calls.iter().enumerate().map(|(index, call)| {
-        let span = tracing::info_span!("tool", call_id = %call.id, name = %call.name);
-        let running = &running;
-        async move {
-            let request_id = round_request_id(assistant_id, index);
-            let (result, finish) = run_started_call(agent, env, purse, request_id, call).await;
-            if running.fetch_sub(1, Ordering::AcqRel) == 1 {
-                return (result, Ok(Some(finish)));
-            }
-            (result, env.store.write(finish).await.map(|_| None))
-        }
-        .instrument(span)
-    });
-    let mut results = Vec::with_capacity(calls.len());
-    let mut failure = None;
-    for (result, recorded) in join_all(runs).await {
-        match recorded {
-            Ok(Some(finish)) => pending.extend(finish),
-            Ok(None) => {}
-            Err(err) => failure = Some(err),
-        }
-        results.push(result);
-    }
-    match failure {
-        Some(err) => Err(err),
-        None => Ok(results),
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn checkpoint<'a>(env: &'a LoopEnv, request_id: &'a str, call: &'a ToolCall) -> ToolCheckpoint<'a> {
-    ToolCheckpoint {
-        request_id,
-        session_id: &env.session_id,
-        task_id: Some(env.task_id),
-        scope: &env.scope,
-        call_id: &call.id,
-        name: &call.name,
-        arguments: &call.arguments,
-    }
-}
-
-/// Answers the unanswered calls of an interrupted round from their
-/// checkpoints: a finished call's stored result is reused; a call that never
-/// started runs now; a call caught `running` is re-run with the same request
-/// id only if its tool is idempotent, and otherwise gets an "outcome
-/// unknown" error result, so the history never holds a call without a result.
-async fn resume_round(
-    agent: &Arc<Agent>,
-    env: &Arc<LoopEnv>,
-    purse: &Arc<Purse>,
-    round: &InterruptedRound,
-) -> Result<Vec<ChatMessage>, StoreError> {
-    let mut results = Vec::new();
-    for (index, call) in round.calls.iter().enumerate() {
-        if round.answered.contains(&call.id) {
-            continue;
-        }
-        let request_id = round_request_id(round.assistant_id, index);
-        let checkpoint = env.store.tool_call_checkpoint(&request_id).await?;
-        let result = match checkpoint {
-            Some((status, Some(result))) if status == "done" || status == "failed" => {
-                tracing::info!(call_id = %call.id, "recovery: reusing a finished tool result");
-                ChatMessage::Tool {
-                    tool_call_id: call.id.clone(),
-                    content: result,
-                    is_error: status == "failed",
-                }
-            }
-            Some(_running) => {
-                let idempotent = agent
-                    .toolset
-                    .get(&call.name)
-                    .is_some_and(|tool| tool.idempotent());
-                if idempotent {
-                    tracing::info!(call_id = %call.id, "recovery: re-running an idempotent tool");
-                    run_call(agent, env, purse, request_id, call).await?
-                } else {
-                    tracing::warn!(call_id = %call.id, "recovery: tool outcome unknown, not retried");
-                    let content = canonical_json(&result_object(Err(
-                        "the gateway restarted while this tool was running; its outcome is \
-                         unknown and it was not retried"
-                            .to_owned(),
-                    )));
-                    env.store
-                        .finish_tool_call(&request_id, &content, true)
-                        .await?;
-                    ChatMessage::Tool {
-                        tool_call_id: call.id.clone(),
-                        content,
-                        is_error: true,
-                    }
-                }
-            }
-            None => run_call(agent, env, purse, request_id, call).await?,
-        };
-        results.push(result);
-    }
-    Ok(results)
-}
-
-/// Checkpoints one call `running`, then runs it.
-async fn run_call(
-    agent: &Arc<Agent>,
-    env: &Arc<LoopEnv>,
-    purse: &Arc<Purse>,
-    request_id: String,
-    call: &ToolCall,
-) -> Result<ChatMessage, StoreError> {
-    env.store
-        .start_tool_call(&checkpoint(env, &request_id, call))
-        .await?;
-    let (result, finish) = run_started_call(agent, env, purse, request_id, call).await;
-    env.store.write(finish).await?;
-    Ok(result)
-}
-
-/// Runs a call already checkpointed `running`; returns its result and the
-/// write that records it.
-async fn run_started_call(
-    agent: &Arc<Agent>,
-    env: &Arc<LoopEnv>,
-    purse: &Arc<Purse>,
-    request_id: String,
-    call: &ToolCall,
-) -> (ChatMessage, Batch) {
-    let started = Instant::now();
-    let outcome = execute(agent, env, purse, &request_id, call).await;
-    let failed = outcome.is_err();
-    let content = canonical_json(&result_object(outcome));
-    let mut finish = Batch::new();
-    finish.finish_tool_call(&request_id, &content, failed);
-    tracing::info!(
-        status = if failed { "failed" } else { "done" },
-        duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        "tool call"
-    );
-    let result = ChatMessage::Tool {
-        tool_call_id: call.id.clone(),
-        content,
-        is_error: failed,
-    };
-    (result, finish)
-}
-
-/// Finds, validates and runs one call, containing every failure.
-async fn execute(
-    agent: &Arc<Agent>,
-    env: &Arc<LoopEnv>,
-    purse: &Arc<Purse>,
-    request_id: &str,
-    call: &ToolCall,
-) -> Result<Value, String> {
-    let Some(tool) = agent.toolset.get(&call.name).cloned() else {
-        return Err(format!(
-            "unknown tool `{}`; available tools: {}",
-            call.name,
-            agent.toolset.names().join(", ")
-        ));
-    };
-    let args: Value = serde_json::from_str(&call.arguments)
-        .map_err(|err| format!("the arguments are not valid JSON: {err}"))?;
-    if !args.is_object() {
-        return Err("the arguments must be a JSON object".to_owned());
-    }
-    let ctx = ToolContext {
-        request_id: request_id.to_owned(),
-        session_id: env.session_id.clone(),
-        subagents: Some(Arc::new(SubAgentRunner::new(
-            Arc::clone(agent),
-            Arc::clone(env),
-            Arc::clone(purse),
-            request_id.to_owned(),
-        ))),
-    };
-    let timeout = env.tool_timeout;
-    // Spawned so a panicking tool is caught as a JoinError instead of
-    // unwinding through the loop.
-    let mut task =
-        tokio::spawn(async move { tokio::time::timeout(timeout, tool.call(&ctx, args)).await });
-    let joined = tokio::select! {
-        joined = &mut task => joined,
-        () = env.cancel.cancelled() => {
-            task.abort();
-            return Err("cancelled: the task was stopped before this tool finished".to_owned());
-        }
-    };
-    match joined {
-        Ok(Ok(Ok(value))) => Ok(value),
-        Ok(Ok(Err(ToolError::InvalidArguments(message)))) => {
-            Err(format!("invalid arguments: {message}"))
-        }
-        Ok(Ok(Err(ToolError::Failed(message)))) => Err(message),
-        Ok(Err(_elapsed)) => Err(format!(
-            "the tool did not finish within {} s",
-            timeout.as_secs_f32()
-        )),
-        Err(join_error) => {
-            tracing::error!(error = %join_error, "tool panicked");
-            Err("the tool failed unexpectedly".to_owned())
-        }
-    }
-}
-
-/// The object the model sees: the tool's fields plus `success`.
-fn result_object(outcome: Result<Value, String>) -> Value {
-    match outcome {
-        Ok(Value::Object(mut fields)) => {
-            fields.insert("success".to_owned(), Value::Bool(true));
-            Value::Object(fields)
-        }
-        Ok(other) => {
-            let mut fields = Map::new();
-            fields.insert("success".to_owned(), Value::Bool(true));
-            fields.insert("result".to_owned(), other);
-            Value::Object(fields)
-        }
-        Err(error) => {
-            let mut fields = Map::new();
-            fields.insert("success".to_owned(), Value::Bool(false));
-            fields.insert("error".to_owned(), Value::String(error));
-            Value::Object(fields)
-        }
+    #[test]
+    fn wire_bytes_counts_utf8_bytes_not_characters() {
+        let messages = [ChatMessage::User {
+            content: "日本".to_owned(),
+        }];
+        assert_eq!(wire_bytes("ab", &messages), 2 + 6);
     }
 }

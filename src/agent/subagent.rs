@@ -11,8 +11,8 @@ use super::prompt::sub_agent_prompt;
 use super::run::{LoopEnv, run_loop};
 use super::wallet::Purse;
 use crate::llm::ChatMessage;
-use crate::tools::SubAgents;
 use crate::tools::delegate::DELEGATE;
+use crate::tools::{SubAgentError, SubAgents};
 
 /// Starts sub-agents on behalf of one tool call.
 pub struct SubAgentRunner {
@@ -40,13 +40,12 @@ impl SubAgentRunner {
 
 #[async_trait]
 impl SubAgents for SubAgentRunner {
-    async fn run(&self, task: String, tools: Vec<String>) -> Result<String, String> {
+    async fn run(&self, task: String, tools: Vec<String>) -> Result<String, SubAgentError> {
         let depth = self.env.depth + 1;
         if depth > self.env.max_depth {
-            return Err(format!(
-                "delegation is limited to depth {}; do this task yourself",
-                self.env.max_depth
-            ));
+            return Err(SubAgentError::TooDeep {
+                max_depth: self.env.max_depth,
+            });
         }
         let mut toolset = if tools.is_empty() {
             self.parent.toolset.clone()
@@ -56,24 +55,24 @@ impl SubAgents for SubAgentRunner {
                 .filter(|name| self.parent.toolset.get(name).is_none())
                 .collect();
             if !unknown.is_empty() {
-                return Err(format!(
-                    "unknown tools for the sub-agent: {}; available: {}",
-                    unknown
+                return Err(SubAgentError::UnknownTools {
+                    unknown: unknown
                         .iter()
                         .map(|s| s.as_str())
                         .collect::<Vec<_>>()
                         .join(", "),
-                    self.parent.toolset.names().join(", ")
-                ));
+                    available: self.parent.toolset.names().join(", "),
+                });
             }
             self.parent.toolset.subset(&tools)
         };
         if depth >= self.env.max_depth {
             toolset = toolset.without(DELEGATE);
         }
-        let purse = self.purse.child(self.env.parent_reserve).ok_or_else(|| {
-            "not enough step budget left to delegate; finish the task yourself".to_owned()
-        })?;
+        let purse = self
+            .purse
+            .child(self.env.parent_reserve)
+            .ok_or(SubAgentError::NoBudget)?;
         let child = Arc::new(Agent {
             provider: Arc::clone(&self.parent.provider),
             provider_kind: self.parent.provider_kind,
@@ -95,7 +94,7 @@ impl SubAgents for SubAgentRunner {
             .append_message(&env.entry(history[0].clone()))
             .map_err(|err| {
                 tracing::error!(error = %err, "sub-agent task not stored");
-                "the sub-agent could not start".to_owned()
+                SubAgentError::NotStarted
             })?;
         let outcome = run_loop(
             child,
@@ -106,15 +105,15 @@ impl SubAgents for SubAgentRunner {
             first_writes,
         )
         .await
-        .map_err(|err| format!("the sub-agent failed: {err}"))?;
+        .map_err(|err| SubAgentError::Failed(err.to_string()))?;
         // Its last call's outcome and its answer, in one write.
         let mut writes = outcome.writes;
         writes
             .append_message(&outcome.final_message)
-            .map_err(|err| format!("the sub-agent's answer could not be stored: {err}"))?;
+            .map_err(|err| SubAgentError::AnswerRejected(err.to_string()))?;
         env.store.write(writes).await.map_err(|err| {
             tracing::error!(error = %err, "sub-agent answer not stored");
-            "the sub-agent's answer could not be stored".to_owned()
+            SubAgentError::AnswerNotStored
         })?;
         Ok(outcome.text)
     }

@@ -4,7 +4,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
@@ -18,10 +18,12 @@ use switchboard_contract::{
     AccountId, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender, UserId,
 };
 
+use tokio::sync::oneshot;
+
 use super::{ApiError, ApiState, SESSION_HEADER};
 use crate::session::local::LocalPlatform;
 use crate::session::runner::TurnReply;
-use crate::session::service::{Admission, ServiceError, SubmitOptions};
+use crate::session::service::{Admission, SubmitOptions};
 use crate::store::InboundStatus;
 
 /// The part of an OpenAI request the gateway reads; other fields are
@@ -35,6 +37,31 @@ pub struct ChatRequest {
     stream: bool,
     #[serde(default)]
     user: Option<String>,
+}
+
+/// The handler: prepare the message, submit it, then answer the turn's
+/// reply as one JSON object or as a stream of chunks. Every failure is an
+/// [`ApiError`], which owns the text and status the client sees.
+pub async fn create(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    body: Result<Json<ChatRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(request) = body?;
+    let (message, options) = prepare(&headers, &request)?;
+    let turn = submit(&state, message, options).await?;
+    let completion = Completion::new(&state, &turn, request.model.as_deref()).await;
+    let session_header = HeaderValue::from_str(&turn.session_id)
+        .map_err(|err| ApiError::Internal(err.to_string()))?;
+    let mut response = if request.stream {
+        streamed(&state, completion, turn)
+    } else {
+        answered(&state, completion, turn).await?
+    };
+    response
+        .headers_mut()
+        .insert(SESSION_HEADER, session_header);
+    Ok(response)
 }
 
 #[derive(Debug, Deserialize)]
@@ -75,12 +102,26 @@ impl Content {
     }
 }
 
-pub async fn create(
-    State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    body: Result<Json<ChatRequest>, JsonRejection>,
-) -> Result<Response, ApiError> {
-    let Json(request) = body?;
+/// A submitted message whose turn's reply is awaited.
+struct Turn {
+    inbound_id: i64,
+    session_id: String,
+    reply: oneshot::Receiver<TurnReply>,
+}
+
+/// Why no reply came.
+enum NoReply {
+    /// The turn ended without sending one.
+    Closed,
+    /// The reply timeout passed first.
+    TimedOut,
+}
+
+/// The inbound message of a request, and how to submit it.
+fn prepare(
+    headers: &HeaderMap,
+    request: &ChatRequest,
+) -> Result<(InboundMessage, SubmitOptions), ApiError> {
     let text = request
         .messages
         .iter()
@@ -92,8 +133,8 @@ pub async fn create(
         .ok_or_else(|| {
             ApiError::BadRequest("`messages` must end with a non-empty user message".to_owned())
         })?;
-    let session = header_value(&headers, SESSION_HEADER)?;
-    let event_id = header_value(&headers, "idempotency-key")?
+    let session = header_value(headers, SESSION_HEADER)?;
+    let event_id = header_value(headers, "idempotency-key")?
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let chat = session
         .clone()
@@ -104,24 +145,21 @@ pub async fn create(
     // (shared with their linked identities on other platforms).
     let own_chat = session.is_some() || user.is_none();
     let message = inbound(&chat, &event_id, user, text)?;
+    let options = SubmitOptions {
+        session,
+        wait: true,
+        own_chat,
+    };
+    Ok((message, options))
+}
 
-    let submission = state
-        .service
-        .submit(
-            message,
-            SubmitOptions {
-                session,
-                wait: true,
-                own_chat,
-            },
-        )
-        .await
-        .map_err(|err| match err {
-            ServiceError::UnknownSession(id) => {
-                ApiError::NotFound(format!("no session with id {id}"))
-            }
-            ServiceError::Store(err) => ApiError::Internal(err.to_string()),
-        })?;
+/// Submits the message; a duplicate or ignored one gets no turn.
+async fn submit(
+    state: &ApiState,
+    message: InboundMessage,
+    options: SubmitOptions,
+) -> Result<Turn, ApiError> {
+    let submission = state.service.submit(message, options).await?;
     let (inbound_id, session_id) = match submission.admission {
         Admission::Accepted {
             inbound_id,
@@ -139,57 +177,43 @@ pub async fn create(
         }
         Admission::Ignored => return Err(ApiError::BadRequest("message ignored".to_owned())),
     };
-    let receiver = submission
+    let reply = submission
         .reply
         .ok_or_else(|| ApiError::Internal("no reply receiver".to_owned()))?;
-    let model = match state.store.session(&session_id).await {
-        Ok(Some(session)) => session.model,
-        _ => request.model.clone().unwrap_or_default(),
-    };
-    let completion = Completion {
-        id: format!("chatcmpl-{inbound_id}"),
-        created: unix_now(),
-        model,
-    };
-    let session_header =
-        HeaderValue::from_str(&session_id).map_err(|err| ApiError::Internal(err.to_string()))?;
+    Ok(Turn {
+        inbound_id,
+        session_id,
+        reply,
+    })
+}
 
-    if request.stream {
-        let timeout = state.reply_timeout;
-        let runner = state.service.runner().clone();
-        let events = futures::stream::once(async move {
-            let reply = match tokio::time::timeout(timeout, receiver).await {
-                Ok(Ok(reply)) => Ok(reply),
-                _ => {
-                    runner.forget(inbound_id);
-                    Err(())
-                }
-            };
-            futures::stream::iter(completion.chunks(reply))
-        })
-        .flatten()
-        .map(Ok::<Event, Infallible>);
-        let mut response = Sse::new(events)
-            .keep_alive(KeepAlive::default())
-            .into_response();
-        response
-            .headers_mut()
-            .insert(SESSION_HEADER, session_header);
-        return Ok(response);
+/// Waits for the turn's reply, at most `timeout`.
+async fn wait_for_reply(turn: Turn, timeout: Duration) -> Result<TurnReply, NoReply> {
+    match tokio::time::timeout(timeout, turn.reply).await {
+        Ok(Ok(reply)) => Ok(reply),
+        Ok(Err(_closed)) => Err(NoReply::Closed),
+        Err(_elapsed) => Err(NoReply::TimedOut),
     }
+}
 
-    let reply = match tokio::time::timeout(state.reply_timeout, receiver).await {
-        Ok(Ok(reply)) => reply,
-        Ok(Err(_closed)) => {
-            return Err(ApiError::Internal(
-                "the turn ended without a reply".to_owned(),
-            ));
-        }
-        Err(_elapsed) => {
-            state.service.runner().forget(inbound_id);
-            return Err(ApiError::Timeout);
-        }
-    };
+/// The reply as one `chat.completion` object, with the turn's usage.
+async fn answered(
+    state: &ApiState,
+    completion: Completion,
+    turn: Turn,
+) -> Result<Response, ApiError> {
+    let inbound_id = turn.inbound_id;
+    let reply =
+        wait_for_reply(turn, state.reply_timeout)
+            .await
+            .map_err(|no_reply| match no_reply {
+                NoReply::Closed => ApiError::Internal("the turn ended without a reply".to_owned()),
+                NoReply::TimedOut => {
+                    // Its reply will be in the conversation's history.
+                    state.service.runner().forget(inbound_id);
+                    ApiError::Timeout
+                }
+            })?;
     let usage = state
         .store
         .task_usage(inbound_id)
@@ -214,13 +238,31 @@ pub async fn create(
             "prompt_tokens_details": {"cached_tokens": usage.usage.cache_read_tokens},
         },
     });
-    let mut response = Json(body).into_response();
-    response
-        .headers_mut()
-        .insert(SESSION_HEADER, session_header);
-    Ok(response)
+    Ok(Json(body).into_response())
 }
 
+/// The reply as server-sent `chat.completion.chunk` events, sent once the
+/// turn ends. A turn that ends without a reply is forgotten like one that
+/// times out, and the stream ends with the timeout's error event.
+fn streamed(state: &ApiState, completion: Completion, turn: Turn) -> Response {
+    let timeout = state.reply_timeout;
+    let service = Arc::clone(&state.service);
+    let events = futures::stream::once(async move {
+        let inbound_id = turn.inbound_id;
+        let reply = wait_for_reply(turn, timeout).await.map_err(|_no_reply| {
+            service.runner().forget(inbound_id);
+            ApiError::Timeout
+        });
+        futures::stream::iter(completion.chunks(reply))
+    })
+    .flatten()
+    .map(Ok::<Event, Infallible>);
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// The fields every answer to one request repeats.
 struct Completion {
     id: String,
     created: u64,
@@ -228,9 +270,23 @@ struct Completion {
 }
 
 impl Completion {
+    /// The answer's id (from the inbound message), its time, and the model
+    /// of its session (the requested one if the session cannot be read).
+    async fn new(state: &ApiState, turn: &Turn, requested: Option<&str>) -> Self {
+        let model = match state.store.session(&turn.session_id).await {
+            Ok(Some(session)) => session.model,
+            _ => requested.unwrap_or_default().to_owned(),
+        };
+        Self {
+            id: format!("chatcmpl-{}", turn.inbound_id),
+            created: unix_now(),
+            model,
+        }
+    }
+
     /// The SSE events for a finished turn: the role, the content, the finish
     /// reason, then `[DONE]`. A turn that timed out ends with an error event.
-    fn chunks(&self, reply: Result<TurnReply, ()>) -> Vec<Event> {
+    fn chunks(&self, reply: Result<TurnReply, ApiError>) -> Vec<Event> {
         let chunk = |delta: Value, finish: Value| {
             Event::default().data(
                 json!({
@@ -252,10 +308,9 @@ impl Completion {
                 events.push(chunk(json!({"content": reply.text}), Value::Null));
                 events.push(chunk(json!({}), json!(finish_reason(&reply))));
             }
-            Err(()) => {
+            Err(err) => {
                 events.push(Event::default().data(
-                    json!({"error": {"message": ApiError::Timeout.to_string(), "type": "server_error"}})
-                        .to_string(),
+                    json!({"error": {"message": err.to_string(), "type": err.kind()}}).to_string(),
                 ));
             }
         }

@@ -8,6 +8,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use serde_json::json;
 
+use crate::session::service::ServiceError;
+
 /// An error answered to an API client.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -40,7 +42,8 @@ impl ApiError {
         }
     }
 
-    fn kind(&self) -> &'static str {
+    /// The OpenAI error `type`.
+    pub(super) fn kind(&self) -> &'static str {
         match self {
             Self::Unauthorized => "authentication_error",
             Self::Internal(_) | Self::Timeout => "server_error",
@@ -58,6 +61,15 @@ impl IntoResponse for ApiError {
             "error": {"message": self.to_string(), "type": self.kind(), "code": null}
         });
         (self.status(), Json(body)).into_response()
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(err: ServiceError) -> Self {
+        match err {
+            ServiceError::UnknownSession(id) => Self::NotFound(format!("no session with id {id}")),
+            ServiceError::Store(err) => Self::Internal(err.to_string()),
+        }
     }
 }
 

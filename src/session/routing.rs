@@ -185,19 +185,7 @@ impl Routing {
 
     /// A new session's row: the system prompt is built here, once.
     fn new_session(&self, origin: &Origin, owner: Option<PrincipalId>) -> NewSession {
-        let toolset = self
-            .registry
-            .toolset(&self.agent.tools)
-            .unwrap_or_else(|unknown| {
-                tracing::warn!(?unknown, "configured tools that do not exist are left out");
-                let known: Vec<&String> = self
-                    .agent
-                    .tools
-                    .iter()
-                    .filter(|name| self.registry.get(name).is_some())
-                    .collect();
-                self.registry.toolset(&known).unwrap_or_default()
-            });
+        let toolset = self.registry.toolset(&self.agent.tools);
         NewSession {
             id: uuid::Uuid::new_v4().to_string(),
             origin_key: origin.key().to_string(),

@@ -244,20 +244,9 @@ impl TurnExecutor {
             .ok_or_else(|| {
                 StoreError::Corrupt(format!("session {} missing", inbound.session_id))
             })?;
-        let toolset = self
-            .registry
-            .toolset(&session.toolset)
-            .unwrap_or_else(|unknown| {
-                tracing::warn!(?unknown, "tools no longer configured are left out");
-                let known: Vec<&String> = session
-                    .toolset
-                    .iter()
-                    .filter(|name| self.registry.get(name).is_some())
-                    .collect();
-                self.registry.toolset(&known).unwrap_or_default()
-            });
+        let toolset = self.registry.toolset(&session.toolset);
         let agent = self.cache.get(&session.model, &toolset).await;
-        let policy = self.context.policy(&session.model);
+        let policy = ContextPolicy::for_model(&self.context, &session.model);
         let stored = context::apply(entries, compaction.as_ref());
         let spend = self.spend_limit(inbound.principal_id).await?;
         Ok(Prepared {

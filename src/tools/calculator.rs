@@ -19,9 +19,11 @@ use async_trait::async_trait;
 use evalexpr::{
     Context, DefaultNumericTypes, EvalexprError, EvalexprResult, Node, Operator, Value as ExprValue,
 };
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError, arguments_schema};
 
 /// Longest expression accepted, in characters.
 pub const MAX_EXPRESSION_CHARS: usize = 1000;
@@ -81,6 +83,15 @@ min(a, b, ...), max(a, b, ...). Angles are in radians. No variables, assignments
 1000 characters. Returns `expression` (as given) and `result` (a number; whole numbers are \
 returned as integers). Division by zero, overflow and malformed expressions are errors.";
 
+/// The arguments. Other fields are ignored, though the schema forbids them.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Args {
+    /// The expression, e.g. "2 * (3 + 4) ^ 2" or "math::sqrt(2) * 10".
+    #[schemars(length(max = MAX_EXPRESSION_CHARS))]
+    expression: String,
+}
+
 #[async_trait]
 impl Tool for Calculator {
     fn name(&self) -> &'static str {
@@ -92,18 +103,7 @@ impl Tool for Calculator {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "expression": {
-                    "type": "string",
-                    "description": "The expression, e.g. \"2 * (3 + 4) ^ 2\" or \"math::sqrt(2) * 10\".",
-                    "maxLength": MAX_EXPRESSION_CHARS
-                }
-            },
-            "required": ["expression"],
-            "additionalProperties": false
-        })
+        arguments_schema::<Args>()
     }
 
     fn idempotent(&self) -> bool {
@@ -111,16 +111,12 @@ impl Tool for Calculator {
     }
 
     async fn call(&self, _ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
-        let expression = args
-            .get("expression")
-            .and_then(Value::as_str)
-            .ok_or_else(|| {
-                ToolError::InvalidArguments(
-                    "`expression` is required and must be a string, e.g. \"2 * (3 + 4)\""
-                        .to_owned(),
-                )
-            })?;
-        let result = evaluate(expression)?;
+        let Args { expression } = serde_json::from_value(args).map_err(|_| {
+            ToolError::InvalidArguments(
+                "`expression` is required and must be a string, e.g. \"2 * (3 + 4)\"".to_owned(),
+            )
+        })?;
+        let result = evaluate(&expression)?;
         Ok(json!({ "expression": expression, "result": result }))
     }
 }
@@ -359,6 +355,16 @@ fn to_json(value: &ExprValue) -> Result<Value, ToolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The schema is in every cached prompt: its bytes must not drift.
+    #[test]
+    fn the_argument_schema_keeps_its_bytes() {
+        let schema = serde_json::to_string(&Calculator.parameters()).unwrap();
+        assert_eq!(
+            schema,
+            r#"{"additionalProperties":false,"properties":{"expression":{"description":"The expression, e.g. \"2 * (3 + 4) ^ 2\" or \"math::sqrt(2) * 10\".","maxLength":1000,"type":"string"}},"required":["expression"],"type":"object"}"#
+        );
+    }
 
     fn ctx() -> ToolContext {
         ToolContext {

@@ -8,9 +8,11 @@ use async_trait::async_trait;
 use jiff::civil::Weekday;
 use jiff::tz::TimeZone;
 use jiff::{Timestamp, ZonedDateTime};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError, arguments_schema};
 
 /// Reports the current date and time; stateless.
 #[derive(Debug, Clone, Copy, Default)]
@@ -35,16 +37,7 @@ impl Tool for CurrentTime {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "timezone": {
-                    "type": "string",
-                    "description": "IANA time zone name, e.g. \"Europe/Berlin\". Defaults to \"UTC\"."
-                }
-            },
-            "additionalProperties": false
-        })
+        arguments_schema::<Args>()
     }
 
     fn idempotent(&self) -> bool {
@@ -52,24 +45,38 @@ impl Tool for CurrentTime {
     }
 
     async fn call(&self, _ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
-        let name = timezone_arg(&args)?;
-        let (tz, name) = lookup(name)?;
+        let name = timezone_arg(args)?;
+        let (tz, name) = lookup(name.as_deref())?;
         describe(Timestamp::now(), tz, &name)
     }
 }
 
+/// The arguments. Other fields are ignored, though the schema forbids them.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Args {
+    /// IANA time zone name, e.g. "Europe/Berlin". Defaults to "UTC".
+    // Described as a plain string (not string-or-null): the schema predates
+    // its derivation, and its bytes are in every cached prompt.
+    #[serde(default)]
+    #[schemars(with = "String")]
+    timezone: Option<String>,
+}
+
 /// The `timezone` argument, if given and non-empty.
-fn timezone_arg(args: &Value) -> Result<Option<&str>, ToolError> {
+fn timezone_arg(args: Value) -> Result<Option<String>, ToolError> {
     match args {
         Value::Null => Ok(None),
-        Value::Object(map) => match map.get("timezone") {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.trim())),
-            Some(_) => Err(ToolError::InvalidArguments(
-                "`timezone` must be a string such as \"Europe/Berlin\"".to_owned(),
-            )),
-        },
+        Value::Object(_) => {
+            let Args { timezone } = serde_json::from_value(args).map_err(|_| {
+                ToolError::InvalidArguments(
+                    "`timezone` must be a string such as \"Europe/Berlin\"".to_owned(),
+                )
+            })?;
+            Ok(timezone
+                .map(|name| name.trim().to_owned())
+                .filter(|name| !name.is_empty()))
+        }
         _ => Err(ToolError::InvalidArguments(
             "arguments must be an object like {\"timezone\": \"Europe/Berlin\"}".to_owned(),
         )),
@@ -127,6 +134,16 @@ fn weekday_name(day: Weekday) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The schema is in every cached prompt: its bytes must not drift.
+    #[test]
+    fn the_argument_schema_keeps_its_bytes() {
+        let schema = serde_json::to_string(&CurrentTime.parameters()).unwrap();
+        assert_eq!(
+            schema,
+            r#"{"additionalProperties":false,"properties":{"timezone":{"description":"IANA time zone name, e.g. \"Europe/Berlin\". Defaults to \"UTC\".","type":"string"}},"type":"object"}"#
+        );
+    }
 
     fn ctx() -> ToolContext {
         ToolContext {

@@ -3,10 +3,11 @@
 //! `agent::wallet`), so delegation never raises the task's budget.
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError, arguments_schema};
 
 /// The tool's name.
 pub const DELEGATE: &str = "delegate";
@@ -14,10 +15,12 @@ pub const DELEGATE: &str = "delegate";
 /// Starts a sub-agent for a task.
 pub struct Delegate;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Args {
+    /// The complete task, with every fact the sub-agent needs.
     task: String,
+    /// Names of your tools the sub-agent may use; omit for all.
     #[serde(default)]
     tools: Vec<String>,
 }
@@ -37,22 +40,7 @@ impl Tool for Delegate {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "task": {
-                    "type": "string",
-                    "description": "The complete task, with every fact the sub-agent needs."
-                },
-                "tools": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "description": "Names of your tools the sub-agent may use; omit for all."
-                }
-            },
-            "required": ["task"],
-            "additionalProperties": false
-        })
+        arguments_schema::<Args>()
     }
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
@@ -70,7 +58,22 @@ impl Tool for Delegate {
         let result = subagents
             .run(args.task, args.tools)
             .await
-            .map_err(ToolError::Failed)?;
+            .map_err(|err| ToolError::Failed(err.to_string()))?;
         Ok(json!({ "result": result }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The schema is in every cached prompt: its bytes must not drift.
+    #[test]
+    fn the_argument_schema_keeps_its_bytes() {
+        let schema = serde_json::to_string(&Delegate.parameters()).unwrap();
+        assert_eq!(
+            schema,
+            r#"{"additionalProperties":false,"properties":{"task":{"description":"The complete task, with every fact the sub-agent needs.","type":"string"},"tools":{"description":"Names of your tools the sub-agent may use; omit for all.","items":{"type":"string"},"type":"array"}},"required":["task"],"type":"object"}"#
+        );
     }
 }

@@ -24,11 +24,12 @@ use async_trait::async_trait;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::CONTENT_TYPE;
 use reqwest::redirect::Policy;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use url::{Host, Url};
 
-use super::{Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError, arguments_schema};
 
 /// Limits and host rules for [`HttpGet`].
 #[derive(Debug, Clone, Deserialize)]
@@ -203,17 +204,7 @@ impl Tool for HttpGet {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "url": {
-                    "type": "string",
-                    "description": "Absolute http:// or https:// URL to fetch."
-                }
-            },
-            "required": ["url"],
-            "additionalProperties": false
-        })
+        arguments_schema::<Args>()
     }
 
     fn idempotent(&self) -> bool {
@@ -221,7 +212,7 @@ impl Tool for HttpGet {
     }
 
     async fn call(&self, _ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
-        let url = url_arg(&args)?;
+        let url = url_arg(args)?;
         check_url(&url, &self.config).map_err(|refusal| {
             ToolError::InvalidArguments(format!("cannot fetch {url}: {refusal}"))
         })?;
@@ -232,16 +223,21 @@ impl Tool for HttpGet {
     }
 }
 
-fn url_arg(args: &Value) -> Result<Url, ToolError> {
-    let raw = args
-        .get("url")
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .ok_or_else(|| {
-            ToolError::InvalidArguments(
-                "`url` is required and must be a string like \"https://example.com/\"".to_owned(),
-            )
-        })?;
+/// The arguments. Other fields are ignored, though the schema forbids them.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+struct Args {
+    /// Absolute http:// or https:// URL to fetch.
+    url: String,
+}
+
+fn url_arg(args: Value) -> Result<Url, ToolError> {
+    let Args { url } = serde_json::from_value(args).map_err(|_| {
+        ToolError::InvalidArguments(
+            "`url` is required and must be a string like \"https://example.com/\"".to_owned(),
+        )
+    })?;
+    let raw = url.trim();
     Url::parse(raw).map_err(|e| {
         let hint = if raw.contains("://") {
             ""
@@ -478,6 +474,18 @@ fn body_text(mut body: Vec<u8>, truncated: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The schema is in every cached prompt: its bytes must not drift.
+    #[test]
+    fn the_argument_schema_keeps_its_bytes() {
+        let schema =
+            serde_json::to_string(&HttpGet::new(HttpGetConfig::default()).unwrap().parameters())
+                .unwrap();
+        assert_eq!(
+            schema,
+            r#"{"additionalProperties":false,"properties":{"url":{"description":"Absolute http:// or https:// URL to fetch.","type":"string"}},"required":["url"],"type":"object"}"#
+        );
+    }
 
     use axum::Router;
     use axum::http::StatusCode;

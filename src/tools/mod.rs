@@ -20,6 +20,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use schemars::generate::SchemaSettings;
+use schemars::transform::RecursiveTransform;
+use schemars::{JsonSchema, Schema};
 use serde_json::Value;
 
 use crate::llm::ToolSpec;
@@ -43,9 +46,31 @@ pub trait SubAgents: Send + Sync {
     /// depth) and returns the sub-agent's final answer.
     ///
     /// # Errors
-    /// A message for the model: delegation too deep, no budget left, unknown
-    /// tools, or the sub-agent failing.
-    async fn run(&self, task: String, tools: Vec<String>) -> Result<String, String>;
+    /// Delegation too deep, no budget left, unknown tools, or the sub-agent
+    /// failing; the message is shown to the model.
+    async fn run(&self, task: String, tools: Vec<String>) -> Result<String, SubAgentError>;
+}
+
+/// Why a sub-agent gave no answer; the message is shown to the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubAgentError {
+    #[error("delegation is limited to depth {max_depth}; do this task yourself")]
+    TooDeep { max_depth: u32 },
+    #[error("unknown tools for the sub-agent: {unknown}; available: {available}")]
+    UnknownTools { unknown: String, available: String },
+    #[error("not enough step budget left to delegate; finish the task yourself")]
+    NoBudget,
+    #[error("the sub-agent could not start")]
+    NotStarted,
+    /// The sub-agent's loop failed; holds that error's message.
+    #[error("the sub-agent failed: {0}")]
+    Failed(String),
+    /// The answer could not be added to a write; holds why.
+    #[error("the sub-agent's answer could not be stored: {0}")]
+    AnswerRejected(String),
+    /// The write of the answer failed (the cause is logged, not shown).
+    #[error("the sub-agent's answer could not be stored")]
+    AnswerNotStored,
 }
 
 /// Why a tool call failed; the message is shown to the model.
@@ -90,10 +115,12 @@ pub trait Tool: Send + Sync {
     }
 }
 
-/// All tools the gateway offers, built once at start.
+/// All tools the gateway offers, built once at start. Each tool's spec is
+/// built once, when it is registered (deriving a schema is not free, and
+/// every turn picks its toolset from here).
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
-    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+    tools: BTreeMap<&'static str, Registered>,
 }
 
 impl ToolRegistry {
@@ -102,56 +129,58 @@ impl ToolRegistry {
     }
 
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        self.tools.insert(tool.name(), tool);
+        let spec = tool.spec();
+        self.tools.insert(tool.name(), Registered { tool, spec });
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.get(name)
+        self.tools.get(name).map(|registered| &registered.tool)
     }
 
     pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.tools.keys().copied()
     }
 
-    /// The toolset with the given names, sorted by name. Unknown names are
-    /// returned as the error.
-    ///
-    /// # Errors
-    /// The names that no registered tool has.
-    pub fn toolset<S: AsRef<str>>(&self, names: &[S]) -> Result<Toolset, Vec<String>> {
+    /// The toolset with those of the given names that are registered,
+    /// sorted by name. A name no tool has (a tool that is not configured, or
+    /// no longer, since a session started) is logged and left out, so a
+    /// session still starts and runs.
+    pub fn toolset<S: AsRef<str>>(&self, names: &[S]) -> Toolset {
         let mut tools = BTreeMap::new();
         let mut unknown = Vec::new();
         for name in names {
-            match self.tools.get(name.as_ref()) {
-                Some(tool) => {
-                    tools.insert(tool.name(), Arc::clone(tool));
+            match self.tools.get_key_value(name.as_ref()) {
+                Some((name, registered)) => {
+                    tools.insert(*name, registered.clone());
                 }
-                None => unknown.push(name.as_ref().to_owned()),
+                None => unknown.push(name.as_ref()),
             }
         }
-        if unknown.is_empty() {
-            Ok(Toolset::from_map(tools))
-        } else {
-            Err(unknown)
+        if !unknown.is_empty() {
+            tracing::warn!(?unknown, "tools that are not registered are left out");
         }
+        Toolset::from_map(tools)
     }
 }
 
 /// An ordered set of tools with their specs computed once.
 #[derive(Clone, Default)]
 pub struct Toolset {
-    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+    tools: BTreeMap<&'static str, Registered>,
     specs: Arc<[ToolSpec]>,
 }
 
 impl Toolset {
-    fn from_map(tools: BTreeMap<&'static str, Arc<dyn Tool>>) -> Self {
-        let specs = tools.values().map(|tool| tool.spec()).collect();
+    fn from_map(tools: BTreeMap<&'static str, Registered>) -> Self {
+        let specs = tools
+            .values()
+            .map(|registered| registered.spec.clone())
+            .collect();
         Self { tools, specs }
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.get(name)
+        self.tools.get(name).map(|registered| &registered.tool)
     }
 
     /// Specs in name order: the fixed order the prompt prefix relies on.
@@ -180,8 +209,34 @@ impl Toolset {
             .tools
             .iter()
             .filter(|(name, _)| names.iter().any(|wanted| wanted.as_ref() == **name))
-            .map(|(name, tool)| (*name, Arc::clone(tool)))
+            .map(|(name, registered)| (*name, registered.clone()))
             .collect();
         Self::from_map(tools)
     }
+}
+
+/// The JSON schema of a tool's arguments type as the model sees it: derived
+/// from the type, its fields' docs becoming their descriptions. The type's
+/// own `title` and doc, the `$schema` keyword and `default` values are left
+/// out: the schemas were written by hand before they were derived, and the
+/// bytes of every cached prompt must stay the same (each tool's tests pin
+/// them).
+pub fn arguments_schema<T: JsonSchema>() -> Value {
+    let mut schema = SchemaSettings::draft2020_12()
+        .with(|settings| settings.meta_schema = None)
+        .with_transform(RecursiveTransform(|schema: &mut Schema| {
+            schema.remove("default");
+        }))
+        .into_generator()
+        .into_root_schema_for::<T>();
+    schema.remove("title");
+    schema.remove("description");
+    schema.to_value()
+}
+
+/// A registered tool and its spec.
+#[derive(Clone)]
+struct Registered {
+    tool: Arc<dyn Tool>,
+    spec: ToolSpec,
 }

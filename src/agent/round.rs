@@ -1,0 +1,390 @@
+//! Tool rounds: running the calls of one model response, and completing a
+//! round a crash cut short.
+//!
+//! Calls of one round run concurrently; each result is matched to its call by
+//! id and returned in call order. Before a tool runs its call is checkpointed
+//! as `running` with a request id derived from the stored assistant entry, and
+//! after it as `done`/`failed`. Unknown tools, invalid arguments, tool errors,
+//! timeouts and panics all become `{"success": false, "error": "…"}` results
+//! the model sees ([`ToolCallError`]): nothing the model outputs can crash the
+//! loop.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use serde_json::{Map, Value};
+use tracing::Instrument;
+
+use super::Agent;
+use super::run::{InterruptedRound, LoopEnv};
+use super::subagent::SubAgentRunner;
+use super::wallet::Purse;
+use crate::llm::{ChatMessage, ToolCall, canonical_json};
+use crate::store::{Batch, StoreError, ToolCheckpoint, round_request_id};
+use crate::tools::{ToolContext, ToolError};
+
+/// Why a tool call gave no result; the message is what the model sees.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolCallError {
+    #[error("unknown tool `{name}`; available tools: {available}")]
+    UnknownTool { name: String, available: String },
+    #[error("the arguments are not valid JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("the arguments must be a JSON object")]
+    NotAnObject,
+    /// The tool itself refused the arguments or failed.
+    #[error("{0}")]
+    Tool(ToolError),
+    #[error("the tool did not finish within {} s", .0.as_secs_f32())]
+    TimedOut(Duration),
+    #[error("cancelled: the task was stopped before this tool finished")]
+    Cancelled,
+    #[error("the tool failed unexpectedly")]
+    Panicked,
+    /// Caught `running` after a restart, and not safe to run twice.
+    #[error(
+        "the gateway restarted while this tool was running; its outcome is unknown and it was \
+         not retried"
+    )]
+    OutcomeUnknown,
+}
+
+/// Runs one round of tool calls, already checkpointed `running`,
+/// concurrently; results come back in call order, one per call, each
+/// carrying its call's id. A result is recorded as soon as its call ends
+/// while others still run; the last one to end joins `pending`, the step's
+/// next write, which follows at once.
+pub(super) async fn run_round(
+    agent: &Arc<Agent>,
+    env: &Arc<LoopEnv>,
+    purse: &Arc<Purse>,
+    assistant_id: i64,
+    calls: &[ToolCall],
+    pending: &mut Batch,
+) -> Result<Vec<ChatMessage>, StoreError> {
+    let running = AtomicUsize::new(calls.len());
+    let runs = calls.iter().enumerate().map(|(index, call)| {
+        let span = tracing::info_span!("tool", call_id = %call.id, name = %call.name);
+        let running = &running;
+        async move {
+            let request_id = round_request_id(assistant_id, index);
+            let (result, finish) = run_started_call(agent, env, purse, request_id, call).await;
+            if running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                return (result, Ok(Some(finish)));
+            }
+            (result, env.store.write(finish).await.map(|_| None))
+        }
+        .instrument(span)
+    });
+    let mut results = Vec::with_capacity(calls.len());
+    let mut failure = None;
+    for (result, recorded) in join_all(runs).await {
+        match recorded {
+            Ok(Some(finish)) => pending.extend(finish),
+            Ok(None) => {}
+            Err(err) => failure = Some(err),
+        }
+        results.push(result);
+    }
+    match failure {
+        Some(err) => Err(err),
+        None => Ok(results),
+    }
+}
+
+/// Answers the unanswered calls of an interrupted round from their
+/// checkpoints: a finished call's stored result is reused; a call that never
+/// started runs now; a call caught `running` is re-run with the same request
+/// id only if its tool is idempotent, and otherwise gets an "outcome
+/// unknown" error result, so the history never holds a call without a result.
+pub(super) async fn resume_round(
+    agent: &Arc<Agent>,
+    env: &Arc<LoopEnv>,
+    purse: &Arc<Purse>,
+    round: &InterruptedRound,
+) -> Result<Vec<ChatMessage>, StoreError> {
+    let mut results = Vec::new();
+    for (index, call) in round.calls.iter().enumerate() {
+        if round.answered.contains(&call.id) {
+            continue;
+        }
+        let request_id = round_request_id(round.assistant_id, index);
+        let checkpoint = env
+            .store
+            .tool_call_checkpoint(&request_id)
+            .await?
+            .map(|(status, result)| (CallStatus::parse(&status), result));
+        let result = match checkpoint {
+            Some((Some(status @ (CallStatus::Done | CallStatus::Failed)), Some(result))) => {
+                tracing::info!(call_id = %call.id, "recovery: reusing a finished tool result");
+                ChatMessage::Tool {
+                    tool_call_id: call.id.clone(),
+                    content: result,
+                    is_error: status == CallStatus::Failed,
+                }
+            }
+            Some(_running) => {
+                let idempotent = agent
+                    .toolset
+                    .get(&call.name)
+                    .is_some_and(|tool| tool.idempotent());
+                if idempotent {
+                    tracing::info!(call_id = %call.id, "recovery: re-running an idempotent tool");
+                    run_call(agent, env, purse, request_id, call).await?
+                } else {
+                    tracing::warn!(call_id = %call.id, "recovery: tool outcome unknown, not retried");
+                    let content =
+                        canonical_json(&result_object(Err(ToolCallError::OutcomeUnknown)));
+                    env.store
+                        .finish_tool_call(&request_id, &content, true)
+                        .await?;
+                    ChatMessage::Tool {
+                        tool_call_id: call.id.clone(),
+                        content,
+                        is_error: true,
+                    }
+                }
+            }
+            None => run_call(agent, env, purse, request_id, call).await?,
+        };
+        results.push(result);
+    }
+    Ok(results)
+}
+
+/// The `running` checkpoint of a call.
+fn checkpoint<'a>(env: &'a LoopEnv, request_id: &'a str, call: &'a ToolCall) -> ToolCheckpoint<'a> {
+    ToolCheckpoint {
+        request_id,
+        session_id: &env.session_id,
+        task_id: Some(env.task_id),
+        scope: &env.scope,
+        call_id: &call.id,
+        name: &call.name,
+        arguments: &call.arguments,
+    }
+}
+
+/// Checkpoints one call `running`, then runs it.
+async fn run_call(
+    agent: &Arc<Agent>,
+    env: &Arc<LoopEnv>,
+    purse: &Arc<Purse>,
+    request_id: String,
+    call: &ToolCall,
+) -> Result<ChatMessage, StoreError> {
+    env.store
+        .start_tool_call(&checkpoint(env, &request_id, call))
+        .await?;
+    let (result, finish) = run_started_call(agent, env, purse, request_id, call).await;
+    env.store.write(finish).await?;
+    Ok(result)
+}
+
+/// Runs a call already checkpointed `running`; returns its result and the
+/// write that records it.
+async fn run_started_call(
+    agent: &Arc<Agent>,
+    env: &Arc<LoopEnv>,
+    purse: &Arc<Purse>,
+    request_id: String,
+    call: &ToolCall,
+) -> (ChatMessage, Batch) {
+    let started = Instant::now();
+    let outcome = execute(agent, env, purse, &request_id, call).await;
+    let failed = outcome.is_err();
+    let status = if failed {
+        CallStatus::Failed
+    } else {
+        CallStatus::Done
+    };
+    let content = canonical_json(&result_object(outcome));
+    let mut finish = Batch::new();
+    finish.finish_tool_call(&request_id, &content, failed);
+    tracing::info!(
+        status = status.as_str(),
+        duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        "tool call"
+    );
+    let result = ChatMessage::Tool {
+        tool_call_id: call.id.clone(),
+        content,
+        is_error: failed,
+    };
+    (result, finish)
+}
+
+/// Finds, validates and runs one call, containing every failure.
+async fn execute(
+    agent: &Arc<Agent>,
+    env: &Arc<LoopEnv>,
+    purse: &Arc<Purse>,
+    request_id: &str,
+    call: &ToolCall,
+) -> Result<Value, ToolCallError> {
+    let Some(tool) = agent.toolset.get(&call.name).cloned() else {
+        return Err(ToolCallError::UnknownTool {
+            name: call.name.clone(),
+            available: agent.toolset.names().join(", "),
+        });
+    };
+    let args: Value = serde_json::from_str(&call.arguments).map_err(ToolCallError::NotJson)?;
+    if !args.is_object() {
+        return Err(ToolCallError::NotAnObject);
+    }
+    let ctx = ToolContext {
+        request_id: request_id.to_owned(),
+        session_id: env.session_id.clone(),
+        subagents: Some(Arc::new(SubAgentRunner::new(
+            Arc::clone(agent),
+            Arc::clone(env),
+            Arc::clone(purse),
+            request_id.to_owned(),
+        ))),
+    };
+    let timeout = env.tool_timeout;
+    // Spawned so a panicking tool is caught as a JoinError instead of
+    // unwinding through the loop.
+    let mut task =
+        tokio::spawn(async move { tokio::time::timeout(timeout, tool.call(&ctx, args)).await });
+    let joined = tokio::select! {
+        joined = &mut task => joined,
+        () = env.cancel.cancelled() => {
+            task.abort();
+            return Err(ToolCallError::Cancelled);
+        }
+    };
+    match joined {
+        Ok(Ok(result)) => result.map_err(ToolCallError::Tool),
+        Ok(Err(_elapsed)) => Err(ToolCallError::TimedOut(timeout)),
+        Err(join_error) => {
+            tracing::error!(error = %join_error, "tool panicked");
+            Err(ToolCallError::Panicked)
+        }
+    }
+}
+
+/// The object the model sees: the tool's fields plus `success`, or the
+/// error's message.
+fn result_object(outcome: Result<Value, ToolCallError>) -> Value {
+    match outcome {
+        Ok(Value::Object(mut fields)) => {
+            fields.insert("success".to_owned(), Value::Bool(true));
+            Value::Object(fields)
+        }
+        Ok(other) => {
+            let mut fields = Map::new();
+            fields.insert("success".to_owned(), Value::Bool(true));
+            fields.insert("result".to_owned(), other);
+            Value::Object(fields)
+        }
+        Err(error) => {
+            let mut fields = Map::new();
+            fields.insert("success".to_owned(), Value::Bool(false));
+            fields.insert("error".to_owned(), Value::String(error.to_string()));
+            Value::Object(fields)
+        }
+    }
+}
+
+/// A checkpointed call's state, as the store's `tool_calls.status` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallStatus {
+    Running,
+    Done,
+    Failed,
+}
+
+impl CallStatus {
+    fn parse(status: &str) -> Option<Self> {
+        match status {
+            "running" => Some(Self::Running),
+            "done" => Some(Self::Done),
+            "failed" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Done => "done",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn shown(error: ToolCallError) -> String {
+        canonical_json(&result_object(Err(error)))
+    }
+
+    #[test]
+    fn a_tool_result_gains_success_true() {
+        assert_eq!(
+            canonical_json(&result_object(Ok(json!({"b": 1, "a": "x"})))),
+            r#"{"a":"x","b":1,"success":true}"#
+        );
+        assert_eq!(
+            canonical_json(&result_object(Ok(json!(42)))),
+            r#"{"result":42,"success":true}"#
+        );
+    }
+
+    #[test]
+    fn every_failure_reads_as_before_to_the_model() {
+        let cases = [
+            (
+                ToolCallError::UnknownTool {
+                    name: "nope".to_owned(),
+                    available: "calculator, http_get".to_owned(),
+                },
+                r#"{"error":"unknown tool `nope`; available tools: calculator, http_get","success":false}"#,
+            ),
+            (
+                ToolCallError::NotAnObject,
+                r#"{"error":"the arguments must be a JSON object","success":false}"#,
+            ),
+            (
+                ToolCallError::Tool(ToolError::InvalidArguments("`x` is missing".to_owned())),
+                r#"{"error":"invalid arguments: `x` is missing","success":false}"#,
+            ),
+            (
+                ToolCallError::Tool(ToolError::Failed("boom".to_owned())),
+                r#"{"error":"boom","success":false}"#,
+            ),
+            (
+                ToolCallError::TimedOut(Duration::from_millis(1500)),
+                r#"{"error":"the tool did not finish within 1.5 s","success":false}"#,
+            ),
+            (
+                ToolCallError::Cancelled,
+                r#"{"error":"cancelled: the task was stopped before this tool finished","success":false}"#,
+            ),
+            (
+                ToolCallError::Panicked,
+                r#"{"error":"the tool failed unexpectedly","success":false}"#,
+            ),
+            (
+                ToolCallError::OutcomeUnknown,
+                r#"{"error":"the gateway restarted while this tool was running; its outcome is unknown and it was not retried","success":false}"#,
+            ),
+        ];
+        for (error, expected) in cases {
+            assert_eq!(shown(error), expected);
+        }
+        let not_json = serde_json::from_str::<Value>("{").unwrap_err();
+        let message = not_json.to_string();
+        assert_eq!(
+            shown(ToolCallError::NotJson(not_json)),
+            format!(r#"{{"error":"the arguments are not valid JSON: {message}","success":false}}"#)
+        );
+    }
+}
