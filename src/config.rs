@@ -19,9 +19,17 @@ use crate::tools::http_get::HttpGetConfig;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("could not read the configuration: {0}")]
-    Load(#[from] config::ConfigError),
+    Load(config::ConfigError),
     #[error("invalid setting `{key}`: {reason}")]
     Invalid { key: &'static str, reason: String },
+}
+
+// Not `#[from]`: the message already carries the cause, and a report that
+// walked `source()` too would print it twice.
+impl From<config::ConfigError> for ConfigError {
+    fn from(err: config::ConfigError) -> Self {
+        Self::Load(err)
+    }
 }
 
 /// All settings.
