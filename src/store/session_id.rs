@@ -63,24 +63,6 @@ impl fmt::Debug for SessionId {
     }
 }
 
-impl AsRef<str> for SessionId {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl PartialEq<str> for SessionId {
-    fn eq(&self, other: &str) -> bool {
-        self.0 == other
-    }
-}
-
-impl PartialEq<&str> for SessionId {
-    fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
-    }
-}
-
 /// A session id read from `column` of a row; one that does not parse is
 /// corrupt data.
 pub(super) fn session_id_from_row(row: &AnyRow, column: &str) -> Result<SessionId, StoreError> {
