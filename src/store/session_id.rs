@@ -111,6 +111,32 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_stored_id_that_does_not_parse_is_corrupt_data() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}/ids.db", dir.path().display());
+        let store = super::super::Store::connect(&super::super::StoreOptions::new(url))
+            .await
+            .expect("store");
+        let mut conn = store.conn().await.expect("conn");
+        // Only a hand-written row can hold such an id; no session backs it.
+        sqlx::query("PRAGMA foreign_keys = OFF")
+            .execute(&mut *conn)
+            .await
+            .expect("pragma");
+        sqlx::query(
+            "INSERT INTO routes (route_key, session_id, updated_at) VALUES ('r', 'not an id', 0)",
+        )
+        .execute(&mut *conn)
+        .await
+        .expect("inserted");
+        drop(conn);
+
+        let read = store.route("r").await;
+
+        assert!(matches!(read, Err(StoreError::Corrupt(_))), "{read:?}");
+    }
+
     #[test]
     fn debug_prints_the_bare_string() {
         let id = SessionId::parse("s1").expect("valid");
