@@ -63,8 +63,9 @@ impl Routing {
     /// The place of a message from `principal`. `session`, when given, is
     /// the id of an existing session of the principal's (or of no one's), as
     /// the client sent it, that the chat is pointed at first (text that
-    /// cannot be an id is an unknown session like any other); `own_chat` routes a direct chat by the chat
-    /// alone even when direct chats are shared.
+    /// cannot be an id is an unknown session like any other); `own_chat`
+    /// routes a direct chat by the chat alone even when direct chats are
+    /// shared.
     ///
     /// # Errors
     /// An unknown session (or another principal's), or a database failure.
