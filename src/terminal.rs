@@ -15,6 +15,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use crate::session::key::Origin;
 use crate::session::local::LocalPlatform;
 use crate::session::service::{Admission, SessionService, SubmitOptions};
+use crate::store::SessionId;
 
 /// Why the chat stopped.
 #[derive(Debug, thiserror::Error)]
@@ -54,20 +55,25 @@ where
         .filter(|user| !user.is_empty())
         .unwrap_or_else(|| "local".to_owned());
     let origin = origin(&user).map_err(|err| ChatError::Service(err.to_string()))?;
-    let mut pending_session = session;
-    if let Some(id) = &pending_session {
+    let mut pending_session = None;
+    if let Some(text) = session {
+        // Text that cannot be an id names no session, like an unknown id.
+        let Ok(id) = SessionId::parse(&text) else {
+            return Err(ChatError::UnknownSession(text));
+        };
         if service
             .store()
-            .session(id)
+            .session(&id)
             .await
             .map_err(|err| ChatError::Service(err.to_string()))?
             .is_none()
         {
-            return Err(ChatError::UnknownSession(id.clone()));
+            return Err(ChatError::UnknownSession(text));
         }
         output
             .write_all(format!("Continuing session {id}.\n").as_bytes())
             .await?;
+        pending_session = Some(id);
     }
     output
         .write_all(b"Type a message and press Enter; /help lists commands; Ctrl-D quits.\n> ")
@@ -88,7 +94,7 @@ where
             .submit(
                 message,
                 SubmitOptions {
-                    session: pending_session.take(),
+                    session: pending_session.take().map(|id| id.to_string()),
                     wait: true,
                     own_chat: false,
                 },

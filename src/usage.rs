@@ -114,7 +114,7 @@ mod tests {
     fn the_report_lists_rows_and_a_total() {
         let rows = [UsageRow {
             principal_id: Some(7),
-            session_id: "s1".to_owned(),
+            session_id: crate::store::SessionId::parse("s1").expect("valid id"),
             day: 20_000,
             model: "m".to_owned(),
             summary: UsageSummary {

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use crate::config::ContextSettings;
 use crate::llm::{ChatMessage, ModelRequest, Provider};
-use crate::store::{Batch, Compaction, ModelCallStart, Store, StoreError, WireEntry};
+use crate::store::{Batch, Compaction, ModelCallStart, SessionId, Store, StoreError, WireEntry};
 use crate::usage::Price;
 
 use super::run::wire_bytes;
@@ -74,7 +74,7 @@ pub struct Summariser<'a> {
     pub store: &'a Store,
     pub provider: &'a dyn Provider,
     pub model: &'a str,
-    pub session_id: &'a str,
+    pub session_id: &'a SessionId,
     pub task_id: Option<i64>,
     pub principal_id: Option<i64>,
     pub prices: &'a BTreeMap<String, Price>,
@@ -231,7 +231,7 @@ async fn summarise(
         system: SUMMARY_SYSTEM,
         messages: &messages,
         tools: &[],
-        cache_key: by.session_id,
+        cache_key: by.session_id.as_str(),
         max_tokens: 2048,
     };
     let request_id = step::request_id();
@@ -260,7 +260,7 @@ async fn summarise(
     batch.record_compaction(by.session_id, &compaction);
     by.store.write(batch).await?;
     tracing::info!(
-        session_id = by.session_id,
+        session_id = by.session_id.as_str(),
         replaced_from = compaction.pinned_id + 1,
         replaced_through = compaction.through_id,
         summary_chars = compaction.summary.len(),

@@ -20,7 +20,9 @@ use super::round::{resume_round, run_round};
 use super::step;
 use super::wallet::{Budget, CallKind, Purse};
 use crate::llm::{ChatMessage, LlmError, ModelRequest, ModelResponse, ToolCall};
-use crate::store::{Batch, MessageMeta, ModelCallStart, NewMessage, RoundStart, Store, StoreError};
+use crate::store::{
+    Batch, MessageMeta, ModelCallStart, NewMessage, RoundStart, SessionId, Store, StoreError,
+};
 use crate::usage::Price;
 
 /// The note that asks for a summary when the wallet is spent. Stored like any
@@ -33,7 +35,7 @@ pub const BUDGET_NOTE: &str = "[switchboard] The step budget for this task is us
 #[derive(Debug, Clone)]
 pub struct LoopEnv {
     pub store: Store,
-    pub session_id: String,
+    pub session_id: SessionId,
     pub task_id: i64,
     /// `""` for the session's own conversation; a sub-agent's path otherwise.
     pub scope: String,
@@ -353,7 +355,7 @@ async fn call_step(
         system: &env.system_prompt,
         messages: history,
         tools,
-        cache_key: &env.session_id,
+        cache_key: env.session_id.as_str(),
         max_tokens: env.max_tokens,
     };
     let started = Instant::now();

@@ -24,7 +24,7 @@ use super::{ApiError, ApiState, SESSION_HEADER};
 use crate::session::local::LocalPlatform;
 use crate::session::runner::TurnReply;
 use crate::session::service::{Admission, SubmitOptions};
-use crate::store::InboundStatus;
+use crate::store::{InboundStatus, SessionId};
 
 /// The part of an OpenAI request the gateway reads; other fields are
 /// accepted and ignored (the server owns the history and the settings).
@@ -51,7 +51,7 @@ pub async fn create(
     let (message, options) = prepare(&headers, &request)?;
     let turn = submit(&state, message, options).await?;
     let completion = Completion::new(&state, &turn, request.model.as_deref()).await;
-    let session_header = HeaderValue::from_str(&turn.session_id)
+    let session_header = HeaderValue::from_str(turn.session_id.as_str())
         .map_err(|err| ApiError::Internal(err.to_string()))?;
     let mut response = if request.stream {
         streamed(&state, completion, turn)
@@ -105,7 +105,7 @@ impl Content {
 /// A submitted message whose turn's reply is awaited.
 struct Turn {
     inbound_id: i64,
-    session_id: String,
+    session_id: SessionId,
     reply: oneshot::Receiver<TurnReply>,
 }
 

@@ -17,7 +17,7 @@ use super::key::{Origin, RouteKey};
 use super::service::ServiceError;
 use crate::agent::prompt::build_system_prompt;
 use crate::config::{AgentSettings, DmSessions, GroupSessions, SessionSettings};
-use crate::store::{NewSession, PrincipalId, Store, StoreError};
+use crate::store::{NewSession, PrincipalId, SessionId, Store, StoreError};
 use crate::tools::ToolRegistry;
 
 /// Where a message belongs.
@@ -28,7 +28,7 @@ pub struct Place {
     /// What the chat is routed by.
     pub route: RouteKey,
     /// The session the route points at.
-    pub session_id: String,
+    pub session_id: SessionId,
     /// A direct chat (sessions there belong to the sender's principal).
     pub direct: bool,
 }
@@ -61,9 +61,11 @@ impl Routing {
     }
 
     /// The place of a message from `principal`. `session`, when given, is
-    /// an existing session of the principal's (or of no one's) that the
-    /// chat is pointed at first; `own_chat` routes a direct chat by the chat
-    /// alone even when direct chats are shared.
+    /// the id of an existing session of the principal's (or of no one's), as
+    /// the client sent it, that the chat is pointed at first (text that
+    /// cannot be an id is an unknown session like any other); `own_chat`
+    /// routes a direct chat by the chat alone even when direct chats are
+    /// shared.
     ///
     /// # Errors
     /// An unknown session (or another principal's), or a database failure.
@@ -77,19 +79,17 @@ impl Routing {
         let direct = message.chat_kind == ChatKind::Direct;
         let origin = self.origin_of(message);
         let route = self.route_of(direct, &origin, principal, own_chat);
-        if let Some(session) = session {
-            let row = self
-                .store
-                .session(session)
-                .await?
-                .ok_or_else(|| ServiceError::UnknownSession(session.to_owned()))?;
+        if let Some(requested) = session {
+            let unknown = || ServiceError::UnknownSession(requested.to_owned());
+            let session = SessionId::parse(requested).map_err(|_| unknown())?;
+            let row = self.store.session(&session).await?.ok_or_else(unknown)?;
             if row.principal.is_some_and(|owner| owner != principal) {
                 // Answered like a missing session: ids of other people's
                 // sessions are not confirmed.
                 tracing::warn!(principal_id = %principal, "refused another principal's session");
-                return Err(ServiceError::UnknownSession(session.to_owned()));
+                return Err(unknown());
             }
-            self.store.bind_route(route.as_str(), session).await?;
+            self.store.bind_route(route.as_str(), &session).await?;
         }
         let owner = direct.then_some(principal);
         let session_id = self.session_for(&route, &origin, owner).await?;
@@ -111,7 +111,7 @@ impl Routing {
         origin: &Origin,
         principal: PrincipalId,
         own_chat: bool,
-    ) -> Result<String, StoreError> {
+    ) -> Result<SessionId, StoreError> {
         let route = self.route_of(true, origin, principal, own_chat);
         self.session_for(&route, origin, Some(principal)).await
     }
@@ -126,7 +126,7 @@ impl Routing {
         route: &RouteKey,
         origin: &Origin,
         owner: Option<PrincipalId>,
-    ) -> Result<String, StoreError> {
+    ) -> Result<SessionId, StoreError> {
         let session = self.new_session(origin, owner);
         self.store.create_session(&session).await?;
         self.store.bind_route(route.as_str(), &session.id).await?;
@@ -168,7 +168,7 @@ impl Routing {
         route: &RouteKey,
         origin: &Origin,
         owner: Option<PrincipalId>,
-    ) -> Result<String, StoreError> {
+    ) -> Result<SessionId, StoreError> {
         if let Some(session) = self.store.route(route.as_str()).await? {
             return Ok(session);
         }
@@ -187,7 +187,7 @@ impl Routing {
     fn new_session(&self, origin: &Origin, owner: Option<PrincipalId>) -> NewSession {
         let toolset = self.registry.toolset(&self.agent.tools);
         NewSession {
-            id: uuid::Uuid::new_v4().to_string(),
+            id: SessionId::generate(),
             origin_key: origin.key().to_string(),
             platform: origin.platform.to_string(),
             account: origin.account.to_string(),

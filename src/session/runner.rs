@@ -25,13 +25,15 @@ use tracing::Instrument;
 
 use super::local::LocalPlatform;
 use super::turn::{StopCause, TurnControl, TurnExecutor};
-use crate::store::{Batch, Claim, InboundRow, InboundStatus, OutboxRow, Store, StoreError};
+use crate::store::{
+    Batch, Claim, InboundRow, InboundStatus, OutboxRow, SessionId, Store, StoreError,
+};
 
 /// How a turn ended, for whoever waits on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnReply {
     pub inbound_id: i64,
-    pub session_id: String,
+    pub session_id: SessionId,
     pub text: String,
     pub status: InboundStatus,
 }
@@ -78,9 +80,9 @@ struct Inner {
     /// Active sessions and whether new work arrived since their worker last
     /// looked. A std mutex: held for a map operation only, never across an
     /// await.
-    workers: Mutex<HashMap<String, bool>>,
+    workers: Mutex<HashMap<SessionId, bool>>,
     /// The running turn of each session, to stop it.
-    running: Mutex<HashMap<String, Arc<TurnControl>>>,
+    running: Mutex<HashMap<SessionId, Arc<TurnControl>>>,
     /// Callers waiting for a turn's reply, by inbound id.
     waiters: Mutex<HashMap<i64, oneshot::Sender<TurnReply>>>,
     senders: Mutex<HashMap<String, Arc<dyn PlatformSender>>>,
@@ -132,7 +134,7 @@ impl Runner {
     }
 
     /// Tells the runner a session has new work.
-    pub fn notify(&self, session_id: &str) {
+    pub fn notify(&self, session_id: &SessionId) {
         if self.inner.shutdown.is_cancelled() {
             return;
         }
@@ -141,10 +143,10 @@ impl Runner {
             *dirty = true;
             return;
         }
-        workers.insert(session_id.to_owned(), false);
+        workers.insert(session_id.clone(), false);
         drop(workers);
         let runner = self.clone();
-        let session_id = session_id.to_owned();
+        let session_id = session_id.clone();
         let span = tracing::info_span!("session", session_id = %session_id);
         self.inner
             .tracker
@@ -197,11 +199,15 @@ impl Runner {
 
     /// Stops the session's running turn, if this process runs one. Returns
     /// whether there was one.
-    pub fn stop(&self, session_id: &str, cause: StopCause) -> bool {
+    pub fn stop(&self, session_id: &SessionId, cause: StopCause) -> bool {
         let control = lock(&self.inner.running).get(session_id).cloned();
         match control {
             Some(control) => {
-                tracing::info!(session_id, ?cause, "stopping the running turn");
+                tracing::info!(
+                    session_id = session_id.as_str(),
+                    ?cause,
+                    "stopping the running turn"
+                );
                 control.stop(cause);
                 true
             }
@@ -211,18 +217,18 @@ impl Runner {
 
     /// Model calls left to the session's running task, if this process runs
     /// one that has started.
-    pub fn budget_left(&self, session_id: &str) -> Option<u32> {
+    pub fn budget_left(&self, session_id: &SessionId) -> Option<u32> {
         lock(&self.inner.running)
             .get(session_id)
             .and_then(|control| control.budget_left())
     }
 
     /// Whether this process is running a turn of the session right now.
-    pub fn is_running(&self, session_id: &str) -> bool {
+    pub fn is_running(&self, session_id: &SessionId) -> bool {
         lock(&self.inner.running).contains_key(session_id)
     }
 
-    async fn work(self, session_id: String) {
+    async fn work(self, session_id: SessionId) {
         loop {
             if let Some(dirty) = lock(&self.inner.workers).get_mut(&session_id) {
                 *dirty = false;
@@ -248,7 +254,7 @@ impl Runner {
     }
 
     /// Runs every waiting message of the session, in order, under its lease.
-    async fn drain(&self, session_id: &str) -> Result<(), StoreError> {
+    async fn drain(&self, session_id: &SessionId) -> Result<(), StoreError> {
         let store = &self.inner.store;
         let ttl_ms = i64::try_from(self.inner.lease_ttl.as_millis()).unwrap_or(i64::MAX);
         let first = loop {
@@ -281,7 +287,7 @@ impl Runner {
     /// after it.
     async fn drain_leased(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         ttl_ms: i64,
         mut inbound: InboundRow,
     ) -> Result<Drained, StoreError> {
@@ -302,7 +308,7 @@ impl Runner {
             );
             let typing = self.typing_indicator(&inbound.platform, chat.as_ref().ok());
             let control = Arc::new(TurnControl::default());
-            lock(&self.inner.running).insert(session_id.to_owned(), Arc::clone(&control));
+            lock(&self.inner.running).insert(session_id.clone(), Arc::clone(&control));
             let turn = self
                 .inner
                 .turns
@@ -356,7 +362,7 @@ impl Runner {
     /// Runs `work` while renewing the session's lease.
     async fn with_lease_renewal<T>(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         ttl_ms: i64,
         work: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {

@@ -22,14 +22,17 @@ use super::routing::{Place, Routing};
 use super::runner::{Runner, TurnReply};
 use super::turn::StopCause;
 use crate::config::{BusyMode, Settings};
-use crate::store::{InboundStatus, NewInbound, PrincipalId, Store, StoreError, TurnEnd};
+use crate::store::{InboundStatus, NewInbound, PrincipalId, SessionId, Store, StoreError, TurnEnd};
 use crate::tools::ToolRegistry;
 
 /// What became of a submitted message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admission {
     /// Queued for its session's runner.
-    Accepted { inbound_id: i64, session_id: String },
+    Accepted {
+        inbound_id: i64,
+        session_id: SessionId,
+    },
     /// The same platform event was recorded before.
     Duplicate,
     /// Not for the agent.
@@ -37,7 +40,7 @@ pub enum Admission {
     /// A command, answered through the outbox.
     Handled {
         inbound_id: i64,
-        session_id: String,
+        session_id: SessionId,
         reply: String,
     },
 }
@@ -46,6 +49,8 @@ pub enum Admission {
 #[derive(Debug, Clone, Default)]
 pub struct SubmitOptions {
     /// Continue this session (it must exist): the chat is pointed at it first.
+    /// The id as the client sent it: text that cannot be an id is answered
+    /// as an unknown session, at the same point as a well-formed unknown id.
     pub session: Option<String>,
     /// Return a receiver for the turn's reply.
     pub wait: bool,
@@ -246,7 +251,7 @@ impl SessionService {
         &self,
         inbound_id: i64,
         chat: &ChatRef,
-        session_id: String,
+        session_id: SessionId,
         answer: Answer,
     ) -> Result<Admission, StoreError> {
         let Answer { text, stored } = answer;
@@ -296,7 +301,7 @@ fn chat_of(message: &InboundMessage) -> ChatRef {
 /// session's runner.
 fn new_inbound(
     message: &InboundMessage,
-    session_id: &str,
+    session_id: &SessionId,
     answered: bool,
     command: Option<&Command>,
     principal: PrincipalId,
@@ -310,7 +315,7 @@ fn new_inbound(
         platform: message.platform.to_string(),
         account: message.account.to_string(),
         event_id: message.event_id.to_string(),
-        session_id: session_id.to_owned(),
+        session_id: session_id.clone(),
         chat_id: message.chat.to_string(),
         thread_id: message.thread.as_ref().map(ToString::to_string),
         message_id: message.message_id.clone(),

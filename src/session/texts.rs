@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use super::access::Decision;
 use super::link::CODE_TTL;
 use super::turn::TurnOutcome;
-use crate::store::{PairingRequest, SessionRow, SessionSummary, UsageSummary};
+use crate::store::{PairingRequest, SessionId, SessionRow, SessionSummary, UsageSummary};
 
 /// The help text listing the commands.
 pub const HELP: &str = "Commands:\n\
@@ -133,7 +133,7 @@ pub fn link_code(code: &str) -> String {
     )
 }
 
-pub fn new_conversation(session_id: &str) -> String {
+pub fn new_conversation(session_id: &SessionId) -> String {
     format!("Started a new conversation ({session_id}).")
 }
 
@@ -188,7 +188,7 @@ pub fn not_a_session_id(id: &str) -> String {
     format!("{id} is not a conversation id; /sessions lists yours.")
 }
 
-pub fn resumed(session_id: &str, title: Option<&str>) -> String {
+pub fn resumed(session_id: &SessionId, title: Option<&str>) -> String {
     let title = match title {
         Some(title) => format!(" ({title})"),
         None => String::new(),
@@ -205,7 +205,7 @@ pub fn ambiguous_prefix(prefix: &str) -> String {
 }
 
 /// The `/sessions` answer.
-pub fn sessions(sessions: &[SessionSummary], current: &str, now: i64) -> String {
+pub fn sessions(sessions: &[SessionSummary], current: &SessionId, now: i64) -> String {
     if sessions.is_empty() {
         return NO_CONVERSATIONS.to_owned();
     }
@@ -216,7 +216,7 @@ pub fn sessions(sessions: &[SessionSummary], current: &str, now: i64) -> String 
             .clone()
             .or_else(|| session.first_text.as_deref().map(first_words))
             .unwrap_or_else(|| "(empty)".to_owned());
-        let marker = if session.id == current {
+        let marker = if session.id == *current {
             " (this chat)"
         } else {
             ""
@@ -265,7 +265,8 @@ pub fn usage(summary: &UsageSummary, cost: Option<i64>, daily_usd: f64) -> Strin
 }
 
 /// The first eight characters of a session id, enough to tell sessions apart.
-fn short_id(id: &str) -> &str {
+fn short_id(id: &SessionId) -> &str {
+    let id = id.as_str();
     id.get(..8).unwrap_or(id)
 }
 

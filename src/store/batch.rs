@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use sqlx::any::AnyRow;
 use sqlx::{Connection, Executor, Row};
 
-use super::{Backend, Store, StoreError};
+use super::{Backend, SessionId, Store, StoreError};
 
 /// One bound value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +55,12 @@ impl From<String> for Arg {
 impl From<Option<&str>> for Arg {
     fn from(value: Option<&str>) -> Self {
         Self::Text(value.map(str::to_owned))
+    }
+}
+
+impl From<&SessionId> for Arg {
+    fn from(value: &SessionId) -> Self {
+        Self::Text(Some(value.as_str().to_owned()))
     }
 }
 

@@ -6,7 +6,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::messages::{parse_wire_view, wire_view_aggregate};
-use super::{Arg, Backend, Batch, Store, StoreError, WireEntry, now_ms, to_u64};
+use super::{Arg, Backend, Batch, SessionId, Store, StoreError, WireEntry, now_ms, to_u64};
 
 /// A summary and the range of messages it replaces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,11 +28,11 @@ impl Store {
     /// A database failure or a corrupt row.
     pub async fn conversation(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> Result<(Vec<WireEntry>, Option<Compaction>), StoreError> {
         let sql = format!("SELECT {}", conversation_columns(self.backend));
         let row = sqlx::query(&sql)
-            .bind(session_id)
+            .bind(session_id.as_str())
             .fetch_one(&mut *self.read_conn().await?)
             .await?;
         conversation_from_row(&row)
@@ -43,12 +43,12 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn tokens_per_char(&self, session_id: &str) -> Result<Option<f64>, StoreError> {
+    pub async fn tokens_per_char(&self, session_id: &SessionId) -> Result<Option<f64>, StoreError> {
         let row = sqlx::query_as::<_, (i64, Option<i64>)>(
             "SELECT input_tokens, request_chars FROM usage WHERE session_id = $1 \
              AND request_chars IS NOT NULL AND status = 'done' ORDER BY id DESC LIMIT 1",
         )
-        .bind(session_id)
+        .bind(session_id.as_str())
         .fetch_optional(&mut *self.read_conn().await?)
         .await?;
         Ok(row.and_then(|(tokens, chars)| tokens_per_char(to_u64(tokens), chars?)))
@@ -102,7 +102,7 @@ pub fn tokens_per_char(input_tokens: u64, request_chars: i64) -> Option<f64> {
 
 impl Batch {
     /// Records a compaction.
-    pub fn record_compaction(&mut self, session_id: &str, compaction: &Compaction) {
+    pub fn record_compaction(&mut self, session_id: &SessionId, compaction: &Compaction) {
         self.push(
             "INSERT INTO compactions (session_id, pinned_id, through_id, summary, created_at, \
              kept_id) VALUES ($1, $2, $3, $4, $5, $6)",

@@ -2,7 +2,7 @@
 //! last exchange from the wire view (`/undo`, `/retry`). Hidden entries stay
 //! stored, marked `hidden = 1`; only [`Store::wire_history`] leaves them out.
 
-use super::{Store, StoreError, now_ms};
+use super::{SessionId, Store, StoreError, now_ms};
 
 /// The exchange [`Store::hide_last_exchange`] hid.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,11 +18,11 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn set_session_title(&self, id: &str, title: &str) -> Result<(), StoreError> {
+    pub async fn set_session_title(&self, id: &SessionId, title: &str) -> Result<(), StoreError> {
         sqlx::query("UPDATE sessions SET title = $1, updated_at = $2 WHERE id = $3")
             .bind(title)
             .bind(now_ms())
-            .bind(id)
+            .bind(id.as_str())
             .execute(&mut *self.conn().await?)
             .await?;
         Ok(())
@@ -36,14 +36,14 @@ impl Store {
     /// A database failure.
     pub async fn hide_last_exchange(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
     ) -> Result<Option<HiddenExchange>, StoreError> {
         let mut conn = self.conn().await?;
         let last = sqlx::query_as::<_, (i64, Option<String>)>(
             "SELECT id, content FROM messages WHERE session_id = $1 AND scope = '' \
              AND role = 'user' AND hidden = 0 ORDER BY id DESC LIMIT 1",
         )
-        .bind(session_id)
+        .bind(session_id.as_str())
         .fetch_optional(&mut *conn)
         .await?;
         let Some((id, content)) = last else {
@@ -53,7 +53,7 @@ impl Store {
             "UPDATE messages SET hidden = 1 WHERE session_id = $1 AND scope = '' AND id >= $2 \
              AND hidden = 0",
         )
-        .bind(session_id)
+        .bind(session_id.as_str())
         .bind(id)
         .execute(&mut *conn)
         .await?;

@@ -10,7 +10,8 @@ use sqlx::any::AnyRow;
 use sqlx::{Connection, Row};
 
 use super::leases::lease_held;
-use super::{Batch, Store, StoreError, now_ms};
+use super::session_id::{parse_stored, session_id_from_row};
+use super::{Batch, SessionId, Store, StoreError, now_ms};
 
 /// Where an inbound message is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +57,7 @@ pub struct NewInbound {
     pub platform: String,
     pub account: String,
     pub event_id: String,
-    pub session_id: String,
+    pub session_id: SessionId,
     pub chat_id: String,
     pub thread_id: Option<String>,
     pub message_id: Option<String>,
@@ -76,7 +77,7 @@ pub struct InboundRow {
     pub platform: String,
     pub account: String,
     pub event_id: String,
-    pub session_id: String,
+    pub session_id: SessionId,
     pub chat_id: String,
     pub thread_id: Option<String>,
     pub message_id: Option<String>,
@@ -108,7 +109,7 @@ impl Store {
         .bind(&inbound.platform)
         .bind(&inbound.account)
         .bind(&inbound.event_id)
-        .bind(&inbound.session_id)
+        .bind(inbound.session_id.as_str())
         .bind(&inbound.chat_id)
         .bind(inbound.thread_id.as_deref())
         .bind(inbound.message_id.as_deref())
@@ -131,7 +132,7 @@ impl Store {
     /// A database failure or a corrupt row.
     pub async fn lease_and_claim(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         owner: &str,
         ttl_ms: i64,
     ) -> Result<Claim, StoreError> {
@@ -158,7 +159,7 @@ impl Store {
     /// A database failure or a corrupt row.
     pub async fn claim_next_or_release(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         owner: &str,
         mut before: Batch,
     ) -> Result<Option<InboundRow>, StoreError> {
@@ -172,13 +173,13 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn sessions_with_unfinished_inbound(&self) -> Result<Vec<String>, StoreError> {
+    pub async fn sessions_with_unfinished_inbound(&self) -> Result<Vec<SessionId>, StoreError> {
         let ids = sqlx::query_scalar::<_, String>(
             "SELECT DISTINCT session_id FROM inbound WHERE status IN ('pending', 'running')",
         )
         .fetch_all(&mut *self.conn().await?)
         .await?;
-        Ok(ids)
+        ids.iter().map(|id| parse_stored(id)).collect()
     }
 
     /// Deletes what is older than `older_than_ms` and finished: delivered or
@@ -210,7 +211,7 @@ impl Store {
 /// Claims the session's next message, if the lease is ours (a `running`
 /// one first, then `pending` ones in arrival order), or gives the lease up
 /// when there is none; the claim gives at most one row.
-fn push_claim(batch: &mut Batch, session_id: &str, owner: &str) {
+fn push_claim(batch: &mut Batch, session_id: &SessionId, owner: &str) {
     batch.push_returning_optional(
         format!(
             "UPDATE inbound SET status = 'running' WHERE id = (SELECT id FROM inbound \
@@ -246,7 +247,7 @@ pub(super) fn inbound_from_row(row: &AnyRow) -> Result<InboundRow, StoreError> {
         platform: row.try_get("platform")?,
         account: row.try_get("account")?,
         event_id: row.try_get("event_id")?,
-        session_id: row.try_get("session_id")?,
+        session_id: session_id_from_row(row, "session_id")?,
         chat_id: row.try_get("chat_id")?,
         thread_id: row.try_get("thread_id")?,
         message_id: row.try_get("message_id")?,

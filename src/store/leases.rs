@@ -8,7 +8,7 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::{Arg, Batch, Store, StoreError, now_ms};
+use super::{Arg, Batch, SessionId, Store, StoreError, now_ms};
 
 impl Store {
     /// Takes the session's lease for `ttl_ms` if it is free, expired, or
@@ -18,7 +18,7 @@ impl Store {
     /// A database failure.
     pub async fn try_acquire_lease(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         owner: &str,
         ttl_ms: i64,
     ) -> Result<bool, StoreError> {
@@ -31,9 +31,13 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn release_lease(&self, session_id: &str, owner: &str) -> Result<(), StoreError> {
+    pub async fn release_lease(
+        &self,
+        session_id: &SessionId,
+        owner: &str,
+    ) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM session_leases WHERE session_id = $1 AND owner = $2")
-            .bind(session_id)
+            .bind(session_id.as_str())
             .bind(owner)
             .execute(&mut *self.conn().await?)
             .await?;
@@ -44,7 +48,7 @@ impl Store {
 impl Batch {
     /// Takes the session's lease for `ttl_ms` if it is free, expired, or
     /// already ours; gives one row, which [`lease_held`] reads.
-    pub fn acquire_lease(&mut self, session_id: &str, owner: &str, ttl_ms: i64) {
+    pub fn acquire_lease(&mut self, session_id: &SessionId, owner: &str, ttl_ms: i64) {
         let now = now_ms();
         self.push(
             "INSERT INTO session_leases (session_id, owner, expires_at) VALUES ($1, $2, $3) \

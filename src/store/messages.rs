@@ -8,7 +8,8 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::{Arg, Backend, Batch, Store, StoreError, now_ms, to_i64, to_u64};
+use super::session_id::session_id_from_row;
+use super::{Arg, Backend, Batch, SessionId, Store, StoreError, now_ms, to_i64, to_u64};
 use crate::llm::{ChatMessage, ToolCall, Usage};
 
 /// Who a transcript entry is from.
@@ -52,7 +53,7 @@ pub struct MessageMeta {
 /// An entry to append.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewMessage {
-    pub session_id: String,
+    pub session_id: SessionId,
     /// The inbound message whose task produced this entry.
     pub task_id: Option<i64>,
     /// `""` for the session's own conversation; a sub-agent's path otherwise.
@@ -68,7 +69,7 @@ pub struct NewMessage {
 impl NewMessage {
     /// Builds the entry that a wire message came from.
     pub fn from_wire(
-        session_id: &str,
+        session_id: &SessionId,
         task_id: Option<i64>,
         scope: &str,
         wire: ChatMessage,
@@ -92,7 +93,7 @@ impl NewMessage {
             ),
         };
         Self {
-            session_id: session_id.to_owned(),
+            session_id: session_id.clone(),
             task_id,
             scope: scope.to_owned(),
             role,
@@ -130,13 +131,13 @@ impl Store {
     /// A database failure or a corrupt row.
     pub async fn history(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         scope: &str,
     ) -> Result<Vec<StoredMessage>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 AND scope = $2 ORDER BY id"
         ))
-        .bind(session_id)
+        .bind(session_id.as_str())
         .bind(scope)
         .fetch_all(&mut *self.conn().await?)
         .await?;
@@ -152,7 +153,7 @@ impl Store {
     /// A database failure or a corrupt row.
     pub async fn wire_history(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         scope: &str,
     ) -> Result<Vec<WireEntry>, StoreError> {
         let sql = format!(
@@ -160,7 +161,7 @@ impl Store {
             wire_view_aggregate(self.backend)
         );
         let raw = sqlx::query_scalar::<_, String>(&sql)
-            .bind(session_id)
+            .bind(session_id.as_str())
             .bind(scope)
             .fetch_one(&mut *self.read_conn().await?)
             .await?;
@@ -291,7 +292,7 @@ pub fn round_request_id(assistant_id: i64, index: usize) -> String {
 /// with it.
 #[derive(Debug, Clone, Copy)]
 pub struct RoundStart<'a> {
-    pub session_id: &'a str,
+    pub session_id: &'a SessionId,
     pub task_id: Option<i64>,
     pub scope: &'a str,
     pub calls: &'a [ToolCall],
@@ -301,7 +302,7 @@ pub struct RoundStart<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct ToolCheckpoint<'a> {
     pub request_id: &'a str,
-    pub session_id: &'a str,
+    pub session_id: &'a SessionId,
     pub task_id: Option<i64>,
     pub scope: &'a str,
     pub call_id: &'a str,
@@ -331,7 +332,7 @@ impl Batch {
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
              RETURNING id",
             vec![
-                message.session_id.as_str().into(),
+                (&message.session_id).into(),
                 message.task_id.into(),
                 message.scope.as_str().into(),
                 message.role.as_str().into(),
@@ -446,7 +447,7 @@ fn message_from_row(row: &AnyRow) -> Result<StoredMessage, StoreError> {
     Ok(StoredMessage {
         id: row.try_get("id")?,
         message: NewMessage {
-            session_id: row.try_get("session_id")?,
+            session_id: session_id_from_row(row, "session_id")?,
             task_id: row.try_get("task_id")?,
             scope: row.try_get("scope")?,
             role: Role::parse(&role)?,

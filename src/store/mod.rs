@@ -80,6 +80,7 @@ mod messages;
 mod outbox;
 mod pairing;
 mod principals;
+mod session_id;
 mod sessions;
 mod usage;
 
@@ -106,6 +107,7 @@ pub use messages::{RoundStart, ToolCheckpoint, WireEntry, round_request_id};
 pub use outbox::{OutboxRow, OutboxStatus, TurnEnd};
 pub use pairing::{Applicant, PairingRequest, PairingStatus};
 pub use principals::{Identity, PrincipalId, Redemption, SessionSummary};
+pub use session_id::{InvalidSessionId, SessionId};
 pub use sessions::{NewSession, SessionRow, SessionTotals, SessionView};
 pub use usage::{ModelCallEnd, ModelCallStart, UsageRow, UsageSummary};
 

@@ -4,7 +4,8 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::{Arg, Batch, InboundStatus, NewMessage, Store, StoreError, now_ms};
+use super::session_id::session_id_from_row;
+use super::{Arg, Batch, InboundStatus, NewMessage, SessionId, Store, StoreError, now_ms};
 
 /// Where a reply is in its delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +39,7 @@ impl OutboxStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxRow {
     pub id: i64,
-    pub session_id: String,
+    pub session_id: SessionId,
     pub inbound_id: i64,
     pub platform: String,
     pub account: String,
@@ -197,7 +198,7 @@ fn outbox_from_row(row: &AnyRow) -> Result<OutboxRow, StoreError> {
     let status: String = row.try_get("status")?;
     Ok(OutboxRow {
         id: row.try_get("id")?,
-        session_id: row.try_get("session_id")?,
+        session_id: session_id_from_row(row, "session_id")?,
         inbound_id: row.try_get("inbound_id")?,
         platform: row.try_get("platform")?,
         account: row.try_get("account")?,

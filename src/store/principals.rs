@@ -15,7 +15,8 @@ use std::fmt;
 use sha2::{Digest, Sha256};
 use sqlx::{Connection, Row};
 
-use super::{Store, StoreError, UsageSummary, now_ms, to_u64};
+use super::session_id::{parse_stored, session_id_from_row};
+use super::{SessionId, Store, StoreError, UsageSummary, now_ms, to_u64};
 
 /// A principal's id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -58,7 +59,7 @@ pub enum Redemption {
 /// One line of a principal's session list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionSummary {
-    pub id: String,
+    pub id: SessionId,
     pub title: Option<String>,
     /// The first user message, when there is one.
     pub first_text: Option<String>,
@@ -298,7 +299,7 @@ impl Store {
         rows.iter()
             .map(|row| {
                 Ok(SessionSummary {
-                    id: row.try_get("id")?,
+                    id: session_id_from_row(row, "id")?,
                     title: row.try_get("title")?,
                     first_text: row.try_get("first_text")?,
                     platform: row.try_get("platform")?,
@@ -317,7 +318,7 @@ impl Store {
         &self,
         principal: PrincipalId,
         prefix: &str,
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<Vec<SessionId>, StoreError> {
         // The caller passes only hex digits and dashes, so no LIKE wildcard
         // can be smuggled in.
         let ids = sqlx::query_scalar::<_, String>(
@@ -327,7 +328,7 @@ impl Store {
         .bind(format!("{prefix}%"))
         .fetch_all(&mut *self.conn().await?)
         .await?;
-        Ok(ids)
+        ids.iter().map(|id| parse_stored(id)).collect()
     }
 
     /// The model calls made for a principal's messages (on any platform, in

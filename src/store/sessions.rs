@@ -7,12 +7,13 @@ use sqlx::any::AnyRow;
 use sqlx::Connection;
 
 use super::compactions::{Compaction, conversation_columns, conversation_from_row};
-use super::{PrincipalId, Store, StoreError, WireEntry, now_ms, to_u64};
+use super::session_id::{parse_stored, session_id_from_row};
+use super::{PrincipalId, SessionId, Store, StoreError, WireEntry, now_ms, to_u64};
 
 /// A session as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionRow {
-    pub id: String,
+    pub id: SessionId,
     /// The escaped origin key of the chat where the session started.
     pub origin_key: String,
     pub platform: String,
@@ -53,7 +54,7 @@ pub struct SessionTotals {
 /// What a new session starts with.
 #[derive(Debug, Clone)]
 pub struct NewSession {
-    pub id: String,
+    pub id: SessionId,
     pub origin_key: String,
     pub platform: String,
     pub account: String,
@@ -75,11 +76,11 @@ impl Store {
     ///
     /// # Errors
     /// A database failure or a corrupt row.
-    pub async fn session(&self, id: &str) -> Result<Option<SessionRow>, StoreError> {
+    pub async fn session(&self, id: &SessionId) -> Result<Option<SessionRow>, StoreError> {
         let row = sqlx::query(&format!(
             "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"
         ))
-        .bind(id)
+        .bind(id.as_str())
         .fetch_optional(&mut *self.read_conn().await?)
         .await?;
         row.map(|row| session_from_row(&row)).transpose()
@@ -90,13 +91,13 @@ impl Store {
     ///
     /// # Errors
     /// A database failure or a corrupt row.
-    pub async fn session_view(&self, id: &str) -> Result<Option<SessionView>, StoreError> {
+    pub async fn session_view(&self, id: &SessionId) -> Result<Option<SessionView>, StoreError> {
         let sql = format!(
             "SELECT {SESSION_COLUMNS}, {} FROM sessions WHERE id = $1",
             conversation_columns(self.backend)
         );
         let Some(row) = sqlx::query(&sql)
-            .bind(id)
+            .bind(id.as_str())
             .fetch_optional(&mut *self.read_conn().await?)
             .await?
         else {
@@ -114,13 +115,13 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn route(&self, route_key: &str) -> Result<Option<String>, StoreError> {
+    pub async fn route(&self, route_key: &str) -> Result<Option<SessionId>, StoreError> {
         let session =
             sqlx::query_scalar::<_, String>("SELECT session_id FROM routes WHERE route_key = $1")
                 .bind(route_key)
                 .fetch_optional(&mut *self.read_conn().await?)
                 .await?;
-        Ok(session)
+        session.as_deref().map(parse_stored).transpose()
     }
 
     /// Points a route at a session (used by `/new`, `/resume`, and the
@@ -128,14 +129,18 @@ impl Store {
     ///
     /// # Errors
     /// A database failure, or an unknown session (foreign key).
-    pub async fn bind_route(&self, route_key: &str, session_id: &str) -> Result<(), StoreError> {
+    pub async fn bind_route(
+        &self,
+        route_key: &str,
+        session_id: &SessionId,
+    ) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO routes (route_key, session_id, updated_at) VALUES ($1, $2, $3) \
              ON CONFLICT (route_key) DO UPDATE SET session_id = excluded.session_id, \
              updated_at = excluded.updated_at",
         )
         .bind(route_key)
-        .bind(session_id)
+        .bind(session_id.as_str())
         .bind(now_ms())
         .execute(&mut *self.conn().await?)
         .await?;
@@ -152,7 +157,7 @@ impl Store {
         &self,
         route_key: &str,
         session: &NewSession,
-    ) -> Result<String, StoreError> {
+    ) -> Result<SessionId, StoreError> {
         let mut conn = self.conn().await?;
         let mut tx = conn.begin().await?;
         insert_session(&mut tx, session).await?;
@@ -161,7 +166,7 @@ impl Store {
              ON CONFLICT (route_key) DO NOTHING RETURNING session_id",
         )
         .bind(route_key)
-        .bind(&session.id)
+        .bind(session.id.as_str())
         .bind(now_ms())
         .fetch_optional(&mut *tx)
         .await?;
@@ -189,11 +194,11 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn set_session_model(&self, id: &str, model: &str) -> Result<(), StoreError> {
+    pub async fn set_session_model(&self, id: &SessionId, model: &str) -> Result<(), StoreError> {
         sqlx::query("UPDATE sessions SET model = $1, updated_at = $2 WHERE id = $3")
             .bind(model)
             .bind(now_ms())
-            .bind(id)
+            .bind(id.as_str())
             .execute(&mut *self.conn().await?)
             .await?;
         Ok(())
@@ -212,7 +217,7 @@ async fn insert_session(
          system_prompt, model, toolset, created_at, updated_at, principal_id) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
     )
-    .bind(&session.id)
+    .bind(session.id.as_str())
     .bind(&session.origin_key)
     .bind(&session.platform)
     .bind(&session.account)
@@ -234,7 +239,7 @@ fn session_from_row(row: &AnyRow) -> Result<SessionRow, StoreError> {
     let toolset = serde_json::from_str(&toolset)
         .map_err(|err| StoreError::Corrupt(format!("session toolset: {err}")))?;
     Ok(SessionRow {
-        id: row.try_get("id")?,
+        id: session_id_from_row(row, "id")?,
         origin_key: row.try_get("origin_key")?,
         platform: row.try_get("platform")?,
         account: row.try_get("account")?,

@@ -1,6 +1,7 @@
 //! Token usage per model call, and the running totals on each session.
 
-use super::{Arg, Batch, Store, StoreError, now_ms, to_i64, to_u64};
+use super::session_id::parse_stored;
+use super::{Arg, Batch, SessionId, Store, StoreError, now_ms, to_i64, to_u64};
 use crate::llm::Usage;
 
 /// A model call about to be made: written `running` before the request goes
@@ -9,7 +10,7 @@ use crate::llm::Usage;
 pub struct ModelCallStart<'a> {
     /// Unique per call; also the key a retry after recovery would reuse.
     pub request_id: &'a str,
-    pub session_id: &'a str,
+    pub session_id: &'a SessionId,
     pub task_id: Option<i64>,
     /// `""` for the session's own conversation; a sub-agent's path otherwise.
     pub scope: &'a str,
@@ -201,7 +202,7 @@ impl Store {
 pub struct UsageRow {
     /// Who sent the messages (`None` for usage recorded before principals).
     pub principal_id: Option<i64>,
-    pub session_id: String,
+    pub session_id: SessionId,
     /// Days since the Unix epoch (UTC).
     pub day: i64,
     pub model: String,
@@ -226,19 +227,18 @@ impl Store {
         )
         .fetch_all(&mut *self.conn().await?)
         .await?;
-        Ok(rows
-            .into_iter()
+        rows.into_iter()
             .map(
                 |(principal_id, session_id, day, model, calls, input, output, read, write)| {
-                    UsageRow {
+                    Ok(UsageRow {
                         principal_id,
-                        session_id,
+                        session_id: parse_stored(&session_id)?,
                         day,
                         model,
                         summary: UsageSummary::from_sums((calls, input, output, read, write)),
-                    }
+                    })
                 },
             )
-            .collect())
+            .collect()
     }
 }

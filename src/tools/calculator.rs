@@ -369,7 +369,7 @@ mod tests {
     fn ctx() -> ToolContext {
         ToolContext {
             request_id: "r".to_owned(),
-            session_id: "s".to_owned(),
+            session_id: crate::store::SessionId::parse("s").expect("valid id"),
             subagents: None,
         }
     }

@@ -26,6 +26,7 @@ use schemars::{JsonSchema, Schema};
 use serde_json::Value;
 
 use crate::llm::ToolSpec;
+use crate::store::SessionId;
 
 /// What a tool call knows about its surroundings.
 #[derive(Clone)]
@@ -33,7 +34,7 @@ pub struct ToolContext {
     /// Stable across a re-run of the same call after a crash, so a tool with
     /// side effects can deduplicate.
     pub request_id: String,
-    pub session_id: String,
+    pub session_id: SessionId,
     /// Present when the tool may start sub-agents (the `delegate` tool).
     pub subagents: Option<Arc<dyn SubAgents>>,
 }

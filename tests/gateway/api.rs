@@ -293,6 +293,23 @@ async fn an_unknown_session_id_is_404() {
 }
 
 #[tokio::test]
+async fn a_session_header_that_cannot_be_an_id_gets_the_unknown_session_404() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+
+    let (unknown_status, _, unknown) = app.chat(Some("no-such-session"), "hi").await;
+    let (status, _, body) = app.chat(Some("no such session"), "hi").await;
+
+    assert_eq!(status, unknown_status);
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let mut expected = unknown;
+    expected["error"]["message"] = json!("no session with id no such session");
+    assert_eq!(body, expected);
+    assert_eq!(app.count("inbound").await, 0);
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn a_reused_idempotency_key_starts_no_second_turn() {
     let llm = FakeLlm::echo().await;
     let app = TestApp::spawn(&llm).await;

@@ -11,7 +11,9 @@ use switchboard::store::{Store, StoreOptions};
 
 use switchboard_test_support::wait::within;
 
-use crate::helpers::{FakeLlm, Reply, ServeProcess, last_is_tool_result, last_user_text};
+use crate::helpers::{
+    FakeLlm, Reply, ServeProcess, last_is_tool_result, last_user_text, session_id,
+};
 
 /// The top agent delegates a sub-task (non-idempotent) and computes
 /// something (idempotent), then answers; the sub-agent just answers.
@@ -190,7 +192,10 @@ async fn kill_9_at_many_points_loses_nothing_and_repeats_nothing() {
     }
 
     // The stored history is valid: every tool call has exactly one result.
-    let history = store.wire_history(&session, "").await.expect("history");
+    let history = store
+        .wire_history(&session_id(&session), "")
+        .await
+        .expect("history");
     let mut open: Vec<String> = Vec::new();
     for entry in &history {
         match &entry.message {

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use switchboard::config::Settings;
 use switchboard::gateway::Gateway;
 use switchboard::platforms::Platforms;
-use switchboard::store::{SessionRow, StoredMessage, WireEntry};
+use switchboard::store::{SessionId, SessionRow, StoredMessage, WireEntry};
 use switchboard_telegram::TelegramSettings;
 use switchboard_test_support::eventually;
 use switchboard_test_support::telegram::{self, FakeTelegram};
@@ -499,7 +499,7 @@ impl TestApp {
     pub async fn session_row(&self, id: &str) -> SessionRow {
         self.gateway
             .store
-            .session(id)
+            .session(&session_id(id))
             .await
             .expect("db")
             .expect("row")
@@ -509,7 +509,7 @@ impl TestApp {
     pub async fn stored_history(&self, session: &str) -> Vec<StoredMessage> {
         self.gateway
             .store
-            .history(session, "")
+            .history(&session_id(session), "")
             .await
             .expect("history")
     }
@@ -518,7 +518,7 @@ impl TestApp {
     pub async fn wire_history(&self, session: &str) -> Vec<WireEntry> {
         self.gateway
             .store
-            .wire_history(session, "")
+            .wire_history(&session_id(session), "")
             .await
             .expect("history")
     }
@@ -668,4 +668,9 @@ impl ServeProcess {
         let body: Value = response.json().await.expect("json");
         reply_text(&body)
     }
+}
+
+/// A session id the gateway handed out (a response header, a stored row).
+pub fn session_id(text: &str) -> SessionId {
+    SessionId::parse(text).expect("a session id")
 }

@@ -11,7 +11,7 @@ use switchboard_test_support::eventually_some;
 use switchboard_test_support::inbound::message;
 use switchboard_test_support::sender::RecordingSender;
 
-use crate::helpers::{FakeLlm, TestApp};
+use crate::helpers::{FakeLlm, TestApp, session_id};
 
 /// The fake platform "fake" wired into a running gateway.
 pub struct Fake {
@@ -297,7 +297,7 @@ async fn sessions_lists_conversations_and_resume_switches_the_chat_back() {
     let title = app
         .gateway
         .store
-        .session(&first)
+        .session(&session_id(&first))
         .await
         .expect("read")
         .and_then(|s| s.title);

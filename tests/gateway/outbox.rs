@@ -13,7 +13,7 @@ use switchboard_test_support::eventually;
 use switchboard_test_support::inbound::message;
 use switchboard_test_support::sender::RecordingSender;
 
-use crate::helpers::{FakeLlm, Reply, TestApp, last_user_text};
+use crate::helpers::{FakeLlm, Reply, TestApp, last_user_text, session_id};
 
 /// `hello <event>` from Alice in `chat-9`, as platform message `pm-<event>`.
 fn inbound(event: &str, kind: ChatKind, mentions_bot: bool, is_bot: bool) -> InboundMessage {
@@ -220,7 +220,10 @@ async fn dedup_records_are_kept_72_hours_then_pruned_without_touching_transcript
     assert_eq!(pruned, 1);
     assert_eq!(app.count("inbound").await, 1, "the recent record stays");
     assert_eq!(app.count("outbox").await, 1);
-    let history = store.wire_history(&old_session, "").await.expect("history");
+    let history = store
+        .wire_history(&session_id(&old_session), "")
+        .await
+        .expect("history");
     assert_eq!(history.len(), 2, "the transcript stays");
     app.stop().await;
 }

@@ -13,7 +13,7 @@ use crate::session::routing::{Place, Routing};
 use crate::session::runner::Runner;
 use crate::session::texts;
 use crate::session::turn::StopCause;
-use crate::store::{Identity, Redemption, Store, StoreError, now_ms, start_of_today_ms};
+use crate::store::{Identity, Redemption, SessionId, Store, StoreError, now_ms, start_of_today_ms};
 
 /// What commands act on: the service's parts, borrowed for one message.
 pub struct Commands<'a> {
@@ -51,7 +51,10 @@ pub struct Context<'a> {
 #[derive(Debug)]
 pub enum Dispatched {
     /// Answered; the chat is on `session_id` afterwards.
-    Answer { session_id: String, answer: Answer },
+    Answer {
+        session_id: SessionId,
+        answer: Answer,
+    },
     /// The message runs as a task of its session, like ordinary text
     /// (`/compact`, which needs a model call).
     Queue,
@@ -118,7 +121,7 @@ impl Commands<'_> {
         command: Command,
         context: &Context<'_>,
     ) -> Result<Dispatched, StoreError> {
-        let session_id = context.place.session_id.as_str();
+        let session_id = &context.place.session_id;
         let identity_command = matches!(
             command,
             Command::Link(_)
@@ -207,7 +210,7 @@ impl Commands<'_> {
     /// a new task asking the same again; an answer instead while a turn
     /// runs or when there is nothing to retry.
     async fn retry(&self, context: &Context<'_>) -> Result<Dispatched, StoreError> {
-        let session_id = context.place.session_id.as_str();
+        let session_id = &context.place.session_id;
         if self.runner.is_running(session_id) {
             return Ok(stay(context, texts::BUSY));
         }
@@ -215,7 +218,7 @@ impl Commands<'_> {
             return Ok(stay(context, texts::NOTHING_TO_RETRY));
         };
         tracing::info!(
-            session_id,
+            session_id = session_id.as_str(),
             entries = hidden.entries,
             "retrying the last message"
         );
@@ -227,14 +230,18 @@ impl Commands<'_> {
 
     /// `/undo`: hides the last exchange from what the model sees.
     async fn undo(&self, context: &Context<'_>) -> Result<Dispatched, StoreError> {
-        let session_id = context.place.session_id.as_str();
+        let session_id = &context.place.session_id;
         if self.runner.is_running(session_id) {
             return Ok(stay(context, texts::BUSY));
         }
         Ok(match self.store.hide_last_exchange(session_id).await? {
             None => stay(context, texts::NOTHING_TO_UNDO),
             Some(hidden) => {
-                tracing::info!(session_id, entries = hidden.entries, "last exchange hidden");
+                tracing::info!(
+                    session_id = session_id.as_str(),
+                    entries = hidden.entries,
+                    "last exchange hidden"
+                );
                 stay(context, texts::UNDONE)
             }
         })
@@ -247,7 +254,7 @@ impl Commands<'_> {
         context: &Context<'_>,
         name: Option<String>,
     ) -> Result<Dispatched, StoreError> {
-        let session_id = context.place.session_id.as_str();
+        let session_id = &context.place.session_id;
         let models = &self.settings.models;
         let Some(name) = name else {
             let current = self
@@ -261,7 +268,7 @@ impl Commands<'_> {
             return Ok(stay(context, texts::unknown_model(models)));
         }
         self.store.set_session_model(session_id, &name).await?;
-        tracing::info!(session_id, model = %name, "session model switched");
+        tracing::info!(session_id = session_id.as_str(), model = %name, "session model switched");
         Ok(stay(context, texts::model_switched(&name)))
     }
 
@@ -381,7 +388,7 @@ fn stay(context: &Context<'_>, answer: impl Into<Answer>) -> Dispatched {
 }
 
 /// An answer after which the chat is on `session_id`.
-fn moved(session_id: String, answer: impl Into<Answer>) -> Dispatched {
+fn moved(session_id: SessionId, answer: impl Into<Answer>) -> Dispatched {
     Dispatched::Answer {
         session_id,
         answer: answer.into(),
