@@ -159,9 +159,9 @@ impl Access {
         let code = LinkCode::generate();
         let applicant = Applicant {
             identity,
-            platform: message.platform.as_str(),
-            account: message.account.as_str(),
-            user_id: message.sender.id.as_str(),
+            platform: &message.platform,
+            account: &message.account,
+            user_id: &message.sender.id,
             display_name: message.sender.display_name.as_deref(),
         };
         let request = self

@@ -42,4 +42,12 @@ mod tests {
         assert_eq!(LocalPlatform::of("telegram"), None);
         assert_eq!(LocalPlatform::of("API"), None);
     }
+
+    #[test]
+    fn local_platform_names_are_valid_platform_names() {
+        for local in LocalPlatform::ALL {
+            let name = switchboard_contract::PlatformName::parse(local.name());
+            assert_eq!(name.as_ref().map(|n| n.as_str()), Ok(local.name()));
+        }
+    }
 }

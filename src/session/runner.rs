@@ -14,10 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use switchboard_contract::backoff::{self, Backoff, Wait};
-use switchboard_contract::{
-    AccountId, ChatId, ChatRef, IdError, OutboundMessage, PlatformName, PlatformSender, SendError,
-    ThreadId,
-};
+use switchboard_contract::{ChatRef, OutboundMessage, PlatformSender, SendError};
 use tokio::sync::{Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -168,7 +165,7 @@ impl Runner {
         }
         for row in self.inner.store.pending_outbox(1000).await? {
             // Nobody waits for these any more; the status only feeds waiters.
-            self.deliver_stored(&row, InboundStatus::Done).await;
+            self.deliver(&row, InboundStatus::Done).await;
         }
         Ok(())
     }
@@ -180,7 +177,7 @@ impl Runner {
     pub async fn retry_undelivered(&self) -> Result<usize, StoreError> {
         let rows = self.inner.store.retryable_outbox(100).await?;
         for row in &rows {
-            self.deliver_stored(row, InboundStatus::Done).await;
+            self.deliver(row, InboundStatus::Done).await;
         }
         Ok(rows.len())
     }
@@ -300,13 +297,7 @@ impl Runner {
             let trace_id = uuid::Uuid::now_v7().to_string();
             let span = tracing::info_span!("turn", trace_id = %trace_id, inbound_id = inbound.id);
             // The reply goes back to the chat the message came from.
-            let chat = stored_chat(
-                &inbound.platform,
-                &inbound.account,
-                &inbound.chat_id,
-                inbound.thread_id.as_deref(),
-            );
-            let typing = self.typing_indicator(&inbound.platform, chat.as_ref().ok());
+            let typing = self.typing_indicator(&chat_of(&inbound));
             let control = Arc::new(TurnControl::default());
             lock(&self.inner.running).insert(session_id.clone(), Arc::clone(&control));
             let turn = self
@@ -322,7 +313,7 @@ impl Runner {
             let (row, status) = result?;
             // The reply's delivery status, committed with the next claim.
             let delivered = self
-                .hand_out(&row, chat.as_ref(), status)
+                .hand_out(&row, status)
                 .instrument(span)
                 .await
                 .unwrap_or_default();
@@ -342,14 +333,12 @@ impl Runner {
 
     /// Repeats the platform's typing indicator while a turn runs; the caller
     /// aborts the returned task when the turn ends.
-    fn typing_indicator(
-        &self,
-        platform: &str,
-        chat: Option<&ChatRef>,
-    ) -> Option<tokio::task::JoinHandle<()>> {
-        let sender = lock(&self.inner.senders).get(platform).cloned()?;
+    fn typing_indicator(&self, chat: &ChatRef) -> Option<tokio::task::JoinHandle<()>> {
+        let sender = lock(&self.inner.senders)
+            .get(chat.platform.as_str())
+            .cloned()?;
         let every = sender.typing_interval()?;
-        let chat = chat?.clone();
+        let chat = chat.clone();
         Some(tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             loop {
@@ -386,31 +375,10 @@ impl Runner {
         }
     }
 
-    /// Hands a reply to its waiter and to `chat` (where the row says it
-    /// goes, its ids checked), then marks it sent.
-    pub async fn deliver_to(&self, chat: &ChatRef, row: &OutboxRow, status: InboundStatus) {
-        self.deliver(row, Ok(chat), status).await;
-    }
-
-    /// Hands a reply read back from the database to its waiter and its
-    /// platform, then marks it sent.
-    async fn deliver_stored(&self, row: &OutboxRow, status: InboundStatus) {
-        let chat = stored_chat(
-            &row.platform,
-            &row.account,
-            &row.chat_id,
-            row.thread_id.as_deref(),
-        );
-        self.deliver(row, chat.as_ref(), status).await;
-    }
-
-    async fn deliver(
-        &self,
-        row: &OutboxRow,
-        chat: Result<&ChatRef, &IdError>,
-        status: InboundStatus,
-    ) {
-        if let Some(marked) = self.hand_out(row, chat, status).await
+    /// Hands a reply to its waiter and to the chat its row names, then
+    /// marks it sent.
+    pub async fn deliver(&self, row: &OutboxRow, status: InboundStatus) {
+        if let Some(marked) = self.hand_out(row, status).await
             && let Err(err) = self.inner.store.write(marked).await
         {
             tracing::error!(error = %err, outbox_id = row.id, "outbox status not recorded");
@@ -419,14 +387,8 @@ impl Runner {
 
     /// Hands a reply to its waiter and its platform; returns the write that
     /// records the outcome (sent, or a failed attempt), or `None` when no
-    /// adapter for its platform runs in this process. `chat` is where it
-    /// goes, or why the stored ids it was read from are invalid.
-    async fn hand_out(
-        &self,
-        row: &OutboxRow,
-        chat: Result<&ChatRef, &IdError>,
-        status: InboundStatus,
-    ) -> Option<Batch> {
+    /// adapter for its platform runs in this process.
+    async fn hand_out(&self, row: &OutboxRow, status: InboundStatus) -> Option<Batch> {
         if let Some(waiter) = lock(&self.inner.waiters).remove(&row.inbound_id) {
             // The receiver may be gone (the client hung up); the reply stays
             // in the history either way.
@@ -437,20 +399,18 @@ impl Runner {
                 status,
             });
         }
-        let sender = lock(&self.inner.senders).get(&row.platform).cloned();
-        let result = match (sender, chat) {
-            (Some(sender), Ok(chat)) => {
-                let message = outbound_of(chat, row);
+        let sender = lock(&self.inner.senders)
+            .get(row.platform.as_str())
+            .cloned();
+        let result = match sender {
+            Some(sender) => {
+                let message = outbound_of(row);
                 self.send_with_retries(sender.as_ref(), row, &message).await
             }
-            (Some(_), Err(err)) => {
-                tracing::error!(outbox_id = row.id, error = %err, "outbox row has invalid ids");
-                Err(Undelivered::Permanent)
-            }
-            (None, _) if LocalPlatform::of(&row.platform).is_some() => Ok(None),
+            None if LocalPlatform::of(row.platform.as_str()).is_some() => Ok(None),
             // No adapter for this platform in this process: another instance
             // (or a later start) delivers it.
-            (None, _) => return None,
+            None => return None,
         };
         let mut marked = Batch::new();
         match result {
@@ -501,30 +461,24 @@ impl Runner {
     }
 }
 
-/// The chat a stored row names, its ids checked again (the database holds
-/// them as text).
-fn stored_chat(
-    platform: &str,
-    account: &str,
-    chat: &str,
-    thread: Option<&str>,
-) -> Result<ChatRef, IdError> {
-    Ok(ChatRef {
-        platform: PlatformName::parse(platform)?,
-        account: AccountId::parse(account)?,
-        chat: ChatId::parse(chat)?,
-        thread: thread.map(ThreadId::parse).transpose()?,
-    })
+/// The chat an inbound message came from, which its reply goes back to.
+fn chat_of(inbound: &InboundRow) -> ChatRef {
+    ChatRef {
+        platform: inbound.platform.clone(),
+        account: inbound.account.clone(),
+        chat: inbound.chat_id.clone(),
+        thread: inbound.thread_id.clone(),
+    }
 }
 
-/// The message that delivers an outbox row to `chat`.
-fn outbound_of(chat: &ChatRef, row: &OutboxRow) -> OutboundMessage {
+/// The message that delivers an outbox row to the chat it names.
+fn outbound_of(row: &OutboxRow) -> OutboundMessage {
     OutboundMessage {
         idempotency_key: row.idempotency_key(),
-        platform: chat.platform.clone(),
-        account: chat.account.clone(),
-        chat: chat.chat.clone(),
-        thread: chat.thread.clone(),
+        platform: row.platform.clone(),
+        account: row.account.clone(),
+        chat: row.chat_id.clone(),
+        thread: row.thread_id.clone(),
         reply_to: row.reply_to.clone(),
         text: row.text.clone(),
     }

@@ -11,9 +11,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use switchboard_contract::{
-    ChatKind, ChatRef, InboundMessage, InboundSink, SubmitError, Submitted,
-};
+use switchboard_contract::{ChatKind, InboundMessage, InboundSink, SubmitError, Submitted};
 use tokio::sync::oneshot;
 
 use super::access::{Access, Gate};
@@ -195,7 +193,7 @@ impl SessionService {
             }
             (None, None) => Dispatched::Queue,
         };
-        let admission = self.settle(inbound_id, &message, place, dispatched).await?;
+        let admission = self.settle(inbound_id, place, dispatched).await?;
         Ok(Submission { admission, reply })
     }
 
@@ -215,15 +213,13 @@ impl SessionService {
     async fn settle(
         &self,
         inbound_id: i64,
-        message: &InboundMessage,
         place: Place,
         dispatched: Dispatched,
     ) -> Result<Admission, StoreError> {
         let session_id = place.session_id;
         Ok(match dispatched {
             Dispatched::Answer { session_id, answer } => {
-                let chat = chat_of(message);
-                self.answer(inbound_id, &chat, session_id, answer).await?
+                self.answer(inbound_id, session_id, answer).await?
             }
             Dispatched::Queue => {
                 if self.busy == BusyMode::Interrupt {
@@ -250,7 +246,6 @@ impl SessionService {
     async fn answer(
         &self,
         inbound_id: i64,
-        chat: &ChatRef,
         session_id: SessionId,
         answer: Answer,
     ) -> Result<Admission, StoreError> {
@@ -266,9 +261,7 @@ impl SessionService {
             })
             .await?;
         row.text.clone_from(&text);
-        self.runner
-            .deliver_to(chat, &row, InboundStatus::Command)
-            .await;
+        self.runner.deliver(&row, InboundStatus::Command).await;
         Ok(Admission::Handled {
             inbound_id,
             session_id,
@@ -283,16 +276,6 @@ impl Submission {
             admission,
             reply: None,
         }
-    }
-}
-
-/// The chat a message came from, which its answer goes back to.
-fn chat_of(message: &InboundMessage) -> ChatRef {
-    ChatRef {
-        platform: message.platform.clone(),
-        account: message.account.clone(),
-        chat: message.chat.clone(),
-        thread: message.thread.clone(),
     }
 }
 
@@ -312,14 +295,14 @@ fn new_inbound(
         InboundStatus::Pending
     };
     NewInbound {
-        platform: message.platform.to_string(),
-        account: message.account.to_string(),
-        event_id: message.event_id.to_string(),
+        platform: message.platform.clone(),
+        account: message.account.clone(),
+        event_id: message.event_id.clone(),
         session_id: session_id.clone(),
-        chat_id: message.chat.to_string(),
-        thread_id: message.thread.as_ref().map(ToString::to_string),
+        chat_id: message.chat.clone(),
+        thread_id: message.thread.clone(),
         message_id: message.message_id.clone(),
-        sender_id: message.sender.id.to_string(),
+        sender_id: message.sender.id.clone(),
         sender_name: message.sender.display_name.clone(),
         text: Command::recorded_text(command, &message.text).to_owned(),
         status,

@@ -9,7 +9,10 @@
 use sqlx::any::AnyRow;
 use sqlx::{Connection, Row};
 
+use switchboard_contract::{AccountId, ChatId, EventId, PlatformName, ThreadId, UserId};
+
 use super::leases::lease_held;
+use super::platform_ids::{id_from_row, optional_id_from_row};
 use super::session_id::{parse_stored, session_id_from_row};
 use super::{Batch, SessionId, Store, StoreError, now_ms};
 
@@ -54,14 +57,14 @@ impl InboundStatus {
 /// An inbound message to record.
 #[derive(Debug, Clone)]
 pub struct NewInbound {
-    pub platform: String,
-    pub account: String,
-    pub event_id: String,
+    pub platform: PlatformName,
+    pub account: AccountId,
+    pub event_id: EventId,
     pub session_id: SessionId,
-    pub chat_id: String,
-    pub thread_id: Option<String>,
+    pub chat_id: ChatId,
+    pub thread_id: Option<ThreadId>,
     pub message_id: Option<String>,
-    pub sender_id: String,
+    pub sender_id: UserId,
     pub sender_name: Option<String>,
     pub text: String,
     pub status: InboundStatus,
@@ -74,14 +77,14 @@ pub struct NewInbound {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InboundRow {
     pub id: i64,
-    pub platform: String,
-    pub account: String,
-    pub event_id: String,
+    pub platform: PlatformName,
+    pub account: AccountId,
+    pub event_id: EventId,
     pub session_id: SessionId,
-    pub chat_id: String,
-    pub thread_id: Option<String>,
+    pub chat_id: ChatId,
+    pub thread_id: Option<ThreadId>,
     pub message_id: Option<String>,
-    pub sender_id: String,
+    pub sender_id: UserId,
     pub sender_name: Option<String>,
     pub text: String,
     pub status: InboundStatus,
@@ -106,14 +109,14 @@ impl Store {
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
              ON CONFLICT (platform, account, event_id) DO NOTHING RETURNING id",
         )
-        .bind(&inbound.platform)
-        .bind(&inbound.account)
-        .bind(&inbound.event_id)
+        .bind(inbound.platform.as_str())
+        .bind(inbound.account.as_str())
+        .bind(inbound.event_id.as_str())
         .bind(inbound.session_id.as_str())
-        .bind(&inbound.chat_id)
-        .bind(inbound.thread_id.as_deref())
+        .bind(inbound.chat_id.as_str())
+        .bind(inbound.thread_id.as_ref().map(ThreadId::as_str))
         .bind(inbound.message_id.as_deref())
-        .bind(&inbound.sender_id)
+        .bind(inbound.sender_id.as_str())
         .bind(inbound.sender_name.as_deref())
         .bind(&inbound.text)
         .bind(inbound.status.as_str())
@@ -244,14 +247,14 @@ pub(super) fn inbound_from_row(row: &AnyRow) -> Result<InboundRow, StoreError> {
     let status: String = row.try_get("status")?;
     Ok(InboundRow {
         id: row.try_get("id")?,
-        platform: row.try_get("platform")?,
-        account: row.try_get("account")?,
-        event_id: row.try_get("event_id")?,
+        platform: id_from_row(row, "platform", PlatformName::parse)?,
+        account: id_from_row(row, "account", AccountId::parse)?,
+        event_id: id_from_row(row, "event_id", EventId::parse)?,
         session_id: session_id_from_row(row, "session_id")?,
-        chat_id: row.try_get("chat_id")?,
-        thread_id: row.try_get("thread_id")?,
+        chat_id: id_from_row(row, "chat_id", ChatId::parse)?,
+        thread_id: optional_id_from_row(row, "thread_id", ThreadId::parse)?,
         message_id: row.try_get("message_id")?,
-        sender_id: row.try_get("sender_id")?,
+        sender_id: id_from_row(row, "sender_id", UserId::parse)?,
         sender_name: row.try_get("sender_name")?,
         text: row.try_get("text")?,
         status: InboundStatus::parse(&status)?,

@@ -79,6 +79,7 @@ mod leases;
 mod messages;
 mod outbox;
 mod pairing;
+mod platform_ids;
 mod principals;
 mod session_id;
 mod sessions;

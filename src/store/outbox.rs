@@ -4,6 +4,9 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use switchboard_contract::{AccountId, ChatId, PlatformName, ThreadId};
+
+use super::platform_ids::{id_from_row, optional_id_from_row};
 use super::session_id::session_id_from_row;
 use super::{Arg, Batch, InboundStatus, NewMessage, SessionId, Store, StoreError, now_ms};
 
@@ -41,10 +44,10 @@ pub struct OutboxRow {
     pub id: i64,
     pub session_id: SessionId,
     pub inbound_id: i64,
-    pub platform: String,
-    pub account: String,
-    pub chat_id: String,
-    pub thread_id: Option<String>,
+    pub platform: PlatformName,
+    pub account: AccountId,
+    pub chat_id: ChatId,
+    pub thread_id: Option<ThreadId>,
     pub reply_to: Option<String>,
     pub text: String,
     pub status: OutboxStatus,
@@ -200,10 +203,10 @@ fn outbox_from_row(row: &AnyRow) -> Result<OutboxRow, StoreError> {
         id: row.try_get("id")?,
         session_id: session_id_from_row(row, "session_id")?,
         inbound_id: row.try_get("inbound_id")?,
-        platform: row.try_get("platform")?,
-        account: row.try_get("account")?,
-        chat_id: row.try_get("chat_id")?,
-        thread_id: row.try_get("thread_id")?,
+        platform: id_from_row(row, "platform", PlatformName::parse)?,
+        account: id_from_row(row, "account", AccountId::parse)?,
+        chat_id: id_from_row(row, "chat_id", ChatId::parse)?,
+        thread_id: optional_id_from_row(row, "thread_id", ThreadId::parse)?,
         reply_to: row.try_get("reply_to")?,
         text: row.try_get("text")?,
         status: OutboxStatus::parse(&status)?,

@@ -5,7 +5,9 @@
 
 use sqlx::Row;
 use sqlx::any::AnyRow;
+use switchboard_contract::{AccountId, PlatformName, UserId};
 
+use super::platform_ids::id_from_row;
 use super::{Identity, PrincipalId, Store, StoreError, now_ms};
 
 /// Where a pairing request stands.
@@ -39,9 +41,9 @@ impl PairingStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PairingRequest {
     pub code: String,
-    pub platform: String,
-    pub account: String,
-    pub user_id: String,
+    pub platform: PlatformName,
+    pub account: AccountId,
+    pub user_id: UserId,
     pub display_name: Option<String>,
     pub status: PairingStatus,
     pub created_at: i64,
@@ -51,9 +53,9 @@ pub struct PairingRequest {
 #[derive(Debug, Clone, Copy)]
 pub struct Applicant<'a> {
     pub identity: &'a Identity,
-    pub platform: &'a str,
-    pub account: &'a str,
-    pub user_id: &'a str,
+    pub platform: &'a PlatformName,
+    pub account: &'a AccountId,
+    pub user_id: &'a UserId,
     pub display_name: Option<&'a str>,
 }
 
@@ -109,9 +111,9 @@ impl Store {
         )
         .bind(code)
         .bind(applicant.identity.id)
-        .bind(applicant.platform)
-        .bind(applicant.account)
-        .bind(applicant.user_id)
+        .bind(applicant.platform.as_str())
+        .bind(applicant.account.as_str())
+        .bind(applicant.user_id.as_str())
         .bind(applicant.display_name)
         .bind(now_ms())
         .execute(&mut *conn)
@@ -211,9 +213,9 @@ fn pairing_from_row(row: &AnyRow) -> Result<PairingRequest, StoreError> {
     let status: String = row.try_get("status")?;
     Ok(PairingRequest {
         code: row.try_get("code")?,
-        platform: row.try_get("platform")?,
-        account: row.try_get("account")?,
-        user_id: row.try_get("user_id")?,
+        platform: id_from_row(row, "platform", PlatformName::parse)?,
+        account: id_from_row(row, "account", AccountId::parse)?,
+        user_id: id_from_row(row, "user_id", UserId::parse)?,
         display_name: row.try_get("display_name")?,
         status: PairingStatus::parse(&status)?,
         created_at: row.try_get("created_at")?,

@@ -14,7 +14,9 @@ use std::fmt;
 
 use sha2::{Digest, Sha256};
 use sqlx::{Connection, Row};
+use switchboard_contract::PlatformName;
 
+use super::platform_ids::id_from_row;
 use super::session_id::{parse_stored, session_id_from_row};
 use super::{SessionId, Store, StoreError, UsageSummary, now_ms, to_u64};
 
@@ -64,7 +66,7 @@ pub struct SessionSummary {
     /// The first user message, when there is one.
     pub first_text: Option<String>,
     /// The platform where the session started.
-    pub platform: String,
+    pub platform: PlatformName,
     pub updated_at: i64,
 }
 
@@ -302,7 +304,7 @@ impl Store {
                     id: session_id_from_row(row, "id")?,
                     title: row.try_get("title")?,
                     first_text: row.try_get("first_text")?,
-                    platform: row.try_get("platform")?,
+                    platform: id_from_row(row, "platform", PlatformName::parse)?,
                     updated_at: row.try_get("updated_at")?,
                 })
             })

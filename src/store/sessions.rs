@@ -6,7 +6,10 @@ use sqlx::any::AnyRow;
 
 use sqlx::Connection;
 
+use switchboard_contract::{AccountId, ChatId, PlatformName, ThreadId};
+
 use super::compactions::{Compaction, conversation_columns, conversation_from_row};
+use super::platform_ids::{id_from_row, optional_id_from_row};
 use super::session_id::{parse_stored, session_id_from_row};
 use super::{PrincipalId, SessionId, Store, StoreError, WireEntry, now_ms, to_u64};
 
@@ -16,10 +19,10 @@ pub struct SessionRow {
     pub id: SessionId,
     /// The escaped origin key of the chat where the session started.
     pub origin_key: String,
-    pub platform: String,
-    pub account: String,
-    pub chat_id: String,
-    pub thread_id: Option<String>,
+    pub platform: PlatformName,
+    pub account: AccountId,
+    pub chat_id: ChatId,
+    pub thread_id: Option<ThreadId>,
     /// Built once when the session started; read back verbatim every turn.
     pub system_prompt: String,
     pub model: String,
@@ -56,10 +59,10 @@ pub struct SessionTotals {
 pub struct NewSession {
     pub id: SessionId,
     pub origin_key: String,
-    pub platform: String,
-    pub account: String,
-    pub chat_id: String,
-    pub thread_id: Option<String>,
+    pub platform: PlatformName,
+    pub account: AccountId,
+    pub chat_id: ChatId,
+    pub thread_id: Option<ThreadId>,
     pub system_prompt: String,
     pub model: String,
     pub toolset: Vec<String>,
@@ -219,10 +222,10 @@ async fn insert_session(
     )
     .bind(session.id.as_str())
     .bind(&session.origin_key)
-    .bind(&session.platform)
-    .bind(&session.account)
-    .bind(&session.chat_id)
-    .bind(session.thread_id.as_deref())
+    .bind(session.platform.as_str())
+    .bind(session.account.as_str())
+    .bind(session.chat_id.as_str())
+    .bind(session.thread_id.as_ref().map(ThreadId::as_str))
     .bind(&session.system_prompt)
     .bind(&session.model)
     .bind(toolset)
@@ -241,10 +244,10 @@ fn session_from_row(row: &AnyRow) -> Result<SessionRow, StoreError> {
     Ok(SessionRow {
         id: session_id_from_row(row, "id")?,
         origin_key: row.try_get("origin_key")?,
-        platform: row.try_get("platform")?,
-        account: row.try_get("account")?,
-        chat_id: row.try_get("chat_id")?,
-        thread_id: row.try_get("thread_id")?,
+        platform: id_from_row(row, "platform", PlatformName::parse)?,
+        account: id_from_row(row, "account", AccountId::parse)?,
+        chat_id: id_from_row(row, "chat_id", ChatId::parse)?,
+        thread_id: optional_id_from_row(row, "thread_id", ThreadId::parse)?,
         system_prompt: row.try_get("system_prompt")?,
         model: row.try_get("model")?,
         toolset,
