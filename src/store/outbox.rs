@@ -153,7 +153,23 @@ impl Store {
         .bind(limit)
         .fetch_all(&mut *self.conn().await?)
         .await?;
-        rows.iter().map(outbox_from_row).collect()
+        // A row that no longer reads (an id edited by hand, say) is given up
+        // on its own: it must not keep every other pending reply from going
+        // out.
+        let mut pending = Vec::with_capacity(rows.len());
+        let mut unreadable = Batch::new();
+        for row in &rows {
+            match outbox_from_row(row) {
+                Ok(read) => pending.push(read),
+                Err(err) => {
+                    let id: i64 = row.try_get("id")?;
+                    tracing::error!(outbox_id = id, error = %err, "outbox row is unreadable; given up");
+                    unreadable.mark_outbox_attempt_failed(id, true);
+                }
+            }
+        }
+        self.write(unreadable).await?;
+        Ok(pending)
     }
 
     /// Replies waiting for delivery, oldest first.
@@ -167,7 +183,23 @@ impl Store {
         .bind(limit)
         .fetch_all(&mut *self.conn().await?)
         .await?;
-        rows.iter().map(outbox_from_row).collect()
+        // A row that no longer reads (an id edited by hand, say) is given up
+        // on its own: it must not keep every other pending reply from going
+        // out.
+        let mut pending = Vec::with_capacity(rows.len());
+        let mut unreadable = Batch::new();
+        for row in &rows {
+            match outbox_from_row(row) {
+                Ok(read) => pending.push(read),
+                Err(err) => {
+                    let id: i64 = row.try_get("id")?;
+                    tracing::error!(outbox_id = id, error = %err, "outbox row is unreadable; given up");
+                    unreadable.mark_outbox_attempt_failed(id, true);
+                }
+            }
+        }
+        self.write(unreadable).await?;
+        Ok(pending)
     }
 }
 

@@ -41,28 +41,57 @@ mod tests {
 
     #[tokio::test]
     async fn a_stored_platform_id_that_does_not_parse_is_corrupt_data() {
+        let (store, _dir) = store_with_outbox(&["'telegram', 'bot', ''"]).await;
+        let row = sqlx::query("SELECT platform, chat_id FROM outbox")
+            .fetch_one(&mut *store.conn().await.expect("conn"))
+            .await
+            .expect("row");
+
+        let chat = id_from_row(&row, "chat_id", switchboard_contract::ChatId::parse);
+
+        assert!(matches!(chat, Err(StoreError::Corrupt(_))), "{chat:?}");
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_outbox_row_is_given_up_and_the_others_still_go_out() {
+        let (store, _dir) =
+            store_with_outbox(&["'telegram', 'bot', ''", "'telegram', 'bot', 'chat-2'"]).await;
+
+        let pending = store.pending_outbox(10).await.expect("read");
+
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].chat_id.as_str(), "chat-2");
+        let statuses: Vec<String> = sqlx::query_scalar("SELECT status FROM outbox ORDER BY id")
+            .fetch_all(&mut *store.conn().await.expect("conn"))
+            .await
+            .expect("statuses");
+        assert_eq!(statuses, ["failed", "pending"]);
+    }
+
+    /// A store whose outbox holds one pending row per `(platform, account,
+    /// chat_id)` SQL triple, written by hand: only such a row can hold an id
+    /// that does not parse.
+    async fn store_with_outbox(targets: &[&str]) -> (Store, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("tempdir");
         let url = format!("sqlite://{}/ids.db", dir.path().display());
         let store = Store::connect(&StoreOptions::new(url))
             .await
             .expect("store");
         let mut conn = store.conn().await.expect("conn");
-        // Only a hand-written row can hold such an id; nothing backs it.
         sqlx::query("PRAGMA foreign_keys = OFF")
             .execute(&mut *conn)
             .await
             .expect("pragma");
-        sqlx::query(
-            "INSERT INTO outbox (session_id, inbound_id, platform, account, chat_id, text, \
-             status, created_at) VALUES ('s1', 1, 'telegram', 'bot', '', 'hi', 'pending', 0)",
-        )
-        .execute(&mut *conn)
-        .await
-        .expect("inserted");
+        for (inbound_id, target) in targets.iter().enumerate() {
+            sqlx::query(&format!(
+                "INSERT INTO outbox (session_id, inbound_id, platform, account, chat_id, text, \
+                 status, created_at) VALUES ('s1', {inbound_id}, {target}, 'hi', 'pending', 0)"
+            ))
+            .execute(&mut *conn)
+            .await
+            .expect("inserted");
+        }
         drop(conn);
-
-        let read = store.pending_outbox(10).await;
-
-        assert!(matches!(read, Err(StoreError::Corrupt(_))), "{read:?}");
+        (store, dir)
     }
 }
