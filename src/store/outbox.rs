@@ -144,7 +144,7 @@ impl Store {
     /// (attempts made, still pending), oldest first.
     ///
     /// # Errors
-    /// A database failure or a corrupt row.
+    /// A database failure.
     pub async fn retryable_outbox(&self, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = 'pending' AND attempts > 0 \
@@ -153,29 +153,13 @@ impl Store {
         .bind(limit)
         .fetch_all(&mut *self.conn().await?)
         .await?;
-        // A row that no longer reads (an id edited by hand, say) is given up
-        // on its own: it must not keep every other pending reply from going
-        // out.
-        let mut pending = Vec::with_capacity(rows.len());
-        let mut unreadable = Batch::new();
-        for row in &rows {
-            match outbox_from_row(row) {
-                Ok(read) => pending.push(read),
-                Err(err) => {
-                    let id: i64 = row.try_get("id")?;
-                    tracing::error!(outbox_id = id, error = %err, "outbox row is unreadable; given up");
-                    unreadable.mark_outbox_attempt_failed(id, true);
-                }
-            }
-        }
-        self.write(unreadable).await?;
-        Ok(pending)
+        self.readable_pending(&rows).await
     }
 
     /// Replies waiting for delivery, oldest first.
     ///
     /// # Errors
-    /// A database failure or a corrupt row.
+    /// A database failure.
     pub async fn pending_outbox(&self, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = 'pending' ORDER BY id LIMIT $1"
@@ -183,12 +167,16 @@ impl Store {
         .bind(limit)
         .fetch_all(&mut *self.conn().await?)
         .await?;
-        // A row that no longer reads (an id edited by hand, say) is given up
-        // on its own: it must not keep every other pending reply from going
-        // out.
+        self.readable_pending(&rows).await
+    }
+
+    /// Reads pending outbox rows. A row that no longer reads (an id edited
+    /// by hand, say) is logged and given up on its own: it must not keep
+    /// every other pending reply from going out.
+    async fn readable_pending(&self, rows: &[AnyRow]) -> Result<Vec<OutboxRow>, StoreError> {
         let mut pending = Vec::with_capacity(rows.len());
         let mut unreadable = Batch::new();
-        for row in &rows {
+        for row in rows {
             match outbox_from_row(row) {
                 Ok(read) => pending.push(read),
                 Err(err) => {
