@@ -284,11 +284,7 @@ mod tests {
     }
 
     async fn store() -> (Store, tempfile::TempDir) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let url = format!("sqlite://{}/batch.db", dir.path().display());
-        let store = Store::connect(&super::super::StoreOptions::new(url))
-            .await
-            .expect("store");
+        let (store, dir) = super::super::test_support::scratch_store().await;
         sqlx::query("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
             .execute(&mut *store.conn().await.expect("conn"))
             .await

@@ -83,6 +83,8 @@ mod platform_ids;
 mod principals;
 mod session_id;
 mod sessions;
+#[cfg(test)]
+mod test_support;
 mod usage;
 
 use std::fmt;

@@ -36,7 +36,8 @@ fn corrupt(column: &str, err: &IdError) -> StoreError {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Store, StoreOptions};
+    use super::super::Store;
+    use super::super::test_support::{scratch_store, write_unchecked};
     use super::*;
 
     #[tokio::test]
@@ -72,26 +73,20 @@ mod tests {
     /// chat_id)` SQL triple, written by hand: only such a row can hold an id
     /// that does not parse.
     async fn store_with_outbox(targets: &[&str]) -> (Store, tempfile::TempDir) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let url = format!("sqlite://{}/ids.db", dir.path().display());
-        let store = Store::connect(&StoreOptions::new(url))
-            .await
-            .expect("store");
-        let mut conn = store.conn().await.expect("conn");
-        sqlx::query("PRAGMA foreign_keys = OFF")
-            .execute(&mut *conn)
-            .await
-            .expect("pragma");
-        for (inbound_id, target) in targets.iter().enumerate() {
-            sqlx::query(&format!(
-                "INSERT INTO outbox (session_id, inbound_id, platform, account, chat_id, text, \
-                 status, created_at) VALUES ('s1', {inbound_id}, {target}, 'hi', 'pending', 0)"
-            ))
-            .execute(&mut *conn)
-            .await
-            .expect("inserted");
-        }
-        drop(conn);
+        let (store, dir) = scratch_store().await;
+        let inserts: Vec<String> = targets
+            .iter()
+            .enumerate()
+            .map(|(inbound_id, target)| {
+                format!(
+                    "INSERT INTO outbox (session_id, inbound_id, platform, account, chat_id, \
+                     text, status, created_at) \
+                     VALUES ('s1', {inbound_id}, {target}, 'hi', 'pending', 0)"
+                )
+            })
+            .collect();
+        let inserts: Vec<&str> = inserts.iter().map(String::as_str).collect();
+        write_unchecked(&store, &inserts).await;
         (store, dir)
     }
 }

@@ -77,6 +77,7 @@ pub(super) fn parse_stored(text: &str) -> Result<SessionId, StoreError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::{scratch_store, write_unchecked};
     use super::*;
 
     #[test]
@@ -113,24 +114,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_stored_id_that_does_not_parse_is_corrupt_data() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let url = format!("sqlite://{}/ids.db", dir.path().display());
-        let store = super::super::Store::connect(&super::super::StoreOptions::new(url))
-            .await
-            .expect("store");
-        let mut conn = store.conn().await.expect("conn");
+        let (store, _dir) = scratch_store().await;
         // Only a hand-written row can hold such an id; no session backs it.
-        sqlx::query("PRAGMA foreign_keys = OFF")
-            .execute(&mut *conn)
-            .await
-            .expect("pragma");
-        sqlx::query(
-            "INSERT INTO routes (route_key, session_id, updated_at) VALUES ('r', 'not an id', 0)",
+        write_unchecked(
+            &store,
+            &["INSERT INTO routes (route_key, session_id, updated_at) VALUES ('r', 'not an id', 0)"],
         )
-        .execute(&mut *conn)
-        .await
-        .expect("inserted");
-        drop(conn);
+        .await;
 
         let read = store.route("r").await;
 
