@@ -124,6 +124,18 @@ pub(crate) enum Backend {
     Postgres,
 }
 
+impl Backend {
+    /// SQL giving the database's clock in Unix milliseconds. Leases are
+    /// timed by it, so instances whose own clocks disagree still agree on
+    /// when a lease expires.
+    pub(crate) const fn clock_sql(self) -> &'static str {
+        match self {
+            Self::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+            Self::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        }
+    }
+}
+
 /// Why a database operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -314,6 +326,18 @@ impl Store {
         })
     }
 
+    /// SQL giving the database's clock in Unix milliseconds, for statements
+    /// that time leases and claims (see [`Backend::clock_sql`]).
+    pub fn clock_sql(&self) -> &'static str {
+        self.backend.clock_sql()
+    }
+
+    /// Whether several instances may share this database (PostgreSQL), so
+    /// that cross-instance signals are needed.
+    pub fn is_shared(&self) -> bool {
+        self.backend == Backend::Postgres
+    }
+
     /// Checks a connection out for a few statements. Never hold it across
     /// anything slow: on SQLite every other session waits for it.
     ///
@@ -361,6 +385,17 @@ impl Store {
             Backend::Postgres => POSTGRES_MIGRATOR.run(&mut *conn).await?,
         }
         Ok(())
+    }
+
+    /// The database's clock in Unix milliseconds.
+    ///
+    /// # Errors
+    /// The database is unreachable.
+    pub async fn database_now_ms(&self) -> Result<i64, StoreError> {
+        let now = sqlx::query_scalar::<_, i64>(&format!("SELECT {}", self.clock_sql()))
+            .fetch_one(&mut *self.read_conn().await?)
+            .await?;
+        Ok(now)
     }
 
     /// Checks the database answers.
@@ -488,6 +523,20 @@ mod tests {
         let prepared = prepare_sqlite_url(&url).expect("prepared");
         assert_eq!(prepared, format!("sqlite://{}?mode=rwc", path.display()));
         assert!(path.parent().is_some_and(Path::exists));
+    }
+
+    #[tokio::test]
+    async fn the_database_clock_reads_unix_milliseconds() {
+        let (store, _dir) = test_support::scratch_store().await;
+        let before = now_ms();
+        let database = store.database_now_ms().await.expect("clock");
+        let after = now_ms();
+        // The same machine's clock, read through SQL: equal to within the
+        // rounding of SQLite's Julian day arithmetic.
+        assert!(
+            (before - 5..=after + 5).contains(&database),
+            "{before} <= {database} <= {after}"
+        );
     }
 
     #[test]
