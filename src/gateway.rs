@@ -38,6 +38,8 @@ pub struct Gateway {
     pub cache: Arc<AgentCache>,
     pub service: Arc<SessionService>,
     pub shutdown: CancellationToken,
+    /// Names this process in lease and claim rows.
+    pub instance_id: String,
 }
 
 impl Gateway {
@@ -78,6 +80,7 @@ impl Gateway {
             Duration::from_secs(settings.agent_cache.idle_ttl_secs),
         ));
         let shutdown = CancellationToken::new();
+        let instance_id = uuid::Uuid::new_v4().to_string();
         let turns = TurnExecutor {
             store: store.clone(),
             cache: Arc::clone(&cache),
@@ -107,6 +110,7 @@ impl Gateway {
             cache,
             service,
             shutdown,
+            instance_id,
         })
     }
 
