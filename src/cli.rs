@@ -124,13 +124,40 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let shutdown = gateway.shutdown.clone();
     tokio::spawn(watch_signals(shutdown.clone()));
     let mut platforms = Platforms::start(&gateway, &shutdown).await;
-    let maintenance = gateway.spawn_maintenance();
+    // Stopped only once the HTTP server is done: callers still waiting
+    // while the instance drains get their replies through them.
+    let background_stop = CancellationToken::new();
+    let background = gateway.spawn_background(&background_stop);
     let routes = std::mem::take(&mut platforms.routes);
-    run_server(&gateway, listener, routes, shutdown.cancelled_owned()).await?;
     let grace = Duration::from_secs(gateway.settings.server.shutdown_grace_secs);
+    // On SIGTERM the runner drains (no new claims, queued sessions handed
+    // back, running turns given the grace period) while the server answers
+    // the requests in flight.
+    let (served, ()) = tokio::join!(
+        async {
+            let served = run_server(
+                &gateway,
+                listener,
+                routes,
+                shutdown.clone().cancelled_owned(),
+            )
+            .await;
+            shutdown.cancel();
+            served
+        },
+        async {
+            shutdown.cancelled().await;
+            tracing::info!("draining");
+            gateway.service.runner().shutdown(grace).await;
+        }
+    );
+    served?;
     platforms.stop(grace).await;
-    if let Err(err) = maintenance.await {
-        tracing::error!(error = %err, "housekeeping task failed");
+    background_stop.cancel();
+    for task in background {
+        if let Err(err) = task.await {
+            tracing::error!(error = %err, "background task failed");
+        }
     }
     gateway.shutdown().await;
     tracing::info!("stopped");
@@ -168,6 +195,7 @@ pub async fn run_server(
         keys,
         models,
         reply_timeout: Duration::from_secs(settings.api.reply_timeout_secs),
+        drain_deadline: gateway.drain_deadline.clone(),
     });
     let router = api::router(state, settings.api.max_body_bytes, settings.api.enabled)
         .merge(platform_routes);

@@ -66,6 +66,11 @@ pub struct ServerSettings {
     pub bind: String,
     /// How long shutdown waits for running turns.
     pub shutdown_grace_secs: u64,
+    /// Names this instance in the database's lease and claim rows; unique
+    /// per running instance, and the same across its restarts so that a
+    /// restart takes its own unfinished work back at once. Default: the
+    /// host name and the port of `bind`.
+    pub instance_id: Option<String>,
 }
 
 impl Default for ServerSettings {
@@ -73,6 +78,7 @@ impl Default for ServerSettings {
         Self {
             bind: "127.0.0.1:8080".to_owned(),
             shutdown_grace_secs: 10,
+            instance_id: None,
         }
     }
 }
@@ -341,8 +347,13 @@ pub struct RunnerSettings {
     /// least 72 h: Feishu retries for 6 h, Telegram and Discord redeliver
     /// after restarts).
     pub dedup_retention_hours: u64,
-    /// How often housekeeping runs (pruning, retrying undelivered replies).
+    /// How often housekeeping runs (pruning old deduplication records).
     pub maintenance_interval_secs: u64,
+    /// How often each instance looks for work nobody is doing: sessions
+    /// whose lease expired with messages unfinished (their instance died),
+    /// replies nobody is delivering. A dead instance's turns resume within
+    /// `lease_ttl_secs` plus this.
+    pub sweep_interval_secs: u64,
 }
 
 impl Default for RunnerSettings {
@@ -352,6 +363,7 @@ impl Default for RunnerSettings {
             lease_ttl_secs: 30,
             dedup_retention_hours: 72,
             maintenance_interval_secs: 60,
+            sweep_interval_secs: 5,
         }
     }
 }

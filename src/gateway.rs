@@ -13,7 +13,7 @@ use crate::llm::build_provider;
 use crate::session::runner::Runner;
 use crate::session::service::SessionService;
 use crate::session::turn::TurnExecutor;
-use crate::store::{Store, StoreError, StoreOptions};
+use crate::store::{Instance, Store, StoreError, StoreOptions};
 use crate::tools::ToolRegistry;
 use crate::tools::calculator::Calculator;
 use crate::tools::current_time::CurrentTime;
@@ -40,6 +40,8 @@ pub struct Gateway {
     pub shutdown: CancellationToken,
     /// Names this process in lease and claim rows.
     pub instance_id: String,
+    /// Cancelled `server.shutdown_grace_secs` after draining starts.
+    pub drain_deadline: CancellationToken,
 }
 
 impl Gateway {
@@ -71,7 +73,13 @@ impl Gateway {
             max_connections: settings.database.max_connections,
             ..StoreOptions::new(&settings.database.url)
         })
-        .await?;
+        .await?
+        .with_instance(Instance {
+            id: instance_id(&settings),
+            lease_ttl_ms: i64::try_from(settings.runner.lease_ttl_secs.max(1))
+                .unwrap_or(i64::MAX / 1000)
+                .saturating_mul(1000),
+        });
         let registry = Arc::new(build_registry(&settings)?);
         let cache = Arc::new(AgentCache::new(
             settings.llm.endpoint(),
@@ -80,7 +88,7 @@ impl Gateway {
             Duration::from_secs(settings.agent_cache.idle_ttl_secs),
         ));
         let shutdown = CancellationToken::new();
-        let instance_id = uuid::Uuid::new_v4().to_string();
+        let instance_id = store.instance().id.clone();
         let turns = TurnExecutor {
             store: store.clone(),
             cache: Arc::clone(&cache),
@@ -95,7 +103,6 @@ impl Gateway {
             store.clone(),
             turns,
             settings.runner.max_concurrent_turns,
-            Duration::from_secs(settings.runner.lease_ttl_secs.max(1)),
             shutdown.clone(),
         );
         let service = Arc::new(SessionService::new(
@@ -111,6 +118,7 @@ impl Gateway {
             service,
             shutdown,
             instance_id,
+            drain_deadline: CancellationToken::new(),
         })
     }
 
@@ -122,13 +130,39 @@ impl Gateway {
         self.service.runner().recover().await
     }
 
-    /// Housekeeping until shutdown: prunes deduplication records past their
-    /// retention and retries replies whose delivery was given up. The caller
-    /// owns the returned task.
-    pub fn spawn_maintenance(&self) -> tokio::task::JoinHandle<()> {
+    /// Starts the background work of a serving instance: housekeeping
+    /// (pruning deduplication records), the sweep for orphaned work, the
+    /// polling for waiting callers' replies and, on PostgreSQL, the
+    /// listener for other instances' signals. They run until `stop`, which
+    /// the caller cancels once the HTTP server has finished (waiting callers
+    /// need the signals while draining).
+    pub fn spawn_background(&self, stop: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
+        let runner = self.service.runner();
+        let (shutdown, deadline) = (self.shutdown.clone(), self.drain_deadline.clone());
+        let grace = Duration::from_secs(self.settings.server.shutdown_grace_secs);
+        let mut tasks = vec![
+            tokio::spawn(async move {
+                shutdown.cancelled().await;
+                tokio::time::sleep(grace).await;
+                deadline.cancel();
+            }),
+            self.spawn_maintenance(stop.clone()),
+            self.spawn_sweep(stop.clone()),
+            runner.spawn_reply_poller(stop.clone()),
+        ];
+        if self.store.is_shared() {
+            tasks.push(crate::signals::spawn_listener(
+                self.settings.database.url.clone(),
+                runner.clone(),
+                stop.clone(),
+            ));
+        }
+        tasks
+    }
+
+    /// Prunes deduplication records past their retention, until `stop`.
+    fn spawn_maintenance(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         let store = self.store.clone();
-        let runner = self.service.runner().clone();
-        let shutdown = self.shutdown.clone();
         let every = Duration::from_secs(self.settings.runner.maintenance_interval_secs.max(1));
         let retention_ms = i64::try_from(self.settings.runner.dedup_retention_hours)
             .unwrap_or(i64::MAX)
@@ -138,7 +172,7 @@ impl Gateway {
             loop {
                 tokio::select! {
                     _ = tick.tick() => {}
-                    () = shutdown.cancelled() => return,
+                    () = stop.cancelled() => return,
                 }
                 match store
                     .prune_finished(crate::store::now_ms() - retention_ms)
@@ -148,17 +182,36 @@ impl Gateway {
                     Ok(pruned) => tracing::info!(pruned, "old deduplication records pruned"),
                     Err(err) => tracing::warn!(error = %err, "pruning failed"),
                 }
-                match runner.retry_undelivered().await {
-                    Ok(0) => {}
-                    Ok(retried) => tracing::info!(retried, "undelivered replies retried"),
-                    Err(err) => tracing::warn!(error = %err, "retrying replies failed"),
+            }
+        })
+    }
+
+    /// Takes over orphaned sessions and undelivered replies every
+    /// `runner.sweep_interval_secs`, until `stop`.
+    fn spawn_sweep(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let runner = self.service.runner().clone();
+        let every = Duration::from_secs(self.settings.runner.sweep_interval_secs.max(1));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = stop.cancelled() => return,
+                }
+                match runner.sweep().await {
+                    Ok((0, 0)) => {}
+                    Ok((sessions, replies)) => {
+                        tracing::info!(sessions, replies, "orphaned work taken over");
+                    }
+                    Err(err) => tracing::warn!(error = %err, "sweeping for orphaned work failed"),
                 }
             }
         })
     }
 
-    /// Stops taking work, waits for running turns up to the grace period, and
-    /// closes the database.
+    /// Stops taking work, waits for running turns up to the grace period
+    /// (handing back what is left), and closes the database.
     pub async fn shutdown(&self) {
         self.shutdown.cancel();
         self.service
@@ -169,6 +222,24 @@ impl Gateway {
             .await;
         self.store.close().await;
     }
+}
+
+/// This instance's name in lease and claim rows: `server.instance_id`, or
+/// the host name and the port it serves on (stable across restarts, and
+/// distinct for instances on one host).
+fn instance_id(settings: &Settings) -> String {
+    if let Some(id) = settings.server.instance_id.as_deref().map(str::trim)
+        && !id.is_empty()
+    {
+        return id.to_owned();
+    }
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    let port = settings
+        .server
+        .bind
+        .rsplit_once(':')
+        .map_or(settings.server.bind.as_str(), |(_, port)| port);
+    format!("{host}:{port}")
 }
 
 /// The tools this deployment offers, each built once for the process.

@@ -16,6 +16,7 @@ pub mod gateway;
 pub mod llm;
 pub mod platforms;
 pub mod session;
+pub mod signals;
 pub mod store;
 pub mod telemetry;
 pub mod terminal;

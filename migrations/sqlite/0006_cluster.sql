@@ -1,11 +1,13 @@
 -- Several instances on one database.
 
--- Session leases carry a fencing token that only grows (a new grant adds
--- one; a release keeps the row so the count survives) and a stop request
--- that any instance may set for the running turn. Lease times come from
--- the database's clock.
+-- Session leases carry a fencing token that only grows: a new grant adds
+-- one, and a release keeps the row so the count survives. Lease times come
+-- from the database's clock.
 ALTER TABLE session_leases ADD COLUMN token INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE session_leases ADD COLUMN stop_cause TEXT;
+
+-- A request to stop a running turn (`/stop`, or an interrupting message),
+-- set by whichever instance received it and read by whichever runs the turn.
+ALTER TABLE inbound ADD COLUMN stop_cause TEXT;
 
 -- A batch written under a lease first inserts into this table a row whose
 -- value is NULL when the lease is no longer current: the NOT NULL

@@ -53,10 +53,14 @@ pub async fn create(
     let completion = Completion::new(&state, &turn, request.model.as_deref()).await;
     let session_header = HeaderValue::from_str(turn.session_id.as_str())
         .map_err(|err| ApiError::Internal(err.to_string()))?;
+    // The session header goes with errors too (a 504, a 503 while
+    // draining), so that the client can find the conversation again.
     let mut response = if request.stream {
         streamed(&state, completion, turn)
     } else {
-        answered(&state, completion, turn).await?
+        answered(&state, completion, turn)
+            .await
+            .unwrap_or_else(IntoResponse::into_response)
     };
     response
         .headers_mut()
@@ -115,6 +119,21 @@ enum NoReply {
     Closed,
     /// The reply timeout passed first.
     TimedOut,
+    /// The instance is draining and its grace period is over.
+    Draining,
+}
+
+impl NoReply {
+    fn into_error(self) -> ApiError {
+        match self {
+            Self::Closed => ApiError::Internal("the turn ended without a reply".to_owned()),
+            Self::TimedOut => ApiError::Timeout,
+            Self::Draining => ApiError::Unavailable {
+                reason: "this instance is shutting down",
+                retry_after_secs: 1,
+            },
+        }
+    }
 }
 
 /// The inbound message of a request, and how to submit it.
@@ -153,12 +172,20 @@ fn prepare(
     Ok((message, options))
 }
 
-/// Submits the message; a duplicate or ignored one gets no turn.
+/// Submits the message; an ignored one gets no turn. A duplicate (a retry
+/// with the same Idempotency-Key) waits for the first request's reply, or
+/// gets it at once when its turn has finished.
 async fn submit(
     state: &ApiState,
     message: InboundMessage,
     options: SubmitOptions,
 ) -> Result<Turn, ApiError> {
+    let event = (
+        message.platform.clone(),
+        message.account.clone(),
+        message.event_id.clone(),
+    );
+    let named_session = options.session.clone();
     let submission = state.service.submit(message, options).await?;
     let (inbound_id, session_id) = match submission.admission {
         Admission::Accepted {
@@ -171,9 +198,7 @@ async fn submit(
             ..
         } => (inbound_id, session_id),
         Admission::Duplicate => {
-            return Err(ApiError::Conflict(
-                "this Idempotency-Key was used before".to_owned(),
-            ));
+            return retried(state, &event, named_session.as_deref()).await;
         }
         Admission::Ignored => return Err(ApiError::BadRequest("message ignored".to_owned())),
     };
@@ -187,13 +212,59 @@ async fn submit(
     })
 }
 
-/// Waits for the turn's reply, at most `timeout`.
-async fn wait_for_reply(turn: Turn, timeout: Duration) -> Result<TurnReply, NoReply> {
-    match tokio::time::timeout(timeout, turn.reply).await {
-        Ok(Ok(reply)) => Ok(reply),
-        Ok(Err(_closed)) => Err(NoReply::Closed),
-        Err(_elapsed) => Err(NoReply::TimedOut),
+/// The turn of a message recorded before under the same Idempotency-Key:
+/// its reply is awaited (or read at once, when stored). Another
+/// conversation's key is a conflict.
+async fn retried(
+    state: &ApiState,
+    (platform, account, event_id): &(PlatformName, AccountId, EventId),
+    named_session: Option<&str>,
+) -> Result<Turn, ApiError> {
+    let conflict = || ApiError::Conflict("this Idempotency-Key was used before".to_owned());
+    let (inbound_id, session_id) = state
+        .store
+        .inbound_id_of_event(platform.as_str(), account.as_str(), event_id.as_str())
+        .await
+        .map_err(|err| ApiError::Internal(err.to_string()))?
+        .ok_or_else(conflict)?;
+    if named_session.is_some_and(|named| named != session_id.as_str()) {
+        return Err(conflict());
     }
+    let runner = state.service.runner();
+    let reply = runner.wait_for(inbound_id);
+    runner
+        .reply_stored(Some(&[inbound_id]))
+        .await
+        .map_err(|err| ApiError::Internal(err.to_string()))?;
+    Ok(Turn {
+        inbound_id,
+        session_id,
+        reply,
+    })
+}
+
+/// Waits for the turn's reply, at most `timeout`, and while the instance
+/// drains at most until its grace period ends.
+async fn wait_for_reply(
+    state: &ApiState,
+    turn: Turn,
+    timeout: Duration,
+) -> Result<TurnReply, NoReply> {
+    let inbound_id = turn.inbound_id;
+    let result = tokio::select! {
+        waited = tokio::time::timeout(timeout, turn.reply) => match waited {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(_closed)) => Err(NoReply::Closed),
+            Err(_elapsed) => Err(NoReply::TimedOut),
+        },
+        () = state.drain_deadline.cancelled() => Err(NoReply::Draining),
+    };
+    if result.is_err() {
+        // Its reply will be in the conversation's history, and a retry with
+        // the same Idempotency-Key gets it.
+        state.service.runner().forget(inbound_id);
+    }
+    result
 }
 
 /// The reply as one `chat.completion` object, with the turn's usage.
@@ -203,17 +274,9 @@ async fn answered(
     turn: Turn,
 ) -> Result<Response, ApiError> {
     let inbound_id = turn.inbound_id;
-    let reply =
-        wait_for_reply(turn, state.reply_timeout)
-            .await
-            .map_err(|no_reply| match no_reply {
-                NoReply::Closed => ApiError::Internal("the turn ended without a reply".to_owned()),
-                NoReply::TimedOut => {
-                    // Its reply will be in the conversation's history.
-                    state.service.runner().forget(inbound_id);
-                    ApiError::Timeout
-                }
-            })?;
+    let reply = wait_for_reply(state, turn, state.reply_timeout)
+        .await
+        .map_err(NoReply::into_error)?;
     let usage = state
         .store
         .task_usage(inbound_id)
@@ -244,15 +307,12 @@ async fn answered(
 /// The reply as server-sent `chat.completion.chunk` events, sent once the
 /// turn ends. A turn that ends without a reply is forgotten like one that
 /// times out, and the stream ends with the timeout's error event.
-fn streamed(state: &ApiState, completion: Completion, turn: Turn) -> Response {
-    let timeout = state.reply_timeout;
-    let service = Arc::clone(&state.service);
+fn streamed(state: &Arc<ApiState>, completion: Completion, turn: Turn) -> Response {
+    let state = Arc::clone(state);
     let events = futures::stream::once(async move {
-        let inbound_id = turn.inbound_id;
-        let reply = wait_for_reply(turn, timeout).await.map_err(|_no_reply| {
-            service.runner().forget(inbound_id);
-            ApiError::Timeout
-        });
+        let reply = wait_for_reply(&state, turn, state.reply_timeout)
+            .await
+            .map_err(NoReply::into_error);
         futures::stream::iter(completion.chunks(reply))
     })
     .flatten()

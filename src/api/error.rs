@@ -25,6 +25,14 @@ pub enum ApiError {
     TooLarge,
     #[error("the reply is taking too long; it will be in the conversation's history")]
     Timeout,
+    /// This instance is shutting down (or not ready): the client should try
+    /// again, on another instance, after `retry_after_secs`. A message
+    /// already taken is answered to a retry with the same Idempotency-Key.
+    #[error("{reason}; retry with the same Idempotency-Key")]
+    Unavailable {
+        reason: &'static str,
+        retry_after_secs: u64,
+    },
     #[error("internal error")]
     Internal(String),
 }
@@ -38,6 +46,7 @@ impl ApiError {
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -46,7 +55,7 @@ impl ApiError {
     pub(super) fn kind(&self) -> &'static str {
         match self {
             Self::Unauthorized => "authentication_error",
-            Self::Internal(_) | Self::Timeout => "server_error",
+            Self::Internal(_) | Self::Timeout | Self::Unavailable { .. } => "server_error",
             _ => "invalid_request_error",
         }
     }
@@ -60,7 +69,17 @@ impl IntoResponse for ApiError {
         let body = json!({
             "error": {"message": self.to_string(), "type": self.kind(), "code": null}
         });
-        (self.status(), Json(body)).into_response()
+        let mut response = (self.status(), Json(body)).into_response();
+        if let Self::Unavailable {
+            retry_after_secs, ..
+        } = self
+        {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(retry_after_secs),
+            );
+        }
+        response
     }
 }
 

@@ -1,7 +1,9 @@
 //! The gateway's HTTP server: the OpenAI-compatible API and health checks.
 //!
 //! `POST /v1/chat/completions` (plain and `stream: true`), `GET /v1/models`,
-//! `GET /healthz`. The server keeps each conversation's history: a client
+//! `GET /healthz` (liveness: the process answers and reaches its database)
+//! and `GET /readyz` (readiness: 503 while the instance drains, so that a
+//! load balancer sends new requests elsewhere). The server keeps each conversation's history: a client
 //! names the conversation with the `X-Session-Id` header and sends only the
 //! new user message; without the header a new session starts and its id comes
 //! back in the `X-Session-Id` response header. Bearer keys come from the
@@ -37,6 +39,9 @@ pub struct ApiState {
     /// Models listed by `GET /v1/models`; the first is the default.
     pub models: Vec<String>,
     pub reply_timeout: std::time::Duration,
+    /// Cancelled when a draining instance's grace period ends: callers
+    /// still waiting for a reply then get 503, to retry elsewhere.
+    pub drain_deadline: tokio_util::sync::CancellationToken,
 }
 
 /// Builds the router (also used by tests without a socket). With
@@ -48,6 +53,10 @@ pub fn router(state: Arc<ApiState>, max_body_bytes: usize, api_enabled: bool) ->
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             auth::require_key,
+        ))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            refuse_while_draining,
         ));
     let root = if api_enabled {
         Router::new().nest("/v1", v1)
@@ -55,6 +64,7 @@ pub fn router(state: Arc<ApiState>, max_body_bytes: usize, api_enabled: bool) ->
         Router::new()
     };
     root.route("/healthz", get(health))
+        .route("/readyz", get(ready))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
@@ -72,6 +82,35 @@ async fn health(State(state): State<Arc<ApiState>>) -> Response {
                 .into_response()
         }
     }
+}
+
+/// Ready to take new work: not draining, and the database answers.
+async fn ready(State(state): State<Arc<ApiState>>) -> Response {
+    if state.service.runner().is_draining() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "draining"})),
+        )
+            .into_response();
+    }
+    health(State(state)).await
+}
+
+/// New API requests to a draining instance get 503 with `Retry-After`;
+/// those already in flight are answered.
+async fn refuse_while_draining(
+    State(state): State<Arc<ApiState>>,
+    request: axum::extract::Request,
+    next: middleware::Next,
+) -> Response {
+    if state.service.runner().is_draining() {
+        return ApiError::Unavailable {
+            reason: "this instance is shutting down",
+            retry_after_secs: 1,
+        }
+        .into_response();
+    }
+    next.run(request).await
 }
 
 async fn models(State(state): State<Arc<ApiState>>) -> Json<serde_json::Value> {

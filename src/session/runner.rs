@@ -1,13 +1,21 @@
 //! The per-session runner: one turn at a time per session, sessions in
-//! parallel, replies delivered through the outbox.
+//! parallel, replies delivered through the outbox, across any number of
+//! instances sharing the database.
 //!
 //! The queue lives in the database (`inbound` rows waiting as `pending`); the
 //! runner only keeps, per active session, one worker task and a `dirty` flag.
 //! [`Runner::notify`] marks a session dirty or starts its worker; a worker
 //! drains its session's queue in arrival order and exits only when nothing
 //! new arrived meanwhile (checked under the same lock that `notify` takes, so
-//! no wake-up is lost). A database lease makes "one turn per session" hold
-//! across processes too; a global semaphore caps turns running at once.
+//! no wake-up is lost).
+//!
+//! A fenced database lease (see `store::leases`) makes "one turn per
+//! session" hold across processes: a worker claims under a new grant, renews
+//! it while the turn runs (reading stop requests on the way), and a turn
+//! whose grant passed to another instance stops and writes nothing more.
+//! Nothing a caller waits on lives only here: a reply is found in the
+//! database when [`Runner::reply_stored`] is signalled (PostgreSQL
+//! `NOTIFY`) or by polling, and a stop is a row any instance can set.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -15,7 +23,7 @@ use std::time::Duration;
 
 use switchboard_contract::backoff::{self, Backoff, Wait};
 use switchboard_contract::{ChatRef, OutboundMessage, PlatformSender, SendError};
-use tokio::sync::{Semaphore, oneshot};
+use tokio::sync::{Notify, Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -23,7 +31,8 @@ use tracing::Instrument;
 use super::local::LocalPlatform;
 use super::turn::{StopCause, TurnControl, TurnExecutor};
 use crate::store::{
-    Batch, Claim, InboundRow, InboundStatus, OutboxRow, SessionId, Store, StoreError,
+    Batch, Claim, Fence, InboundRow, InboundStatus, OutboxRow, Renewal, SessionId, Store,
+    StoreError,
 };
 
 /// How a turn ended, for whoever waits on it.
@@ -38,9 +47,10 @@ pub struct TurnReply {
 /// How a session's drain ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Drained {
-    /// The queue was empty and the lease was given up in the same write.
+    /// The queue was empty and the lease was given up in the same write (or
+    /// the lease had passed to another instance, which goes on).
     LeaseReleased,
-    /// Shutting down; the lease is still held.
+    /// Shutting down; the lease is still held, to be handed back.
     Stopped,
 }
 
@@ -52,6 +62,8 @@ enum Undelivered {
     Permanent,
     /// Every attempt failed transiently: the next pump tries again.
     Transient,
+    /// Another instance claimed the row meanwhile; it goes on.
+    ClaimLost,
 }
 
 /// Delivery attempts per outbox row before it waits for the next pump.
@@ -61,6 +73,16 @@ const SEND_ATTEMPTS: u32 = 5;
 /// platform's `retry_after` replaces it).
 const SEND_BACKOFF: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 
+/// How long a worker waits before trying again a session whose lease
+/// another instance holds (it also tries at once when told the lease was
+/// handed back).
+const BUSY_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// How often waiting callers' replies are looked for in the database, in
+/// case the signal that they were stored was missed (or the turn finished
+/// before the caller began to wait).
+const REPLY_POLL: Duration = Duration::from_secs(1);
+
 /// Runs sessions' turns and delivers their replies.
 #[derive(Clone)]
 pub struct Runner {
@@ -68,21 +90,27 @@ pub struct Runner {
 }
 
 struct Inner {
+    /// Unfenced; knows this instance's id (the lease and claim owner).
     store: Store,
     turns: TurnExecutor,
-    /// Identifies this process in lease rows.
-    owner: String,
     lease_ttl: Duration,
+    /// The task budget, for `/status` about a turn another instance runs.
+    max_iterations: u32,
     permits: Semaphore,
     /// Active sessions and whether new work arrived since their worker last
     /// looked. A std mutex: held for a map operation only, never across an
     /// await.
     workers: Mutex<HashMap<SessionId, bool>>,
-    /// The running turn of each session, to stop it.
-    running: Mutex<HashMap<SessionId, Arc<TurnControl>>>,
+    /// The turns this process runs (or is about to), to stop them, and
+    /// the lease grant each runs under.
+    running: Mutex<HashMap<SessionId, (Arc<TurnControl>, Fence)>>,
     /// Callers waiting for a turn's reply, by inbound id.
     waiters: Mutex<HashMap<i64, oneshot::Sender<TurnReply>>>,
+    /// Woken when a session's lease is handed back, so that workers waiting
+    /// on a busy session try again at once.
+    handed_back: Notify,
     senders: Mutex<HashMap<String, Arc<dyn PlatformSender>>>,
+    /// Cancelled when the instance drains: no new claims.
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
@@ -92,19 +120,21 @@ impl Runner {
         store: Store,
         turns: TurnExecutor,
         max_concurrent_turns: usize,
-        lease_ttl: Duration,
         shutdown: CancellationToken,
     ) -> Self {
+        let lease_ttl =
+            Duration::from_millis(u64::try_from(store.instance().lease_ttl_ms).unwrap_or(1000));
         Self {
             inner: Arc::new(Inner {
+                max_iterations: turns.agent.max_iterations,
                 store,
                 turns,
-                owner: uuid::Uuid::new_v4().to_string(),
                 lease_ttl,
                 permits: Semaphore::new(max_concurrent_turns),
                 workers: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
                 waiters: Mutex::new(HashMap::new()),
+                handed_back: Notify::new(),
                 senders: Mutex::new(HashMap::new()),
                 shutdown,
                 tracker: TaskTracker::new(),
@@ -112,13 +142,22 @@ impl Runner {
         }
     }
 
+    fn owner(&self) -> &str {
+        &self.inner.store.instance().id
+    }
+
+    fn ttl_ms(&self) -> i64 {
+        self.inner.store.instance().lease_ttl_ms
+    }
+
     /// Registers the sender that delivers replies for a platform.
     pub fn register_sender(&self, platform: &str, sender: Arc<dyn PlatformSender>) {
         lock(&self.inner.senders).insert(platform.to_owned(), sender);
     }
 
-    /// Returns a receiver for the reply to an inbound message. Register
-    /// before calling [`Runner::notify`] so the reply cannot be missed.
+    /// Returns a receiver for the reply to an inbound message, wherever its
+    /// turn runs. Register before calling [`Runner::notify`] so the reply
+    /// cannot be missed.
     pub fn wait_for(&self, inbound_id: i64) -> oneshot::Receiver<TurnReply> {
         let (tx, rx) = oneshot::channel();
         lock(&self.inner.waiters).insert(inbound_id, tx);
@@ -128,6 +167,68 @@ impl Runner {
     /// Forgets a waiter (its caller gave up).
     pub fn forget(&self, inbound_id: i64) {
         lock(&self.inner.waiters).remove(&inbound_id);
+    }
+
+    /// Hands stored replies to the callers waiting here for them: after a
+    /// signal that `inbound_ids` were answered (any instance may have run
+    /// them), or, with `None`, for every waiting caller (the polling
+    /// fallback).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn reply_stored(&self, inbound_ids: Option<&[i64]>) -> Result<(), StoreError> {
+        let ids: Vec<i64> = {
+            let waiters = lock(&self.inner.waiters);
+            match inbound_ids {
+                Some(ids) => ids
+                    .iter()
+                    .copied()
+                    .filter(|id| waiters.contains_key(id))
+                    .collect(),
+                None => waiters.keys().copied().collect(),
+            }
+        };
+        for chunk in ids.chunks(500) {
+            for reply in self.inner.store.stored_replies(chunk).await? {
+                self.answer_waiter(TurnReply {
+                    inbound_id: reply.inbound_id,
+                    session_id: reply.session_id,
+                    text: reply.text,
+                    status: reply.status,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Looks for waiting callers' replies in the database every
+    /// [`REPLY_POLL`] until shutdown is complete. The caller owns the task.
+    pub fn spawn_reply_poller(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let runner = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(REPLY_POLL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = stop.cancelled() => return,
+                }
+                if lock(&runner.inner.waiters).is_empty() {
+                    continue;
+                }
+                if let Err(err) = runner.reply_stored(None).await {
+                    tracing::warn!(error = %err, "looking for stored replies failed");
+                }
+            }
+        })
+    }
+
+    fn answer_waiter(&self, reply: TurnReply) {
+        if let Some(waiter) = lock(&self.inner.waiters).remove(&reply.inbound_id) {
+            // The receiver may be gone (the client hung up); the reply stays
+            // in the history either way.
+            let _ = waiter.send(reply);
+        }
     }
 
     /// Tells the runner a session has new work.
@@ -150,54 +251,122 @@ impl Runner {
             .spawn(async move { runner.work(session_id).await }.instrument(span));
     }
 
-    /// Picks up work left by a previous run: unfinished messages and
-    /// undelivered replies.
+    /// A session's lease was handed back by a draining instance: take its
+    /// work over.
+    pub fn handed_back(&self, session_id: &SessionId) {
+        self.inner.handed_back.notify_waiters();
+        self.notify(session_id);
+    }
+
+    /// Picks up work left by a previous run of this instance, and work
+    /// orphaned by instances that died: unfinished messages and undelivered
+    /// replies.
     ///
     /// # Errors
     /// A database failure.
     pub async fn recover(&self) -> Result<(), StoreError> {
-        let sessions = self.inner.store.sessions_with_unfinished_inbound().await?;
+        let sessions = self
+            .inner
+            .store
+            .sweep_orphans(self.owner(), self.ttl_ms(), 1000, true)
+            .await?;
         if !sessions.is_empty() {
             tracing::info!(sessions = sessions.len(), "resuming unfinished turns");
         }
         for session_id in sessions {
             self.notify(&session_id);
         }
-        for row in self.inner.store.pending_outbox(1000).await? {
+        for row in self.inner.store.claim_pending_outbox(1000, true).await? {
             // Nobody waits for these any more; the status only feeds waiters.
             self.deliver(&row, InboundStatus::Done).await;
         }
         Ok(())
     }
 
-    /// Retries replies whose delivery was given up after transient failures.
+    /// Takes over turns whose instance died (their lease expired) and
+    /// replies nobody is delivering (their claim expired, or an earlier
+    /// delivery gave up for now). Returns how many sessions and replies it
+    /// took.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn retry_undelivered(&self) -> Result<usize, StoreError> {
-        let rows = self.inner.store.retryable_outbox(100).await?;
+    pub async fn sweep(&self) -> Result<(usize, usize), StoreError> {
+        if self.inner.shutdown.is_cancelled() {
+            return Ok((0, 0));
+        }
+        let sessions = self
+            .inner
+            .store
+            .sweep_orphans(self.owner(), self.ttl_ms(), 100, false)
+            .await?;
+        for session_id in &sessions {
+            tracing::info!(
+                session_id = session_id.as_str(),
+                "taking over an orphaned session"
+            );
+            self.notify(session_id);
+        }
+        let rows = self.inner.store.claim_pending_outbox(100, false).await?;
         for row in &rows {
             self.deliver(row, InboundStatus::Done).await;
         }
-        Ok(rows.len())
+        Ok((sessions.len(), rows.len()))
     }
 
-    /// Stops taking work and waits (up to `grace`) for running turns.
+    /// Stops claiming work, hands back what is queued, and waits (up to
+    /// `grace`) for running turns. A turn still running then has its lease
+    /// handed back, and resumes elsewhere (or on the next start) from its
+    /// last checkpoint.
     pub async fn shutdown(&self, grace: Duration) {
         self.inner.shutdown.cancel();
         self.inner.tracker.close();
         if tokio::time::timeout(grace, self.inner.tracker.wait())
             .await
-            .is_err()
+            .is_ok()
         {
-            tracing::warn!("shutdown grace period over; unfinished turns resume on next start");
+            return;
+        }
+        let unfinished: Vec<Fence> = lock(&self.inner.running)
+            .values()
+            .map(|(_, fence)| fence.clone())
+            .collect();
+        tracing::warn!(
+            turns = unfinished.len(),
+            "shutdown grace period over; unfinished turns are handed back"
+        );
+        for fence in &unfinished {
+            if let Err(err) = self.inner.store.release_lease(fence, true).await {
+                tracing::warn!(error = %err, "handing a session back failed");
+            }
         }
     }
 
-    /// Stops the session's running turn, if this process runs one. Returns
-    /// whether there was one.
-    pub fn stop(&self, session_id: &SessionId, cause: StopCause) -> bool {
-        let control = lock(&self.inner.running).get(session_id).cloned();
+    /// Whether the runner has stopped claiming work.
+    pub fn is_draining(&self) -> bool {
+        self.inner.shutdown.is_cancelled()
+    }
+
+    /// Stops the session's running turn, wherever it runs: the request is
+    /// recorded for the instance running it (which may be this one, told at
+    /// once). Returns whether a turn was running.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn stop(&self, session_id: &SessionId, cause: StopCause) -> Result<bool, StoreError> {
+        let requested = self
+            .inner
+            .store
+            .request_stop(session_id, cause.as_str())
+            .await?;
+        let stopped_here = self.stop_local(session_id, cause);
+        Ok(requested || stopped_here)
+    }
+
+    /// Stops the session's turn if this process runs it.
+    fn stop_local(&self, session_id: &SessionId, cause: StopCause) -> bool {
+        let control = lock(&self.inner.running)
+            .get(session_id)
+            .map(|(control, _)| Arc::clone(control));
         match control {
             Some(control) => {
                 tracing::info!(
@@ -212,17 +381,45 @@ impl Runner {
         }
     }
 
-    /// Model calls left to the session's running task, if this process runs
-    /// one that has started.
-    pub fn budget_left(&self, session_id: &SessionId) -> Option<u32> {
-        lock(&self.inner.running)
-            .get(session_id)
-            .and_then(|control| control.budget_left())
+    /// A stop was requested for the session (on any instance): stops its
+    /// turn if it runs here.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn stop_requested(&self, session_id: &SessionId) -> Result<(), StoreError> {
+        if !lock(&self.inner.running).contains_key(session_id) {
+            return Ok(());
+        }
+        if let Some(cause) = self.inner.store.stop_request(session_id).await? {
+            self.stop_local(session_id, StopCause::parse(&cause));
+        }
+        Ok(())
     }
 
-    /// Whether this process is running a turn of the session right now.
-    pub fn is_running(&self, session_id: &SessionId) -> bool {
-        lock(&self.inner.running).contains_key(session_id)
+    /// Whether a turn of the session is running (on any instance), with the
+    /// model calls its task has left once known.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn running(&self, session_id: &SessionId) -> Result<Option<Running>, StoreError> {
+        let local = lock(&self.inner.running)
+            .get(session_id)
+            .map(|(control, _)| Arc::clone(control));
+        if let Some(control) = local {
+            return Ok(Some(Running {
+                budget_left: control.budget_left(),
+            }));
+        }
+        let Some(inbound_id) = self.inner.store.running_turn(session_id).await? else {
+            return Ok(None);
+        };
+        let calls = self.inner.store.task_usage(inbound_id).await?.calls;
+        Ok(Some(Running {
+            budget_left: Some(
+                u32::try_from(u64::from(self.inner.max_iterations).saturating_sub(calls))
+                    .unwrap_or(0),
+            ),
+        }))
     }
 
     async fn work(self, session_id: SessionId) {
@@ -253,64 +450,73 @@ impl Runner {
     /// Runs every waiting message of the session, in order, under its lease.
     async fn drain(&self, session_id: &SessionId) -> Result<(), StoreError> {
         let store = &self.inner.store;
-        let ttl_ms = i64::try_from(self.inner.lease_ttl.as_millis()).unwrap_or(i64::MAX);
-        let first = loop {
+        let busy_retry = (self.inner.lease_ttl / 4).min(BUSY_RETRY_MAX);
+        let (first, fence) = loop {
             if self.inner.shutdown.is_cancelled() {
                 return Ok(());
             }
+            // Registered before the attempt, so a hand-back signalled
+            // between the attempt and the wait is not missed.
+            let handed_back = self.inner.handed_back.notified();
             match store
-                .lease_and_claim(session_id, &self.inner.owner, ttl_ms)
+                .lease_and_claim(session_id, self.owner(), self.ttl_ms())
                 .await?
             {
-                Claim::Claimed(inbound) => break *inbound,
+                Claim::Claimed { inbound, fence } => break (*inbound, fence),
                 Claim::Released => return Ok(()),
-                // Another process runs this session; it drains the queue
+                // Another instance runs this session; it drains the queue
                 // too, but keep checking in case it dies before reaching
                 // our message.
                 Claim::Busy => tokio::select! {
-                    () = tokio::time::sleep(self.inner.lease_ttl / 4) => {}
+                    () = tokio::time::sleep(busy_retry) => {}
+                    () = handed_back => {}
                     () = self.inner.shutdown.cancelled() => return Ok(()),
                 },
             }
         };
-        let result = self.drain_leased(session_id, ttl_ms, first).await;
-        if !matches!(result, Ok(Drained::LeaseReleased)) {
-            store.release_lease(session_id, &self.inner.owner).await?;
+        match self.drain_leased(&fence, first).await {
+            Ok(Drained::LeaseReleased) => Ok(()),
+            Ok(Drained::Stopped) => {
+                tracing::info!("draining: the session is handed back");
+                store.release_lease(&fence, true).await
+            }
+            Err(StoreError::LeaseLost) => {
+                tracing::warn!(
+                    "the session's lease passed to another instance; this turn stopped \
+                     and wrote nothing more (the other instance resumes it)"
+                );
+                Ok(())
+            }
+            Err(err) => {
+                if let Err(release) = store.release_lease(&fence, true).await {
+                    tracing::warn!(error = %release, "giving the lease up failed");
+                }
+                Err(err)
+            }
         }
-        result.map(|_| ())
     }
 
-    /// Runs `inbound`, claimed under the session's lease, and every message
-    /// after it.
+    /// Runs `inbound`, claimed under `fence`, and every message after it.
     async fn drain_leased(
         &self,
-        session_id: &SessionId,
-        ttl_ms: i64,
+        fence: &Fence,
         mut inbound: InboundRow,
     ) -> Result<Drained, StoreError> {
         let store = &self.inner.store;
+        let session_id = &fence.session_id;
         loop {
-            // The semaphore is never closed, so acquire cannot fail.
-            let Ok(_permit) = self.inner.permits.acquire().await else {
+            let control = Arc::new(TurnControl::default());
+            // A stop requested before the turn (re)started applies to it.
+            if let Some(cause) = &inbound.stop_cause {
+                control.stop(StopCause::parse(cause));
+            }
+            lock(&self.inner.running)
+                .insert(session_id.clone(), (Arc::clone(&control), fence.clone()));
+            let result = self.run_turn(fence, &inbound, &control).await;
+            lock(&self.inner.running).remove(session_id);
+            let Some((row, status, span)) = result? else {
                 return Ok(Drained::Stopped);
             };
-            let trace_id = uuid::Uuid::now_v7().to_string();
-            let span = tracing::info_span!("turn", trace_id = %trace_id, inbound_id = inbound.id);
-            // The reply goes back to the chat the message came from.
-            let typing = self.typing_indicator(&chat_of(&inbound));
-            let control = Arc::new(TurnControl::default());
-            lock(&self.inner.running).insert(session_id.clone(), Arc::clone(&control));
-            let turn = self
-                .inner
-                .turns
-                .run(&inbound, &control)
-                .instrument(span.clone());
-            let result = self.with_lease_renewal(session_id, ttl_ms, turn).await;
-            lock(&self.inner.running).remove(session_id);
-            if let Some(typing) = typing {
-                typing.abort();
-            }
-            let (row, status) = result?;
             // The reply's delivery status, committed with the next claim.
             let delivered = self
                 .hand_out(&row, status)
@@ -321,14 +527,51 @@ impl Runner {
                 store.write(delivered).await?;
                 return Ok(Drained::Stopped);
             }
-            let Some(next) = store
-                .claim_next_or_release(session_id, &self.inner.owner, delivered)
-                .await?
-            else {
+            let Some(next) = store.claim_next_or_release(fence, delivered).await? else {
                 return Ok(Drained::LeaseReleased);
             };
             inbound = next;
         }
+    }
+
+    /// Waits for a turn permit, then runs the turn, renewing the lease all
+    /// along. `None` when the instance began draining before the turn
+    /// started.
+    async fn run_turn(
+        &self,
+        fence: &Fence,
+        inbound: &InboundRow,
+        control: &TurnControl,
+    ) -> Result<Option<(OutboxRow, InboundStatus, tracing::Span)>, StoreError> {
+        let permit = self
+            .with_lease_renewal(fence, inbound.id, control, async {
+                Ok(self.inner.permits.acquire().await)
+            })
+            .await?;
+        // The semaphore is never closed, so acquire cannot fail.
+        let Ok(_permit) = permit else {
+            return Ok(None);
+        };
+        if self.inner.shutdown.is_cancelled() {
+            return Ok(None);
+        }
+        let trace_id = uuid::Uuid::now_v7().to_string();
+        let span = tracing::info_span!("turn", trace_id = %trace_id, inbound_id = inbound.id);
+        // The reply goes back to the chat the message came from.
+        let typing = self.typing_indicator(&chat_of(inbound));
+        let turn = self
+            .inner
+            .turns
+            .run(inbound, control, fence.clone())
+            .instrument(span.clone());
+        let result = self
+            .with_lease_renewal(fence, inbound.id, control, turn)
+            .await;
+        if let Some(typing) = typing {
+            typing.abort();
+        }
+        let (row, status) = result?;
+        Ok(Some((row, status, span)))
     }
 
     /// Repeats the platform's typing indicator while a turn runs; the caller
@@ -348,11 +591,15 @@ impl Runner {
         }))
     }
 
-    /// Runs `work` while renewing the session's lease.
+    /// Runs `work` while renewing the lease of `fence` and reading stop
+    /// requests for the turn of `inbound_id`. When the lease has passed to
+    /// another instance, `work` is dropped at once and the error is
+    /// [`StoreError::LeaseLost`].
     async fn with_lease_renewal<T>(
         &self,
-        session_id: &SessionId,
-        ttl_ms: i64,
+        fence: &Fence,
+        inbound_id: i64,
+        control: &TurnControl,
         work: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let mut work = std::pin::pin!(work);
@@ -364,11 +611,15 @@ impl Runner {
             tokio::select! {
                 result = &mut work => return result,
                 _ = renew.tick() => {
-                    if let Err(err) = self.inner.store
-                        .try_acquire_lease(session_id, &self.inner.owner, ttl_ms)
-                        .await
-                    {
-                        tracing::warn!(error = %err, "lease renewal failed");
+                    match self.inner.store.renew_lease(fence, inbound_id, self.ttl_ms()).await {
+                        Ok(Renewal::Held { stop: Some(cause) }) => {
+                            control.stop(StopCause::parse(&cause));
+                        }
+                        Ok(Renewal::Held { stop: None }) => {}
+                        Ok(Renewal::Lost) => return Err(StoreError::LeaseLost),
+                        // The fence still guards every write; the next tick
+                        // tries again.
+                        Err(err) => tracing::warn!(error = %err, "lease renewal failed"),
                     }
                 }
             }
@@ -385,20 +636,17 @@ impl Runner {
         }
     }
 
-    /// Hands a reply to its waiter and its platform; returns the write that
-    /// records the outcome (sent, or a failed attempt), or `None` when no
-    /// adapter for its platform runs in this process.
+    /// Hands a reply (claimed by this instance) to its waiter and its
+    /// platform; returns the write that records the outcome: sent, a failed
+    /// attempt, or the claim given up when no adapter for its platform runs
+    /// here.
     async fn hand_out(&self, row: &OutboxRow, status: InboundStatus) -> Option<Batch> {
-        if let Some(waiter) = lock(&self.inner.waiters).remove(&row.inbound_id) {
-            // The receiver may be gone (the client hung up); the reply stays
-            // in the history either way.
-            let _ = waiter.send(TurnReply {
-                inbound_id: row.inbound_id,
-                session_id: row.session_id.clone(),
-                text: row.text.clone(),
-                status,
-            });
-        }
+        self.answer_waiter(TurnReply {
+            inbound_id: row.inbound_id,
+            session_id: row.session_id.clone(),
+            text: row.text.clone(),
+            status,
+        });
         let sender = lock(&self.inner.senders)
             .get(row.platform.as_str())
             .cloned();
@@ -410,11 +658,16 @@ impl Runner {
             None if LocalPlatform::of(row.platform.as_str()).is_some() => Ok(None),
             // No adapter for this platform in this process: another instance
             // (or a later start) delivers it.
-            None => return None,
+            None => {
+                let mut released = Batch::new();
+                released.release_outbox_claim(row.id);
+                return Some(released);
+            }
         };
         let mut marked = Batch::new();
         match result {
             Ok(message_id) => marked.mark_outbox_sent(row.id, message_id.as_deref()),
+            Err(Undelivered::ClaimLost) => return None,
             Err(failure) => {
                 marked.mark_outbox_attempt_failed(row.id, failure == Undelivered::Permanent);
             }
@@ -422,8 +675,8 @@ impl Runner {
         Some(marked)
     }
 
-    /// Sends with retries; returns the platform's id of the (first) message
-    /// sent.
+    /// Sends with retries, renewing the row's claim before each retry;
+    /// returns the platform's id of the (first) message sent.
     async fn send_with_retries(
         &self,
         sender: &dyn PlatformSender,
@@ -433,6 +686,19 @@ impl Runner {
         let mut retries = SEND_BACKOFF.retries();
         loop {
             let attempt = retries.count() + 1;
+            if attempt > 1 {
+                match self.inner.store.renew_outbox_claim(row.id).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(outbox_id = row.id, "another instance delivers this reply");
+                        return Err(Undelivered::ClaimLost);
+                    }
+                    Err(err) => {
+                        tracing::warn!(outbox_id = row.id, error = %err, "claim not renewed");
+                        return Err(Undelivered::Transient);
+                    }
+                }
+            }
             let retry_after = match sender.send(message).await {
                 Ok(receipt) => return Ok(receipt.message_ids.first().cloned()),
                 Err(SendError::Permanent(reason)) => {
@@ -459,6 +725,13 @@ impl Runner {
             }
         }
     }
+}
+
+/// A turn running somewhere, as `/status` tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Running {
+    /// Model calls its task may still make, once it has started.
+    pub budget_left: Option<u32>,
 }
 
 /// The chat an inbound message came from, which its reply goes back to.

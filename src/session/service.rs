@@ -223,7 +223,9 @@ impl SessionService {
             }
             Dispatched::Queue => {
                 if self.busy == BusyMode::Interrupt {
-                    self.runner.stop(&session_id, StopCause::Interrupted);
+                    self.runner
+                        .stop(&session_id, StopCause::Interrupted)
+                        .await?;
                 }
                 self.runner.notify(&session_id);
                 Admission::Accepted {

@@ -21,7 +21,7 @@ use crate::agent::wallet::{Budget, Purse, Wallet};
 use crate::config::{AgentSettings, ContextSettings, LimitSettings};
 use crate::llm::ChatMessage;
 use crate::store::{
-    Batch, InboundRow, InboundStatus, NewMessage, OutboxRow, SessionRow, SessionView, Store,
+    Batch, Fence, InboundRow, InboundStatus, NewMessage, OutboxRow, SessionRow, SessionView, Store,
     StoreError, TurnEnd, WireEntry,
 };
 use crate::tools::ToolRegistry;
@@ -52,6 +52,26 @@ pub enum StopCause {
     Interrupted,
     /// The task's wall-clock limit.
     TimeLimit,
+}
+
+impl StopCause {
+    /// The cause as stored with a stop request.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Interrupted => "interrupted",
+            Self::TimeLimit => "time_limit",
+        }
+    }
+
+    /// A stored stop request's cause (an unknown one reads as `/stop`).
+    pub fn parse(value: &str) -> Self {
+        match value {
+            "interrupted" => Self::Interrupted,
+            "time_limit" => Self::TimeLimit,
+            _ => Self::User,
+        }
+    }
 }
 
 /// The handle that stops one running turn.
@@ -190,21 +210,25 @@ impl TurnOutcome {
 }
 
 impl TurnExecutor {
-    /// Runs the turn for one inbound message (already claimed) and returns
-    /// its outbox row and how it ended.
+    /// Runs the turn for one inbound message (already claimed under
+    /// `fence`) and returns its outbox row and how it ended. Every write of
+    /// the turn is conditional on `fence` still being the session's grant.
     ///
     /// # Errors
-    /// A database failure; the message stays unfinished and is retried.
+    /// A database failure, or [`StoreError::LeaseLost`]; the message stays
+    /// unfinished and is retried (by whoever holds the lease).
     pub async fn run(
         &self,
         inbound: &InboundRow,
         control: &TurnControl,
+        fence: Fence,
     ) -> Result<(OutboxRow, InboundStatus), StoreError> {
+        let store = self.store.fenced(fence);
         let mut turn = self.prepare(inbound).await?;
-        if let Some(answer) = self.compact(inbound, &mut turn).await? {
-            return self.finish(inbound, &answer, None, Batch::new()).await;
+        if let Some(answer) = self.compact(&store, inbound, &mut turn).await? {
+            return Self::finish(&store, inbound, &answer, None, Batch::new()).await;
         }
-        let task = self.start_task(inbound, control, turn).await?;
+        let task = self.start_task(&store, inbound, control, turn).await?;
         let time_limit = Duration::from_secs(self.limits.task_timeout_secs);
         let purse = Arc::clone(&task.purse);
         let result = run_within_limits(task, control, time_limit).await;
@@ -226,8 +250,7 @@ impl TurnExecutor {
                 Batch::new(),
             ),
         };
-        self.finish(inbound, &outcome, final_message.as_ref(), writes)
-            .await
+        Self::finish(&store, inbound, &outcome, final_message.as_ref(), writes).await
     }
 
     /// Loads the session and its history (compaction applied), the agent
@@ -263,6 +286,7 @@ impl TurnExecutor {
     /// turn; an ordinary turn goes on with the compacted view.
     async fn compact(
         &self,
+        store: &Store,
         inbound: &InboundRow,
         turn: &mut Prepared,
     ) -> Result<Option<TurnOutcome>, StoreError> {
@@ -291,7 +315,7 @@ impl TurnExecutor {
             return Ok(None);
         }
         let summariser = Summariser {
-            store: &self.store,
+            store,
             provider: turn.agent.provider.as_ref(),
             model: &turn.agent.model,
             session_id: &turn.session.id,
@@ -322,6 +346,7 @@ impl TurnExecutor {
     /// purse with what the task has left.
     async fn start_task(
         &self,
+        store: &Store,
         inbound: &InboundRow,
         control: &TurnControl,
         turn: Prepared,
@@ -337,7 +362,7 @@ impl TurnExecutor {
             entry.task_id == Some(inbound.id) && matches!(entry.message, ChatMessage::User { .. })
         });
         if asked {
-            let interrupted_calls = self.store.fail_interrupted_model_calls(inbound.id).await?;
+            let interrupted_calls = store.fail_interrupted_model_calls(inbound.id).await?;
             if interrupted_calls > 0 {
                 tracing::warn!(
                     interrupted_calls,
@@ -360,7 +385,7 @@ impl TurnExecutor {
             ))?;
             history.push(user);
         }
-        let env = Arc::new(self.loop_env(inbound, control, &session, policy, spend));
+        let env = Arc::new(self.loop_env(store, inbound, control, &session, policy, spend));
         // A resumed task (its message was stored by an earlier run) keeps
         // spending from what it had left.
         let spent = if asked {
@@ -384,6 +409,7 @@ impl TurnExecutor {
     /// What the agent loop of this task runs with.
     fn loop_env(
         &self,
+        store: &Store,
         inbound: &InboundRow,
         control: &TurnControl,
         session: &SessionRow,
@@ -391,7 +417,7 @@ impl TurnExecutor {
         spend: Option<SpendLimit>,
     ) -> LoopEnv {
         LoopEnv {
-            store: self.store.clone(),
+            store: store.clone(),
             session_id: session.id.clone(),
             task_id: inbound.id,
             scope: String::new(),
@@ -437,7 +463,7 @@ impl TurnExecutor {
     /// outcome), the final assistant entry, the reply in the outbox, and the
     /// message's status and outcome.
     async fn finish(
-        &self,
+        store: &Store,
         inbound: &InboundRow,
         outcome: &TurnOutcome,
         final_message: Option<&NewMessage>,
@@ -458,7 +484,7 @@ impl TurnExecutor {
             status,
             outcome: outcome.as_str(),
         };
-        let row = self.store.finish_turn_with(&end, writes).await?;
+        let row = store.finish_turn_with(&end, writes).await?;
         Ok((row, status))
     }
 }

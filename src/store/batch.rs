@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use sqlx::any::AnyRow;
 use sqlx::{Connection, Executor, Row};
 
-use super::{Backend, SessionId, Store, StoreError};
+use super::{Backend, SessionId, Store, StoreError, leases};
 
 /// One bound value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,10 +191,29 @@ impl Store {
     ///
     /// # Errors
     /// A database failure; nothing of the batch is written then.
+    ///
+    /// A [fenced](Store::fenced) store first checks its lease grant is still
+    /// current, in the same transaction: if not, nothing is written and the
+    /// error is [`StoreError::LeaseLost`].
     pub async fn write(&self, batch: Batch) -> Result<Vec<AnyRow>, StoreError> {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
+        let Some(fence) = &self.fence else {
+            return self.commit(batch).await;
+        };
+        let (sql, args) = leases::guard(self.backend, fence);
+        let mut guarded = Batch::new();
+        guarded.push(sql, args);
+        guarded.extend(batch);
+        self.commit(guarded).await.map_err(|err| match err {
+            StoreError::Database(err) if leases::is_fence_violation(&err) => StoreError::LeaseLost,
+            other => other,
+        })
+    }
+
+    /// Commits a batch as it is (see [`Store::write`]).
+    async fn commit(&self, batch: Batch) -> Result<Vec<AnyRow>, StoreError> {
         let mut conn = self.conn().await?;
         match self.backend {
             Backend::Sqlite => {

@@ -51,12 +51,17 @@ impl Store {
         };
         let hidden = sqlx::query(
             "UPDATE messages SET hidden = 1 WHERE session_id = $1 AND scope = '' AND id >= $2 \
-             AND hidden = 0",
+             AND hidden = 0 AND NOT EXISTS \
+             (SELECT 1 FROM inbound WHERE session_id = $1 AND status = 'running')",
         )
         .bind(session_id.as_str())
         .bind(id)
         .execute(&mut *conn)
         .await?;
+        if hidden.rows_affected() == 0 {
+            // A turn started meanwhile (on any instance): it owns the tail.
+            return Ok(None);
+        }
         Ok(Some(HiddenExchange {
             user_text: content.unwrap_or_default(),
             entries: hidden.rows_affected(),

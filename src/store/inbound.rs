@@ -11,10 +11,10 @@ use sqlx::{Connection, Row};
 
 use switchboard_contract::{AccountId, ChatId, EventId, PlatformName, ThreadId, UserId};
 
-use super::leases::lease_held;
+use super::leases::{Fence, granted_token};
 use super::platform_ids::{id_from_row, optional_id_from_row};
 use super::session_id::{parse_stored, session_id_from_row};
-use super::{Batch, SessionId, Store, StoreError, now_ms};
+use super::{Arg, Batch, SessionId, Store, StoreError, now_ms};
 
 /// Where an inbound message is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +42,7 @@ impl InboundStatus {
         }
     }
 
-    fn parse(value: &str) -> Result<Self, StoreError> {
+    pub(super) fn parse(value: &str) -> Result<Self, StoreError> {
         Ok(match value {
             "pending" => Self::Pending,
             "running" => Self::Running,
@@ -91,10 +91,14 @@ pub struct InboundRow {
     pub outcome: Option<String>,
     pub received_at: i64,
     pub principal_id: Option<i64>,
+    /// A stop requested for this message's turn (`/stop`, an interrupting
+    /// message), by any instance.
+    pub stop_cause: Option<String>,
 }
 
 const INBOUND_COLUMNS: &str = "id, platform, account, event_id, session_id, chat_id, thread_id, \
-    message_id, sender_id, sender_name, text, status, outcome, received_at, principal_id";
+    message_id, sender_id, sender_name, text, status, outcome, received_at, principal_id, \
+    stop_cause";
 
 impl Store {
     /// Records an inbound message. Returns its id, or `None` when the same
@@ -127,9 +131,9 @@ impl Store {
         Ok(id)
     }
 
-    /// Takes the session's lease for `ttl_ms` if it is free, expired or
-    /// already ours, and in the same write claims the session's next
-    /// message as [`Store::claim_next_or_release`] does.
+    /// Takes the session's lease for `ttl_ms` as a new grant if it is free,
+    /// expired or already `owner`'s, and in the same write claims the
+    /// session's next message as [`Store::claim_next_or_release`] does.
     ///
     /// # Errors
     /// A database failure or a corrupt row.
@@ -140,36 +144,172 @@ impl Store {
         ttl_ms: i64,
     ) -> Result<Claim, StoreError> {
         let mut batch = Batch::new();
-        batch.acquire_lease(session_id, owner, ttl_ms);
-        push_claim(&mut batch, session_id, owner);
-        let rows = self.write(batch).await?;
-        if !lease_held(rows.first())? {
+        batch.acquire_lease(self.clock_sql(), session_id, owner, ttl_ms);
+        // In the same transaction as the grant: `owner` holds it only if
+        // the grant went through.
+        push_claim(&mut batch, session_id, "owner = $2", owner.into());
+        let rows = self.unfenced().write(batch).await?;
+        let Some(token) = granted_token(rows.first())? else {
             return Ok(Claim::Busy);
-        }
+        };
         Ok(match rows.get(1).map(inbound_from_row).transpose()? {
-            Some(inbound) => Claim::Claimed(Box::new(inbound)),
+            Some(inbound) => Claim::Claimed {
+                inbound: Box::new(inbound),
+                fence: Fence {
+                    session_id: session_id.clone(),
+                    token,
+                },
+            },
             None => Claim::Released,
         })
     }
 
-    /// Commits `before` (say, the last reply's delivery status), then takes
-    /// the oldest unfinished message of the session and marks it `running`
-    /// (a `running` one first: a turn interrupted by a crash; then `pending`
-    /// ones in arrival order), or, when there is none, gives the session's
-    /// lease up; all in one write. Only the holder of the lease calls this.
+    /// Commits `before` (say, the last reply's delivery status), then, if
+    /// `fence` is still the session's current grant, takes the oldest
+    /// unfinished message of the session and marks it `running` (a
+    /// `running` one first: a turn interrupted by a crash; then `pending`
+    /// ones in arrival order), or, when there is none, gives the lease up;
+    /// all in one write.
     ///
     /// # Errors
     /// A database failure or a corrupt row.
     pub async fn claim_next_or_release(
         &self,
-        session_id: &SessionId,
-        owner: &str,
+        fence: &Fence,
         mut before: Batch,
     ) -> Result<Option<InboundRow>, StoreError> {
         let skip = before.returning_rows();
-        push_claim(&mut before, session_id, owner);
-        let rows = self.write(before).await?;
+        push_claim(
+            &mut before,
+            &fence.session_id,
+            "token = $2",
+            Arg::from(fence.token),
+        );
+        let rows = self.unfenced().write(before).await?;
         rows.get(skip).map(inbound_from_row).transpose()
+    }
+
+    /// Sessions with unfinished messages and no live lease: the instance
+    /// that ran or received them died (or is draining). Expired leases are
+    /// taken for `owner` on the way (on PostgreSQL skipping rows another
+    /// sweeper is taking), so that only one instance resumes each; sessions
+    /// never leased are listed for the caller's runner to claim as usual.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn sweep_orphans(
+        &self,
+        owner: &str,
+        ttl_ms: i64,
+        limit: i64,
+        include_own: bool,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        // A restart takes its own earlier leases at once, expired or not.
+        let own = if include_own { " OR l.owner = $1" } else { "" };
+        let clock = self.clock_sql();
+        let skip_locked = if self.is_shared() {
+            " FOR UPDATE SKIP LOCKED"
+        } else {
+            ""
+        };
+        let mut conn = self.conn().await?;
+        let mut ids = sqlx::query_scalar::<_, String>(&format!(
+            "UPDATE session_leases SET owner = $1, expires_at = {clock} + $2, token = token + 1 \
+             WHERE session_id IN (SELECT l.session_id FROM session_leases l \
+             WHERE (l.expires_at < {clock}{own}) AND EXISTS (SELECT 1 FROM inbound i \
+             WHERE i.session_id = l.session_id AND i.status IN ('pending', 'running')) \
+             ORDER BY l.expires_at LIMIT $3{skip_locked}) RETURNING session_id"
+        ))
+        .bind(owner)
+        .bind(ttl_ms)
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await?;
+        ids.extend(
+            sqlx::query_scalar::<_, String>(
+                "SELECT DISTINCT session_id FROM inbound i \
+                 WHERE status IN ('pending', 'running') AND NOT EXISTS \
+                 (SELECT 1 FROM session_leases l WHERE l.session_id = i.session_id) LIMIT $1",
+            )
+            .bind(limit)
+            .fetch_all(&mut *conn)
+            .await?,
+        );
+        ids.iter().map(|id| parse_stored(id)).collect()
+    }
+
+    /// Records a stop request for the session's running turn, wherever it
+    /// runs (the instance running it reads it at its next lease renewal, or
+    /// at once through a notification). Returns whether a turn was running.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn request_stop(
+        &self,
+        session_id: &SessionId,
+        cause: &str,
+    ) -> Result<bool, StoreError> {
+        let stopped = sqlx::query_scalar::<_, i64>(
+            "UPDATE inbound SET stop_cause = COALESCE(stop_cause, $2) \
+             WHERE session_id = $1 AND status = 'running' RETURNING id",
+        )
+        .bind(session_id.as_str())
+        .bind(cause)
+        .fetch_all(&mut *self.conn().await?)
+        .await?;
+        Ok(!stopped.is_empty())
+    }
+
+    /// The stop request recorded for the session's running turn, if any.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn stop_request(&self, session_id: &SessionId) -> Result<Option<String>, StoreError> {
+        let cause = sqlx::query_scalar::<_, Option<String>>(
+            "SELECT stop_cause FROM inbound WHERE session_id = $1 AND status = 'running' LIMIT 1",
+        )
+        .bind(session_id.as_str())
+        .fetch_optional(&mut *self.conn().await?)
+        .await?;
+        Ok(cause.flatten())
+    }
+
+    /// The message whose turn is running in the session (on any instance,
+    /// or interrupted by a crash and about to resume), if any.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn running_turn(&self, session_id: &SessionId) -> Result<Option<i64>, StoreError> {
+        let id = sqlx::query_scalar::<_, i64>(
+            "SELECT id FROM inbound WHERE session_id = $1 AND status = 'running' LIMIT 1",
+        )
+        .bind(session_id.as_str())
+        .fetch_optional(&mut *self.read_conn().await?)
+        .await?;
+        Ok(id)
+    }
+
+    /// The id of the message recorded for a platform event, if it was.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn inbound_id_of_event(
+        &self,
+        platform: &str,
+        account: &str,
+        event_id: &str,
+    ) -> Result<Option<(i64, SessionId)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, session_id FROM inbound \
+             WHERE platform = $1 AND account = $2 AND event_id = $3",
+        )
+        .bind(platform)
+        .bind(account)
+        .bind(event_id)
+        .fetch_optional(&mut *self.read_conn().await?)
+        .await?;
+        row.map(|row| Ok((row.try_get("id")?, session_id_from_row(&row, "session_id")?)))
+            .transpose()
     }
 
     /// Sessions with unfinished messages (for recovery at start).
@@ -211,24 +351,29 @@ impl Store {
     }
 }
 
-/// Claims the session's next message, if the lease is ours (a `running`
-/// one first, then `pending` ones in arrival order), or gives the lease up
-/// when there is none; the claim gives at most one row.
-fn push_claim(batch: &mut Batch, session_id: &SessionId, owner: &str) {
+/// Claims the session's next message, if the lease is ours (`holder` is
+/// the SQL condition on the lease row naming us, with `$2` bound to
+/// `holder_arg`): a `running` one first, then `pending` ones in arrival
+/// order; or gives the lease up when there is none. The claim gives at most
+/// one row.
+fn push_claim(batch: &mut Batch, session_id: &SessionId, holder: &str, holder_arg: Arg) {
     batch.push_returning_optional(
         format!(
             "UPDATE inbound SET status = 'running' WHERE id = (SELECT id FROM inbound \
              WHERE session_id = $1 AND status IN ('pending', 'running') ORDER BY id LIMIT 1) \
-             AND EXISTS (SELECT 1 FROM session_leases WHERE session_id = $1 AND owner = $2) \
+             AND EXISTS (SELECT 1 FROM session_leases WHERE session_id = $1 AND {holder}) \
              RETURNING {INBOUND_COLUMNS}"
         ),
-        vec![session_id.into(), owner.into()],
+        vec![session_id.into(), holder_arg.clone()],
     );
-    // A claimed message is `running` now, so the lease is kept then.
+    // A claimed message is `running` now, so the lease is kept then. The
+    // row stays, expired, so its token keeps growing.
     batch.push(
-        "DELETE FROM session_leases WHERE session_id = $1 AND owner = $2 AND NOT EXISTS \
-         (SELECT 1 FROM inbound WHERE session_id = $1 AND status = 'running')",
-        vec![session_id.into(), owner.into()],
+        format!(
+            "UPDATE session_leases SET expires_at = 0 WHERE session_id = $1 AND {holder} \
+             AND NOT EXISTS (SELECT 1 FROM inbound WHERE session_id = $1 AND status = 'running')"
+        ),
+        vec![session_id.into(), holder_arg],
     );
 }
 
@@ -239,8 +384,11 @@ pub enum Claim {
     Busy,
     /// The lease was ours but the queue empty; it is given up.
     Released,
-    /// The next message, now `running`, under our lease.
-    Claimed(Box<InboundRow>),
+    /// The next message, now `running`, under our lease's new grant.
+    Claimed {
+        inbound: Box<InboundRow>,
+        fence: Fence,
+    },
 }
 
 pub(super) fn inbound_from_row(row: &AnyRow) -> Result<InboundRow, StoreError> {
@@ -261,5 +409,6 @@ pub(super) fn inbound_from_row(row: &AnyRow) -> Result<InboundRow, StoreError> {
         outcome: row.try_get("outcome")?,
         received_at: row.try_get("received_at")?,
         principal_id: row.try_get("principal_id")?,
+        stop_cause: row.try_get("stop_cause")?,
     })
 }

@@ -1,78 +1,178 @@
-//! Session leases: at most one turn runs per session, across processes.
+//! Session leases: at most one turn runs per session, across processes, and
+//! a holder that lost its lease writes nothing.
 //!
-//! A lease row names its owner (one gateway process) and an expiry. A process
-//! takes a free or expired lease, renews it while the turn runs, and releases
-//! it after; if the holder dies, the lease expires and another process takes
-//! over. The upsert below is atomic on both backends.
+//! A lease row names its owner (one gateway instance), an expiry on the
+//! database's clock, and a fencing token. An instance takes a free or expired
+//! lease (or one its own earlier run held: a restart reclaims at once), and
+//! every grant adds one to the token; a renewal keeps it. The row is never
+//! deleted, so the token only grows. A [`Fence`] names one grant; a store
+//! [`fenced`](Store::fenced) by it makes every batch it writes conditional on
+//! the grant still being current (see [`Batch`] and `lease_fence` in the
+//! migrations): once another instance has taken the session over, the old
+//! holder's writes fail with [`StoreError::LeaseLost`] and change nothing.
+
+use std::sync::Arc;
 
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::{Arg, Batch, SessionId, Store, StoreError, now_ms};
+use super::{Arg, Backend, Batch, SessionId, Store, StoreError};
+
+/// One grant of a session's lease: the writes of a turn run under it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub session_id: SessionId,
+    pub token: i64,
+}
+
+/// What a renewal found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Renewal {
+    /// Still ours; `stop` is a stop request for the running turn, if any
+    /// instance recorded one.
+    Held { stop: Option<String> },
+    /// Another instance has taken the session over.
+    Lost,
+}
 
 impl Store {
-    /// Takes the session's lease for `ttl_ms` if it is free, expired, or
-    /// already ours. Returns whether we hold it.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn try_acquire_lease(
-        &self,
-        session_id: &SessionId,
-        owner: &str,
-        ttl_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let mut batch = Batch::new();
-        batch.acquire_lease(session_id, owner, ttl_ms);
-        lease_held(self.write(batch).await?.first())
+    /// A store whose batches are written only while `fence` is the
+    /// session's current grant.
+    pub fn fenced(&self, fence: Fence) -> Store {
+        Store {
+            fence: Some(Arc::new(fence)),
+            ..self.clone()
+        }
     }
 
-    /// Gives the lease up, if we hold it.
+    /// Extends the lease of `fence` by `ttl_ms` and reads the stop request
+    /// of the turn `inbound_id` runs; [`Renewal::Lost`] when the grant is no
+    /// longer current. An expired grant nobody else took is still ours.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn release_lease(
+    pub async fn renew_lease(
         &self,
-        session_id: &SessionId,
-        owner: &str,
-    ) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM session_leases WHERE session_id = $1 AND owner = $2")
-            .bind(session_id.as_str())
-            .bind(owner)
-            .execute(&mut *self.conn().await?)
-            .await?;
+        fence: &Fence,
+        inbound_id: i64,
+        ttl_ms: i64,
+    ) -> Result<Renewal, StoreError> {
+        let mut batch = Batch::new();
+        batch.push_returning(
+            "SELECT stop_cause FROM inbound WHERE id = $1",
+            vec![Arg::from(inbound_id)],
+        );
+        batch.push_returning_optional(
+            format!(
+                "UPDATE session_leases SET expires_at = {} + $1 \
+                 WHERE session_id = $2 AND token = $3 RETURNING token",
+                self.clock_sql()
+            ),
+            vec![
+                Arg::from(ttl_ms),
+                (&fence.session_id).into(),
+                Arg::from(fence.token),
+            ],
+        );
+        // Unfenced: a lost lease is an answer here, not an error.
+        let rows = self.unfenced().write(batch).await?;
+        if rows.len() < 2 {
+            return Ok(Renewal::Lost);
+        }
+        let stop: Option<String> = rows
+            .first()
+            .ok_or_else(|| StoreError::Corrupt(format!("inbound {inbound_id} missing")))?
+            .try_get(0)?;
+        Ok(Renewal::Held { stop })
+    }
+
+    /// Gives the lease of `fence` up, if it is still current. The row stays
+    /// (with its token), expired. `handing_back` says work is left in the
+    /// session (a draining instance, a failed turn): the lease is marked so
+    /// (expiry -1) and, on PostgreSQL, the other instances are told to take
+    /// it over at once.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn release_lease(&self, fence: &Fence, handing_back: bool) -> Result<(), StoreError> {
+        let mut batch = Batch::new();
+        batch.push(
+            "UPDATE session_leases SET expires_at = $3 WHERE session_id = $1 AND token = $2",
+            vec![
+                (&fence.session_id).into(),
+                Arg::from(fence.token),
+                Arg::from(if handing_back { -1 } else { 0 }),
+            ],
+        );
+        self.unfenced().write(batch).await?;
         Ok(())
+    }
+
+    /// This store without its fence.
+    pub(super) fn unfenced(&self) -> Store {
+        if self.fence.is_none() {
+            return self.clone();
+        }
+        Store {
+            fence: None,
+            ..self.clone()
+        }
     }
 }
 
 impl Batch {
-    /// Takes the session's lease for `ttl_ms` if it is free, expired, or
-    /// already ours; gives one row, which [`lease_held`] reads.
-    pub fn acquire_lease(&mut self, session_id: &SessionId, owner: &str, ttl_ms: i64) {
-        let now = now_ms();
+    /// Takes the session's lease for `ttl_ms` (on the database's clock
+    /// `clock`) if it is free, expired, or held by `owner` (an earlier run
+    /// of this instance), as a new grant; gives one row, which
+    /// [`granted_token`] reads.
+    pub fn acquire_lease(&mut self, clock: &str, session_id: &SessionId, owner: &str, ttl_ms: i64) {
         self.push(
-            "INSERT INTO session_leases (session_id, owner, expires_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, \
-             expires_at = excluded.expires_at \
-             WHERE session_leases.owner = excluded.owner OR session_leases.expires_at < $4",
-            vec![
-                session_id.into(),
-                owner.into(),
-                Arg::from(now.saturating_add(ttl_ms)),
-                Arg::from(now),
-            ],
+            format!(
+                "INSERT INTO session_leases (session_id, owner, expires_at, token) \
+                 VALUES ($1, $2, {clock} + $3, 1) \
+                 ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, \
+                 expires_at = excluded.expires_at, token = session_leases.token + 1 \
+                 WHERE session_leases.owner = excluded.owner \
+                 OR session_leases.expires_at < {clock}"
+            ),
+            vec![session_id.into(), owner.into(), Arg::from(ttl_ms)],
         );
         self.push_returning(
-            "SELECT COUNT(*) FROM session_leases WHERE session_id = $1 AND owner = $2",
+            "SELECT COALESCE(MAX(token), -1) FROM session_leases \
+             WHERE session_id = $1 AND owner = $2",
             vec![session_id.into(), owner.into()],
         );
     }
 }
 
-/// Whether the row [`Batch::acquire_lease`] gave says the lease is ours.
-pub(super) fn lease_held(row: Option<&AnyRow>) -> Result<bool, StoreError> {
-    let held: i64 = row
-        .ok_or_else(|| StoreError::Corrupt("no lease row count".to_owned()))?
+/// The token [`Batch::acquire_lease`] granted, or `None` when another
+/// instance holds the lease.
+pub(super) fn granted_token(row: Option<&AnyRow>) -> Result<Option<i64>, StoreError> {
+    let token: i64 = row
+        .ok_or_else(|| StoreError::Corrupt("no lease row".to_owned()))?
         .try_get(0)?;
-    Ok(held > 0)
+    Ok((token >= 0).then_some(token))
+}
+
+/// The statements that make a batch conditional on `fence`: the first
+/// fails the whole batch (a NOT NULL violation on `lease_fence`) when the
+/// grant is no longer current. On PostgreSQL the check also locks the lease
+/// row until the batch commits, so no grant can slip in between.
+pub(super) fn guard(backend: Backend, fence: &Fence) -> (String, Vec<Arg>) {
+    let lock = match backend {
+        Backend::Postgres => " FOR SHARE",
+        Backend::Sqlite => "",
+    };
+    (
+        format!(
+            "INSERT INTO lease_fence (must_hold_lease) SELECT NULL WHERE NOT EXISTS \
+             (SELECT 1 FROM session_leases WHERE session_id = $1 AND token = $2{lock})"
+        ),
+        vec![(&fence.session_id).into(), Arg::from(fence.token)],
+    )
+}
+
+/// Whether `err` is the fence's guard failing.
+pub(super) fn is_fence_violation(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.message().contains("must_hold_lease"))
 }

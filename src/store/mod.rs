@@ -105,9 +105,10 @@ pub use batch::{Arg, Batch};
 pub use compactions::{Compaction, tokens_per_char};
 pub use edits::HiddenExchange;
 pub use inbound::{Claim, InboundRow, InboundStatus, NewInbound};
+pub use leases::{Fence, Renewal};
 pub use messages::{MessageMeta, NewMessage, Role, StoredMessage};
 pub use messages::{RoundStart, ToolCheckpoint, WireEntry, round_request_id};
-pub use outbox::{OutboxRow, OutboxStatus, TurnEnd};
+pub use outbox::{OutboxRow, OutboxStatus, StoredReply, TurnEnd};
 pub use pairing::{Applicant, PairingRequest, PairingStatus};
 pub use principals::{Identity, PrincipalId, Redemption, SessionSummary};
 pub use session_id::{InvalidSessionId, SessionId};
@@ -149,6 +150,10 @@ pub enum StoreError {
     Migrate(sqlx::migrate::MigrateError),
     #[error("stored data is invalid: {0}")]
     Corrupt(String),
+    /// A fenced write found the session's lease granted to another
+    /// instance since: nothing was written.
+    #[error("the session's lease has passed to another instance")]
+    LeaseLost,
 }
 
 // By hand rather than `#[from]`, which would also make the cause the error's
@@ -163,6 +168,25 @@ impl From<sqlx::Error> for StoreError {
 impl From<sqlx::migrate::MigrateError> for StoreError {
     fn from(err: sqlx::migrate::MigrateError) -> Self {
         Self::Migrate(err)
+    }
+}
+
+/// Who this process is in lease and claim rows, and how long its claims
+/// last without renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    pub id: String,
+    pub lease_ttl_ms: i64,
+}
+
+impl Instance {
+    /// A one-off identity (a random id), for stores that never claim work
+    /// across restarts: tests and command-line tools.
+    pub fn ephemeral() -> Self {
+        Self {
+            id: uuid::Uuid::new_v4().to_string(),
+            lease_ttl_ms: 30_000,
+        }
     }
 }
 
@@ -207,6 +231,11 @@ pub struct Store {
     /// `COMMIT` never runs; the flag stays set, and the next checkout of the
     /// writer rolls the open transaction back first.
     unfinished_batch: Arc<AtomicBool>,
+    /// The lease grant every batch is conditional on (see
+    /// [`Store::fenced`]); `None` for unfenced writes.
+    fence: Option<Arc<Fence>>,
+    /// This process, in the claims it writes.
+    instance: Arc<Instance>,
 }
 
 #[derive(Clone)]
@@ -323,7 +352,22 @@ impl Store {
             connections,
             backend,
             unfinished_batch: Arc::new(AtomicBool::new(false)),
+            fence: None,
+            instance: Arc::new(Instance::ephemeral()),
         })
+    }
+
+    /// This store, writing its claims as `instance`.
+    pub fn with_instance(self, instance: Instance) -> Store {
+        Store {
+            instance: Arc::new(instance),
+            ..self
+        }
+    }
+
+    /// Who this store writes claims as.
+    pub fn instance(&self) -> &Instance {
+        &self.instance
     }
 
     /// SQL giving the database's clock in Unix milliseconds, for statements

@@ -1,5 +1,11 @@
 //! The outbox: replies written in the transaction that ends a turn, then
 //! delivered and marked sent with the platform's message id.
+//!
+//! Each pending row is delivered by one instance at a time: the one that
+//! wrote it claims it in the same transaction, and the delivery pumps
+//! (recovery, retries, the orphan sweep) claim rows whose claim is free or
+//! expired, on the database's clock. A delivery that retries renews its
+//! claim before each attempt; one that lost it stops.
 
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -63,6 +69,15 @@ impl OutboxRow {
     }
 }
 
+/// A finished turn's reply, as a waiting caller reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredReply {
+    pub inbound_id: i64,
+    pub session_id: SessionId,
+    pub text: String,
+    pub status: InboundStatus,
+}
+
 /// How a turn ended, written atomically with its reply.
 #[derive(Debug, Clone)]
 pub struct TurnEnd<'a> {
@@ -107,11 +122,18 @@ impl Store {
         batch.push_returning(
             format!(
                 "INSERT INTO outbox (session_id, inbound_id, platform, account, chat_id, \
-                 thread_id, reply_to, text, status, created_at) \
+                 thread_id, reply_to, text, status, created_at, claimed_by, claim_expires_at) \
                  SELECT session_id, id, platform, account, chat_id, thread_id, message_id, $1, \
-                 'pending', $2 FROM inbound WHERE id = $3 RETURNING {OUTBOX_COLUMNS}"
+                 'pending', $2, $4, {} + $5 FROM inbound WHERE id = $3 RETURNING {OUTBOX_COLUMNS}",
+                self.clock_sql()
             ),
-            vec![end.reply.into(), Arg::from(now), Arg::from(end.inbound_id)],
+            vec![
+                end.reply.into(),
+                Arg::from(now),
+                Arg::from(end.inbound_id),
+                self.instance.id.as_str().into(),
+                Arg::from(self.instance.lease_ttl_ms),
+            ],
         );
         batch.push(
             "UPDATE inbound SET status = $1, outcome = $2, finished_at = $3 WHERE id = $4",
@@ -140,34 +162,101 @@ impl Store {
         outbox_from_row(row)
     }
 
-    /// Replies whose delivery failed transiently and was given up for now
-    /// (attempts made, still pending), oldest first.
+    /// Claims up to `limit` replies waiting for delivery, oldest first:
+    /// rows no instance has claimed or whose claim expired, and with
+    /// `reclaim_own` also those this instance claimed before (a restart
+    /// picking up its own unfinished deliveries). On PostgreSQL rows another
+    /// instance is claiming are skipped, not waited for.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn retryable_outbox(&self, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
+    pub async fn claim_pending_outbox(
+        &self,
+        limit: i64,
+        reclaim_own: bool,
+    ) -> Result<Vec<OutboxRow>, StoreError> {
+        let clock = self.clock_sql();
+        let own = if reclaim_own {
+            " OR claimed_by = $1"
+        } else {
+            ""
+        };
+        let skip_locked = if self.is_shared() {
+            " FOR UPDATE SKIP LOCKED"
+        } else {
+            ""
+        };
         let rows = sqlx::query(&format!(
-            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = 'pending' AND attempts > 0 \
-             ORDER BY id LIMIT $1"
+            "UPDATE outbox SET claimed_by = $1, claim_expires_at = {clock} + $2 \
+             WHERE id IN (SELECT id FROM outbox WHERE status = 'pending' \
+             AND (claimed_by IS NULL OR claim_expires_at < {clock}{own}) \
+             ORDER BY id LIMIT $3{skip_locked}) RETURNING {OUTBOX_COLUMNS}"
         ))
+        .bind(self.instance.id.as_str())
+        .bind(self.instance.lease_ttl_ms)
         .bind(limit)
         .fetch_all(&mut *self.conn().await?)
         .await?;
-        self.readable_pending(&rows).await
+        let mut pending = self.readable_pending(&rows).await?;
+        pending.sort_by_key(|row| row.id);
+        Ok(pending)
     }
 
-    /// Replies waiting for delivery, oldest first.
+    /// Extends this instance's claim on a reply before another delivery
+    /// attempt; `false` when the claim is no longer ours (or the row no
+    /// longer pending), and the attempt must not be made.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn pending_outbox(&self, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {OUTBOX_COLUMNS} FROM outbox WHERE status = 'pending' ORDER BY id LIMIT $1"
+    pub async fn renew_outbox_claim(&self, id: i64) -> Result<bool, StoreError> {
+        let renewed = sqlx::query_scalar::<_, i64>(&format!(
+            "UPDATE outbox SET claim_expires_at = {} + $1 \
+             WHERE id = $2 AND claimed_by = $3 AND status = 'pending' RETURNING id",
+            self.clock_sql()
         ))
-        .bind(limit)
-        .fetch_all(&mut *self.conn().await?)
+        .bind(self.instance.lease_ttl_ms)
+        .bind(id)
+        .bind(self.instance.id.as_str())
+        .fetch_optional(&mut *self.conn().await?)
         .await?;
-        self.readable_pending(&rows).await
+        Ok(renewed.is_some())
+    }
+
+    /// The stored replies of these messages, for callers waiting on them:
+    /// the outbox text and the message's final status. Messages not
+    /// finished yet are left out.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn stored_replies(
+        &self,
+        inbound_ids: &[i64],
+    ) -> Result<Vec<StoredReply>, StoreError> {
+        if inbound_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let placeholders: Vec<String> = (1..=inbound_ids.len()).map(|n| format!("${n}")).collect();
+        let sql = format!(
+            "SELECT o.inbound_id, o.session_id, o.text, i.status FROM outbox o \
+             JOIN inbound i ON i.id = o.inbound_id WHERE o.inbound_id IN ({})",
+            placeholders.join(", ")
+        );
+        let rows = inbound_ids
+            .iter()
+            .fold(sqlx::query(&sql), |query, id| query.bind(*id))
+            .fetch_all(&mut *self.read_conn().await?)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let status: String = row.try_get("status")?;
+                Ok(StoredReply {
+                    inbound_id: row.try_get("inbound_id")?,
+                    session_id: session_id_from_row(row, "session_id")?,
+                    text: row.try_get("text")?,
+                    status: InboundStatus::parse(&status)?,
+                })
+            })
+            .collect()
     }
 
     /// Reads pending outbox rows. A row that no longer reads (an id edited
@@ -202,6 +291,15 @@ impl Batch {
                 Arg::from(now_ms()),
                 Arg::from(id),
             ],
+        );
+    }
+
+    /// Gives this instance's claim on a reply up (no adapter for its
+    /// platform runs here), so that another instance delivers it.
+    pub fn release_outbox_claim(&mut self, id: i64) {
+        self.push(
+            "UPDATE outbox SET claimed_by = NULL, claim_expires_at = NULL WHERE id = $1",
+            vec![Arg::from(id)],
         );
     }
 

@@ -1,5 +1,7 @@
 //! Token usage per model call, and the running totals on each session.
 
+use sqlx::Row;
+
 use super::session_id::parse_stored;
 use super::{Arg, Batch, SessionId, Store, StoreError, now_ms, to_i64, to_u64};
 use crate::llm::Usage;
@@ -146,15 +148,23 @@ impl Store {
     /// # Errors
     /// A database failure.
     pub async fn fail_interrupted_model_calls(&self, task_id: i64) -> Result<u64, StoreError> {
-        let result = sqlx::query(
+        // A batch, so that a fenced store writes it only under its lease.
+        let mut batch = Batch::new();
+        batch.push_returning(
+            "SELECT COUNT(*) FROM usage WHERE task_id = $1 AND status = 'running'",
+            vec![Arg::from(task_id)],
+        );
+        batch.push(
             "UPDATE usage SET status = 'failed', error = 'interrupted by a restart', \
              finished_at = $1 WHERE task_id = $2 AND status = 'running'",
-        )
-        .bind(now_ms())
-        .bind(task_id)
-        .execute(&mut *self.conn().await?)
-        .await?;
-        Ok(result.rows_affected())
+            vec![Arg::from(now_ms()), Arg::from(task_id)],
+        );
+        let rows = self.write(batch).await?;
+        let count: i64 = rows
+            .first()
+            .ok_or_else(|| StoreError::Corrupt("no usage count".to_owned()))?
+            .try_get(0)?;
+        Ok(to_u64(count))
     }
 
     /// What a principal's model calls since `since_ms` cost, in billionths

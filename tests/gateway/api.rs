@@ -310,7 +310,7 @@ async fn a_session_header_that_cannot_be_an_id_gets_the_unknown_session_404() {
 }
 
 #[tokio::test]
-async fn a_reused_idempotency_key_starts_no_second_turn() {
+async fn a_reused_idempotency_key_starts_no_second_turn_and_gets_the_stored_reply() {
     let llm = FakeLlm::echo().await;
     let app = TestApp::spawn(&llm).await;
     let (session, _) = app.say(None, "first").await;
@@ -327,12 +327,41 @@ async fn a_reused_idempotency_key_starts_no_second_turn() {
     let second = send().await.expect("sent");
 
     assert_eq!(first.status(), StatusCode::OK);
-    assert_eq!(second.status(), StatusCode::CONFLICT);
+    assert_eq!(second.status(), StatusCode::OK);
+    let first: Value = first.json().await.expect("json");
+    let second: Value = second.json().await.expect("json");
+    assert_eq!(second["id"], first["id"], "the same turn's answer");
+    assert_eq!(second["choices"], first["choices"]);
+    assert_eq!(first["choices"][0]["message"]["content"], "echo: again");
+    assert_eq!(second["usage"], first["usage"]);
     assert_eq!(
         llm.requests().len(),
         2,
         "one model call per distinct message"
     );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_idempotency_key_of_another_conversation_is_a_conflict() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+    let (first, _) = app.say(None, "first").await;
+    let (second, _) = app.say(None, "second").await;
+    let send = |session: &str| {
+        app.http
+            .post(app.url("/v1/chat/completions"))
+            .header("X-Session-Id", session)
+            .header("Idempotency-Key", "evt-shared")
+            .json(&json!({"messages": [{"role": "user", "content": "hello"}]}))
+            .send()
+    };
+
+    let taken = send(&first).await.expect("sent");
+    let reused = send(&second).await.expect("sent");
+
+    assert_eq!(taken.status(), StatusCode::OK);
+    assert_eq!(reused.status(), StatusCode::CONFLICT);
     app.stop().await;
 }
 

@@ -139,7 +139,14 @@ async fn a_session_leased_by_another_process_waits_for_the_lease() {
     );
     assert_eq!(llm.requests().len(), 2);
     eventually("the lease released once the queue is empty", || async {
-        app.count("session_leases").await == 0
+        let live: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM session_leases WHERE session_id = $1 AND expires_at > 0",
+        )
+        .bind(&session)
+        .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("count");
+        live == 0
     })
     .await;
     app.stop().await;

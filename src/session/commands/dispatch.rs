@@ -137,14 +137,19 @@ impl Commands<'_> {
             Command::Help => stay(context, texts::HELP),
             Command::New => self.new_session(context).await?,
             Command::Status => {
-                let running = self.runner.budget_left(session_id);
+                let running = self
+                    .runner
+                    .running(session_id)
+                    .await?
+                    // A task that has not opened its purse yet has it all.
+                    .map(|running| running.budget_left.unwrap_or(self.settings.max_iterations));
                 let session = self.store.session(session_id).await?;
                 let text = texts::status(session.as_ref(), running, self.settings.max_iterations);
                 stay(context, text)
             }
             Command::Stop => stay(
                 context,
-                if self.runner.stop(session_id, StopCause::User) {
+                if self.runner.stop(session_id, StopCause::User).await? {
                     texts::STOPPING
                 } else {
                     texts::NOTHING_RUNNING
@@ -211,7 +216,7 @@ impl Commands<'_> {
     /// runs or when there is nothing to retry.
     async fn retry(&self, context: &Context<'_>) -> Result<Dispatched, StoreError> {
         let session_id = &context.place.session_id;
-        if self.runner.is_running(session_id) {
+        if self.runner.running(session_id).await?.is_some() {
             return Ok(stay(context, texts::BUSY));
         }
         let Some(hidden) = self.store.hide_last_exchange(session_id).await? else {
@@ -231,7 +236,7 @@ impl Commands<'_> {
     /// `/undo`: hides the last exchange from what the model sees.
     async fn undo(&self, context: &Context<'_>) -> Result<Dispatched, StoreError> {
         let session_id = &context.place.session_id;
-        if self.runner.is_running(session_id) {
+        if self.runner.running(session_id).await?.is_some() {
             return Ok(stay(context, texts::BUSY));
         }
         Ok(match self.store.hide_last_exchange(session_id).await? {
