@@ -176,3 +176,206 @@ pub(super) fn guard(backend: Backend, fence: &Fence) -> (String, Vec<Arg>) {
 pub(super) fn is_fence_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.message().contains("must_hold_lease"))
 }
+
+#[cfg(test)]
+mod tests {
+    //! Two stores on one SQLite file stand for two instances: each writes
+    //! its own claims, and the file is the only thing they share.
+
+    use super::*;
+    use crate::store::test_support::{scratch_store, write_unchecked};
+    use crate::store::{Claim, Instance, StoreOptions};
+
+    const TTL_MS: i64 = 60_000;
+
+    /// Another connection to the scratch store in `dir`, as instance `id`.
+    async fn instance(dir: &tempfile::TempDir, id: &str) -> Store {
+        let url = format!("sqlite://{}/scratch.db", dir.path().display());
+        Store::connect(&StoreOptions::new(url))
+            .await
+            .expect("another connection")
+            .with_instance(Instance {
+                id: id.to_owned(),
+                lease_ttl_ms: TTL_MS,
+            })
+    }
+
+    fn session() -> SessionId {
+        SessionId::parse("s-1").expect("id")
+    }
+
+    /// One session with `n` pending messages (foreign keys off: no session
+    /// row is needed for the lease's sake).
+    async fn plant_pending(store: &Store, n: usize) {
+        for i in 0..n {
+            write_unchecked(
+                store,
+                &[&format!(
+                    "INSERT INTO inbound (platform, account, event_id, session_id, chat_id, \
+                     sender_id, text, status, received_at) \
+                     VALUES ('api', 'default', 'e{i}', 's-1', 'c', 'u', 'hello {i}', 'pending', 1)"
+                )],
+            )
+            .await;
+        }
+    }
+
+    async fn claim(store: &Store) -> Claim {
+        let owner = store.instance().id.clone();
+        store
+            .lease_and_claim(&session(), &owner, TTL_MS)
+            .await
+            .expect("claim")
+    }
+
+    fn fence_of(claim: Claim) -> Fence {
+        match claim {
+            Claim::Claimed { fence, .. } => fence,
+            other => panic!("expected a claim, got {other:?}"),
+        }
+    }
+
+    /// Lets every lease of the session expire, as time passing would.
+    async fn expire(store: &Store) {
+        write_unchecked(store, &["UPDATE session_leases SET expires_at = 1"]).await;
+    }
+
+    async fn text_of_first(store: &Store) -> String {
+        sqlx::query_scalar("SELECT text FROM inbound ORDER BY id LIMIT 1")
+            .fetch_one(&mut *store.conn().await.expect("conn"))
+            .await
+            .expect("text")
+    }
+
+    fn edit_first(text: &str) -> Batch {
+        let mut batch = Batch::new();
+        batch.push(
+            "UPDATE inbound SET text = $1 WHERE id = (SELECT MIN(id) FROM inbound)",
+            vec![text.into()],
+        );
+        batch
+    }
+
+    #[tokio::test]
+    async fn a_holder_whose_lease_was_taken_over_writes_nothing() {
+        let (base, dir) = scratch_store().await;
+        let a = instance(&dir, "a").await;
+        let b = instance(&dir, "b").await;
+        plant_pending(&base, 1).await;
+
+        let fence_a = fence_of(claim(&a).await);
+        assert!(
+            matches!(claim(&b).await, Claim::Busy),
+            "a live lease is not shared"
+        );
+        a.fenced(fence_a.clone())
+            .write(edit_first("written by a"))
+            .await
+            .expect("the holder writes");
+        expire(&base).await;
+        let fence_b = fence_of(claim(&b).await);
+
+        assert!(fence_b.token > fence_a.token, "a new grant, a larger token");
+        let stale = a.fenced(fence_a.clone()).write(edit_first("stale")).await;
+        assert!(
+            matches!(stale, Err(StoreError::LeaseLost)),
+            "{:?}",
+            stale.err()
+        );
+        assert_eq!(text_of_first(&base).await, "written by a");
+        assert_eq!(
+            a.renew_lease(&fence_a, 1, TTL_MS).await.expect("renew"),
+            Renewal::Lost
+        );
+        a.release_lease(&fence_a, true).await.expect("release");
+        b.fenced(fence_b.clone())
+            .write(edit_first("written by b"))
+            .await
+            .expect("the new holder writes");
+        assert_eq!(text_of_first(&base).await, "written by b");
+        assert_eq!(
+            b.renew_lease(&fence_b, 1, TTL_MS).await.expect("renew"),
+            Renewal::Held { stop: None },
+            "the old holder's release left the new grant alone"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_restarted_instance_takes_its_own_live_lease_back_at_once() {
+        let (base, dir) = scratch_store().await;
+        let before_crash = instance(&dir, "a").await;
+        plant_pending(&base, 1).await;
+        let old = fence_of(claim(&before_crash).await);
+
+        let restarted = instance(&dir, "a").await;
+        let new = fence_of(claim(&restarted).await);
+
+        assert!(new.token > old.token);
+        let stale = before_crash.fenced(old).write(edit_first("stale")).await;
+        assert!(
+            matches!(stale, Err(StoreError::LeaseLost)),
+            "{:?}",
+            stale.err()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_sweep_takes_over_expired_leases_with_unfinished_work_only() {
+        let (base, dir) = scratch_store().await;
+        let a = instance(&dir, "a").await;
+        let b = instance(&dir, "b").await;
+        plant_pending(&base, 2).await;
+        let fence_a = fence_of(claim(&a).await);
+
+        let live = b
+            .sweep_orphans("b", TTL_MS, 10, false)
+            .await
+            .expect("sweep");
+        assert!(live.is_empty(), "a live lease is left alone: {live:?}");
+        expire(&base).await;
+        let swept = b
+            .sweep_orphans("b", TTL_MS, 10, false)
+            .await
+            .expect("sweep");
+
+        assert_eq!(swept, vec![session()]);
+        let stale = a.fenced(fence_a).write(edit_first("stale")).await;
+        assert!(
+            matches!(stale, Err(StoreError::LeaseLost)),
+            "{:?}",
+            stale.err()
+        );
+        assert!(
+            matches!(claim(&a).await, Claim::Busy),
+            "the sweeper holds it now"
+        );
+        let again = a
+            .sweep_orphans("a", TTL_MS, 10, false)
+            .await
+            .expect("sweep");
+        assert!(again.is_empty(), "one sweeper per orphan: {again:?}");
+    }
+
+    #[tokio::test]
+    async fn a_stop_request_reaches_the_holder_at_its_next_renewal() {
+        let (base, dir) = scratch_store().await;
+        let a = instance(&dir, "a").await;
+        let b = instance(&dir, "b").await;
+        plant_pending(&base, 1).await;
+        let (inbound, fence) = match claim(&a).await {
+            Claim::Claimed { inbound, fence } => (inbound, fence),
+            other => panic!("expected a claim, got {other:?}"),
+        };
+
+        assert!(b.request_stop(&session(), "user").await.expect("stop"));
+
+        assert_eq!(
+            a.renew_lease(&fence, inbound.id, TTL_MS)
+                .await
+                .expect("renew"),
+            Renewal::Held {
+                stop: Some("user".to_owned())
+            }
+        );
+    }
+}

@@ -332,3 +332,90 @@ fn outbox_from_row(row: &AnyRow) -> Result<OutboxRow, StoreError> {
         attempts: row.try_get("attempts")?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_support::{scratch_store, write_unchecked};
+    use crate::store::{Instance, StoreOptions};
+
+    async fn instance(dir: &tempfile::TempDir, id: &str) -> Store {
+        let url = format!("sqlite://{}/scratch.db", dir.path().display());
+        Store::connect(&StoreOptions::new(url))
+            .await
+            .expect("another connection")
+            .with_instance(Instance {
+                id: id.to_owned(),
+                lease_ttl_ms: 60_000,
+            })
+    }
+
+    /// A reply nobody has claimed yet (as a crash between the turn's end
+    /// and its delivery, or a claim given up, leaves it).
+    async fn plant_unclaimed_reply(store: &Store) {
+        write_unchecked(
+            store,
+            &[
+                "INSERT INTO inbound (id, platform, account, event_id, session_id, chat_id, \
+                 sender_id, text, status, received_at) \
+                 VALUES (1, 'telegram', 'default', 'e1', 's-1', 'c', 'u', 'hi', 'done', 1)",
+                "INSERT INTO outbox (session_id, inbound_id, platform, account, chat_id, text, \
+                 status, created_at) VALUES ('s-1', 1, 'telegram', 'default', 'c', 'hello', \
+                 'pending', 1)",
+            ],
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn each_pending_reply_is_claimed_by_one_instance_until_its_claim_expires() {
+        let (base, dir) = scratch_store().await;
+        let a = instance(&dir, "a").await;
+        let b = instance(&dir, "b").await;
+        plant_unclaimed_reply(&base).await;
+
+        let taken = a.claim_pending_outbox(10, false).await.expect("claim");
+        let also = b.claim_pending_outbox(10, false).await.expect("claim");
+        let own_again = a.claim_pending_outbox(10, false).await.expect("claim");
+
+        assert_eq!(taken.len(), 1);
+        assert!(also.is_empty(), "claimed by a: {also:?}");
+        assert!(
+            own_again.is_empty(),
+            "a delivery in flight is not taken twice"
+        );
+        assert!(a.renew_outbox_claim(taken[0].id).await.expect("renew"));
+        assert!(!b.renew_outbox_claim(taken[0].id).await.expect("renew"));
+
+        write_unchecked(&base, &["UPDATE outbox SET claim_expires_at = 1"]).await;
+        let after_expiry = b.claim_pending_outbox(10, false).await.expect("claim");
+
+        assert_eq!(
+            after_expiry.len(),
+            1,
+            "a dead claimant's reply is taken over"
+        );
+        assert!(
+            !a.renew_outbox_claim(taken[0].id).await.expect("renew"),
+            "the old claimant must not send again"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_restart_reclaims_its_own_claims_and_a_released_claim_is_free() {
+        let (base, dir) = scratch_store().await;
+        let a = instance(&dir, "a").await;
+        let b = instance(&dir, "b").await;
+        plant_unclaimed_reply(&base).await;
+        let taken = a.claim_pending_outbox(10, false).await.expect("claim");
+
+        let restarted = a.claim_pending_outbox(10, true).await.expect("claim");
+        assert_eq!(restarted.len(), 1, "its own claim, at once");
+
+        let mut release = Batch::new();
+        release.release_outbox_claim(taken[0].id);
+        a.write(release).await.expect("released");
+        let free = b.claim_pending_outbox(10, false).await.expect("claim");
+        assert_eq!(free.len(), 1, "no adapter on a: b delivers");
+    }
+}
