@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use switchboard_contract::backoff::{self, Backoff, Wait};
 use switchboard_contract::{ChatRef, OutboundMessage, PlatformSender, SendError};
@@ -104,8 +104,9 @@ struct Inner {
     /// The turns this process runs (or is about to), to stop them, and
     /// the lease grant each runs under.
     running: Mutex<HashMap<SessionId, (Arc<TurnControl>, Fence)>>,
-    /// Callers waiting for a turn's reply, by inbound id.
-    waiters: Mutex<HashMap<i64, oneshot::Sender<TurnReply>>>,
+    /// Callers waiting for a turn's reply, by inbound id, with when they
+    /// began to wait.
+    waiters: Mutex<HashMap<i64, (Instant, oneshot::Sender<TurnReply>)>>,
     /// Woken when a session's lease is handed back, so that workers waiting
     /// on a busy session try again at once.
     handed_back: Notify,
@@ -160,8 +161,15 @@ impl Runner {
     /// cannot be missed.
     pub fn wait_for(&self, inbound_id: i64) -> oneshot::Receiver<TurnReply> {
         let (tx, rx) = oneshot::channel();
-        lock(&self.inner.waiters).insert(inbound_id, tx);
+        lock(&self.inner.waiters).insert(inbound_id, (Instant::now(), tx));
         rx
+    }
+
+    /// Takes a waiter out, for a caller that answers it itself.
+    pub fn take_waiter(&self, inbound_id: i64) -> Option<oneshot::Sender<TurnReply>> {
+        lock(&self.inner.waiters)
+            .remove(&inbound_id)
+            .map(|(_, waiter)| waiter)
     }
 
     /// Forgets a waiter (its caller gave up).
@@ -171,8 +179,9 @@ impl Runner {
 
     /// Hands stored replies to the callers waiting here for them: after a
     /// signal that `inbound_ids` were answered (any instance may have run
-    /// them), or, with `None`, for every waiting caller (the polling
-    /// fallback).
+    /// them), or, with `None`, for every caller waiting for at least
+    /// [`REPLY_POLL`] (the polling fallback; a reply handed out here in the
+    /// meantime reaches a younger caller directly, in its delivered form).
     ///
     /// # Errors
     /// A database failure.
@@ -185,7 +194,11 @@ impl Runner {
                     .copied()
                     .filter(|id| waiters.contains_key(id))
                     .collect(),
-                None => waiters.keys().copied().collect(),
+                None => waiters
+                    .iter()
+                    .filter(|(_, (since, _))| since.elapsed() >= REPLY_POLL)
+                    .map(|(id, _)| *id)
+                    .collect(),
             }
         };
         for chunk in ids.chunks(500) {
@@ -224,7 +237,7 @@ impl Runner {
     }
 
     fn answer_waiter(&self, reply: TurnReply) {
-        if let Some(waiter) = lock(&self.inner.waiters).remove(&reply.inbound_id) {
+        if let Some((_, waiter)) = lock(&self.inner.waiters).remove(&reply.inbound_id) {
             // The receiver may be gone (the client hung up); the reply stays
             // in the history either way.
             let _ = waiter.send(reply);

@@ -252,6 +252,10 @@ impl SessionService {
         answer: Answer,
     ) -> Result<Admission, StoreError> {
         let Answer { text, stored } = answer;
+        // The waiting caller (if any) is answered here with the text as
+        // delivered: a signal that the stored form was written must not
+        // reach it first.
+        let waiter = self.runner.take_waiter(inbound_id);
         let mut row = self
             .store
             .finish_turn(&TurnEnd {
@@ -263,6 +267,14 @@ impl SessionService {
             })
             .await?;
         row.text.clone_from(&text);
+        if let Some(waiter) = waiter {
+            let _ = waiter.send(TurnReply {
+                inbound_id,
+                session_id: session_id.clone(),
+                text: text.clone(),
+                status: InboundStatus::Command,
+            });
+        }
         self.runner.deliver(&row, InboundStatus::Command).await;
         Ok(Admission::Handled {
             inbound_id,
