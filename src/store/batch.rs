@@ -272,8 +272,8 @@ fn postgres_sql(statements: &[Statement]) -> Result<String, LiteralError> {
 /// statements give, as running each statement on its own with `fetch_one`,
 /// `fetch_optional` or `execute` would: every statement's rows come before
 /// the completion that ends it, so the completions mark where each
-/// statement's rows end. The whole answer is read, so the connection goes
-/// back to the pool with nothing pending.
+/// statement's rows end. A successful answer is read to its end; after an
+/// error sqlx reads what is left before the connection's next use.
 async fn collect_rows(
     mut answer: impl futures::Stream<Item = Result<Either<AnyQueryResult, AnyRow>, sqlx::Error>> + Unpin,
     statements: &[Statement],
@@ -320,7 +320,10 @@ impl Store {
     /// statements, in order.
     ///
     /// # Errors
-    /// A database failure; nothing of the batch is written then.
+    /// A database failure; nothing of the batch is written then. On
+    /// PostgreSQL also a `push_returning` statement that gave no row
+    /// (`RowNotFound`, after the batch committed), or an argument that cannot
+    /// be written in (`sqlx::Error::Encode` with a [`LiteralError`]).
     pub async fn write(&self, batch: Batch) -> Result<Vec<AnyRow>, StoreError> {
         if batch.is_empty() {
             return Ok(Vec::new());
