@@ -1,11 +1,14 @@
 //! `switchboard bench`: the gateway's own cost per turn.
 //!
 //! N concurrent sessions each run M turns through the real session service,
-//! runner, agent loop and SQLite store, against an instant in-process model
-//! that asks for one tool call (`current_time`) and then answers. Because the
-//! model takes no time, a turn's latency is the gateway's overhead. Reports
-//! turns/s, overhead p50/p99, CPU time per turn, idle and peak RSS, the
-//! first turn's latency after start, and one store round trip's cost.
+//! runner, agent loop and store (a fresh SQLite file, or the database given
+//! with `--database-url`), against an instant in-process model that asks for
+//! one tool call (`current_time`) and then answers. Because the model takes
+//! no time, a turn's latency is the gateway's overhead. Reports turns/s,
+//! overhead p50/p99, CPU time per turn, idle and peak RSS, the first turn's
+//! latency after start, one store round trip's cost, and what a turn sends to
+//! the database (statements, round trips, commits: the store's own counts,
+//! see `StoreStats`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -25,6 +28,7 @@ use crate::llm::{
 };
 use crate::session::local::LocalPlatform;
 use crate::session::service::SubmitOptions;
+use crate::store::StoreStats;
 
 /// Measured turns per session before moving to the next, so the history
 /// stays near the requested length.
@@ -42,6 +46,11 @@ pub struct BenchOptions {
     /// Turns of history the measured turns see, on average.
     #[arg(long, default_value_t = 20)]
     pub history: usize,
+    /// The database to run in (`postgres://…`, `sqlite://…`) instead of a
+    /// fresh temporary SQLite file. Its tables are created if missing; the
+    /// benchmark's sessions are added to whatever it holds.
+    #[arg(long)]
+    pub database_url: Option<String>,
 }
 
 /// What the benchmark measured.
@@ -60,6 +69,10 @@ pub struct BenchReport {
     /// writer), wall time and CPU: the floor under every store call.
     pub round_trip: Duration,
     pub round_trip_cpu: Duration,
+    /// Which database ran the benchmark ("SQLite" or "PostgreSQL").
+    pub backend: &'static str,
+    /// What the measured turns sent to the database, in all.
+    pub traffic: StoreStats,
 }
 
 /// Why the benchmark failed.
@@ -71,14 +84,22 @@ pub enum BenchError {
     Turn(String),
 }
 
-/// Runs the benchmark in a fresh temporary SQLite database.
+/// Runs the benchmark in a fresh temporary SQLite database, or in the one
+/// `options` names.
 ///
 /// # Errors
 /// Setup or a turn failing.
 pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let dir = tempfile_dir()?;
     let mut settings = Settings::default();
-    settings.database.url = format!("sqlite://{}/bench.db", dir.display());
+    settings.database.url = match &options.database_url {
+        Some(url) => url.clone(),
+        None => format!("sqlite://{}/bench.db", dir.display()),
+    };
+    // Chats (and so message ids) of their own, so that a second run in the
+    // same database is not taken for redelivered messages.
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let run_id = run_id.get(..8).unwrap_or(&run_id).to_owned();
     settings.agent.tools = vec!["current_time".to_owned()];
     settings.runner.max_concurrent_turns = options.sessions.max(1);
     let factory: ProviderFactory = Arc::new(|_| Arc::new(InstantModel) as Arc<dyn Provider>);
@@ -89,7 +110,7 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
             .map_err(|err| BenchError::Setup(err.to_string()))?,
     );
     let idle_rss_kib = rss_kib("VmRSS:");
-    let first_turn = turn(&gateway, "first", 0).await?;
+    let first_turn = turn(&gateway, &format!("{run_id}-first"), 0).await?;
     let _startup = started.elapsed();
 
     // Each worker spreads its turns over several sessions, TURNS_PER_SESSION
@@ -99,10 +120,11 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let seeded = options.history.saturating_sub(TURNS_PER_SESSION / 2);
     let warm = (0..options.sessions).map(|worker| {
         let gateway = Arc::clone(&gateway);
+        let run_id = &run_id;
         async move {
             for session in 0..per_worker {
                 for index in 0..seeded {
-                    turn(&gateway, &format!("w{worker}-s{session}"), index).await?;
+                    turn(&gateway, &format!("{run_id}-w{worker}-s{session}"), index).await?;
                 }
             }
             Ok::<(), BenchError>(())
@@ -112,15 +134,17 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         result?;
     }
 
+    let traffic_before = gateway.store.stats();
     let cpu_before = cpu_time();
     let wall = Instant::now();
     let turns = options.turns;
     let runs = (0..options.sessions).map(|worker| {
         let gateway = Arc::clone(&gateway);
+        let run_id = run_id.clone();
         tokio::spawn(async move {
             let mut latencies = Vec::with_capacity(turns);
             for index in 0..turns {
-                let chat = format!("w{worker}-s{}", index / TURNS_PER_SESSION);
+                let chat = format!("{run_id}-w{worker}-s{}", index / TURNS_PER_SESSION);
                 let event = seeded + index % TURNS_PER_SESSION;
                 latencies.push(turn(&gateway, &chat, event).await?);
             }
@@ -134,6 +158,7 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     }
     let elapsed = wall.elapsed();
     let cpu = cpu_time().saturating_sub(cpu_before);
+    let traffic = gateway.store.stats().since(traffic_before);
     latencies.sort();
     let turns = latencies.len();
     let percentile = |p: f64| {
@@ -153,6 +178,12 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         peak_rss_kib: rss_kib("VmHWM:"),
         round_trip,
         round_trip_cpu,
+        backend: if gateway.store.is_shared() {
+            "PostgreSQL"
+        } else {
+            "SQLite"
+        },
+        traffic,
     };
     gateway.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -164,14 +195,22 @@ impl fmt::Display for BenchReport {
         let secs = self.elapsed.as_secs_f64().max(f64::EPSILON);
         writeln!(
             f,
-            "switchboard bench: {} sessions x {} turns (history {} turns), one tool call per turn, SQLite",
-            self.options.sessions, self.options.turns, self.options.history
+            "switchboard bench: {} sessions x {} turns (history {} turns), one tool call per turn, {}",
+            self.options.sessions, self.options.turns, self.options.history, self.backend
         )?;
         writeln!(f, "  turns/s            {:.0}", self.turns as f64 / secs)?;
         writeln!(f, "  overhead p50       {:.3} ms", ms(self.p50))?;
         writeln!(f, "  overhead p99       {:.3} ms", ms(self.p99))?;
         writeln!(f, "  CPU per turn       {:.3} ms", ms(self.cpu_per_turn))?;
         writeln!(f, "  first turn         {:.3} ms", ms(self.first_turn))?;
+        let per_turn = |count: u64| count as f64 / self.turns.max(1) as f64;
+        writeln!(
+            f,
+            "  per turn           {:.1} round trips, {:.1} statements, {:.1} commits",
+            per_turn(self.traffic.round_trips),
+            per_turn(self.traffic.statements),
+            per_turn(self.traffic.commits)
+        )?;
         writeln!(
             f,
             "  RSS idle           {:.1} MiB",
@@ -194,7 +233,8 @@ impl fmt::Display for BenchReport {
 /// Statements timed for the round-trip figure.
 const ROUND_TRIPS: u32 = 2000;
 
-/// The mean wall and CPU time of one `SELECT 1` on the store's writer.
+/// The mean wall and CPU time of one `SELECT 1` on the store's writer (a
+/// pooled connection on PostgreSQL).
 async fn round_trip(gateway: &Gateway) -> Result<(Duration, Duration), BenchError> {
     let store = &gateway.store;
     let cpu_before = cpu_time();

@@ -6,19 +6,41 @@
 //! status. A [`Batch`] collects such statements and [`Store::write`] commits
 //! them atomically.
 //!
-//! On SQLite the batch reaches sqlx's worker thread as one multi-statement
-//! string wrapped in `BEGIN IMMEDIATE … COMMIT` (each statement's `$1…$n`
-//! renumbered into one argument list), so a step costs one round trip to the
-//! worker instead of one per statement. PostgreSQL's extended protocol takes
-//! one statement at a time, so there the batch is a transaction of its
-//! statements. Statements pushed with [`Batch::push_returning`] end in a
-//! `RETURNING` clause giving one row; `write` returns those rows in order.
+//! Either way a step costs one round trip, not one per statement:
+//!
+//! - On SQLite the batch reaches sqlx's worker thread as one multi-statement
+//!   string wrapped in `BEGIN IMMEDIATE … COMMIT`, each statement's `$1…$n`
+//!   renumbered into one argument list ([`renumber`]).
+//! - On PostgreSQL it is one simple-protocol Query message: the statements
+//!   joined by semicolons, each `$N` replaced by a typed literal of its
+//!   argument ([`inline`], `literal`), since that protocol takes no
+//!   parameters. PostgreSQL runs the statements of one such message as one
+//!   implicit transaction: all commit at the end, or a failing statement
+//!   stops the rest and rolls back the ones before, and the connection goes
+//!   back to the pool outside any transaction. (An explicit `BEGIN … COMMIT`
+//!   inside the message would leave the connection in an aborted
+//!   transaction when a statement fails, or when the caller gives up before
+//!   the answer is read.) The answer is read to its end, so the connection
+//!   has nothing pending either.
+//!
+//! Statements pushed with [`Batch::push_returning`] end in a `RETURNING`
+//! clause giving one row; `write` returns those rows in order. On
+//! PostgreSQL the rows are sorted by statement as the answer arrives (each
+//! statement's rows precede its completion), and a `push_returning`
+//! statement that gives no row is an error, as `fetch_one` would make it;
+//! but the batch has committed by then, so such statements must be ones that
+//! cannot give none (an `INSERT … VALUES`, a `COUNT`), and others go through
+//! [`Batch::push_returning_optional`].
 
+use std::convert::Infallible;
+use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
-use sqlx::any::AnyRow;
-use sqlx::{Connection, Executor, Row};
+use futures::TryStreamExt;
+use sqlx::any::{AnyQueryResult, AnyRow};
+use sqlx::{Either, Executor, Row};
 
+use super::literal::{LiteralError, push_literal};
 use super::{Backend, SessionId, Store, StoreError, leases};
 
 /// One bound value.
@@ -155,34 +177,142 @@ fn bind<'q>(
     }
 }
 
-/// Shifts every `$N` placeholder in `sql` by `offset`. Statements here never
-/// hold a `$` inside a string literal.
+/// Copies `sql` into `out`, letting `placeholder` write what stands in
+/// for each `$N` (given N). The one scanner of placeholders: SQLite batches
+/// shift them ([`renumber`]), PostgreSQL batches write the arguments in
+/// ([`inline`]). A `$` not followed by digits is copied as it is. Statements
+/// here never hold a `$` inside a string literal of their own SQL; the values
+/// written in are not scanned again.
+fn rewrite_placeholders<E>(
+    sql: &str,
+    out: &mut String,
+    mut placeholder: impl FnMut(usize, &mut String) -> Result<(), E>,
+) -> Result<(), E> {
+    let bytes = sql.as_bytes();
+    let mut copied = 0;
+    let mut index = 0;
+    while let Some(found) = bytes[index..].iter().position(|&b| b == b'$') {
+        let dollar = index + found;
+        let digits = bytes[dollar + 1..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        let end = dollar + 1 + digits;
+        // `$` and digits are ASCII, so these are character boundaries.
+        if let Ok(n) = sql[dollar + 1..end].parse::<usize>() {
+            out.push_str(&sql[copied..dollar]);
+            placeholder(n, out)?;
+            copied = end;
+        }
+        index = end;
+    }
+    out.push_str(&sql[copied..]);
+    Ok(())
+}
+
+/// Shifts every `$N` placeholder in `sql` by `offset`.
 fn renumber(sql: &str, offset: usize) -> String {
     if offset == 0 {
         return sql.to_owned();
     }
     let mut out = String::with_capacity(sql.len() + 8);
-    let mut chars = sql.char_indices().peekable();
-    while let Some((index, c)) = chars.next() {
-        out.push(c);
-        if c != '$' {
-            continue;
-        }
-        let start = index + 1;
-        let mut end = start;
-        while let Some((i, d)) = chars.peek().copied() {
-            if !d.is_ascii_digit() {
-                break;
+    let shifted = rewrite_placeholders(sql, &mut out, |n, out| {
+        // Writing to a String cannot fail.
+        let _ = write!(out, "${}", n + offset);
+        Ok::<(), Infallible>(())
+    });
+    match shifted {
+        Ok(()) => out,
+        Err(never) => match never {},
+    }
+}
+
+/// Appends `sql` to `out` with each `$N` replaced by a literal of the N-th
+/// of `args` (see `literal`).
+///
+/// # Errors
+/// A placeholder without an argument, an argument no placeholder uses (the
+/// extended protocol refuses both), or text holding a NUL byte.
+fn inline(sql: &str, args: &[Arg], out: &mut String) -> Result<(), LiteralError> {
+    let mut used = vec![false; args.len()];
+    rewrite_placeholders(sql, out, |n, out| {
+        let index = n.checked_sub(1).filter(|&index| index < args.len()).ok_or(
+            LiteralError::MissingArgument {
+                placeholder: n,
+                arguments: args.len(),
+            },
+        )?;
+        used[index] = true;
+        push_literal(out, &args[index])
+    })?;
+    match used.iter().position(|&used| !used) {
+        Some(unused) => Err(LiteralError::UnusedArgument {
+            argument: unused + 1,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A PostgreSQL batch as one simple-protocol query string: the statements,
+/// arguments written in, separated by semicolons.
+fn postgres_sql(statements: &[Statement]) -> Result<String, LiteralError> {
+    let size = statements
+        .iter()
+        .map(|statement| statement.sql.len() + 24 * statement.args.len() + 2)
+        .sum();
+    let mut sql = String::with_capacity(size);
+    for statement in statements {
+        inline(&statement.sql, &statement.args, &mut sql)?;
+        sql.push_str(";\n");
+    }
+    Ok(sql)
+}
+
+/// Sorts the answer to a PostgreSQL batch into the rows its `RETURNING`
+/// statements give, as running each statement on its own with `fetch_one`,
+/// `fetch_optional` or `execute` would: every statement's rows come before
+/// the completion that ends it, so the completions mark where each
+/// statement's rows end. A successful answer is read to its end; after an
+/// error sqlx reads what is left before the connection's next use.
+async fn collect_rows(
+    mut answer: impl futures::Stream<Item = Result<Either<AnyQueryResult, AnyRow>, sqlx::Error>> + Unpin,
+    statements: &[Statement],
+) -> Result<Vec<AnyRow>, StoreError> {
+    let mut rows = Vec::with_capacity(statements.len());
+    let mut expected = statements.iter().map(|statement| statement.returns);
+    let mut current = expected.next();
+    let mut given = 0usize;
+    let mut missing = false;
+    let mut completed = 0usize;
+    while let Some(item) = answer.try_next().await? {
+        match item {
+            Either::Right(row) => {
+                // The first row of a statement that returns one; others
+                // are dropped, as `fetch_one` and `fetch_optional` would.
+                if given == 0 && matches!(current, Some(Returns::One | Returns::AtMostOne)) {
+                    rows.push(row);
+                }
+                given += 1;
             }
-            end = i + d.len_utf8();
-            chars.next();
-        }
-        match sql[start..end].parse::<usize>() {
-            Ok(n) => out.push_str(&(n + offset).to_string()),
-            Err(_) => out.push_str(&sql[start..end]),
+            Either::Left(_) => {
+                missing |= current == Some(Returns::One) && given == 0;
+                completed += 1;
+                current = expected.next();
+                given = 0;
+            }
         }
     }
-    out
+    if completed != statements.len() {
+        return Err(sqlx::Error::Protocol(format!(
+            "a batch of {} statements completed {completed}",
+            statements.len()
+        ))
+        .into());
+    }
+    if missing {
+        return Err(sqlx::Error::RowNotFound.into());
+    }
+    Ok(rows)
 }
 
 impl Store {
@@ -190,7 +320,11 @@ impl Store {
     /// statements, in order.
     ///
     /// # Errors
-    /// A database failure; nothing of the batch is written then.
+    /// A database failure; nothing of the batch is written then. On
+    /// PostgreSQL also a `push_returning` statement that gave no row
+    /// (`RowNotFound`, after the batch committed), or an argument that cannot
+    /// be written in (`sqlx::Error::Encode` with a [`LiteralError`]).
+    ///
     ///
     /// A [fenced](Store::fenced) store first checks its lease grant is still
     /// current, in the same transaction: if not, nothing is written and the
@@ -214,7 +348,7 @@ impl Store {
 
     /// Commits a batch as it is (see [`Store::write`]).
     async fn commit(&self, batch: Batch) -> Result<Vec<AnyRow>, StoreError> {
-        let mut conn = self.conn().await?;
+        let mut conn = self.writer().await?;
         match self.backend {
             Backend::Sqlite => {
                 let single = batch.statements.len() == 1;
@@ -236,13 +370,17 @@ impl Store {
                     .iter()
                     .flat_map(|statement| &statement.args)
                     .fold(sqlx::query(&sql), bind);
+                self.stats.batch_sent(batch.statements.len());
                 self.unfinished_batch.store(!single, Ordering::SeqCst);
                 let result = query.fetch_all(&mut *conn).await;
                 // Not reached when this future is dropped mid-batch: then the
                 // flag stays set for the next checkout to roll back.
                 self.unfinished_batch.store(false, Ordering::SeqCst);
                 match result {
-                    Ok(rows) => Ok(rows),
+                    Ok(rows) => {
+                        self.stats.committed();
+                        Ok(rows)
+                    }
                     Err(err) => {
                         if !single {
                             // The statements after the failing one did not
@@ -254,22 +392,13 @@ impl Store {
                 }
             }
             Backend::Postgres => {
-                let mut tx = conn.begin().await?;
-                let mut rows = Vec::new();
-                for statement in &batch.statements {
-                    let query = statement
-                        .args
-                        .iter()
-                        .fold(sqlx::query(&statement.sql), bind);
-                    match statement.returns {
-                        Returns::One => rows.push(query.fetch_one(&mut *tx).await?),
-                        Returns::AtMostOne => rows.extend(query.fetch_optional(&mut *tx).await?),
-                        Returns::Nothing => {
-                            query.execute(&mut *tx).await?;
-                        }
-                    }
-                }
-                tx.commit().await?;
+                let sql = postgres_sql(&batch.statements)
+                    .map_err(|err| StoreError::Database(sqlx::Error::Encode(Box::new(err))))?;
+                self.stats.batch_sent(batch.statements.len());
+                // No arguments: sqlx sends it as one simple-protocol Query
+                // message, which PostgreSQL runs as one implicit transaction.
+                let rows = collect_rows(conn.fetch_many(sql.as_str()), &batch.statements).await?;
+                self.stats.committed();
                 Ok(rows)
             }
         }
@@ -290,6 +419,11 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use sqlx::Connection as _;
+    use sqlx::error::ErrorKind;
+    use sqlx::postgres::PgDatabaseError;
+
+    use super::super::StoreOptions;
     use super::*;
 
     #[test]
@@ -300,19 +434,120 @@ mod tests {
         );
         assert_eq!(renumber("SELECT $1", 0), "SELECT $1");
         assert_eq!(renumber("a $ b", 2), "a $ b");
+        assert_eq!(renumber("ü$1ü$", 1), "ü$2ü$");
     }
 
-    async fn store() -> (Store, tempfile::TempDir) {
-        let (store, dir) = super::super::test_support::scratch_store().await;
-        sqlx::query("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
-            .execute(&mut *store.conn().await.expect("conn"))
+    #[test]
+    fn arguments_are_written_in_once_and_not_scanned_again() {
+        let mut sql = String::new();
+        inline(
+            "UPDATE t SET a = $2, b = $1 WHERE a = $2 AND c = '$'",
+            &["$2".into(), Arg::Int(Some(-7))],
+            &mut sql,
+        )
+        .expect("inlined");
+        assert_eq!(
+            sql,
+            "UPDATE t SET a = CAST(-7 AS BIGINT), b = CAST(E'$2' AS TEXT) \
+             WHERE a = CAST(-7 AS BIGINT) AND c = '$'"
+        );
+    }
+
+    #[test]
+    fn placeholders_and_arguments_must_match_to_be_written_in() {
+        let mut sql = String::new();
+        assert_eq!(
+            inline("SELECT $1, $3", &[1.into(), 2.into()], &mut sql),
+            Err(LiteralError::MissingArgument {
+                placeholder: 3,
+                arguments: 2
+            })
+        );
+        assert_eq!(
+            inline("SELECT $0", &[1.into()], &mut sql),
+            Err(LiteralError::MissingArgument {
+                placeholder: 0,
+                arguments: 1
+            })
+        );
+        assert_eq!(
+            inline("SELECT $2", &[1.into(), 2.into()], &mut sql),
+            Err(LiteralError::UnusedArgument { argument: 1 })
+        );
+    }
+
+    /// A scratch store: the SQLite file is kept while `_dir` is.
+    struct Scratch {
+        store: Store,
+        _dir: Option<tempfile::TempDir>,
+    }
+
+    impl Scratch {
+        fn is_postgres(&self) -> bool {
+            self.store.backend == Backend::Postgres
+        }
+    }
+
+    /// A store in a database of its own on the PostgreSQL server that
+    /// `TEST_DATABASE_URL` names, with a pool of one connection (so a test
+    /// sees whatever state a batch leaves that connection in); `None`, with
+    /// a note, when it is not set.
+    async fn postgres_store() -> Option<Scratch> {
+        let base = match std::env::var("TEST_DATABASE_URL") {
+            Ok(base) if base.starts_with("postgres") => base,
+            _ => {
+                println!("TEST_DATABASE_URL is not a PostgreSQL URL: PostgreSQL not tested");
+                return None;
+            }
+        };
+        let name = format!("sb_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = sqlx::PgConnection::connect(&base)
             .await
-            .expect("table");
-        (store, dir)
+            .expect("connect to TEST_DATABASE_URL");
+        admin
+            .execute(format!("CREATE DATABASE {name}").as_str())
+            .await
+            .expect("create the test database");
+        let _ = admin.close().await;
+        let mut url = url::Url::parse(&base).expect("TEST_DATABASE_URL is a URL");
+        url.set_path(&name);
+        let mut options = StoreOptions::new(url.as_str());
+        options.max_connections = 1;
+        let store = Store::connect(&options).await.expect("store");
+        Some(Scratch { store, _dir: None })
+    }
+
+    /// A scratch store on SQLite, and one on PostgreSQL when there is one,
+    /// each with the tables the tests write: `t` (an id and a NOT NULL text)
+    /// and `r` (a nullable integer and text).
+    async fn stores() -> Vec<Scratch> {
+        let (sqlite, dir) = super::super::test_support::scratch_store().await;
+        let mut stores = vec![Scratch {
+            store: sqlite,
+            _dir: Some(dir),
+        }];
+        stores.extend(postgres_store().await);
+        for scratch in &stores {
+            let id = if scratch.is_postgres() {
+                "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY"
+            } else {
+                "INTEGER PRIMARY KEY"
+            };
+            let mut conn = scratch.store.conn().await.expect("conn");
+            for table in [
+                format!("CREATE TABLE t (id {id}, v TEXT NOT NULL)"),
+                "CREATE TABLE r (n BIGINT, s TEXT)".to_owned(),
+            ] {
+                conn.execute(table.as_str()).await.expect("table");
+            }
+        }
+        stores
     }
 
     async fn count(store: &Store) -> i64 {
-        // Through the second connection: it sees only what is committed.
+        // On SQLite through the second connection: it sees only what is
+        // committed. On PostgreSQL through the pool's one connection, which
+        // must not be left inside a transaction.
         sqlx::query_scalar("SELECT COUNT(*) FROM t")
             .fetch_one(&mut *store.read_conn().await.expect("conn"))
             .await
@@ -321,47 +556,238 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_commits_all_its_statements_and_returns_their_rows_in_order() {
-        let (store, _dir) = store().await;
-        let mut batch = Batch::new();
-        batch.push_returning(
-            "INSERT INTO t (v) VALUES ($1) RETURNING id",
-            vec!["a".into()],
-        );
-        batch.push(
-            "UPDATE t SET v = $1 WHERE v = $2",
-            vec!["b".into(), "a".into()],
-        );
-        batch.push_returning(
-            "INSERT INTO t (v) VALUES ($1) RETURNING id",
-            vec!["c".into()],
-        );
+        for Scratch { store, .. } in stores().await {
+            let mut batch = Batch::new();
+            batch.push_returning(
+                "INSERT INTO t (v) VALUES ($1) RETURNING id",
+                vec!["a".into()],
+            );
+            batch.push(
+                "UPDATE t SET v = $1 WHERE v = $2",
+                vec!["b".into(), "a".into()],
+            );
+            batch.push_returning(
+                "INSERT INTO t (v) VALUES ($1) RETURNING id",
+                vec!["c".into()],
+            );
 
-        let ids = store.write_ids(batch).await.expect("written");
+            let ids = store.write_ids(batch).await.expect("written");
 
-        assert_eq!(ids, [1, 2]);
-        assert_eq!(count(&store).await, 2);
+            assert_eq!(ids, [1, 2]);
+            assert_eq!(count(&store).await, 2);
+            let values: Vec<String> = sqlx::query_scalar("SELECT v FROM t ORDER BY id")
+                .fetch_all(&mut *store.read_conn().await.expect("conn"))
+                .await
+                .expect("values");
+            assert_eq!(values, ["b", "c"]);
+        }
+    }
+
+    #[tokio::test]
+    async fn rows_come_back_in_statement_order_whether_one_or_at_most_one() {
+        for Scratch { store, .. } in stores().await {
+            let mut seed = Batch::new();
+            seed.push("INSERT INTO t (v) VALUES ($1)", vec!["old".into()]);
+            store.write(seed).await.expect("seeded");
+
+            let mut batch = Batch::new();
+            batch.push_returning(
+                "INSERT INTO t (v) VALUES ($1) RETURNING v",
+                vec!["first".into()],
+            );
+            batch.push_returning_optional(
+                "UPDATE t SET v = $1 WHERE v = $2 RETURNING v",
+                vec!["never".into(), "missing".into()],
+            );
+            batch.push("UPDATE t SET v = v WHERE v = $1", vec!["first".into()]);
+            batch.push_returning_optional(
+                "UPDATE t SET v = $1 WHERE v = $2 RETURNING v",
+                vec!["renamed".into(), "old".into()],
+            );
+            batch.push_returning("SELECT COUNT(*) FROM t WHERE v <> $1", vec!["never".into()]);
+            batch.push_returning(
+                "INSERT INTO t (v) VALUES ($1) RETURNING v",
+                vec!["last".into()],
+            );
+
+            let rows = store.write(batch).await.expect("written");
+
+            let first: String = rows[0].try_get(0).expect("first");
+            let renamed: String = rows[1].try_get(0).expect("renamed");
+            let counted: i64 = rows[2].try_get(0).expect("count");
+            let last: String = rows[3].try_get(0).expect("last");
+            assert_eq!(rows.len(), 4);
+            assert_eq!(
+                (first.as_str(), renamed.as_str(), counted, last.as_str()),
+                ("first", "renamed", 2, "last")
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn awkward_values_round_trip_byte_for_byte() {
+        let texts = [
+            "",
+            "it's",
+            "''",
+            r"back\slash",
+            r"\'",
+            r"trailing\",
+            "$1",
+            "$2 and $10",
+            "E'x'",
+            "'; DROP TABLE r; --",
+            "\"double\"",
+            "line\nbreak\r\n\ttab",
+            "ünïcödé ∑ 中文",
+            "🙂👍🏽",
+            "$$ dollar $tag$ quoted $tag$",
+            "\\x00",
+            "\u{7f}\u{1}",
+        ];
+        for Scratch { store, .. } in stores().await {
+            let mut batch = Batch::new();
+            let mut expected: Vec<(Option<i64>, Option<String>)> = Vec::new();
+            for (index, text) in texts.iter().enumerate() {
+                let n = i64::try_from(index).expect("small");
+                expected.push((Some(n), Some((*text).to_owned())));
+            }
+            expected.push((Some(i64::MIN), None));
+            expected.push((Some(i64::MAX), Some("max".to_owned())));
+            expected.push((Some(0), Some("zero".to_owned())));
+            expected.push((Some(-1), Some("minus one".to_owned())));
+            expected.push((None, Some("no number".to_owned())));
+            expected.push((None, None));
+            for (n, s) in &expected {
+                batch.push_returning(
+                    "INSERT INTO r (n, s) VALUES ($1, $2) RETURNING n, s",
+                    vec![Arg::Int(*n), Arg::Text(s.clone())],
+                );
+            }
+            // The same placeholder twice, and a value used in SQL
+            // arithmetic: a bigint, not a 32-bit integer.
+            batch.push_returning(
+                "SELECT $1 * 1000 + $1, $2 || $2",
+                vec![Arg::Int(Some(5_000_000_000)), "'\\".into()],
+            );
+
+            let rows = store.write(batch).await.expect("written");
+
+            let returned: Vec<(Option<i64>, Option<String>)> = rows[..expected.len()]
+                .iter()
+                .map(|row| {
+                    (
+                        row.try_get(0).expect("returned n"),
+                        row.try_get(1).expect("returned s"),
+                    )
+                })
+                .collect();
+            assert_eq!(returned, expected, "as RETURNING gave them");
+            let arithmetic: (i64, String) = (
+                rows[expected.len()].try_get(0).expect("product"),
+                rows[expected.len()].try_get(1).expect("concatenation"),
+            );
+            assert_eq!(arithmetic, (5_005_000_000_000, "'\\'\\".to_owned()));
+
+            let mut stored: Vec<(Option<i64>, Option<String>)> =
+                sqlx::query_as("SELECT n, s FROM r")
+                    .fetch_all(&mut *store.read_conn().await.expect("conn"))
+                    .await
+                    .expect("stored");
+            stored.sort();
+            expected.sort();
+            assert_eq!(stored, expected, "as stored");
+        }
     }
 
     #[tokio::test]
     async fn a_failing_statement_leaves_nothing_of_its_batch() {
-        let (store, _dir) = store().await;
+        for Scratch { store, .. } in stores().await {
+            let mut batch = Batch::new();
+            batch.push("INSERT INTO t (v) VALUES ($1)", vec!["a".into()]);
+            batch.push("INSERT INTO t (v) VALUES ($1)", vec![Arg::Text(None)]);
+            batch.push("INSERT INTO t (v) VALUES ($1)", vec!["z".into()]);
+
+            let Err(err) = store.write(batch).await else {
+                panic!("NOT NULL violated");
+            };
+
+            // The database's own error, for callers that tell constraint
+            // violations apart.
+            let StoreError::Database(sqlx::Error::Database(database)) = &err else {
+                panic!("not a database error: {err:?}");
+            };
+            assert_eq!(database.kind(), ErrorKind::NotNullViolation);
+            if let Some(postgres) = database.try_downcast_ref::<PgDatabaseError>() {
+                assert_eq!(postgres.column(), Some("v"));
+                assert_eq!(postgres.table(), Some("t"));
+            }
+            assert_eq!(count(&store).await, 0);
+            let mut next = Batch::new();
+            next.push("INSERT INTO t (v) VALUES ($1)", vec!["b".into()]);
+            next.push("INSERT INTO t (v) VALUES ($1)", vec!["c".into()]);
+            store.write(next).await.expect("the writer is usable again");
+            assert_eq!(count(&store).await, 2);
+        }
+    }
+
+    #[tokio::test]
+    async fn text_with_a_nul_byte_is_refused_on_postgres_and_nothing_is_written() {
+        let Some(Scratch { store, .. }) = postgres_store().await else {
+            return;
+        };
+        sqlx::raw_sql("CREATE TABLE t (id BIGSERIAL PRIMARY KEY, v TEXT NOT NULL)")
+            .execute(&mut *store.conn().await.expect("conn"))
+            .await
+            .expect("table");
         let mut batch = Batch::new();
-        batch.push("INSERT INTO t (v) VALUES ($1)", vec!["a".into()]);
-        batch.push("INSERT INTO t (v) VALUES ($1)", vec![Arg::Text(None)]);
+        batch.push("INSERT INTO t (v) VALUES ($1)", vec!["fine".into()]);
+        batch.push("INSERT INTO t (v) VALUES ($1)", vec!["nul\0byte".into()]);
 
-        assert!(store.write(batch).await.is_err(), "NOT NULL violated");
+        let Err(err) = store.write(batch).await else {
+            panic!("refused");
+        };
 
+        assert!(
+            matches!(&err, StoreError::Database(sqlx::Error::Encode(cause))
+                if cause.downcast_ref::<LiteralError>() == Some(&LiteralError::NulInText)),
+            "{err:?}"
+        );
         assert_eq!(count(&store).await, 0);
-        let mut next = Batch::new();
-        next.push("INSERT INTO t (v) VALUES ($1)", vec!["b".into()]);
-        next.push("INSERT INTO t (v) VALUES ($1)", vec!["c".into()]);
-        store.write(next).await.expect("the writer is usable again");
-        assert_eq!(count(&store).await, 2);
+    }
+
+    #[tokio::test]
+    async fn a_returning_statement_that_gives_no_row_is_an_error_on_postgres() {
+        let Some(Scratch { store, .. }) = postgres_store().await else {
+            return;
+        };
+        sqlx::raw_sql("CREATE TABLE t (id BIGSERIAL PRIMARY KEY, v TEXT NOT NULL)")
+            .execute(&mut *store.conn().await.expect("conn"))
+            .await
+            .expect("table");
+        let mut batch = Batch::new();
+        batch.push_returning(
+            "UPDATE t SET v = $1 WHERE v = $2 RETURNING id",
+            vec!["x".into(), "missing".into()],
+        );
+
+        let Err(err) = store.write(batch).await else {
+            panic!("no row");
+        };
+
+        assert!(
+            matches!(err, StoreError::Database(sqlx::Error::RowNotFound)),
+            "{err:?}"
+        );
     }
 
     #[tokio::test]
     async fn a_batch_abandoned_half_way_is_rolled_back_before_the_next_write() {
-        let (store, _dir) = store().await;
+        let (store, _dir) = super::super::test_support::scratch_store().await;
+        sqlx::query("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+            .execute(&mut *store.conn().await.expect("conn"))
+            .await
+            .expect("table");
         let mut batch = Batch::new();
         for n in 0..2000 {
             batch.push(
@@ -382,6 +808,45 @@ mod tests {
             count(&store).await,
             1,
             "nothing of the abandoned batch, and the next write committed"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_abandoned_on_postgres_is_all_or_nothing_and_the_pool_stays_usable() {
+        let Some(Scratch { store, .. }) = postgres_store().await else {
+            return;
+        };
+        sqlx::raw_sql("CREATE TABLE t (id BIGSERIAL PRIMARY KEY, v TEXT NOT NULL)")
+            .execute(&mut *store.conn().await.expect("conn"))
+            .await
+            .expect("table");
+        let mut batch = Batch::new();
+        for n in 0..2000 {
+            batch.push(
+                "INSERT INTO t (v) VALUES ($1)",
+                vec![format!("n{n}").into()],
+            );
+        }
+        // Polled a few times, so the query is likely on its way, then
+        // dropped before the whole answer is read. Whether it got that far
+        // or not, the batch must be all or nothing.
+        let mut abandoned = Box::pin(store.write(batch));
+        for _ in 0..20 {
+            if futures::poll!(&mut abandoned).is_ready() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        drop(abandoned);
+
+        let mut next = Batch::new();
+        next.push("INSERT INTO t (v) VALUES ($1)", vec!["after".into()]);
+        store.write(next).await.expect("written");
+
+        let written = count(&store).await;
+        assert!(
+            written == 1 || written == 2001,
+            "all of the abandoned batch or nothing, and the next write: {written}"
         );
     }
 }

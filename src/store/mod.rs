@@ -41,9 +41,11 @@
 //!   `ROLLBACK` before handing the connection out. A failed batch is rolled
 //!   back at once.
 //!
-//! PostgreSQL's extended protocol takes one statement per query, so there a
-//! batch is an ordinary transaction on a pooled connection, and none of the
-//! above applies.
+//! On PostgreSQL a batch is one simple-protocol query string, arguments
+//! written in as literals, which PostgreSQL runs as one implicit transaction
+//! (see `batch`): one round trip per step there too. Connections come from a
+//! pool, and a batch cut short is all or nothing on the server's side, so the
+//! rollback-on-next-use guard is SQLite's alone.
 //!
 //! ## Invariants
 //!
@@ -52,7 +54,9 @@
 //! - A batch cut short leaves nothing behind, and the next write commits
 //!   (`batch::tests::a_batch_abandoned_half_way_is_rolled_back_before_the_next_write`).
 //! - Placeholders renumber exactly
-//!   (`batch::tests::placeholders_are_shifted_past_earlier_statements`).
+//!   (`batch::tests::placeholders_are_shifted_past_earlier_statements`), and
+//!   on PostgreSQL values written in as literals read back byte for byte
+//!   (`batch::tests::awkward_values_round_trip_byte_for_byte`).
 //!
 //! ## What a contributor must not do
 //!
@@ -61,12 +65,16 @@
 //! - Open a transaction on the writer by hand outside [`Store::write`]: the
 //!   rollback-on-next-use guard only knows about batches.
 //! - Put a `$` inside a string literal of a batched statement: `renumber`
-//!   would shift it. A placeholder numbered past the argument list is not an
-//!   error in sqlx's SQLite driver but a silent `NULL`, so an argument count
-//!   that does not match a statement's placeholders corrupts data quietly;
-//!   keep each statement's arguments next to its SQL.
+//!   would shift it, and on PostgreSQL a value would be written into it. A
+//!   placeholder numbered past the argument list is not an error in sqlx's
+//!   SQLite driver but a silent `NULL`, so an argument count that does not
+//!   match a statement's placeholders corrupts data quietly; keep each
+//!   statement's arguments next to its SQL. (On PostgreSQL a batch with a
+//!   placeholder or an argument left over is refused.)
 //! - Use placeholders other than `$N`: PostgreSQL takes only those, and
 //!   `renumber` shifts only those.
+//! - Put more than one statement in one [`Batch`] entry: on PostgreSQL the
+//!   rows of the answer are matched to the entries by counting statements.
 //! - Read through [`Store::read_conn`] what the same task has just written in
 //!   a batch that has not returned yet; it sees only committed data.
 
@@ -76,6 +84,7 @@ mod compactions;
 mod edits;
 mod inbound;
 mod leases;
+mod literal;
 mod messages;
 mod outbox;
 mod pairing;
@@ -83,6 +92,7 @@ mod platform_ids;
 mod principals;
 mod session_id;
 mod sessions;
+mod stats;
 #[cfg(test)]
 mod test_support;
 mod usage;
@@ -106,6 +116,7 @@ pub use compactions::{Compaction, tokens_per_char};
 pub use edits::HiddenExchange;
 pub use inbound::{Claim, InboundRow, InboundStatus, NewInbound};
 pub use leases::{Fence, Renewal};
+pub use literal::LiteralError;
 pub use messages::{MessageMeta, NewMessage, Role, StoredMessage};
 pub use messages::{RoundStart, ToolCheckpoint, WireEntry, round_request_id};
 pub use outbox::{OutboxRow, OutboxStatus, StoredReply, TurnEnd};
@@ -113,10 +124,15 @@ pub use pairing::{Applicant, PairingRequest, PairingStatus};
 pub use principals::{Identity, PrincipalId, Redemption, SessionSummary};
 pub use session_id::{InvalidSessionId, SessionId};
 pub use sessions::{NewSession, SessionRow, SessionTotals, SessionView};
+pub use stats::StoreStats;
 pub use usage::{ModelCallEnd, ModelCallStart, UsageRow, UsageSummary};
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// How long a pooled PostgreSQL connection may sit idle before it is pinged
+/// on checkout (it was pinged when it went back to the pool).
+const RETEST_IDLE_CONNECTIONS: Duration = Duration::from_secs(1);
 
 /// Which database engine a [`Store`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,6 +252,8 @@ pub struct Store {
     fence: Option<Arc<Fence>>,
     /// This process, in the claims it writes.
     instance: Arc<Instance>,
+    /// What was sent to the database (see `stats`).
+    stats: Arc<stats::Counters>,
 }
 
 #[derive(Clone)]
@@ -344,6 +362,19 @@ impl Store {
                 AnyPoolOptions::new()
                     .max_connections(options.max_connections.max(1))
                     .acquire_timeout(options.acquire_timeout)
+                    // sqlx pings every connection as it goes back to the
+                    // pool, and by default again as it comes out: a round
+                    // trip per checkout, as many as a turn's own. Only a
+                    // connection idle for a while is tested again.
+                    .test_before_acquire(false)
+                    .before_acquire(|conn, meta| {
+                        Box::pin(async move {
+                            if meta.idle_for >= RETEST_IDLE_CONNECTIONS {
+                                conn.ping().await?;
+                            }
+                            Ok(true)
+                        })
+                    })
                     .connect(&options.url)
                     .await?,
             ),
@@ -354,6 +385,7 @@ impl Store {
             unfinished_batch: Arc::new(AtomicBool::new(false)),
             fence: None,
             instance: Arc::new(Instance::ephemeral()),
+            stats: Arc::default(),
         })
     }
 
@@ -388,6 +420,13 @@ impl Store {
     /// # Errors
     /// The store was closed, or no pooled connection could be had.
     pub async fn conn(&self) -> Result<Conn<'_>, StoreError> {
+        self.stats.checkout();
+        self.writer().await
+    }
+
+    /// The writer (SQLite) or a pooled connection, uncounted: for
+    /// [`Store::write`], which counts its batch itself.
+    async fn writer(&self) -> Result<Conn<'_>, StoreError> {
         match &self.connections {
             Connections::Shared { writer, .. } => {
                 let mut conn = lock_shared(writer).await?;
@@ -413,9 +452,17 @@ impl Store {
             Connections::Shared {
                 reader: Some(reader),
                 ..
-            } => lock_shared(reader).await,
+            } => {
+                self.stats.checkout();
+                lock_shared(reader).await
+            }
             _ => self.conn().await,
         }
+    }
+
+    /// What the store has sent to the database since it was opened.
+    pub fn stats(&self) -> StoreStats {
+        self.stats.snapshot()
     }
 
     /// Applies pending migrations for this backend.
