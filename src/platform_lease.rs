@@ -175,8 +175,13 @@ impl LeasedConnection {
     ) -> Holding {
         let mut connection = std::pin::pin!(connection);
         let lost = tokio::select! {
-            () = &mut connection => return Holding::Ended,
+            // The lease first: an instance resumed after a stall (SIGSTOP)
+            // finds its lease expired and cancels the connection before the
+            // connection acts on what arrived meanwhile (a poll of its own
+            // would cut short the new holder's).
+            biased;
             lost = self.keep(token, expires_by) => lost,
+            () = &mut connection => return Holding::Ended,
         };
         cancel.cancel();
         if tokio::time::timeout(CLOSE_LIMIT, connection).await.is_err() {

@@ -6,7 +6,8 @@
 //! and tells a test when the adapter has handled everything queued. Like
 //! Telegram, it ends a held `getUpdates` with 409 Conflict when another
 //! `getUpdates` for the bot arrives (two processes polling one bot), and
-//! counts those conflicts.
+//! counts those conflicts; started with [`FakeTelegram::start_confirming`]
+//! it also keeps updates until a later poll confirms them, as Telegram does.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -68,7 +69,29 @@ impl FakeTelegram {
     ///
     /// When no loopback port can be bound.
     pub async fn start() -> Self {
-        let api = Arc::new(BotApi::default());
+        Self::serve(BotApi::default()).await
+    }
+
+    /// Starts a server that, like Telegram, keeps each update queued until
+    /// a later `getUpdates` confirms it (its `offset` is past the update's
+    /// id), handing it out again meanwhile: a poller that dies or stalls
+    /// after taking a batch loses nothing, and the next poller gets the
+    /// batch again. ([`FakeTelegram::start`] hands each update out once,
+    /// so that a test can queue the same update twice.)
+    ///
+    /// # Panics
+    ///
+    /// When no loopback port can be bound.
+    pub async fn start_confirming() -> Self {
+        Self::serve(BotApi {
+            confirming: true,
+            ..BotApi::default()
+        })
+        .await
+    }
+
+    async fn serve(api: BotApi) -> Self {
+        let api = Arc::new(api);
         let app = Router::new()
             .route("/{bot}/{method}", post(handle))
             .with_state(Arc::clone(&api));
@@ -293,6 +316,8 @@ struct BotApi {
     /// Woken when an update is queued, so a held `getUpdates` answers.
     queued: Notify,
     polling: Mutex<Polling>,
+    /// Updates stay queued until a `getUpdates` offset confirms them.
+    confirming: bool,
 }
 
 /// The `getUpdates` being held, and how many were cut short by another.
@@ -387,7 +412,8 @@ async fn default_result(api: &BotApi, method: &str, body: &Value) -> Option<Valu
         }
         "getupdates" => {
             let hold = Duration::from_secs(body["timeout"].as_u64().unwrap_or(0)).min(LONG_POLL);
-            json!(updates(api, hold).await?)
+            let offset = body["offset"].as_i64();
+            json!(updates(api, hold, offset).await?)
         }
         "sendmessage" => {
             let chat_id = body["chat_id"].as_i64().unwrap_or_default();
@@ -413,10 +439,15 @@ async fn default_result(api: &BotApi, method: &str, body: &Value) -> Option<Valu
 /// queued) an empty list; `None` when another `getUpdates` arrived while
 /// this one was held (Telegram's 409 Conflict), which ends this one and
 /// not the newcomer.
-async fn updates(api: &BotApi, hold: Duration) -> Option<Vec<Value>> {
+async fn updates(api: &BotApi, hold: Duration, offset: Option<i64>) -> Option<Vec<Value>> {
     let poll = {
         let mut queue = api.queue.lock().expect("lock");
         queue.polls += 1;
+        if let Some(offset) = offset.filter(|_| api.confirming) {
+            queue
+                .updates
+                .retain(|update| update["update_id"].as_i64().is_some_and(|id| id >= offset));
+        }
         queue.polls
     };
     let cut_short = Arc::new(Notify::new());
@@ -430,7 +461,11 @@ async fn updates(api: &BotApi, hold: Duration) -> Option<Vec<Value>> {
     let _held = Held { api, poll };
     let take = || {
         let mut queue = api.queue.lock().expect("lock");
-        let batch: Vec<Value> = queue.updates.drain(..).collect();
+        let batch: Vec<Value> = if api.confirming {
+            queue.updates.iter().cloned().collect()
+        } else {
+            queue.updates.drain(..).collect()
+        };
         if !batch.is_empty() {
             queue.delivered_by = poll;
         }
