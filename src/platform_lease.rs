@@ -75,13 +75,6 @@ impl LeasedConnection {
         }
     }
 
-    /// The same lease under another name: for a connection whose name is
-    /// known only once it runs (the Discord bot's id takes a REST call).
-    #[must_use]
-    pub fn named(self, name: String) -> Self {
-        Self { name, ..self }
-    }
-
     /// The lease name.
     pub fn name(&self) -> &str {
         &self.name

@@ -64,7 +64,8 @@ impl Platforms {
                     match adapter.mode() {
                         Mode::Polling => {
                             let stop = shutdown.clone();
-                            let lease = leased(gateway, format!("telegram:{}", adapter.account()));
+                            let name = format!("telegram:{}", adapter.account());
+                            let lease = leases(gateway).map(|lease| lease(name));
                             platforms.spawn("telegram", async move {
                                 let adapter = &adapter;
                                 let poll = |stop| poll_telegram(adapter, stop);
@@ -93,21 +94,18 @@ impl Platforms {
                 }) => {
                     runner.register_sender(switchboard_discord::PLATFORM, sender);
                     let stop = shutdown.clone();
-                    let lease = leased(gateway, String::new());
+                    let leases = leases(gateway);
                     platforms.spawn("discord", async move {
                         let connection = &connection;
                         let run = |stop| run_discord(connection, stop);
-                        let Some(lease) = lease else {
+                        let Some(lease) = leases else {
                             return run(stop).await;
                         };
                         // Named by the bot's id, which takes a REST call.
                         let Some(account) = discord_account(connection, &stop).await else {
                             return;
                         };
-                        lease
-                            .named(format!("discord:{account}"))
-                            .run(&stop, run)
-                            .await;
+                        lease(format!("discord:{account}")).run(&stop, run).await;
                     });
                     tracing::info!("discord adapter started");
                 }
@@ -151,17 +149,17 @@ impl Platforms {
     }
 }
 
-/// The lease `name` for a connection only one instance may hold, when
-/// several instances may share the database; `None` on SQLite.
-fn leased(gateway: &Gateway, name: String) -> Option<LeasedConnection> {
-    gateway.store.is_shared().then(|| {
-        LeasedConnection::new(
-            gateway.store.clone(),
-            name,
-            gateway.instance_id.clone(),
-            Duration::from_secs(gateway.settings.runner.lease_ttl_secs.max(1)),
-        )
-    })
+/// Leases a connection only one instance may hold, by name, when several
+/// instances may share the database; `None` on SQLite, where there is one
+/// instance (and a restart after a crash should not wait out a lease).
+fn leases(gateway: &Gateway) -> Option<impl FnOnce(String) -> LeasedConnection + Send + 'static> {
+    let store = gateway.store.clone();
+    let owner = gateway.instance_id.clone();
+    let ttl = Duration::from_secs(gateway.settings.runner.lease_ttl_secs.max(1));
+    gateway
+        .store
+        .is_shared()
+        .then_some(move |name| LeasedConnection::new(store, name, owner, ttl))
 }
 
 /// Telegram long polling until `stop`. Polling that fails (Telegram
