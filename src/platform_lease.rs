@@ -257,7 +257,8 @@ mod tests {
     use super::*;
     use crate::store::StoreOptions;
 
-    const TTL: Duration = Duration::from_millis(600);
+    // Long enough that a loaded machine still renews in time.
+    const TTL: Duration = Duration::from_millis(1500);
 
     async fn scratch() -> (Store, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("tempdir");
