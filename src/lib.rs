@@ -5,7 +5,9 @@
 //! registry), [`agent`] (the loop, the wallet, the agent cache), [`session`]
 //! (session service, commands, per-session runner), [`api`] (the
 //! OpenAI-compatible HTTP API), [`terminal`] (the terminal chat), [`gateway`]
-//! (wiring it all together), [`bench`](mod@bench) (the throughput benchmark).
+//! (wiring it all together), [`platforms`] (starting the adapters),
+//! [`platform_lease`] (one instance per platform connection),
+//! [`bench`](mod@bench) (the throughput benchmark).
 
 pub mod agent;
 pub mod api;
@@ -14,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub mod gateway;
 pub mod llm;
+pub mod platform_lease;
 pub mod platforms;
 pub mod session;
 pub mod signals;

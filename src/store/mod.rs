@@ -89,6 +89,7 @@ mod messages;
 mod outbox;
 mod pairing;
 mod platform_ids;
+mod platform_leases;
 mod principals;
 mod session_id;
 mod sessions;

@@ -15,6 +15,7 @@ mod identity;
 mod limits;
 mod openai_client;
 mod outbox;
+mod platform_lease;
 mod platforms;
 mod prefix;
 mod prompt;

@@ -28,6 +28,10 @@ pub enum DiscordError {
          in the developer portal and update the environment variable"
     )]
     InvalidToken,
+    /// Asking Discord which bot the token belongs to failed (not a
+    /// rejected token: that is [`DiscordError::InvalidToken`]).
+    #[error("could not ask Discord which bot this is: {0}")]
+    Identity(String),
     /// Any other gateway or client failure.
     #[error("the Discord gateway stopped: {0}")]
     Gateway(String),

@@ -6,15 +6,18 @@ use std::time::Duration;
 use secrecy::SecretString;
 use serenity::client::{ClientBuilder, Context, EventHandler};
 use serenity::gateway::GatewayError;
+use serenity::http::HttpError;
 use serenity::model::channel::Message;
 use serenity::model::gateway::{GatewayIntents, Ready};
 use serenity::model::permissions::Permissions;
+use switchboard_contract::AccountId;
 use switchboard_contract::backoff::{self, Backoff, Wait};
 use tokio_util::sync::CancellationToken;
 
 use crate::adapter::build_http;
 use crate::error::DiscordError;
 use crate::inbound::InboundHandler;
+use crate::normalise::account_id;
 
 /// The intents the adapter asks for. MESSAGE_CONTENT is privileged: it must
 /// be enabled in the developer portal, or the gateway closes with 4014.
@@ -41,7 +44,10 @@ pub fn invite_permissions() -> Permissions {
 }
 
 /// The long-lived gateway worker, returned by
-/// [`DiscordAdapter`](crate::DiscordAdapter) for the caller to run.
+/// [`DiscordAdapter`](crate::DiscordAdapter) for the caller to run. Cloned
+/// to run it again after it stopped (a caller that hands the connection
+/// between processes).
+#[derive(Clone)]
 pub struct DiscordGateway {
     token: SecretString,
     api_proxy: Option<String>,
@@ -74,6 +80,32 @@ impl DiscordGateway {
     #[must_use]
     pub fn handler(&self) -> &InboundHandler {
         &self.handler
+    }
+
+    /// Asks Discord which bot the token belongs to (`GET /users/@me`),
+    /// without connecting to the gateway: the bot's user id names the
+    /// connection for a caller that must hold it in one process only.
+    ///
+    /// # Errors
+    /// [`DiscordError::InvalidToken`] when Discord rejects the token (401),
+    /// [`DiscordError::Identity`] for any other failure (retry later).
+    pub async fn account(&self) -> Result<AccountId, DiscordError> {
+        let http = build_http(&self.token, self.api_proxy.as_deref());
+        let user = http.get_current_user().await.map_err(|err| match err {
+            serenity::Error::Http(HttpError::UnsuccessfulRequest(response))
+                if response.status_code.as_u16() == 401 =>
+            {
+                DiscordError::InvalidToken
+            }
+            serenity::Error::Http(HttpError::UnsuccessfulRequest(response)) => {
+                DiscordError::Identity(format!(
+                    "Discord answered HTTP {}",
+                    response.status_code.as_u16()
+                ))
+            }
+            other => DiscordError::Identity(other.to_string()),
+        })?;
+        account_id(user.id).map_err(|err| DiscordError::Identity(err.to_string()))
     }
 
     /// Connects to the gateway (autosharded) and handles messages until

@@ -3,7 +3,11 @@
 //! as Telegram does), hands queued updates to `getUpdates` (holding an empty
 //! long poll a little), records every call, plays scripted answers (errors,
 //! rate limits) before its defaults, answers `sendMessage` like Telegram,
-//! and tells a test when the adapter has handled everything queued.
+//! and tells a test when the adapter has handled everything queued. Like
+//! Telegram, it ends a held `getUpdates` with 409 Conflict when another
+//! `getUpdates` for the bot arrives (two processes polling one bot), and
+//! counts those conflicts; started with [`FakeTelegram::start_confirming`]
+//! it also keeps updates until a later poll confirms them, as Telegram does.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -65,7 +69,29 @@ impl FakeTelegram {
     ///
     /// When no loopback port can be bound.
     pub async fn start() -> Self {
-        let api = Arc::new(BotApi::default());
+        Self::serve(BotApi::default()).await
+    }
+
+    /// Starts a server that, like Telegram, keeps each update queued until
+    /// a later `getUpdates` confirms it (its `offset` is past the update's
+    /// id), handing it out again meanwhile: a poller that dies or stalls
+    /// after taking a batch loses nothing, and the next poller gets the
+    /// batch again. ([`FakeTelegram::start`] hands each update out once,
+    /// so that a test can queue the same update twice.)
+    ///
+    /// # Panics
+    ///
+    /// When no loopback port can be bound.
+    pub async fn start_confirming() -> Self {
+        Self::serve(BotApi {
+            confirming: true,
+            ..BotApi::default()
+        })
+        .await
+    }
+
+    async fn serve(api: BotApi) -> Self {
+        let api = Arc::new(api);
         let app = Router::new()
             .route("/{bot}/{method}", post(handle))
             .with_state(Arc::clone(&api));
@@ -181,6 +207,17 @@ impl FakeTelegram {
         .await;
     }
 
+    /// How many `getUpdates` were cut short with 409 Conflict because
+    /// another one arrived while they were held.
+    pub fn conflicts(&self) -> u64 {
+        self.api.polling.lock().expect("lock").conflicts
+    }
+
+    /// How many `getUpdates` calls were answered so far, 409s included.
+    pub fn polls(&self) -> u64 {
+        self.api.queue.lock().expect("lock").polls
+    }
+
     /// Polls `done` until it holds (see [`eventually`]).
     pub async fn wait_for(&self, what: &str, mut done: impl FnMut() -> bool) {
         eventually(what, || std::future::ready(done())).await;
@@ -242,6 +279,16 @@ pub fn too_many_requests(retry_after: u64) -> Value {
     })
 }
 
+/// The `409 Conflict` body Telegram ends a held `getUpdates` with when
+/// another one arrives.
+pub fn conflict() -> Value {
+    json!({
+        "ok": false,
+        "error_code": 409,
+        "description": "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running",
+    })
+}
+
 /// A `400 can't parse entities` body.
 pub fn cant_parse_entities() -> Value {
     json!({
@@ -268,6 +315,37 @@ struct BotApi {
     scripted: Mutex<HashMap<String, VecDeque<(StatusCode, Value)>>>,
     /// Woken when an update is queued, so a held `getUpdates` answers.
     queued: Notify,
+    polling: Mutex<Polling>,
+    /// Updates stay queued until a `getUpdates` offset confirms them.
+    confirming: bool,
+}
+
+/// The `getUpdates` being held, and how many were cut short by another.
+#[derive(Default)]
+struct Polling {
+    /// The number of the held poll, and the signal that ends it with 409.
+    held: Option<(u64, Arc<Notify>)>,
+    conflicts: u64,
+}
+
+/// Marks a poll as no longer held when it ends, or when its client went
+/// away and the server dropped it.
+struct Held<'a> {
+    api: &'a BotApi,
+    poll: u64,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let mut polling = self.api.polling.lock().expect("lock");
+        if polling
+            .held
+            .as_ref()
+            .is_some_and(|(poll, _)| *poll == self.poll)
+        {
+            polling.held = None;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -305,13 +383,16 @@ async fn handle(
         .expect("lock")
         .get_mut(&method)
         .and_then(VecDeque::pop_front);
-    let delivered = scripted.is_none();
+    let mut delivered = scripted.is_none();
     let response = match scripted {
         Some((status, answer)) => (status, Json(answer)).into_response(),
-        None => {
-            let result = default_result(&api, &method, &body).await;
-            Json(json!({"ok": true, "result": result})).into_response()
-        }
+        None => match default_result(&api, &method, &body).await {
+            Some(result) => Json(json!({"ok": true, "result": result})).into_response(),
+            None => {
+                delivered = false;
+                (StatusCode::CONFLICT, Json(conflict())).into_response()
+            }
+        },
     };
     api.calls.lock().expect("lock").push(Call {
         method,
@@ -321,15 +402,18 @@ async fn handle(
     response
 }
 
-async fn default_result(api: &BotApi, method: &str, body: &Value) -> Value {
-    match method {
+/// The successful answer to `method`; `None` for a `getUpdates` that
+/// another one cut short (409 Conflict).
+async fn default_result(api: &BotApi, method: &str, body: &Value) -> Option<Value> {
+    let result = match method {
         "getme" => me(),
         "getwebhookinfo" => {
             json!({"url": "", "has_custom_certificate": false, "pending_update_count": 0})
         }
         "getupdates" => {
             let hold = Duration::from_secs(body["timeout"].as_u64().unwrap_or(0)).min(LONG_POLL);
-            json!(updates(api, hold).await)
+            let offset = body["offset"].as_i64();
+            json!(updates(api, hold, offset).await?)
         }
         "sendmessage" => {
             let chat_id = body["chat_id"].as_i64().unwrap_or_default();
@@ -347,20 +431,41 @@ async fn default_result(api: &BotApi, method: &str, body: &Value) -> Value {
                    "from": me(), "text": body["text"]})
         }
         _ => json!(true),
-    }
+    };
+    Some(result)
 }
 
 /// One `getUpdates`: what is queued, or (after up to `hold` with nothing
-/// queued) an empty list.
-async fn updates(api: &BotApi, hold: Duration) -> Vec<Value> {
+/// queued) an empty list; `None` when another `getUpdates` arrived while
+/// this one was held (Telegram's 409 Conflict), which ends this one and
+/// not the newcomer.
+async fn updates(api: &BotApi, hold: Duration, offset: Option<i64>) -> Option<Vec<Value>> {
     let poll = {
         let mut queue = api.queue.lock().expect("lock");
         queue.polls += 1;
+        if let Some(offset) = offset.filter(|_| api.confirming) {
+            queue
+                .updates
+                .retain(|update| update["update_id"].as_i64().is_some_and(|id| id >= offset));
+        }
         queue.polls
     };
+    let cut_short = Arc::new(Notify::new());
+    {
+        let mut polling = api.polling.lock().expect("lock");
+        if let Some((_, earlier)) = polling.held.replace((poll, Arc::clone(&cut_short))) {
+            polling.conflicts += 1;
+            earlier.notify_one();
+        }
+    }
+    let _held = Held { api, poll };
     let take = || {
         let mut queue = api.queue.lock().expect("lock");
-        let batch: Vec<Value> = queue.updates.drain(..).collect();
+        let batch: Vec<Value> = if api.confirming {
+            queue.updates.iter().cloned().collect()
+        } else {
+            queue.updates.drain(..).collect()
+        };
         if !batch.is_empty() {
             queue.delivered_by = poll;
         }
@@ -368,12 +473,15 @@ async fn updates(api: &BotApi, hold: Duration) -> Vec<Value> {
     };
     let batch = take();
     if !batch.is_empty() || hold.is_zero() {
-        return batch;
+        return Some(batch);
     }
     // A permit stored by an earlier push makes this return at once; the
     // queue is checked again either way.
-    let _ = tokio::time::timeout(hold, api.queued.notified()).await;
-    take()
+    tokio::select! {
+        () = cut_short.notified() => return None,
+        _ = tokio::time::timeout(hold, api.queued.notified()) => {}
+    }
+    Some(take())
 }
 
 /// What Telegram marks in a text: a leading `/command` (with its `@bot`) and

@@ -1,6 +1,7 @@
 //! A fake Discord REST API on 127.0.0.1:0: records every request, creates
-//! messages (honouring `enforce_nonce` as Discord does), and fails requests
-//! on demand.
+//! messages (honouring `enforce_nonce` as Discord does), fails requests on
+//! demand, and says which bot a token belongs to (`GET /users/@me`: the
+//! bot [`BOT_USER_ID`] for any token but [`REJECTED_TOKEN`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -9,10 +10,15 @@ use std::sync::{Arc, Mutex};
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
+
+/// The user id of the bot every accepted token belongs to.
+pub const BOT_USER_ID: u64 = 400_000_000_000_000_001;
+/// The one token the fake answers 401 Unauthorized.
+pub const REJECTED_TOKEN: &str = "rejected-token";
 
 /// One request the fake received.
 #[derive(Debug, Clone)]
@@ -117,11 +123,32 @@ fn router(shared: Shared) -> Router {
             post(create_message),
         )
         .route("/api/v10/channels/{channel_id}/typing", post(typing))
+        .route("/api/v10/users/@me", get(current_user))
         .route(
             "/api/v10/channels/{channel_id}/messages/{message_id}/threads",
             post(create_thread),
         )
         .with_state(shared)
+}
+
+async fn current_user(headers: HeaderMap) -> Response {
+    let authorization = headers
+        .get("authorization")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default();
+    if authorization == format!("Bot {REJECTED_TOKEN}") {
+        let body = json!({"code": 0, "message": "401: Unauthorized"});
+        return (StatusCode::UNAUTHORIZED, Json(body)).into_response();
+    }
+    Json(json!({
+        "id": BOT_USER_ID.to_string(),
+        "username": "switchboard",
+        "discriminator": "0",
+        "global_name": null,
+        "avatar": null,
+        "bot": true,
+    }))
+    .into_response()
 }
 
 async fn create_message(

@@ -78,3 +78,42 @@ async fn the_gateway_worker_returns_on_shutdown() {
 
     assert!(ended.is_ok(), "{ended:?}");
 }
+
+#[tokio::test]
+async fn the_bot_account_is_asked_of_discord_without_connecting() {
+    let fake = crate::fake_discord::FakeDiscord::start().await;
+    let settings = DiscordSettings {
+        api_proxy: Some(fake.url()),
+        ..DiscordSettings::default()
+    };
+    let adapter =
+        DiscordAdapter::new(SecretString::from("t"), &settings, sink()).expect("adapter builds");
+
+    let account = adapter.gateway.account().await.expect("answered");
+
+    assert_eq!(
+        account.as_str(),
+        crate::fake_discord::BOT_USER_ID.to_string()
+    );
+    let paths: Vec<String> = fake.requests().into_iter().map(|r| r.path).collect();
+    assert!(paths.is_empty(), "only GET /users/@me: {paths:?}");
+}
+
+#[tokio::test]
+async fn a_token_discord_rejects_is_reported_as_such() {
+    let fake = crate::fake_discord::FakeDiscord::start().await;
+    let settings = DiscordSettings {
+        api_proxy: Some(fake.url()),
+        ..DiscordSettings::default()
+    };
+    let adapter = DiscordAdapter::new(
+        SecretString::from(crate::fake_discord::REJECTED_TOKEN),
+        &settings,
+        sink(),
+    )
+    .expect("adapter builds");
+
+    let err = adapter.gateway.account().await.expect_err("rejected");
+
+    assert!(matches!(err, DiscordError::InvalidToken), "{err:?}");
+}
