@@ -154,6 +154,32 @@ impl Cluster {
             .collect()
     }
 
+    /// What a turn writes: every message row (sub-agents' too), model
+    /// call and tool call, with its status.
+    async fn rows(&self) -> Rows {
+        let messages = sqlx::query_as(
+            "SELECT id, scope, role, COALESCE(content, '') FROM messages ORDER BY id",
+        )
+        .fetch_all(&self.db)
+        .await
+        .expect("messages");
+        let usage = sqlx::query_as("SELECT id, status FROM usage ORDER BY id")
+            .fetch_all(&self.db)
+            .await
+            .expect("usage");
+        let tool_calls = sqlx::query_as(
+            "SELECT request_id, status, COALESCE(result, '') FROM tool_calls ORDER BY request_id",
+        )
+        .fetch_all(&self.db)
+        .await
+        .expect("tool calls");
+        Rows {
+            messages,
+            usage,
+            tool_calls,
+        }
+    }
+
     /// How many main-history rows of each role the turn `task` stored.
     async fn roles_of_task(&self, task: i64) -> HashMap<String, i64> {
         let rows: Vec<(String, i64)> = sqlx::query_as(
@@ -244,6 +270,14 @@ impl Cluster {
         }
         logs
     }
+}
+
+/// A snapshot of the rows turns write.
+#[derive(Debug, PartialEq, Eq)]
+struct Rows {
+    messages: Vec<(i64, String, String, String)>,
+    usage: Vec<(i64, String)>,
+    tool_calls: Vec<(String, String, String)>,
 }
 
 async fn start_node(
@@ -556,11 +590,26 @@ async fn concurrent_turns_of_one_session_on_two_instances_do_not_interleave() {
     cluster.stop_all().await;
 }
 
-/// Case 3: the lease holder is killed during a tool round; another instance
-/// resumes the turn by itself, and a retry of the request elsewhere gets the
-/// reply.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_holders_turn_is_resumed_elsewhere_and_its_retry_gets_the_reply() {
+/// When in a turn a test strikes the lease holder.
+#[derive(Debug, Clone, Copy)]
+enum Moment {
+    /// During the turn's first model call.
+    FirstModelCall,
+    /// During the tool round: the delegated sub-agent's model call.
+    ToolRound,
+}
+
+/// Waits for `moment` in the turn of `job`.
+async fn reached(llm: &FakeLlm, job: &str, moment: Moment) {
+    match moment {
+        Moment::FirstModelCall => model_asked(llm, job, false).await,
+        Moment::ToolRound => model_asked(llm, &format!("sub-task for {job}"), true).await,
+    }
+}
+
+/// Case 3: the lease holder is killed at `moment`; another instance resumes
+/// the turn by itself, and a retry of the request elsewhere gets the reply.
+async fn kill_the_holder(moment: Moment) {
     let _serial = SERIAL.lock().await;
     let llm = FakeLlm::start_with_delay(tools, Duration::from_millis(700)).await;
     let Some(mut cluster) = Cluster::start(&llm).await else {
@@ -569,8 +618,7 @@ async fn a_killed_holders_turn_is_resumed_elsewhere_and_its_retry_gets_the_reply
     let session = open_session(&cluster.base(0)).await;
     let caller = send(&cluster.base(0), &session, Some("kill-job"), "kill-job");
 
-    // The tool round runs: the sub-agent's model call is in flight.
-    model_asked(&llm, "sub-task for kill-job", true).await;
+    reached(&llm, "kill-job", moment).await;
     let holder = cluster.holder(&session).await.expect("a lease holder");
     cluster.take(holder).kill().await;
     let killed = caller.await.expect("task");
@@ -608,10 +656,20 @@ async fn a_killed_holders_turn_is_resumed_elsewhere_and_its_retry_gets_the_reply
     cluster.stop_all().await;
 }
 
-/// Case 4: the lease holder is frozen past its lease; another instance takes
-/// the turn over, and the frozen one, let go on, writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frozen_holder_loses_its_turn_and_writes_nothing_after_waking() {
+async fn a_holder_killed_in_a_model_call_has_its_turn_resumed_elsewhere() {
+    kill_the_holder(Moment::FirstModelCall).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_killed_in_a_tool_round_has_its_turn_resumed_elsewhere() {
+    kill_the_holder(Moment::ToolRound).await;
+}
+
+/// Case 4: the lease holder is frozen at `moment` past its lease; another
+/// instance takes the turn over, and the frozen one, let go on, writes
+/// nothing.
+async fn freeze_the_holder(moment: Moment) {
     let _serial = SERIAL.lock().await;
     let llm = FakeLlm::start_with_delay(tools, Duration::from_millis(1500)).await;
     let Some(mut cluster) = Cluster::start(&llm).await else {
@@ -620,15 +678,15 @@ async fn a_frozen_holder_loses_its_turn_and_writes_nothing_after_waking() {
     let session = open_session(&cluster.base(0)).await;
     let caller = send(&cluster.base(0), &session, Some("pause-job"), "pause-job");
 
-    // Frozen during the turn's first model call (no database write open).
-    model_asked(&llm, "pause-job", false).await;
+    // Frozen while a model call is in flight (no database write open).
+    reached(&llm, "pause-job", moment).await;
     let frozen = cluster.holder(&session).await.expect("a lease holder");
     cluster.node(frozen).pause();
 
     let inbound_id = cluster.finished("pause-job").await;
     let taker = cluster.holder(&session).await.expect("a lease holder");
     assert_ne!(taker, frozen, "another instance finished the turn");
-    let history_before = cluster.history(&session).await;
+    let before = cluster.rows().await;
     cluster.node(frozen).resume();
 
     // The caller (waiting on node-0, frozen or not) gets the reply.
@@ -638,8 +696,8 @@ async fn a_frozen_holder_loses_its_turn_and_writes_nothing_after_waking() {
     // Stopping every node lets the woken one finish whatever it was doing.
     let logs = cluster.stop_all().await;
     assert_eq!(
-        cluster.history(&session).await,
-        history_before,
+        cluster.rows().await,
+        before,
         "the woken instance wrote nothing"
     );
     assert!(
@@ -650,6 +708,16 @@ async fn a_frozen_holder_loses_its_turn_and_writes_nothing_after_waking() {
     cluster.assert_settled().await;
     assert_delegated_once(&llm, &["pause-job"]);
     assert_tool_turn_rows(&cluster.roles_of_task(inbound_id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_frozen_in_a_model_call_loses_its_turn_and_writes_nothing_after_waking() {
+    freeze_the_holder(Moment::FirstModelCall).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_frozen_in_a_tool_round_loses_its_turn_and_writes_nothing_after_waking() {
+    freeze_the_holder(Moment::ToolRound).await;
 }
 
 /// Case 5: SIGTERM with a turn running and a message queued on the same
