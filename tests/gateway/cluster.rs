@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use sqlx::PgPool;
+use switchboard_test_support::telegram::{self, FakeTelegram};
 use switchboard_test_support::wait::within;
 use tokio::task::JoinHandle;
 
@@ -60,6 +61,11 @@ impl Cluster {
     /// Starts three instances named `node-0` to `node-2` against `llm`;
     /// `None` (after a note) when no PostgreSQL is configured.
     async fn start(llm: &FakeLlm) -> Option<Self> {
+        Self::start_with(llm, &[]).await
+    }
+
+    /// Like [`Cluster::start`], with more environment for every instance.
+    async fn start_with(llm: &FakeLlm, extra: &[(&str, &str)]) -> Option<Self> {
         if std::env::var("TEST_DATABASE_URL").map_or(true, |url| url.is_empty()) {
             eprintln!("note: cluster tests need PostgreSQL; set TEST_DATABASE_URL to run them");
             return None;
@@ -69,7 +75,9 @@ impl Cluster {
         let mut nodes = Vec::new();
         // One after the other: the first applies the migrations.
         for index in 0..3 {
-            nodes.push(Some(start_node(dir.path(), &database, llm, index).await));
+            nodes.push(Some(
+                start_node(dir.path(), &database, llm, index, extra).await,
+            ));
         }
         let db = PgPool::connect(&database).await.expect("connect");
         Some(Self {
@@ -285,32 +293,30 @@ async fn start_node(
     database: &str,
     llm: &FakeLlm,
     index: usize,
+    extra: &[(&str, &str)],
 ) -> ServeProcess {
     let base_url = llm.openai_base();
     let instance = format!("node-{index}");
-    ServeProcess::start(
-        dir,
-        &[
-            ("SWITCHBOARD__DATABASE__URL", database),
-            ("SWITCHBOARD__LLM__BASE_URL", base_url.as_str()),
-            ("SWITCHBOARD__LLM__RETRY_BASE_MS", "1"),
-            ("SWITCHBOARD__RUNNER__LEASE_TTL_SECS", LEASE_TTL_SECS),
-            (
-                "SWITCHBOARD__RUNNER__SWEEP_INTERVAL_SECS",
-                SWEEP_INTERVAL_SECS,
-            ),
-            (
-                "SWITCHBOARD__SERVER__SHUTDOWN_GRACE_SECS",
-                SHUTDOWN_GRACE_SECS,
-            ),
-            ("SWITCHBOARD__SERVER__INSTANCE_ID", instance.as_str()),
-            ("SWITCHBOARD__API__REPLY_TIMEOUT_SECS", "90"),
-            ("SWITCHBOARD__AGENT__TOOLS", "calculator,delegate"),
-            ("RUST_LOG", "warn"),
-        ],
-        true,
-    )
-    .await
+    let mut env = vec![
+        ("SWITCHBOARD__DATABASE__URL", database),
+        ("SWITCHBOARD__LLM__BASE_URL", base_url.as_str()),
+        ("SWITCHBOARD__LLM__RETRY_BASE_MS", "1"),
+        ("SWITCHBOARD__RUNNER__LEASE_TTL_SECS", LEASE_TTL_SECS),
+        (
+            "SWITCHBOARD__RUNNER__SWEEP_INTERVAL_SECS",
+            SWEEP_INTERVAL_SECS,
+        ),
+        (
+            "SWITCHBOARD__SERVER__SHUTDOWN_GRACE_SECS",
+            SHUTDOWN_GRACE_SECS,
+        ),
+        ("SWITCHBOARD__SERVER__INSTANCE_ID", instance.as_str()),
+        ("SWITCHBOARD__API__REPLY_TIMEOUT_SECS", "90"),
+        ("SWITCHBOARD__AGENT__TOOLS", "calculator,delegate"),
+        ("RUST_LOG", "warn"),
+    ];
+    env.extend_from_slice(extra);
+    ServeProcess::start(dir, &env, true).await
 }
 
 /// The index of the node an instance id names.
@@ -911,5 +917,86 @@ async fn a_draining_instance_answers_readyz_and_new_requests_with_503() {
     let (status, logs) = drained.exited(EXIT_BOUND).await;
     assert!(status.success(), "node-0 exits cleanly: {status}\n{logs}");
     cluster.assert_settled().await;
+    cluster.stop_all().await;
+}
+
+/// Case 7: a reply whose platform fails is retried by the instance that
+/// claimed it; when that instance dies between attempts, another one takes
+/// the claim over once it expires and the reply is delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_whose_deliverer_dies_is_delivered_once_by_another_instance() {
+    let _serial = SERIAL.lock().await;
+    let telegram = FakeTelegram::start().await;
+    let llm = FakeLlm::start(echo).await;
+    let api_url = telegram.url().to_string();
+    let Some(mut cluster) = Cluster::start_with(
+        &llm,
+        &[
+            ("SWITCHBOARD__TELEGRAM__TOKEN_ENV", "SB_CLUSTER_TG_TOKEN"),
+            ("SB_CLUSTER_TG_TOKEN", telegram::TOKEN),
+            ("SWITCHBOARD__TELEGRAM__API_URL", api_url.as_str()),
+            ("SWITCHBOARD__TELEGRAM__POLL_TIMEOUT_SECS", "1"),
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    // Telegram fails the first two attempts (a server error: transient).
+    let bad_gateway = json!({"ok": false, "error_code": 502, "description": "Bad Gateway"});
+    telegram.script("sendMessage", 502, bad_gateway.clone());
+    telegram.script("sendMessage", 502, bad_gateway);
+    telegram.push(json!({"update_id": 1, "message": {
+        "message_id": 10, "date": 1_700_000_000,
+        "chat": {"id": 777, "type": "private", "first_name": "Ada"},
+        "from": {"id": 777, "is_bot": false, "first_name": "Ada"},
+        "text": "hello cluster"
+    }}));
+
+    // The first attempt failed; its instance waits before the next one.
+    telegram
+        .wait_for("a first delivery attempt", || {
+            !telegram.calls("sendMessage").is_empty()
+        })
+        .await;
+    let claimed_by: Option<String> =
+        sqlx::query_scalar("SELECT claimed_by FROM outbox WHERE status = 'pending'")
+            .fetch_one(&cluster.db)
+            .await
+            .expect("a pending reply");
+    let deliverer = node_index(&claimed_by.expect("a claimed reply"));
+    cluster.take(deliverer).kill().await;
+
+    let delivered = within(TAKEOVER_BOUND, || {
+        std::future::ready((!telegram.sent().is_empty()).then_some(()))
+    })
+    .await;
+    assert!(
+        delivered.is_some(),
+        "delivered by another instance: calls {:?}",
+        telegram.calls("sendMessage")
+    );
+    cluster.assert_settled().await;
+    let sent = telegram.sent();
+    assert_eq!(sent.len(), 1, "delivered once: {sent:?}");
+    assert_eq!(sent[0].chat_id, 777);
+    assert!(sent[0].text.contains("echo: hello cluster"), "{sent:?}");
+    assert_eq!(llm.requests().len(), 1, "the turn ran once");
+    let (claimed_by, attempts): (Option<String>, i64) =
+        sqlx::query_as("SELECT claimed_by, attempts FROM outbox")
+            .fetch_one(&cluster.db)
+            .await
+            .expect("the reply");
+    eprintln!(
+        "deliverer node-{deliverer} killed; row now {claimed_by:?}, {attempts} attempts, {} calls",
+        telegram.calls("sendMessage").len()
+    );
+    if let Some(owner) = claimed_by {
+        assert_ne!(
+            node_index(&owner),
+            deliverer,
+            "another instance delivered it"
+        );
+    }
     cluster.stop_all().await;
 }
