@@ -1,8 +1,9 @@
 //! Three real `switchboard serve` processes on one fresh PostgreSQL database
 //! behave as one gateway: conversations routed at random, concurrent turns
 //! of one session on two instances, a lease holder killed or frozen mid-turn,
-//! an instance drained with SIGTERM, and `/stop` and `/status` sent to other
-//! instances than the one running the turn.
+//! an instance drained with SIGTERM, `/stop` and `/status` sent to other
+//! instances than the one running the turn, and a reply whose delivering
+//! instance dies between failed platform attempts.
 //!
 //! Every case checks the same invariants at the end: each message answered
 //! exactly once to its own caller, no tool run twice, the history rows a
