@@ -650,6 +650,55 @@ impl ServeProcess {
         logs
     }
 
+    /// The process id (while it has not been reaped).
+    pub fn pid(&self) -> i32 {
+        let pid = self.child.id().expect("pid");
+        i32::try_from(pid).expect("pid fits")
+    }
+
+    /// The base URL of its HTTP server (`http://127.0.0.1:<port>`).
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// Freezes the process with SIGSTOP (it keeps its sockets and leases but
+    /// does nothing until [`ServeProcess::resume`]).
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Lets a paused process go on with SIGCONT.
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// Sends SIGTERM without waiting: the process drains, then exits (see
+    /// [`ServeProcess::exited`]).
+    pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Waits (at most `patience`) for the process to exit, and returns its
+    /// exit status and its logs (empty when they were not captured).
+    pub async fn exited(mut self, patience: Duration) -> (std::process::ExitStatus, String) {
+        use tokio::io::AsyncReadExt;
+        let status = tokio::time::timeout(patience, self.child.wait())
+            .await
+            .expect("the process exits")
+            .expect("wait");
+        let mut logs = String::new();
+        if let Some(mut stderr) = self.child.stderr.take() {
+            stderr.read_to_string(&mut logs).await.expect("logs");
+        }
+        (status, logs)
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: sending a signal to our own child process, not yet reaped.
+        let sent = unsafe { libc::kill(self.pid(), signal) };
+        assert_eq!(sent, 0, "signal {signal} sent");
+    }
+
     /// Kills the process with SIGKILL.
     pub async fn kill(mut self) {
         self.child.start_kill().expect("SIGKILL");

@@ -8,6 +8,7 @@ mod agent_loop;
 mod api;
 mod budget;
 mod budget_warnings;
+mod cluster;
 mod compaction;
 mod crash;
 mod helpers;

@@ -1,0 +1,1003 @@
+//! Three real `switchboard serve` processes on one fresh PostgreSQL database
+//! behave as one gateway: conversations routed at random, concurrent turns
+//! of one session on two instances, a lease holder killed or frozen mid-turn,
+//! an instance drained with SIGTERM, `/stop` and `/status` sent to other
+//! instances than the one running the turn, and a reply whose delivering
+//! instance dies between failed platform attempts.
+//!
+//! Every case checks the same invariants at the end: each message answered
+//! exactly once to its own caller, no tool run twice, the history rows a
+//! single instance would store, and no model or tool call left `running`.
+//!
+//! The suite needs PostgreSQL: it runs only when `TEST_DATABASE_URL` is set,
+//! and each test prints a note and passes without it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use switchboard_test_support::telegram::{self, FakeTelegram};
+use switchboard_test_support::wait::within;
+use tokio::task::JoinHandle;
+
+use crate::helpers::{
+    FakeLlm, Reply, ServeProcess, fresh_database, last_is_tool_result, last_user_text,
+};
+
+/// Lease time-to-live of every instance, short so that takeovers happen
+/// within a test.
+const LEASE_TTL_SECS: &str = "2";
+/// How often every instance sweeps for orphaned work.
+const SWEEP_INTERVAL_SECS: &str = "1";
+/// How long a draining instance gives its running turns.
+const SHUTDOWN_GRACE_SECS: &str = "3";
+
+/// A sanity bound, not a speed requirement: a dead or frozen holder's turn
+/// is taken over after the lease TTL (2 s) plus one sweep (1 s); the rest is
+/// margin for a loaded machine (three processes and a build sharing two
+/// cores), the resumed turn's own model calls, and polling.
+const TAKEOVER_BOUND: Duration = Duration::from_secs(2 + 1 + 30);
+
+/// The longest any HTTP request may take; far past every bound above, so a
+/// lost reply fails the test with a message instead of hanging it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long a process may take to exit after SIGTERM: the grace period
+/// plus a wide margin.
+const EXIT_BOUND: Duration = Duration::from_secs(3 + 30);
+
+/// The cases run one at a time: each starts three gateway processes, and
+/// several at once on a small machine would stretch every timing.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Three instances on one fresh database, and a connection to it.
+struct Cluster {
+    _dir: tempfile::TempDir,
+    db: PgPool,
+    nodes: Vec<Option<ServeProcess>>,
+}
+
+impl Cluster {
+    /// Starts three instances named `node-0` to `node-2` against `llm`;
+    /// `None` (after a note) when no PostgreSQL is configured.
+    async fn start(llm: &FakeLlm) -> Option<Self> {
+        Self::start_with(llm, &[]).await
+    }
+
+    /// Like [`Cluster::start`], with more environment for every instance.
+    async fn start_with(llm: &FakeLlm, extra: &[(&str, &str)]) -> Option<Self> {
+        if std::env::var("TEST_DATABASE_URL").map_or(true, |url| url.is_empty()) {
+            eprintln!("note: cluster tests need PostgreSQL; set TEST_DATABASE_URL to run them");
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let database = fresh_database(dir.path()).await;
+        let mut nodes = Vec::new();
+        // One after the other: the first applies the migrations.
+        for index in 0..3 {
+            nodes.push(Some(
+                start_node(dir.path(), &database, llm, index, extra).await,
+            ));
+        }
+        let db = PgPool::connect(&database).await.expect("connect");
+        Some(Self {
+            _dir: dir,
+            db,
+            nodes,
+        })
+    }
+
+    fn node(&self, index: usize) -> &ServeProcess {
+        self.nodes[index].as_ref().expect("node running")
+    }
+
+    fn base(&self, index: usize) -> String {
+        self.node(index).base_url().to_owned()
+    }
+
+    /// Takes a node out of the cluster (to kill or drain it).
+    fn take(&mut self, index: usize) -> ServeProcess {
+        self.nodes[index].take().expect("node running")
+    }
+
+    /// The instance named in the session's lease row.
+    async fn holder(&self, session: &str) -> Option<usize> {
+        let owner: Option<String> =
+            sqlx::query_scalar("SELECT owner FROM session_leases WHERE session_id = $1")
+                .bind(session)
+                .fetch_optional(&self.db)
+                .await
+                .expect("lease row");
+        owner.map(|owner| node_index(&owner))
+    }
+
+    /// The inbound row of the API message sent with `key`: (id, status).
+    async fn inbound(&self, key: &str) -> Option<(i64, String)> {
+        sqlx::query_as("SELECT id, status FROM inbound WHERE event_id = $1")
+            .bind(key)
+            .fetch_optional(&self.db)
+            .await
+            .expect("inbound row")
+    }
+
+    /// Waits (within [`TAKEOVER_BOUND`]) until the message sent with `key`
+    /// is finished, and returns its id.
+    async fn finished(&self, key: &str) -> i64 {
+        let finished = within(TAKEOVER_BOUND, || async {
+            self.inbound(key)
+                .await
+                .filter(|(_, status)| status != "pending" && status != "running")
+                .map(|(id, _)| id)
+        })
+        .await;
+        match finished {
+            Some(id) => id,
+            None => panic!(
+                "{key} not finished within {TAKEOVER_BOUND:?}: {:?}, lease {:?}",
+                self.inbound(key).await,
+                self.leases().await
+            ),
+        }
+    }
+
+    async fn leases(&self) -> Vec<(String, String, i64, i64)> {
+        sqlx::query_as("SELECT session_id, owner, expires_at, token FROM session_leases")
+            .fetch_all(&self.db)
+            .await
+            .expect("leases")
+    }
+
+    /// The session's main history (no sub-agent rows): (role, content),
+    /// oldest first.
+    async fn history(&self, session: &str) -> Vec<(String, String)> {
+        let rows: Vec<(String, Option<String>)> = sqlx::query_as(
+            "SELECT role, content FROM messages WHERE session_id = $1 AND scope = '' ORDER BY id",
+        )
+        .bind(session)
+        .fetch_all(&self.db)
+        .await
+        .expect("history");
+        rows.into_iter()
+            .map(|(role, content)| (role, content.unwrap_or_default()))
+            .collect()
+    }
+
+    /// What a turn writes: every message row (sub-agents' too), model
+    /// call and tool call, with its status.
+    async fn rows(&self) -> Rows {
+        let messages = sqlx::query_as(
+            "SELECT id, scope, role, COALESCE(content, '') FROM messages ORDER BY id",
+        )
+        .fetch_all(&self.db)
+        .await
+        .expect("messages");
+        let usage = sqlx::query_as("SELECT id, status FROM usage ORDER BY id")
+            .fetch_all(&self.db)
+            .await
+            .expect("usage");
+        let tool_calls = sqlx::query_as(
+            "SELECT request_id, status, COALESCE(result, '') FROM tool_calls ORDER BY request_id",
+        )
+        .fetch_all(&self.db)
+        .await
+        .expect("tool calls");
+        Rows {
+            messages,
+            usage,
+            tool_calls,
+        }
+    }
+
+    /// How many main-history rows of each role the turn `task` stored.
+    async fn roles_of_task(&self, task: i64) -> HashMap<String, i64> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT role, COUNT(*) FROM messages WHERE task_id = $1 AND scope = '' GROUP BY role",
+        )
+        .bind(task)
+        .fetch_all(&self.db)
+        .await
+        .expect("roles");
+        rows.into_iter().collect()
+    }
+
+    /// The invariants every case ends with: every message finished and
+    /// answered exactly once, every reply handed out, no model or tool call
+    /// left `running`, no tool call stored twice.
+    async fn assert_settled(&self) {
+        let settled = within(TAKEOVER_BOUND, || async {
+            let unfinished: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM inbound WHERE status IN ('pending', 'running')",
+            )
+            .fetch_one(&self.db)
+            .await
+            .expect("count");
+            let unsent: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE status <> 'sent'")
+                    .fetch_one(&self.db)
+                    .await
+                    .expect("count");
+            (unfinished == 0 && unsent == 0).then_some(())
+        })
+        .await;
+        if settled.is_none() {
+            let inbound: Vec<(i64, String, String)> =
+                sqlx::query_as("SELECT id, event_id, status FROM inbound ORDER BY id")
+                    .fetch_all(&self.db)
+                    .await
+                    .expect("rows");
+            let outbox: Vec<(i64, String, i64)> =
+                sqlx::query_as("SELECT inbound_id, status, attempts FROM outbox ORDER BY id")
+                    .fetch_all(&self.db)
+                    .await
+                    .expect("rows");
+            panic!("not settled: inbound {inbound:?} outbox {outbox:?}");
+        }
+        let replies: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT i.text, (SELECT COUNT(*) FROM outbox o WHERE o.inbound_id = i.id) \
+             FROM inbound i WHERE i.status <> 'command' ORDER BY i.id",
+        )
+        .fetch_all(&self.db)
+        .await
+        .expect("rows");
+        for (text, count) in &replies {
+            assert_eq!(*count, 1, "{text:?} answered once");
+        }
+        for table in ["usage", "tool_calls"] {
+            let running: i64 = sqlx::query_scalar(&format!(
+                "SELECT COUNT(*) FROM {table} WHERE status = 'running'"
+            ))
+            .fetch_one(&self.db)
+            .await
+            .expect("count");
+            assert_eq!(running, 0, "{table} rows left running");
+        }
+        let repeated: Vec<(Option<i64>, String, String, i64)> = sqlx::query_as(
+            "SELECT task_id, scope, call_id, COUNT(*) FROM tool_calls \
+             GROUP BY task_id, scope, call_id HAVING COUNT(*) > 1",
+        )
+        .fetch_all(&self.db)
+        .await
+        .expect("tool calls");
+        assert!(repeated.is_empty(), "tool calls stored twice: {repeated:?}");
+    }
+
+    /// SIGTERMs every node still running, checks each exits cleanly, and
+    /// returns their logs by node index.
+    async fn stop_all(&mut self) -> HashMap<usize, String> {
+        let mut logs = HashMap::new();
+        for index in 0..self.nodes.len() {
+            if let Some(node) = self.nodes[index].take() {
+                node.terminate();
+                let (status, log) = node.exited(EXIT_BOUND).await;
+                assert!(
+                    status.success(),
+                    "node-{index} exits cleanly: {status}\n{log}"
+                );
+                logs.insert(index, log);
+            }
+        }
+        logs
+    }
+}
+
+/// A snapshot of the rows turns write.
+#[derive(Debug, PartialEq, Eq)]
+struct Rows {
+    messages: Vec<(i64, String, String, String)>,
+    usage: Vec<(i64, String)>,
+    tool_calls: Vec<(String, String, String)>,
+}
+
+async fn start_node(
+    dir: &std::path::Path,
+    database: &str,
+    llm: &FakeLlm,
+    index: usize,
+    extra: &[(&str, &str)],
+) -> ServeProcess {
+    let base_url = llm.openai_base();
+    let instance = format!("node-{index}");
+    let mut env = vec![
+        ("SWITCHBOARD__DATABASE__URL", database),
+        ("SWITCHBOARD__LLM__BASE_URL", base_url.as_str()),
+        ("SWITCHBOARD__LLM__RETRY_BASE_MS", "1"),
+        ("SWITCHBOARD__RUNNER__LEASE_TTL_SECS", LEASE_TTL_SECS),
+        (
+            "SWITCHBOARD__RUNNER__SWEEP_INTERVAL_SECS",
+            SWEEP_INTERVAL_SECS,
+        ),
+        (
+            "SWITCHBOARD__SERVER__SHUTDOWN_GRACE_SECS",
+            SHUTDOWN_GRACE_SECS,
+        ),
+        ("SWITCHBOARD__SERVER__INSTANCE_ID", instance.as_str()),
+        ("SWITCHBOARD__API__REPLY_TIMEOUT_SECS", "90"),
+        ("SWITCHBOARD__AGENT__TOOLS", "calculator,delegate"),
+        ("RUST_LOG", "warn"),
+    ];
+    env.extend_from_slice(extra);
+    ServeProcess::start(dir, &env, true).await
+}
+
+/// The index of the node an instance id names.
+fn node_index(owner: &str) -> usize {
+    owner
+        .strip_prefix("node-")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("an instance id of this suite: {owner}"))
+}
+
+/// One HTTP answer from the completions endpoint.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    session: Option<String>,
+    retry_after: Option<String>,
+    body: Value,
+}
+
+impl Answer {
+    fn text(&self) -> String {
+        self.body["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a reply: {} {}", self.status, self.body))
+            .to_owned()
+    }
+
+    /// The reply text of a 200.
+    fn ok(&self) -> String {
+        assert_eq!(self.status, 200, "answered: {}", self.body);
+        self.text()
+    }
+}
+
+/// Sends one user message to `base`, in `session` when given, with an
+/// Idempotency-Key when given.
+async fn post(
+    base: &str,
+    session: Option<&str>,
+    key: Option<&str>,
+    text: &str,
+) -> Result<Answer, reqwest::Error> {
+    let mut request = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .timeout(REQUEST_TIMEOUT)
+        .json(&json!({"messages": [{"role": "user", "content": text}]}));
+    if let Some(session) = session {
+        request = request.header("X-Session-Id", session);
+    }
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    let response = request.send().await?;
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let (session, retry_after) = (header("x-session-id"), header("retry-after"));
+    let status = response.status().as_u16();
+    let body = response.json().await.unwrap_or(Value::Null);
+    Ok(Answer {
+        status,
+        session,
+        retry_after,
+        body,
+    })
+}
+
+/// [`post`] in a task of its own.
+fn send(
+    base: &str,
+    session: &str,
+    key: Option<&str>,
+    text: &str,
+) -> JoinHandle<Result<Answer, reqwest::Error>> {
+    let (base, session, key, text) = (
+        base.to_owned(),
+        session.to_owned(),
+        key.map(str::to_owned),
+        text.to_owned(),
+    );
+    tokio::spawn(async move { post(&base, Some(&session), key.as_deref(), &text).await })
+}
+
+/// Opens a session with a command (no model call) and returns its id.
+async fn open_session(base: &str) -> String {
+    let answer = post(base, None, None, "/help").await.expect("sent");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.session.expect("session header")
+}
+
+fn echo(body: &Value) -> Reply {
+    Reply::Text(format!("echo: {}", last_user_text(body)))
+}
+
+fn is_sub_agent(body: &Value) -> bool {
+    body["messages"][0]["content"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("You are a sub-agent"))
+}
+
+/// The top agent delegates a sub-task (not idempotent) and computes
+/// something (idempotent), then answers naming its job; the sub-agent just
+/// answers.
+fn tools(body: &Value) -> Reply {
+    if is_sub_agent(body) {
+        return Reply::Text("sub-task done".to_owned());
+    }
+    let job = last_user_text(body);
+    if last_is_tool_result(body) {
+        return Reply::Text(format!("done: {job}"));
+    }
+    Reply::Tools(vec![
+        (
+            format!("d-{job}"),
+            "delegate".to_owned(),
+            json!({"task": format!("sub-task for {job}")}).to_string(),
+        ),
+        (
+            format!("c-{job}"),
+            "calculator".to_owned(),
+            r#"{"expression":"6*7"}"#.to_owned(),
+        ),
+    ])
+}
+
+/// Whether the model has been asked, by the top agent (`sub_agent` false)
+/// or by a sub-agent, about `job`.
+fn asked(llm: &FakeLlm, job: &str, sub_agent: bool) -> bool {
+    llm.requests().iter().any(|request| {
+        let body = request.json();
+        is_sub_agent(&body) == sub_agent && last_user_text(&body).contains(job)
+    })
+}
+
+/// Waits until the model has been asked about `job` (see [`asked`]).
+async fn model_asked(llm: &FakeLlm, job: &str, sub_agent: bool) {
+    let seen = within(TAKEOVER_BOUND, || {
+        std::future::ready(asked(llm, job, sub_agent).then_some(()))
+    })
+    .await;
+    assert!(seen.is_some(), "the model was asked about {job}");
+}
+
+/// Each delegated sub-task started exactly once: a non-idempotent tool never
+/// runs twice.
+fn assert_delegated_once(llm: &FakeLlm, jobs: &[&str]) {
+    let mut starts: HashMap<String, usize> = HashMap::new();
+    for request in llm.requests() {
+        let body = request.json();
+        let messages = body["messages"].as_array().expect("messages");
+        if is_sub_agent(&body) && messages.len() == 2 {
+            *starts.entry(last_user_text(&body)).or_default() += 1;
+        }
+    }
+    for job in jobs {
+        let task = format!("sub-task for {job}");
+        assert!(
+            starts.get(&task).is_some_and(|n| *n <= 1),
+            "{task} started at most once: {starts:?}"
+        );
+    }
+    for (task, count) in &starts {
+        assert_eq!(*count, 1, "{task} started {count} times");
+    }
+}
+
+/// The main-history rows of one tool turn, as a single instance stores them:
+/// the message, the assistant's tool calls, the two results, the answer.
+fn assert_tool_turn_rows(roles: &HashMap<String, i64>) {
+    let expected: HashMap<String, i64> = [("user", 1), ("assistant", 2), ("tool", 2)]
+        .into_iter()
+        .map(|(role, n)| (role.to_owned(), n))
+        .collect();
+    assert_eq!(roles, &expected, "rows of the tool turn");
+}
+
+/// Case 1: each turn of several conversations goes to a random instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversations_routed_at_random_get_their_own_replies() {
+    let _serial = SERIAL.lock().await;
+    let llm = FakeLlm::start_with_delay(echo, Duration::from_millis(50)).await;
+    let Some(mut cluster) = Cluster::start(&llm).await else {
+        return;
+    };
+    const CONVERSATIONS: usize = 4;
+    const TURNS: usize = 4;
+    let bases: Vec<String> = (0..3).map(|i| cluster.base(i)).collect();
+    let mut conversations = Vec::new();
+    for conversation in 0..CONVERSATIONS {
+        let bases = bases.clone();
+        conversations.push(tokio::spawn(async move {
+            let mut session: Option<String> = None;
+            let mut route = Vec::new();
+            for turn in 0..TURNS {
+                let node = fastrand::usize(..bases.len());
+                route.push(node);
+                let text = format!("conversation {conversation} turn {turn}");
+                let answer = post(&bases[node], session.as_deref(), None, &text)
+                    .await
+                    .expect("sent");
+                assert_eq!(
+                    answer.ok(),
+                    format!("echo: {text}"),
+                    "{text} on node-{node} (route {route:?})"
+                );
+                session = Some(answer.session.expect("session header"));
+            }
+            (session.expect("a session"), route)
+        }));
+    }
+    for (conversation, task) in conversations.into_iter().enumerate() {
+        let (session, route) = task.await.expect("conversation");
+        let history = cluster.history(&session).await;
+        let expected: Vec<(String, String)> = (0..TURNS)
+            .flat_map(|turn| {
+                let text = format!("conversation {conversation} turn {turn}");
+                [
+                    ("user".to_owned(), text.clone()),
+                    ("assistant".to_owned(), format!("echo: {text}")),
+                ]
+            })
+            .collect();
+        assert_eq!(
+            history, expected,
+            "conversation {conversation}, route {route:?}"
+        );
+    }
+    cluster.assert_settled().await;
+    cluster.stop_all().await;
+}
+
+/// Case 2: two turns of one session at once on two instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_turns_of_one_session_on_two_instances_do_not_interleave() {
+    let _serial = SERIAL.lock().await;
+    let llm = FakeLlm::start_with_delay(echo, Duration::from_millis(500)).await;
+    let Some(mut cluster) = Cluster::start(&llm).await else {
+        return;
+    };
+    let opening = post(&cluster.base(0), None, None, "opening")
+        .await
+        .expect("sent");
+    assert_eq!(opening.ok(), "echo: opening");
+    let session = opening.session.expect("session header");
+
+    let alpha = send(&cluster.base(1), &session, None, "alpha");
+    let beta = send(&cluster.base(2), &session, None, "beta");
+    let alpha = alpha.await.expect("task").expect("sent");
+    let beta = beta.await.expect("task").expect("sent");
+    assert_eq!(alpha.ok(), "echo: alpha");
+    assert_eq!(beta.ok(), "echo: beta");
+
+    assert_eq!(
+        llm.peak_concurrency_per_session(),
+        1,
+        "one model call at a time for the session, across instances"
+    );
+    let history = cluster.history(&session).await;
+    let pair = |text: &str| {
+        vec![
+            ("user".to_owned(), text.to_owned()),
+            ("assistant".to_owned(), format!("echo: {text}")),
+        ]
+    };
+    let (first, second) = if history.get(2).is_some_and(|(_, text)| text == "alpha") {
+        ("alpha", "beta")
+    } else {
+        ("beta", "alpha")
+    };
+    let expected: Vec<(String, String)> = [pair("opening"), pair(first), pair(second)].concat();
+    assert_eq!(history, expected, "each message followed by its own answer");
+    cluster.assert_settled().await;
+    cluster.stop_all().await;
+}
+
+/// When in a turn a test strikes the lease holder.
+#[derive(Debug, Clone, Copy)]
+enum Moment {
+    /// During the turn's first model call.
+    FirstModelCall,
+    /// During the tool round: the delegated sub-agent's model call.
+    ToolRound,
+}
+
+/// Waits for `moment` in the turn of `job`.
+async fn reached(llm: &FakeLlm, job: &str, moment: Moment) {
+    match moment {
+        Moment::FirstModelCall => model_asked(llm, job, false).await,
+        Moment::ToolRound => model_asked(llm, &format!("sub-task for {job}"), true).await,
+    }
+}
+
+/// Case 3: the lease holder is killed at `moment`; another instance resumes
+/// the turn by itself, and a retry of the request elsewhere gets the reply.
+async fn kill_the_holder(moment: Moment) {
+    let _serial = SERIAL.lock().await;
+    let llm = FakeLlm::start_with_delay(tools, Duration::from_millis(700)).await;
+    let Some(mut cluster) = Cluster::start(&llm).await else {
+        return;
+    };
+    let session = open_session(&cluster.base(0)).await;
+    let caller = send(&cluster.base(0), &session, Some("kill-job"), "kill-job");
+
+    reached(&llm, "kill-job", moment).await;
+    let holder = cluster.holder(&session).await.expect("a lease holder");
+    cluster.take(holder).kill().await;
+    let killed = caller.await.expect("task");
+    if holder == 0 {
+        assert!(
+            killed.as_ref().map_or(true, |a| a.status != 200),
+            "the killed instance's caller got no reply: {killed:?}"
+        );
+    }
+
+    // No new message: the sweep of a survivor resumes the turn.
+    let inbound_id = cluster.finished("kill-job").await;
+    let taker = cluster.holder(&session).await.expect("a lease holder");
+    assert_ne!(taker, holder, "another instance finished the turn");
+
+    // A retry with the same key, on a survivor, gets the stored reply.
+    let survivor = (0..3).find(|i| *i != holder).expect("a survivor");
+    let retry = post(
+        &cluster.base(survivor),
+        Some(&session),
+        Some("kill-job"),
+        "kill-job",
+    )
+    .await
+    .expect("sent");
+    assert_eq!(retry.ok(), "done: kill-job");
+    assert_eq!(retry.body["id"], format!("chatcmpl-{inbound_id}"));
+    if holder != 0 {
+        assert_eq!(killed.expect("answered").ok(), "done: kill-job");
+    }
+
+    cluster.assert_settled().await;
+    assert_delegated_once(&llm, &["kill-job"]);
+    assert_tool_turn_rows(&cluster.roles_of_task(inbound_id).await);
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_killed_in_a_model_call_has_its_turn_resumed_elsewhere() {
+    kill_the_holder(Moment::FirstModelCall).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_killed_in_a_tool_round_has_its_turn_resumed_elsewhere() {
+    kill_the_holder(Moment::ToolRound).await;
+}
+
+/// Case 4: the lease holder is frozen at `moment` past its lease; another
+/// instance takes the turn over, and the frozen one, let go on, writes
+/// nothing.
+async fn freeze_the_holder(moment: Moment) {
+    let _serial = SERIAL.lock().await;
+    let llm = FakeLlm::start_with_delay(tools, Duration::from_millis(1500)).await;
+    let Some(mut cluster) = Cluster::start(&llm).await else {
+        return;
+    };
+    let session = open_session(&cluster.base(0)).await;
+    let caller = send(&cluster.base(0), &session, Some("pause-job"), "pause-job");
+
+    // Frozen while a model call is in flight (no database write open).
+    reached(&llm, "pause-job", moment).await;
+    let frozen = cluster.holder(&session).await.expect("a lease holder");
+    cluster.node(frozen).pause();
+
+    let inbound_id = cluster.finished("pause-job").await;
+    let taker = cluster.holder(&session).await.expect("a lease holder");
+    assert_ne!(taker, frozen, "another instance finished the turn");
+    let before = cluster.rows().await;
+    cluster.node(frozen).resume();
+
+    // The caller (waiting on node-0, frozen or not) gets the reply.
+    let answer = caller.await.expect("task").expect("sent");
+    assert_eq!(answer.ok(), "done: pause-job");
+
+    // Stopping every node lets the woken one finish whatever it was doing.
+    let logs = cluster.stop_all().await;
+    assert_eq!(
+        cluster.rows().await,
+        before,
+        "the woken instance wrote nothing"
+    );
+    assert!(
+        logs[&frozen].contains("lease passed to another instance"),
+        "node-{frozen} logged that it lost the lease:\n{}",
+        logs[&frozen]
+    );
+    cluster.assert_settled().await;
+    assert_delegated_once(&llm, &["pause-job"]);
+    assert_tool_turn_rows(&cluster.roles_of_task(inbound_id).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_frozen_in_a_model_call_loses_its_turn_and_writes_nothing_after_waking() {
+    freeze_the_holder(Moment::FirstModelCall).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_frozen_in_a_tool_round_loses_its_turn_and_writes_nothing_after_waking() {
+    freeze_the_holder(Moment::ToolRound).await;
+}
+
+/// Case 5: SIGTERM with a turn running and a message queued on the same
+/// instance: both callers get an answer, the queued message runs elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_instance_finishes_its_turn_and_hands_its_queue_over() {
+    let _serial = SERIAL.lock().await;
+    let llm = FakeLlm::start_with_delay(echo, Duration::from_secs(2)).await;
+    let Some(mut cluster) = Cluster::start(&llm).await else {
+        return;
+    };
+    let session = open_session(&cluster.base(0)).await;
+    let first = send(&cluster.base(0), &session, Some("first"), "first");
+    model_asked(&llm, "first", false).await;
+    assert_eq!(
+        cluster.holder(&session).await,
+        Some(0),
+        "the instance that received the message runs it"
+    );
+    let second = send(&cluster.base(0), &session, Some("second"), "second");
+    let queued = within(TAKEOVER_BOUND, || async { cluster.inbound("second").await }).await;
+    assert_eq!(
+        queued.map(|(_, status)| status).as_deref(),
+        Some("pending"),
+        "the second message waits"
+    );
+
+    let drained = cluster.take(0);
+    let base = drained.base_url().to_owned();
+    drained.terminate();
+    // While it drains, it is not ready and refuses new requests, if it
+    // answers at all (its listener may already be closed).
+    let http = reqwest::Client::new();
+    match http.get(format!("{base}/readyz")).send().await {
+        Ok(ready) => assert_eq!(ready.status().as_u16(), 503, "/readyz while draining"),
+        Err(err) => eprintln!("note: /readyz while draining not reached: {err}"),
+    }
+    match post(&base, Some(&session), None, "too late").await {
+        Ok(refused) => {
+            assert_eq!(refused.status, 503, "a new request while draining");
+            assert!(refused.retry_after.is_some(), "with Retry-After");
+        }
+        Err(err) => eprintln!("note: a new request while draining not reached: {err}"),
+    }
+
+    let first = first
+        .await
+        .expect("task")
+        .expect("an answer, not a timeout");
+    assert_eq!(first.ok(), "echo: first", "the running turn finished");
+    let second = second
+        .await
+        .expect("task")
+        .expect("an answer, not a timeout");
+    let (status, logs) = drained.exited(EXIT_BOUND).await;
+    assert!(status.success(), "node-0 exits cleanly: {status}\n{logs}");
+
+    // No new message: another instance answers the queued one.
+    let second_id = cluster.finished("second").await;
+    let taker = cluster.holder(&session).await.expect("a lease holder");
+    assert_ne!(taker, 0, "another instance ran the queued message");
+    eprintln!(
+        "the queued message's caller on node-0 got {}",
+        second.status
+    );
+    if second.status == 200 {
+        assert_eq!(second.text(), "echo: second");
+    } else {
+        assert_eq!(second.status, 503, "after the grace: {}", second.body);
+        assert!(second.retry_after.is_some(), "with Retry-After");
+        let retry = post(&cluster.base(1), Some(&session), Some("second"), "second")
+            .await
+            .expect("sent");
+        assert_eq!(retry.ok(), "echo: second");
+        assert_eq!(retry.body["id"], format!("chatcmpl-{second_id}"));
+    }
+
+    let history = cluster.history(&session).await;
+    let expected: Vec<(String, String)> = ["first", "second"]
+        .into_iter()
+        .flat_map(|text| {
+            [
+                ("user".to_owned(), text.to_owned()),
+                ("assistant".to_owned(), format!("echo: {text}")),
+            ]
+        })
+        .collect();
+    assert_eq!(history, expected);
+    cluster.assert_settled().await;
+    cluster.stop_all().await;
+}
+
+/// Case 6: `/status` and `/stop` sent to instances other than the one
+/// running the turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_and_status_reach_a_turn_running_on_another_instance() {
+    let _serial = SERIAL.lock().await;
+    let llm = FakeLlm::start_with_delay(echo, Duration::from_secs(5)).await;
+    let Some(mut cluster) = Cluster::start(&llm).await else {
+        return;
+    };
+    let session = open_session(&cluster.base(0)).await;
+    let caller = send(&cluster.base(0), &session, Some("long"), "take your time");
+    model_asked(&llm, "take your time", false).await;
+    let runner = cluster.holder(&session).await.expect("a lease holder");
+    let (asked_status, asked_stop) = ((runner + 1) % 3, (runner + 2) % 3);
+
+    let status = post(&cluster.base(asked_status), Some(&session), None, "/status")
+        .await
+        .expect("sent");
+    assert!(
+        status.ok().contains("a task is running"),
+        "/status on node-{asked_status}: {}",
+        status.body
+    );
+    let stop = post(&cluster.base(asked_stop), Some(&session), None, "/stop")
+        .await
+        .expect("sent");
+    assert_eq!(stop.ok(), "Stopping the running task.");
+
+    let stopped = caller.await.expect("task").expect("sent");
+    assert_eq!(stopped.ok(), "Stopped, as you asked.");
+    let inbound_id = cluster.finished("long").await;
+    let outcome: Option<String> = sqlx::query_scalar("SELECT outcome FROM inbound WHERE id = $1")
+        .bind(inbound_id)
+        .fetch_one(&cluster.db)
+        .await
+        .expect("outcome");
+    assert_eq!(outcome.as_deref(), Some("cancelled"));
+    let idle = post(&cluster.base(asked_stop), Some(&session), None, "/stop")
+        .await
+        .expect("sent");
+    assert_eq!(idle.ok(), "Nothing is running.");
+
+    // As on a single instance: a cancelled turn keeps its message and
+    // stores no answer (the stop notice goes to the caller only).
+    assert_eq!(
+        cluster.history(&session).await,
+        vec![("user".to_owned(), "take your time".to_owned())]
+    );
+    cluster.assert_settled().await;
+    cluster.stop_all().await;
+}
+
+/// Case 5, the part a load balancer sees: while an instance drains (a slow
+/// turn keeps it draining), `/readyz` answers 503 and a new API request gets
+/// 503 with `Retry-After`, so that clients go to another instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "product: on SIGTERM the HTTP listener closes at once (graceful shutdown \
+            stops accepting), so /readyz and new requests get connection refused, never 503"]
+async fn a_draining_instance_answers_readyz_and_new_requests_with_503() {
+    let _serial = SERIAL.lock().await;
+    let llm = FakeLlm::start_with_delay(echo, Duration::from_secs(3)).await;
+    let Some(mut cluster) = Cluster::start(&llm).await else {
+        return;
+    };
+    let session = open_session(&cluster.base(0)).await;
+    let running = send(&cluster.base(0), &session, Some("slow"), "slow");
+    model_asked(&llm, "slow", false).await;
+
+    let drained = cluster.take(0);
+    let base = drained.base_url().to_owned();
+    drained.terminate();
+    // The turn keeps the instance draining for seconds; wait until it has
+    // begun (the signal is asynchronous) by polling until it stops being
+    // ready, and require an answer, not a refused connection.
+    let http = reqwest::Client::new();
+    let not_ready = within(TAKEOVER_BOUND, || async {
+        match http.get(format!("{base}/readyz")).send().await {
+            Ok(ready) if ready.status().as_u16() == 503 => Some(Ok(())),
+            Ok(_) => None,
+            Err(err) => Some(Err(format!("{err:?}"))),
+        }
+    })
+    .await;
+    assert_eq!(
+        not_ready,
+        Some(Ok(())),
+        "/readyz answers 503 while the instance drains"
+    );
+    let refused = post(&base, Some(&session), None, "too late")
+        .await
+        .expect("a new request is answered while the instance drains");
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert!(refused.retry_after.is_some(), "with Retry-After");
+
+    assert_eq!(
+        running.await.expect("task").expect("sent").ok(),
+        "echo: slow"
+    );
+    let (status, logs) = drained.exited(EXIT_BOUND).await;
+    assert!(status.success(), "node-0 exits cleanly: {status}\n{logs}");
+    cluster.assert_settled().await;
+    cluster.stop_all().await;
+}
+
+/// Case 7: a reply whose platform fails is retried by the instance that
+/// claimed it; when that instance dies between attempts, another one takes
+/// the claim over once it expires and the reply is delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_whose_deliverer_dies_is_delivered_once_by_another_instance() {
+    let _serial = SERIAL.lock().await;
+    let telegram = FakeTelegram::start().await;
+    let llm = FakeLlm::start(echo).await;
+    let api_url = telegram.url().to_string();
+    let Some(mut cluster) = Cluster::start_with(
+        &llm,
+        &[
+            ("SWITCHBOARD__TELEGRAM__TOKEN_ENV", "SB_CLUSTER_TG_TOKEN"),
+            ("SB_CLUSTER_TG_TOKEN", telegram::TOKEN),
+            ("SWITCHBOARD__TELEGRAM__API_URL", api_url.as_str()),
+            ("SWITCHBOARD__TELEGRAM__POLL_TIMEOUT_SECS", "1"),
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    // Telegram fails the first two attempts (a server error: transient).
+    let bad_gateway = json!({"ok": false, "error_code": 502, "description": "Bad Gateway"});
+    telegram.script("sendMessage", 502, bad_gateway.clone());
+    telegram.script("sendMessage", 502, bad_gateway);
+    telegram.push(json!({"update_id": 1, "message": {
+        "message_id": 10, "date": 1_700_000_000,
+        "chat": {"id": 777, "type": "private", "first_name": "Ada"},
+        "from": {"id": 777, "is_bot": false, "first_name": "Ada"},
+        "text": "hello cluster"
+    }}));
+
+    // The first attempt failed; its instance waits before the next one.
+    telegram
+        .wait_for("a first delivery attempt", || {
+            !telegram.calls("sendMessage").is_empty()
+        })
+        .await;
+    let claimed_by: Option<String> =
+        sqlx::query_scalar("SELECT claimed_by FROM outbox WHERE status = 'pending'")
+            .fetch_one(&cluster.db)
+            .await
+            .expect("a pending reply");
+    let deliverer = node_index(&claimed_by.expect("a claimed reply"));
+    cluster.take(deliverer).kill().await;
+
+    let delivered = within(TAKEOVER_BOUND, || {
+        std::future::ready((!telegram.sent().is_empty()).then_some(()))
+    })
+    .await;
+    assert!(
+        delivered.is_some(),
+        "delivered by another instance: calls {:?}",
+        telegram.calls("sendMessage")
+    );
+    cluster.assert_settled().await;
+    let sent = telegram.sent();
+    assert_eq!(sent.len(), 1, "delivered once: {sent:?}");
+    assert_eq!(sent[0].chat_id, 777);
+    assert!(sent[0].text.contains("echo: hello cluster"), "{sent:?}");
+    assert_eq!(llm.requests().len(), 1, "the turn ran once");
+    let (claimed_by, attempts): (Option<String>, i64) =
+        sqlx::query_as("SELECT claimed_by, attempts FROM outbox")
+            .fetch_one(&cluster.db)
+            .await
+            .expect("the reply");
+    eprintln!(
+        "deliverer node-{deliverer} killed; row now {claimed_by:?}, {attempts} attempts, {} calls",
+        telegram.calls("sendMessage").len()
+    );
+    if let Some(owner) = claimed_by {
+        assert_ne!(
+            node_index(&owner),
+            deliverer,
+            "another instance delivered it"
+        );
+    }
+    cluster.stop_all().await;
+}
