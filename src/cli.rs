@@ -131,15 +131,19 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let routes = std::mem::take(&mut platforms.routes);
     let grace = Duration::from_secs(gateway.settings.server.shutdown_grace_secs);
     // On SIGTERM the runner drains (no new claims, queued sessions handed
-    // back, running turns given the grace period) while the server answers
-    // the requests in flight.
+    // back, running turns given the grace period). The server keeps
+    // accepting meanwhile, so that `/readyz` and new API requests get 503
+    // rather than a refused connection; once the runner is done it stops
+    // accepting and answers the requests in flight (bounded by the drain
+    // deadline).
+    let drained = CancellationToken::new();
     let (served, ()) = tokio::join!(
         async {
             let served = run_server(
                 &gateway,
                 listener,
                 routes,
-                shutdown.clone().cancelled_owned(),
+                drained.clone().cancelled_owned(),
             )
             .await;
             shutdown.cancel();
@@ -149,6 +153,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
             shutdown.cancelled().await;
             tracing::info!("draining");
             gateway.service.runner().shutdown(grace).await;
+            drained.cancel();
         }
     );
     served?;
