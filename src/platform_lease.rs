@@ -255,19 +255,9 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::store::StoreOptions;
 
     // Long enough that a loaded machine still renews in time.
     const TTL: Duration = Duration::from_millis(1500);
-
-    async fn scratch() -> (Store, tempfile::TempDir) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let url = format!("sqlite://{}/lease.db", dir.path().display());
-        let store = Store::connect(&StoreOptions::new(url))
-            .await
-            .expect("store");
-        (store, dir)
-    }
 
     fn lease(store: &Store, owner: &str) -> LeasedConnection {
         LeasedConnection::new(
@@ -323,7 +313,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_of_two_instances_connects_and_the_other_takes_over_at_shutdown() {
-        let (store, _dir) = scratch().await;
+        let (store, _dir) = crate::store::test_support::scratch_store().await;
         let open = Arc::new(AtomicUsize::new(0));
         let (a_opened, b_opened) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let (a_stop, b_stop) = (CancellationToken::new(), CancellationToken::new());
@@ -367,7 +357,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_holder_that_loses_its_lease_disconnects_and_stands_by() {
-        let (store, _dir) = scratch().await;
+        let (store, _dir) = crate::store::test_support::scratch_store().await;
         let open = Arc::new(AtomicUsize::new(0));
         let opened = Arc::new(AtomicUsize::new(0));
         let stop = CancellationToken::new();
@@ -406,7 +396,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_that_ends_on_its_own_releases_the_lease() {
-        let (store, _dir) = scratch().await;
+        let (store, _dir) = crate::store::test_support::scratch_store().await;
         let stop = CancellationToken::new();
         lease(&store, "a").run(&stop, |_| async {}).await;
         let (owner, token, live) = holder(&store).await.expect("the row stays");
@@ -415,7 +405,7 @@ mod tests {
 
     #[tokio::test]
     async fn renewals_failing_until_expiry_disconnect() {
-        let (store, _dir) = scratch().await;
+        let (store, _dir) = crate::store::test_support::scratch_store().await;
         let open = Arc::new(AtomicUsize::new(0));
         let opened = Arc::new(AtomicUsize::new(0));
         let stop = CancellationToken::new();

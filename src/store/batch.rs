@@ -419,7 +419,6 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use sqlx::Connection as _;
     use sqlx::error::ErrorKind;
     use sqlx::postgres::PgDatabaseError;
 
@@ -493,25 +492,8 @@ mod tests {
     /// sees whatever state a batch leaves that connection in); `None`, with
     /// a note, when it is not set.
     async fn postgres_store() -> Option<Scratch> {
-        let base = match std::env::var("TEST_DATABASE_URL") {
-            Ok(base) if base.starts_with("postgres") => base,
-            _ => {
-                println!("TEST_DATABASE_URL is not a PostgreSQL URL: PostgreSQL not tested");
-                return None;
-            }
-        };
-        let name = format!("sb_test_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = sqlx::PgConnection::connect(&base)
-            .await
-            .expect("connect to TEST_DATABASE_URL");
-        admin
-            .execute(format!("CREATE DATABASE {name}").as_str())
-            .await
-            .expect("create the test database");
-        let _ = admin.close().await;
-        let mut url = url::Url::parse(&base).expect("TEST_DATABASE_URL is a URL");
-        url.set_path(&name);
-        let mut options = StoreOptions::new(url.as_str());
+        let url = super::super::test_support::fresh_postgres_url().await?;
+        let mut options = StoreOptions::new(url);
         options.max_connections = 1;
         let store = Store::connect(&options).await.expect("store");
         Some(Scratch { store, _dir: None })

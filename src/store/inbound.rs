@@ -312,19 +312,6 @@ impl Store {
             .transpose()
     }
 
-    /// Sessions with unfinished messages (for recovery at start).
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn sessions_with_unfinished_inbound(&self) -> Result<Vec<SessionId>, StoreError> {
-        let ids = sqlx::query_scalar::<_, String>(
-            "SELECT DISTINCT session_id FROM inbound WHERE status IN ('pending', 'running')",
-        )
-        .fetch_all(&mut *self.conn().await?)
-        .await?;
-        ids.iter().map(|id| parse_stored(id)).collect()
-    }
-
     /// Deletes what is older than `older_than_ms` and finished: delivered or
     /// given-up replies, then the deduplication records of finished messages
     /// (a redelivery after that long is no longer expected). Transcripts are

@@ -183,21 +183,13 @@ mod tests {
     //! its own claims, and the file is the only thing they share.
 
     use super::*;
-    use crate::store::test_support::{scratch_store, write_unchecked};
-    use crate::store::{Claim, Instance, StoreOptions};
+    use crate::store::Claim;
+    use crate::store::test_support::{scratch_instance, scratch_store, write_unchecked};
 
     const TTL_MS: i64 = 60_000;
 
-    /// Another connection to the scratch store in `dir`, as instance `id`.
     async fn instance(dir: &tempfile::TempDir, id: &str) -> Store {
-        let url = format!("sqlite://{}/scratch.db", dir.path().display());
-        Store::connect(&StoreOptions::new(url))
-            .await
-            .expect("another connection")
-            .with_instance(Instance {
-                id: id.to_owned(),
-                lease_ttl_ms: TTL_MS,
-            })
+        scratch_instance(dir, id, TTL_MS).await
     }
 
     fn session() -> SessionId {

@@ -95,7 +95,7 @@ mod session_id;
 mod sessions;
 mod stats;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod usage;
 
 use std::fmt;

@@ -336,18 +336,10 @@ fn outbox_from_row(row: &AnyRow) -> Result<OutboxRow, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::test_support::{scratch_store, write_unchecked};
-    use crate::store::{Instance, StoreOptions};
+    use crate::store::test_support::{scratch_instance, scratch_store, write_unchecked};
 
     async fn instance(dir: &tempfile::TempDir, id: &str) -> Store {
-        let url = format!("sqlite://{}/scratch.db", dir.path().display());
-        Store::connect(&StoreOptions::new(url))
-            .await
-            .expect("another connection")
-            .with_instance(Instance {
-                id: id.to_owned(),
-                lease_ttl_ms: 60_000,
-            })
+        scratch_instance(dir, id, 60_000).await
     }
 
     /// A reply nobody has claimed yet (as a crash between the turn's end

@@ -134,24 +134,12 @@ mod tests {
     }
 
     async fn fresh_postgres() -> Option<Store> {
-        use sqlx::{Connection, Executor};
-        let base = std::env::var("TEST_DATABASE_URL")
-            .ok()
-            .filter(|url| !url.is_empty())?;
-        let name = format!("sb_lease_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = sqlx::PgConnection::connect(&base)
-            .await
-            .expect("connect to TEST_DATABASE_URL");
-        admin
-            .execute(format!("CREATE DATABASE {name}").as_str())
-            .await
-            .expect("create a test database");
-        let mut url = url::Url::parse(&base).expect("TEST_DATABASE_URL is a URL");
-        url.set_path(&name);
-        let store = Store::connect(&StoreOptions::new(url.as_str()))
-            .await
-            .expect("store");
-        Some(store)
+        let url = super::super::test_support::fresh_postgres_url().await?;
+        Some(
+            Store::connect(&StoreOptions::new(url))
+                .await
+                .expect("store"),
+        )
     }
 
     /// Moves the lease's expiry `by_ms` into the past, as if its holder had

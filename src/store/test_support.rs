@@ -1,16 +1,60 @@
 //! Scratch stores for the store's unit tests, and hand-written rows that the
 //! store's own methods would never write.
 
-use super::{Store, StoreOptions};
+use super::{Instance, Store, StoreOptions};
 
 /// A fresh SQLite store in a temporary folder (kept while the folder is).
-pub(super) async fn scratch_store() -> (Store, tempfile::TempDir) {
+pub(crate) async fn scratch_store() -> (Store, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}/scratch.db", dir.path().display());
-    let store = Store::connect(&StoreOptions::new(url))
+    let store = Store::connect(&StoreOptions::new(scratch_url(&dir)))
         .await
         .expect("store");
     (store, dir)
+}
+
+fn scratch_url(dir: &tempfile::TempDir) -> String {
+    format!("sqlite://{}/scratch.db", dir.path().display())
+}
+
+/// Another connection to the scratch store in `dir`, writing its claims as
+/// instance `id`: two of them on one file stand for two instances.
+pub(super) async fn scratch_instance(
+    dir: &tempfile::TempDir,
+    id: &str,
+    lease_ttl_ms: i64,
+) -> Store {
+    Store::connect(&StoreOptions::new(scratch_url(dir)))
+        .await
+        .expect("another connection")
+        .with_instance(Instance {
+            id: id.to_owned(),
+            lease_ttl_ms,
+        })
+}
+
+/// The URL of a new, empty database on the PostgreSQL server that
+/// `TEST_DATABASE_URL` names; `None`, with a note, when it names none.
+pub(super) async fn fresh_postgres_url() -> Option<String> {
+    use sqlx::{Connection, Executor};
+    let Some(base) = std::env::var("TEST_DATABASE_URL")
+        .ok()
+        .filter(|url| url.starts_with("postgres"))
+    else {
+        println!("TEST_DATABASE_URL is not a PostgreSQL URL: PostgreSQL not tested");
+        return None;
+    };
+    let name = format!("sb_test_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = sqlx::PgConnection::connect(&base)
+        .await
+        .expect("connect to TEST_DATABASE_URL");
+    admin
+        .execute(format!("CREATE DATABASE {name}").as_str())
+        .await
+        .expect("create the test database");
+    let _ = admin.close().await;
+    let mut url = url::Url::parse(&base).expect("TEST_DATABASE_URL is a URL");
+    url.set_path(&name);
+    Some(url.to_string())
 }
 
 /// Runs hand-written statements on the writer with foreign keys off: the
