@@ -22,7 +22,8 @@ use switchboard_test_support::wait::within;
 use tokio::task::JoinHandle;
 
 use crate::helpers::{
-    FakeLlm, Reply, ServeProcess, fresh_database, last_is_tool_result, last_user_text,
+    FakeLlm, Reply, ServeProcess, delegate_and_calculate, fresh_database, is_sub_agent,
+    last_user_text,
 };
 
 /// Lease time-to-live of every instance, short so that takeovers happen
@@ -416,37 +417,6 @@ fn echo(body: &Value) -> Reply {
     Reply::Text(format!("echo: {}", last_user_text(body)))
 }
 
-fn is_sub_agent(body: &Value) -> bool {
-    body["messages"][0]["content"]
-        .as_str()
-        .is_some_and(|s| s.starts_with("You are a sub-agent"))
-}
-
-/// The top agent delegates a sub-task (not idempotent) and computes
-/// something (idempotent), then answers naming its job; the sub-agent just
-/// answers.
-fn tools(body: &Value) -> Reply {
-    if is_sub_agent(body) {
-        return Reply::Text("sub-task done".to_owned());
-    }
-    let job = last_user_text(body);
-    if last_is_tool_result(body) {
-        return Reply::Text(format!("done: {job}"));
-    }
-    Reply::Tools(vec![
-        (
-            format!("d-{job}"),
-            "delegate".to_owned(),
-            json!({"task": format!("sub-task for {job}")}).to_string(),
-        ),
-        (
-            format!("c-{job}"),
-            "calculator".to_owned(),
-            r#"{"expression":"6*7"}"#.to_owned(),
-        ),
-    ])
-}
-
 /// Whether the model has been asked, by the top agent (`sub_agent` false)
 /// or by a sub-agent, about `job`.
 fn asked(llm: &FakeLlm, job: &str, sub_agent: bool) -> bool {
@@ -618,7 +588,7 @@ async fn reached(llm: &FakeLlm, job: &str, moment: Moment) {
 /// the turn by itself, and a retry of the request elsewhere gets the reply.
 async fn kill_the_holder(moment: Moment) {
     let _serial = SERIAL.lock().await;
-    let llm = FakeLlm::start_with_delay(tools, Duration::from_millis(700)).await;
+    let llm = FakeLlm::start_with_delay(delegate_and_calculate, Duration::from_millis(700)).await;
     let Some(mut cluster) = Cluster::start(&llm).await else {
         return;
     };
@@ -678,7 +648,7 @@ async fn a_holder_killed_in_a_tool_round_has_its_turn_resumed_elsewhere() {
 /// nothing.
 async fn freeze_the_holder(moment: Moment) {
     let _serial = SERIAL.lock().await;
-    let llm = FakeLlm::start_with_delay(tools, Duration::from_millis(1500)).await;
+    let llm = FakeLlm::start_with_delay(delegate_and_calculate, Duration::from_millis(1500)).await;
     let Some(mut cluster) = Cluster::start(&llm).await else {
         return;
     };

@@ -5,42 +5,13 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use switchboard::llm::ChatMessage;
 use switchboard::store::{Store, StoreOptions};
 
 use switchboard_test_support::wait::within;
 
-use crate::helpers::{
-    FakeLlm, Reply, ServeProcess, last_is_tool_result, last_user_text, session_id,
-};
-
-/// The top agent delegates a sub-task (non-idempotent) and computes
-/// something (idempotent), then answers; the sub-agent just answers.
-fn script(body: &Value) -> Reply {
-    let sub_agent = body["messages"][0]["content"]
-        .as_str()
-        .is_some_and(|s| s.starts_with("You are a sub-agent"));
-    if sub_agent {
-        return Reply::Text("sub-task done".to_owned());
-    }
-    if last_is_tool_result(body) {
-        return Reply::Text("all done".to_owned());
-    }
-    let job = last_user_text(body);
-    Reply::Tools(vec![
-        (
-            format!("d-{job}"),
-            "delegate".to_owned(),
-            json!({"task": format!("sub-task for {job}")}).to_string(),
-        ),
-        (
-            format!("c-{job}"),
-            "calculator".to_owned(),
-            r#"{"expression":"6*7"}"#.to_owned(),
-        ),
-    ])
-}
+use crate::helpers::{FakeLlm, ServeProcess, delegate_and_calculate, last_user_text, session_id};
 
 async fn start(dir: &std::path::Path, database: &str, llm: &FakeLlm) -> ServeProcess {
     let base_url = llm.openai_base();
@@ -80,7 +51,7 @@ fn send(base: &str, session: &str, job: usize) -> tokio::task::JoinHandle<Option
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_many_points_loses_nothing_and_repeats_nothing() {
-    let llm = FakeLlm::start_with_delay(script, Duration::from_millis(40)).await;
+    let llm = FakeLlm::start_with_delay(delegate_and_calculate, Duration::from_millis(40)).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let database = crate::helpers::fresh_database(dir.path()).await;
 

@@ -352,6 +352,38 @@ pub fn last_is_tool_result(body: &Value) -> bool {
             .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
 }
 
+/// Whether a model request comes from a sub-agent (`delegate`).
+pub fn is_sub_agent(body: &Value) -> bool {
+    body["messages"][0]["content"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("You are a sub-agent"))
+}
+
+/// The top agent delegates a sub-task (not idempotent) and computes
+/// something (idempotent), then answers naming its job; the sub-agent just
+/// answers.
+pub fn delegate_and_calculate(body: &Value) -> Reply {
+    if is_sub_agent(body) {
+        return Reply::Text("sub-task done".to_owned());
+    }
+    let job = last_user_text(body);
+    if last_is_tool_result(body) {
+        return Reply::Text(format!("done: {job}"));
+    }
+    Reply::Tools(vec![
+        (
+            format!("d-{job}"),
+            "delegate".to_owned(),
+            json!({"task": format!("sub-task for {job}")}).to_string(),
+        ),
+        (
+            format!("c-{job}"),
+            "calculator".to_owned(),
+            r#"{"expression":"6*7"}"#.to_owned(),
+        ),
+    ])
+}
+
 /// A fresh database URL: a new PostgreSQL database when
 /// `TEST_DATABASE_URL` is set, else a SQLite file in `dir`.
 pub async fn fresh_database(dir: &std::path::Path) -> String {
