@@ -290,8 +290,7 @@ impl Runner {
             self.notify(&session_id);
         }
         for row in self.inner.store.claim_pending_outbox(1000, true).await? {
-            // Nobody waits for these any more; the status only feeds waiters.
-            self.deliver(&row, InboundStatus::Done).await;
+            self.spawn_delivery(row);
         }
         Ok(())
     }
@@ -320,10 +319,22 @@ impl Runner {
             self.notify(session_id);
         }
         let rows = self.inner.store.claim_pending_outbox(100, false).await?;
-        for row in &rows {
-            self.deliver(row, InboundStatus::Done).await;
+        let replies = rows.len();
+        for row in rows {
+            self.spawn_delivery(row);
         }
-        Ok((sessions.len(), rows.len()))
+        Ok((sessions.len(), replies))
+    }
+
+    /// Delivers a claimed reply in the background, so that one platform's
+    /// retries hold up neither start-up nor the sweep.
+    fn spawn_delivery(&self, row: OutboxRow) {
+        let runner = self.clone();
+        let span = tracing::info_span!("delivery", outbox_id = row.id);
+        self.inner.tracker.spawn(
+            // Nobody waits for these any more; the status only feeds waiters.
+            async move { runner.deliver(&row, InboundStatus::Done).await }.instrument(span),
+        );
     }
 
     /// Stops claiming work, hands back what is queued, and waits (up to
