@@ -51,6 +51,10 @@ pub struct BenchOptions {
     /// benchmark's sessions are added to whatever it holds.
     #[arg(long)]
     pub database_url: Option<String>,
+    /// Whether each commit waits for its flush to disk (`database.flush_commits`);
+    /// unset keeps the engine's default.
+    #[arg(long)]
+    pub flush_commits: Option<bool>,
 }
 
 /// What the benchmark measured.
@@ -96,6 +100,7 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         Some(url) => url.clone(),
         None => format!("sqlite://{}/bench.db", dir.display()),
     };
+    settings.database.flush_commits = options.flush_commits;
     // Chats (and so message ids) of their own, so that a second run in the
     // same database is not taken for redelivered messages.
     let run_id = uuid::Uuid::new_v4().simple().to_string();
@@ -195,8 +200,16 @@ impl fmt::Display for BenchReport {
         let secs = self.elapsed.as_secs_f64().max(f64::EPSILON);
         writeln!(
             f,
-            "switchboard bench: {} sessions x {} turns (history {} turns), one tool call per turn, {}",
-            self.options.sessions, self.options.turns, self.options.history, self.backend
+            "switchboard bench: {} sessions x {} turns (history {} turns), one tool call per turn, {}{}",
+            self.options.sessions,
+            self.options.turns,
+            self.options.history,
+            self.backend,
+            match self.options.flush_commits {
+                Some(true) => ", every commit flushed",
+                Some(false) => ", commits not flushed",
+                None => "",
+            }
         )?;
         writeln!(f, "  turns/s            {:.0}", self.turns as f64 / secs)?;
         writeln!(f, "  overhead p50       {:.3} ms", ms(self.p50))?;

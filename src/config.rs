@@ -90,6 +90,14 @@ pub struct DatabaseSettings {
     pub url: String,
     /// PostgreSQL pool size (SQLite always uses one connection).
     pub max_connections: u32,
+    /// Whether each commit waits for its flush to disk. Unset keeps each
+    /// engine's default: SQLite (WAL, `synchronous = NORMAL`) does not, so
+    /// a power cut can lose the last commits but a crash of the process
+    /// cannot; PostgreSQL (`synchronous_commit = on`) does. `true` makes
+    /// SQLite flush too (`synchronous = FULL`); `false` lets PostgreSQL
+    /// answer before the flush (`synchronous_commit = off`: a crash of the
+    /// database server can lose its last ~0.6 s of commits).
+    pub flush_commits: Option<bool>,
 }
 
 impl Default for DatabaseSettings {
@@ -97,6 +105,7 @@ impl Default for DatabaseSettings {
         Self {
             url: "sqlite://data/switchboard.db".to_owned(),
             max_connections: 10,
+            flush_commits: None,
         }
     }
 }

@@ -71,6 +71,7 @@ impl Gateway {
     ) -> Result<Self, StartError> {
         let store = Store::connect(&StoreOptions {
             max_connections: settings.database.max_connections,
+            flush_commits: settings.database.flush_commits,
             ..StoreOptions::new(&settings.database.url)
         })
         .await?

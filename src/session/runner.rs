@@ -60,14 +60,38 @@ enum Undelivered {
     /// The platform refused it for good, or its stored ids are invalid: the
     /// row is given up.
     Permanent,
-    /// Every attempt failed transiently: the next pump tries again.
+    /// Every attempt failed transiently: the next sweep tries again.
     Transient,
+    /// The platform asked for a wait longer than [`INLINE_WAIT_MAX`]: the
+    /// row stays claimed until then, and the sweep after it sends it.
+    Deferred(Duration),
     /// Another instance claimed the row meanwhile; it goes on.
     ClaimLost,
 }
 
-/// Delivery attempts per outbox row before it waits for the next pump.
+/// What losing the lease does to the work it was renewed for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnLost {
+    /// Drop it: a turn whose lease passed on must write nothing more.
+    Abort,
+    /// Let it finish: a send in flight, guarded by its row's own claim.
+    Finish,
+}
+
+/// What the delivery attempts of one hand-out came to.
+struct Delivery {
+    /// Sends made (each counts in the row's `attempts`).
+    attempts: u32,
+    /// The platform's id of the (first) message sent, or why none was.
+    outcome: Result<Option<String>, Undelivered>,
+}
+
+/// Delivery attempts per outbox row before it waits for the next sweep.
 const SEND_ATTEMPTS: u32 = 5;
+
+/// The longest a platform's `retry_after` is waited for in line; a longer
+/// one defers the row (claimed until then) and frees the worker.
+const INLINE_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// Between delivery attempts: from 500 ms, doubling, at most 30 s (a
 /// platform's `retry_after` replaces it).
@@ -289,9 +313,8 @@ impl Runner {
         for session_id in sessions {
             self.notify(&session_id);
         }
-        for row in self.inner.store.claim_pending_outbox(1000, true).await? {
-            self.spawn_delivery(row);
-        }
+        let rows = self.inner.store.claim_pending_outbox(1000, true).await?;
+        self.spawn_deliveries(rows);
         Ok(())
     }
 
@@ -320,21 +343,35 @@ impl Runner {
         }
         let rows = self.inner.store.claim_pending_outbox(100, false).await?;
         let replies = rows.len();
-        for row in rows {
-            self.spawn_delivery(row);
-        }
+        self.spawn_deliveries(rows);
         Ok((sessions.len(), replies))
     }
 
-    /// Delivers a claimed reply in the background, so that one platform's
-    /// retries hold up neither start-up nor the sweep.
-    fn spawn_delivery(&self, row: OutboxRow) {
-        let runner = self.clone();
-        let span = tracing::info_span!("delivery", outbox_id = row.id);
-        self.inner.tracker.spawn(
-            // Nobody waits for these any more; the status only feeds waiters.
-            async move { runner.deliver(&row, InboundStatus::Done).await }.instrument(span),
-        );
+    /// Delivers claimed replies in the background, so that one platform's
+    /// retries hold up neither start-up nor the sweep: one task per
+    /// session, sending its replies in the order they were written.
+    fn spawn_deliveries(&self, rows: Vec<OutboxRow>) {
+        let mut by_session: Vec<(SessionId, Vec<OutboxRow>)> = Vec::new();
+        for row in rows {
+            match by_session.iter_mut().find(|(id, _)| *id == row.session_id) {
+                Some((_, queue)) => queue.push(row),
+                None => by_session.push((row.session_id.clone(), vec![row])),
+            }
+        }
+        for (session_id, queue) in by_session {
+            let runner = self.clone();
+            let span = tracing::info_span!("delivery", session_id = session_id.as_str());
+            self.inner.tracker.spawn(
+                async move {
+                    for row in &queue {
+                        // Nobody waits for these any more; the status only
+                        // feeds waiters.
+                        runner.deliver(row, InboundStatus::Done).await;
+                    }
+                }
+                .instrument(span),
+            );
+        }
     }
 
     /// Stops claiming work, hands back what is queued, and waits (up to
@@ -542,16 +579,31 @@ impl Runner {
                 return Ok(Drained::Stopped);
             };
             // The reply's delivery status, committed with the next claim.
+            // The lease is renewed while the platform is slow, but a send in
+            // flight is never cut short: the row's own claim guards it.
+            let hand_out = self.hand_out(&row, status).instrument(span);
             let delivered = self
-                .hand_out(&row, status)
-                .instrument(span)
-                .await
+                .with_lease_renewal(fence, inbound.id, &control, OnLost::Finish, async {
+                    Ok(hand_out.await)
+                })
+                .await?
                 .unwrap_or_default();
             if self.inner.shutdown.is_cancelled() {
                 store.write(delivered).await?;
                 return Ok(Drained::Stopped);
             }
-            let Some(next) = store.claim_next_or_release(fence, delivered).await? else {
+            let next = match store.claim_next_or_release(fence, delivered.clone()).await {
+                Ok(next) => next,
+                // The session passed to another instance meanwhile; the
+                // reply's status is this instance's to record all the same,
+                // or the sweep would send it again.
+                Err(StoreError::LeaseLost) => {
+                    store.write(delivered).await?;
+                    return Err(StoreError::LeaseLost);
+                }
+                Err(err) => return Err(err),
+            };
+            let Some(next) = next else {
                 return Ok(Drained::LeaseReleased);
             };
             inbound = next;
@@ -568,7 +620,7 @@ impl Runner {
         control: &TurnControl,
     ) -> Result<Option<(OutboxRow, InboundStatus, tracing::Span)>, StoreError> {
         let permit = self
-            .with_lease_renewal(fence, inbound.id, control, async {
+            .with_lease_renewal(fence, inbound.id, control, OnLost::Abort, async {
                 Ok(self.inner.permits.acquire().await)
             })
             .await?;
@@ -589,7 +641,7 @@ impl Runner {
             .run(inbound, control, fence.clone())
             .instrument(span.clone());
         let result = self
-            .with_lease_renewal(fence, inbound.id, control, turn)
+            .with_lease_renewal(fence, inbound.id, control, OnLost::Abort, turn)
             .await;
         if let Some(typing) = typing {
             typing.abort();
@@ -617,13 +669,14 @@ impl Runner {
 
     /// Runs `work` while renewing the lease of `fence` and reading stop
     /// requests for the turn of `inbound_id`. When the lease has passed to
-    /// another instance, `work` is dropped at once and the error is
-    /// [`StoreError::LeaseLost`].
+    /// another instance, `on_lost` says whether `work` is dropped at once
+    /// (the error is then [`StoreError::LeaseLost`]) or runs to its end.
     async fn with_lease_renewal<T>(
         &self,
         fence: &Fence,
         inbound_id: i64,
         control: &TurnControl,
+        on_lost: OnLost,
         work: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let mut work = std::pin::pin!(work);
@@ -640,7 +693,13 @@ impl Runner {
                             control.stop(StopCause::parse(&cause));
                         }
                         Ok(Renewal::Held { stop: None }) => {}
-                        Ok(Renewal::Lost) => return Err(StoreError::LeaseLost),
+                        Ok(Renewal::Lost) => match on_lost {
+                            OnLost::Abort => return Err(StoreError::LeaseLost),
+                            OnLost::Finish => {
+                                tracing::warn!("lease lost while delivering a reply");
+                                return work.await;
+                            }
+                        },
                         // The fence still guards every write; the next tick
                         // tries again.
                         Err(err) => tracing::warn!(error = %err, "lease renewal failed"),
@@ -674,12 +733,15 @@ impl Runner {
         let sender = lock(&self.inner.senders)
             .get(row.platform.as_str())
             .cloned();
-        let result = match sender {
+        let delivery = match sender {
             Some(sender) => {
                 let message = outbound_of(row);
                 self.send_with_retries(sender.as_ref(), row, &message).await
             }
-            None if LocalPlatform::of(row.platform.as_str()).is_some() => Ok(None),
+            None if LocalPlatform::of(row.platform.as_str()).is_some() => Delivery {
+                attempts: 0,
+                outcome: Ok(None),
+            },
             // No adapter for this platform in this process: another instance
             // (or a later start) delivers it.
             None => {
@@ -688,66 +750,90 @@ impl Runner {
                 return Some(released);
             }
         };
+        let store = &self.inner.store;
         let mut marked = Batch::new();
-        match result {
-            Ok(message_id) => marked.mark_outbox_sent(row.id, message_id.as_deref()),
-            Err(Undelivered::ClaimLost) => return None,
-            Err(failure) => {
-                marked.mark_outbox_attempt_failed(row.id, failure == Undelivered::Permanent);
+        match delivery.outcome {
+            Ok(message_id) => {
+                marked.mark_outbox_sent(row.id, delivery.attempts, message_id.as_deref());
             }
+            Err(Undelivered::ClaimLost) => return None,
+            Err(Undelivered::Deferred(wait)) => {
+                tracing::info!(
+                    outbox_id = row.id,
+                    ?wait,
+                    "reply deferred by the platform's rate limit"
+                );
+                marked.defer_outbox(store.clock_sql(), row.id, delivery.attempts, wait);
+            }
+            Err(failure) => marked.mark_outbox_attempts_failed(
+                row.id,
+                delivery.attempts,
+                failure == Undelivered::Permanent,
+            ),
         }
         Some(marked)
     }
 
-    /// Sends with retries, renewing the row's claim before each retry;
-    /// returns the platform's id of the (first) message sent.
+    /// Sends with retries, renewing the row's claim before each retry.
+    /// Waits in line for at most [`INLINE_WAIT_MAX`] at a time (and never
+    /// past shutdown); a platform asking for longer defers the row.
     async fn send_with_retries(
         &self,
         sender: &dyn PlatformSender,
         row: &OutboxRow,
         message: &OutboundMessage,
-    ) -> Result<Option<String>, Undelivered> {
+    ) -> Delivery {
         let mut retries = SEND_BACKOFF.retries();
-        loop {
-            let attempt = retries.count() + 1;
-            if attempt > 1 {
+        let mut attempts = 0;
+        let outcome = loop {
+            if attempts > 0 {
                 match self.inner.store.renew_outbox_claim(row.id).await {
                     Ok(true) => {}
                     Ok(false) => {
                         tracing::warn!(outbox_id = row.id, "another instance delivers this reply");
-                        return Err(Undelivered::ClaimLost);
+                        break Err(Undelivered::ClaimLost);
                     }
                     Err(err) => {
                         tracing::warn!(outbox_id = row.id, error = %err, "claim not renewed");
-                        return Err(Undelivered::Transient);
+                        break Err(Undelivered::Transient);
                     }
                 }
             }
+            attempts += 1;
             let retry_after = match sender.send(message).await {
-                Ok(receipt) => return Ok(receipt.message_ids.first().cloned()),
+                Ok(receipt) => break Ok(receipt.message_ids.first().cloned()),
                 Err(SendError::Permanent(reason)) => {
                     tracing::error!(outbox_id = row.id, %reason, "reply cannot be delivered");
-                    return Err(Undelivered::Permanent);
+                    break Err(Undelivered::Permanent);
                 }
                 Err(SendError::RetryAfter(wait)) => {
-                    tracing::warn!(outbox_id = row.id, attempt, ?wait, "platform rate limit");
+                    tracing::warn!(
+                        outbox_id = row.id,
+                        attempt = attempts,
+                        ?wait,
+                        "platform rate limit"
+                    );
+                    if wait > INLINE_WAIT_MAX {
+                        break Err(Undelivered::Deferred(wait));
+                    }
                     Some(wait)
                 }
                 Err(SendError::Transient(reason)) => {
-                    tracing::warn!(outbox_id = row.id, attempt, %reason, "send failed; retrying");
+                    tracing::warn!(outbox_id = row.id, attempt = attempts, %reason, "send failed; retrying");
                     None
                 }
             };
             // Attempts spent, or shutting down: the row stays pending for the
-            // next pump (or the next start).
-            if attempt >= SEND_ATTEMPTS {
-                return Err(Undelivered::Transient);
+            // next sweep (or the next start).
+            if attempts >= SEND_ATTEMPTS {
+                break Err(Undelivered::Transient);
             }
             let delay = retries.next_delay(retry_after);
             if backoff::wait(delay, &self.inner.shutdown).await == Wait::Cancelled {
-                return Err(Undelivered::Transient);
+                break Err(Undelivered::Transient);
             }
-        }
+        };
+        Delivery { attempts, outcome }
     }
 }
 

@@ -135,6 +135,12 @@ static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations
 /// on checkout (it was pinged when it went back to the pool).
 const RETEST_IDLE_CONNECTIONS: Duration = Duration::from_secs(1);
 
+/// PostgreSQL ends a transaction left open this long between statements.
+/// The store's own transactions span a few statements sent back to back; one
+/// that idles is held by a frozen or partitioned instance, and its row locks
+/// would otherwise block every other instance's takeover of those rows.
+const IDLE_IN_TRANSACTION_TIMEOUT: &str = "SET idle_in_transaction_session_timeout = '5s'";
+
 /// Which database engine a [`Store`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Backend {
@@ -215,6 +221,10 @@ pub struct StoreOptions {
     /// [`Store`]).
     pub max_connections: u32,
     pub acquire_timeout: Duration,
+    /// Whether a commit returns only once it is flushed to disk: `None`
+    /// keeps each engine's default (SQLite in WAL mode with `synchronous =
+    /// NORMAL` does not flush, PostgreSQL's `synchronous_commit = on` does).
+    pub flush_commits: Option<bool>,
 }
 
 impl StoreOptions {
@@ -223,6 +233,7 @@ impl StoreOptions {
             url: url.into(),
             max_connections: 10,
             acquire_timeout: Duration::from_secs(30),
+            flush_commits: None,
         }
     }
 }
@@ -332,9 +343,15 @@ impl Store {
                 let url = prepare_sqlite_url(&options.url)?;
                 let mut conn = AnyConnection::connect(&url).await?;
                 // WAL: readers never block the writer; NORMAL survives a
-                // process crash without an fsync per commit.
+                // process crash without an fsync per commit, FULL a power
+                // cut too.
                 conn.execute("PRAGMA journal_mode = WAL").await?;
-                conn.execute("PRAGMA synchronous = NORMAL").await?;
+                conn.execute(if options.flush_commits == Some(true) {
+                    "PRAGMA synchronous = FULL"
+                } else {
+                    "PRAGMA synchronous = NORMAL"
+                })
+                .await?;
                 conn.execute("PRAGMA busy_timeout = 10000").await?;
                 conn.execute("PRAGMA foreign_keys = ON").await?;
                 // Checkpoints run in the background (see `checkpoint`), not
@@ -359,7 +376,8 @@ impl Store {
                     checkpointer,
                 }
             }
-            Backend::Postgres => Connections::Pool(
+            Backend::Postgres => Connections::Pool({
+                let flush_commits = options.flush_commits;
                 AnyPoolOptions::new()
                     .max_connections(options.max_connections.max(1))
                     .acquire_timeout(options.acquire_timeout)
@@ -368,6 +386,21 @@ impl Store {
                     // trip per checkout, as many as a turn's own. Only a
                     // connection idle for a while is tested again.
                     .test_before_acquire(false)
+                    .after_connect(move |conn, _meta| {
+                        Box::pin(async move {
+                            conn.execute(IDLE_IN_TRANSACTION_TIMEOUT).await?;
+                            // Off: a commit returns once its WAL record is
+                            // written to PostgreSQL's buffers; a crash of
+                            // the server (not of this instance) can lose
+                            // the last fraction of a second of commits.
+                            match flush_commits {
+                                Some(true) => conn.execute("SET synchronous_commit = on").await?,
+                                Some(false) => conn.execute("SET synchronous_commit = off").await?,
+                                None => return Ok(()),
+                            };
+                            Ok(())
+                        })
+                    })
                     .before_acquire(|conn, meta| {
                         Box::pin(async move {
                             if meta.idle_for >= RETEST_IDLE_CONNECTIONS {
@@ -377,8 +410,8 @@ impl Store {
                         })
                     })
                     .connect(&options.url)
-                    .await?,
-            ),
+                    .await?
+            }),
         };
         Ok(Self {
             connections,
@@ -629,6 +662,21 @@ mod tests {
             (before - 5..=after + 5).contains(&database),
             "{before} <= {database} <= {after}"
         );
+    }
+
+    #[tokio::test]
+    async fn postgres_ends_transactions_a_frozen_instance_left_open() {
+        let Some(url) = test_support::fresh_postgres_url().await else {
+            return;
+        };
+        let store = Store::connect(&StoreOptions::new(url))
+            .await
+            .expect("store");
+        let timeout: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
+            .fetch_one(&mut *store.conn().await.expect("conn"))
+            .await
+            .expect("shown");
+        assert_eq!(timeout, "5s");
     }
 
     #[test]

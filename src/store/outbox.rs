@@ -7,6 +7,8 @@
 //! expired, on the database's clock. A delivery that retries renews its
 //! claim before each attempt; one that lost it stops.
 
+use std::time::Duration;
+
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -271,7 +273,7 @@ impl Store {
                 Err(err) => {
                     let id: i64 = row.try_get("id")?;
                     tracing::error!(outbox_id = id, error = %err, "outbox row is unreadable; given up");
-                    unreadable.mark_outbox_attempt_failed(id, true);
+                    unreadable.mark_outbox_attempts_failed(id, 0, true);
                 }
             }
         }
@@ -281,14 +283,15 @@ impl Store {
 }
 
 impl Batch {
-    /// Marks a reply delivered.
-    pub fn mark_outbox_sent(&mut self, id: i64, platform_message_id: Option<&str>) {
+    /// Marks a reply delivered, after `attempts` sends.
+    pub fn mark_outbox_sent(&mut self, id: i64, attempts: u32, platform_message_id: Option<&str>) {
         self.push(
             "UPDATE outbox SET status = 'sent', platform_message_id = $1, sent_at = $2, \
-             attempts = attempts + 1 WHERE id = $3",
+             attempts = attempts + $3 WHERE id = $4",
             vec![
                 platform_message_id.into(),
                 Arg::from(now_ms()),
+                Arg::from(i64::from(attempts)),
                 Arg::from(id),
             ],
         );
@@ -303,12 +306,32 @@ impl Batch {
         );
     }
 
-    /// Records a failed delivery attempt; `permanent` gives the row up.
-    pub fn mark_outbox_attempt_failed(&mut self, id: i64, permanent: bool) {
+    /// Records `attempts` failed sends; `permanent` gives the row up.
+    pub fn mark_outbox_attempts_failed(&mut self, id: i64, attempts: u32, permanent: bool) {
         self.push(
-            "UPDATE outbox SET attempts = attempts + 1, status = $1 WHERE id = $2",
+            "UPDATE outbox SET attempts = attempts + $1, status = $2 WHERE id = $3",
             vec![
+                Arg::from(i64::from(attempts)),
                 if permanent { "failed" } else { "pending" }.into(),
+                Arg::from(id),
+            ],
+        );
+    }
+
+    /// Records `attempts` sends the platform refused for now, asking for
+    /// `wait`: the row stays claimed by this instance until then, so no
+    /// sweep (this instance's or another's) sends it earlier. `clock` is
+    /// the store's [`Store::clock_sql`].
+    pub fn defer_outbox(&mut self, clock: &str, id: i64, attempts: u32, wait: Duration) {
+        let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 2);
+        self.push(
+            format!(
+                "UPDATE outbox SET attempts = attempts + $1, claim_expires_at = {clock} + $2 \
+                 WHERE id = $3"
+            ),
+            vec![
+                Arg::from(i64::from(attempts)),
+                Arg::from(wait_ms),
                 Arg::from(id),
             ],
         );

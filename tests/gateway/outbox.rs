@@ -93,6 +93,67 @@ async fn a_rate_limited_reply_is_delivered_once_and_marked_sent() {
         sender.typing().len() >= 2,
         "typing repeated while the model worked"
     );
+    assert_eq!(attempts_of(&app).await, [2], "both sends counted");
+    app.stop().await;
+}
+
+async fn attempts_of(app: &TestApp) -> Vec<i64> {
+    sqlx::query_scalar("SELECT attempts FROM outbox ORDER BY id")
+        .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("rows")
+}
+
+#[tokio::test]
+async fn a_long_rate_limit_defers_the_reply_without_holding_up_the_session() {
+    let llm = FakeLlm::start(|body| Reply::Text(format!("echo: {}", last_user_text(body)))).await;
+    let app = TestApp::spawn(&llm).await;
+    let sender = Arc::new(
+        RecordingSender::new().rate_limiting_the_first_attempt_for(Duration::from_secs(3600)),
+    );
+    let runner = app.gateway.service.runner();
+    runner.register_sender("fake", Arc::clone(&sender) as Arc<dyn PlatformSender>);
+    let sink: &dyn InboundSink = app.gateway.service.as_ref();
+
+    sink.submit(inbound("e1", ChatKind::Direct, true, false))
+        .await
+        .expect("submitted");
+    // The worker does not sit out the hour: the session's next message is
+    // answered meanwhile.
+    sink.submit(inbound("e2", ChatKind::Direct, true, false))
+        .await
+        .expect("submitted");
+    wait_for_sent(&app, 1).await;
+
+    let rows = sent_rows(&app).await;
+    assert_eq!(
+        rows[0].0, "pending",
+        "the first reply waits out its rate limit"
+    );
+    assert_eq!(attempts_of(&app).await, [1, 1]);
+    let texts: Vec<String> = sender.attempts().iter().map(|m| m.text.clone()).collect();
+    assert_eq!(texts, ["echo: hello e1", "echo: hello e2"]);
+    // Claimed until the platform's time: no sweep sends it earlier.
+    let (_, replies) = runner.sweep().await.expect("swept");
+    assert_eq!(replies, 0, "the deferred reply is not due");
+    let now_ms = app.gateway.store.database_now_ms().await.expect("clock");
+    let expires: i64 =
+        sqlx::query_scalar("SELECT claim_expires_at FROM outbox ORDER BY id LIMIT 1")
+            .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+            .await
+            .expect("claim");
+    assert!(expires > now_ms + 3_500_000, "claimed for the hour asked");
+
+    // Once the hour has passed (moved back here), a sweep sends it, once.
+    sqlx::query("UPDATE outbox SET claim_expires_at = 1 WHERE status = 'pending'")
+        .execute(&mut *app.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("expired");
+    let (_, replies) = runner.sweep().await.expect("swept");
+    assert_eq!(replies, 1);
+    wait_for_sent(&app, 2).await;
+    assert_eq!(sender.attempts().len(), 3);
+    assert_eq!(attempts_of(&app).await, [2, 1]);
     app.stop().await;
 }
 

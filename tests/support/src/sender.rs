@@ -17,7 +17,7 @@ const RATE_LIMIT_WAIT: Duration = Duration::from_millis(20);
 pub struct RecordingSender {
     attempts: Mutex<Vec<OutboundMessage>>,
     typing: Mutex<Vec<ChatRef>>,
-    rate_limit_first: bool,
+    rate_limit_first: Option<Duration>,
     typing_interval: Option<Duration>,
 }
 
@@ -27,11 +27,17 @@ impl RecordingSender {
         Self::default()
     }
 
-    /// Answers the first attempt with `RetryAfter`.
+    /// Answers the first attempt with a short `RetryAfter`.
     #[must_use]
     pub fn rate_limiting_the_first_attempt(self) -> Self {
+        self.rate_limiting_the_first_attempt_for(RATE_LIMIT_WAIT)
+    }
+
+    /// Answers the first attempt with `RetryAfter(wait)`.
+    #[must_use]
+    pub fn rate_limiting_the_first_attempt_for(self, wait: Duration) -> Self {
         Self {
-            rate_limit_first: true,
+            rate_limit_first: Some(wait),
             ..self
         }
     }
@@ -66,8 +72,10 @@ impl PlatformSender for RecordingSender {
     async fn send(&self, message: &OutboundMessage) -> Result<DeliveryReceipt, SendError> {
         let mut attempts = self.attempts.lock().expect("lock");
         attempts.push(message.clone());
-        if self.rate_limit_first && attempts.len() == 1 {
-            return Err(SendError::RetryAfter(RATE_LIMIT_WAIT));
+        if let Some(wait) = self.rate_limit_first
+            && attempts.len() == 1
+        {
+            return Err(SendError::RetryAfter(wait));
         }
         Ok(DeliveryReceipt {
             message_ids: vec![format!("m{}", attempts.len())],
