@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::cache::{AgentCache, ProviderFactory};
 use crate::config::Settings;
 use crate::llm::build_provider;
+use crate::platform_status::PlatformStatus;
 use crate::session::runner::Runner;
 use crate::session::service::SessionService;
 use crate::session::turn::TurnExecutor;
@@ -42,6 +43,9 @@ pub struct Gateway {
     pub instance_id: String,
     /// Cancelled `server.shutdown_grace_secs` after draining starts.
     pub drain_deadline: CancellationToken,
+    /// The platform adapters' states: written by their supervisor
+    /// ([`crate::platforms`]), shown by `/readyz`.
+    pub platform_status: PlatformStatus,
 }
 
 impl Gateway {
@@ -120,6 +124,7 @@ impl Gateway {
             shutdown,
             instance_id,
             drain_deadline: CancellationToken::new(),
+            platform_status: PlatformStatus::default(),
         })
     }
 

@@ -5,7 +5,8 @@
 //! registry), [`agent`] (the loop, the wallet, the agent cache), [`session`]
 //! (session service, commands, per-session runner), [`api`] (the
 //! OpenAI-compatible HTTP API), [`terminal`] (the terminal chat), [`gateway`]
-//! (wiring it all together), [`platforms`] (starting the adapters),
+//! (wiring it all together), [`platforms`] (starting and supervising the
+//! adapters), [`platform_status`] (their states, for `/readyz`),
 //! [`platform_lease`] (one instance per platform connection),
 //! [`bench`](mod@bench) (the throughput benchmark).
 
@@ -17,6 +18,7 @@ pub mod config;
 pub mod gateway;
 pub mod llm;
 pub mod platform_lease;
+pub mod platform_status;
 pub mod platforms;
 pub mod session;
 pub mod signals;

@@ -22,6 +22,8 @@
 //! lease expires on the database's clock and another instance connects.
 
 use std::future::Future;
+use std::sync::{Mutex, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 use switchboard_contract::backoff::{self, Backoff, Wait};
@@ -166,15 +168,28 @@ impl LeasedConnection {
         connection: impl Future<Output = ()>,
         cancel: &CancellationToken,
     ) -> Holding {
+        let expires = Expiry(Mutex::new(expires_by));
         let mut connection = std::pin::pin!(connection);
-        let lost = tokio::select! {
+        let mut keep = std::pin::pin!(self.keep(token, &expires));
+        let lost = std::future::poll_fn(|cx| {
             // The lease first: an instance resumed after a stall (SIGSTOP)
             // finds its lease expired and cancels the connection before the
             // connection acts on what arrived meanwhile (a poll of its own
-            // would cut short the new holder's).
-            biased;
-            lost = self.keep(token, expires_by) => lost,
-            () = &mut connection => return Holding::Ended,
+            // would cut short the new holder's). Its renewal timer may not
+            // have fired yet when the connection's socket wakes the task,
+            // so the clock is read too.
+            if let Poll::Ready(lost) = keep.as_mut().poll(cx) {
+                return Poll::Ready(Some(lost));
+            }
+            if Instant::now() >= expires.get() {
+                tracing::warn!(lease = %self.name, "platform lease not renewed in time; disconnecting");
+                return Poll::Ready(Some(Holding::Expired));
+            }
+            connection.as_mut().poll(cx).map(|()| None)
+        })
+        .await;
+        let Some(lost) = lost else {
+            return Holding::Ended;
         };
         cancel.cancel();
         if tokio::time::timeout(CLOSE_LIMIT, connection).await.is_err() {
@@ -185,12 +200,14 @@ impl LeasedConnection {
 
     /// Renews the lease every third of the TTL until it is lost or may have
     /// expired; never returns while it is held. A failed renewal is retried
-    /// with a backoff as long as the lease is surely still ours.
-    async fn keep(&self, token: i64, mut expires_by: Instant) -> Holding {
+    /// with a backoff as long as the lease is surely still ours. `expires`
+    /// tracks when the lease expires at the earliest.
+    async fn keep(&self, token: i64, expires: &Expiry) -> Holding {
         let every = self.renew_every();
         let mut failures = Backoff::new(Duration::from_millis(100), every).retries();
-        let mut next = expires_by - self.ttl + every;
+        let mut next = expires.get() - self.ttl + every;
         loop {
+            let expires_by = expires.get();
             tokio::time::sleep_until(next.min(expires_by)).await;
             let sent = Instant::now();
             if sent >= expires_by {
@@ -203,7 +220,7 @@ impl LeasedConnection {
             match tokio::time::timeout_at(expires_by, renewal).await {
                 Ok(Ok(true)) => {
                     failures.reset();
-                    expires_by = sent + self.ttl;
+                    expires.set(sent + self.ttl);
                     next = sent + every;
                 }
                 Ok(Ok(false)) => {
@@ -246,6 +263,20 @@ impl LeasedConnection {
                 tracing::warn!(lease = %self.name, "releasing the platform lease timed out; it will expire");
             }
         }
+    }
+}
+
+/// When a held lease expires at the earliest, on this process's clock:
+/// moved on by each renewal, read before the connection runs.
+struct Expiry(Mutex<Instant>);
+
+impl Expiry {
+    fn get(&self) -> Instant {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, at: Instant) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = at;
     }
 }
 

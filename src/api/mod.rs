@@ -3,7 +3,8 @@
 //! `POST /v1/chat/completions` (plain and `stream: true`), `GET /v1/models`,
 //! `GET /healthz` (liveness: the process answers and reaches its database)
 //! and `GET /readyz` (readiness: 503 while the instance drains, so that a
-//! load balancer sends new requests elsewhere). The server keeps each conversation's history: a client
+//! load balancer sends new requests elsewhere, and while a configured
+//! platform adapter is not up; the body lists each adapter's state). The server keeps each conversation's history: a client
 //! names the conversation with the `X-Session-Id` header and sends only the
 //! new user message; without the header a new session starts and its id comes
 //! back in the `X-Session-Id` response header. Bearer keys come from the
@@ -42,6 +43,8 @@ pub struct ApiState {
     /// Cancelled when a draining instance's grace period ends: callers
     /// still waiting for a reply then get 503, to retry elsewhere.
     pub drain_deadline: tokio_util::sync::CancellationToken,
+    /// The platform adapters' states, for `/readyz`.
+    pub platforms: crate::platform_status::PlatformStatus,
 }
 
 /// Builds the router (also used by tests without a socket). With
@@ -84,16 +87,32 @@ async fn health(State(state): State<Arc<ApiState>>) -> Response {
     }
 }
 
-/// Ready to take new work: not draining, and the database answers.
+/// Ready to take new work: not draining, the database answers, and every
+/// configured platform adapter is up (or standing by while another
+/// instance holds its connection). The body names the reason and lists
+/// each adapter's state: `{"status": "ok" | "draining" | "unavailable" |
+/// "adapters_not_ready", "adapters": {"telegram": {"state": "retrying",
+/// "since": …, "failed_attempts": …, "last_error": …}}}`.
 async fn ready(State(state): State<Arc<ApiState>>) -> Response {
-    if state.service.runner().is_draining() {
-        return (
+    let adapters = state.platforms.snapshot();
+    let not_ready = |status: &str| {
+        (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "draining"})),
+            Json(json!({"status": status, "adapters": adapters})),
         )
-            .into_response();
+            .into_response()
+    };
+    if state.service.runner().is_draining() {
+        return not_ready("draining");
     }
-    health(State(state)).await
+    if let Err(err) = state.store.ping().await {
+        tracing::error!(error = %err, "readiness check: database unreachable");
+        return not_ready("unavailable");
+    }
+    if !adapters.values().all(|adapter| adapter.state.is_ready()) {
+        return not_ready("adapters_not_ready");
+    }
+    Json(json!({"status": "ok", "adapters": adapters})).into_response()
 }
 
 /// New API requests to a draining instance get 503 with `Retry-After`;

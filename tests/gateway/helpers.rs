@@ -430,8 +430,30 @@ impl TestApp {
         Self::start(settings, dir).await
     }
 
-    /// Starts the gateway with exactly these settings.
+    /// Starts the gateway with exactly these settings, and waits until its
+    /// platform adapters are up.
     pub async fn start(settings: Settings, dir: tempfile::TempDir) -> Self {
+        let app = Self::start_unready(settings, dir).await;
+        let status = app.gateway.platform_status.clone();
+        eventually("the platform adapters to be up", || {
+            std::future::ready(status.all_ready())
+        })
+        .await;
+        app
+    }
+
+    /// Like [`TestApp::spawn_with`], without waiting for the platform
+    /// adapters to come up.
+    pub async fn spawn_unready(llm: &FakeLlm, configure: impl FnOnce(&mut Settings)) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut settings = test_settings(llm, &dir).await;
+        configure(&mut settings);
+        Self::start_unready(settings, dir).await
+    }
+
+    /// Starts the gateway with exactly these settings; its platform
+    /// adapters come up in the background.
+    pub async fn start_unready(settings: Settings, dir: tempfile::TempDir) -> Self {
         let gateway = Arc::new(Gateway::build(settings).await.expect("gateway builds"));
         let mut platforms = Platforms::start(&gateway, &gateway.shutdown).await;
         let routes = std::mem::take(&mut platforms.routes);

@@ -24,6 +24,7 @@ mod recovery;
 mod runner;
 mod serve;
 mod steps;
+mod supervision;
 mod telegram;
 mod terminal;
 mod transcripts;

@@ -27,6 +27,22 @@ pub enum TelegramError {
         method: &'static str,
         detail: String,
     },
+    /// Telegram ended a `getUpdates` with 409 Conflict: another process
+    /// polls this bot now, and polling stopped.
+    #[error("another process is polling this bot (409 Conflict); only one may")]
+    PollingConflict,
+}
+
+impl TelegramError {
+    /// Whether trying again cannot help until the configuration changes (a
+    /// missing variable, an invalid setting), as opposed to a failed call.
+    #[must_use]
+    pub fn is_configuration(&self) -> bool {
+        matches!(
+            self,
+            Self::MissingEnv { .. } | Self::InvalidSetting { .. } | Self::Client(_)
+        )
+    }
 }
 
 /// Removes the bot token from text before it is logged or returned.

@@ -5,9 +5,17 @@
 //! [`InboundSink::submit`] records and queues the message and returns at once,
 //! so a long agent turn in a chat never holds up the next update of that chat
 //! (a `/stop` or `/status` sent while a turn runs is handled right away).
+//!
+//! A panic while handling one update (a bug met by an input nobody
+//! foresaw) is contained to that update: [`Inbound::handle_contained`]
+//! logs it at ERROR and reports the update as handled, so that polling
+//! confirms it and moves on and the webhook answers 200. Delivering it again
+//! would only panic again, and hold up every later update behind it.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use switchboard_contract::{InboundSink, SubmitError};
 use teloxide_core::types::Update;
 
@@ -38,5 +46,27 @@ impl Inbound {
         let submitted = self.sink.submit(message).await?;
         tracing::debug!(?submitted, "update submitted");
         Ok(())
+    }
+
+    /// [`Inbound::handle`], with a panic anywhere in it (the core's submit
+    /// included) caught, logged at ERROR with the update id (never its
+    /// content) and counted as handled.
+    ///
+    /// # Errors
+    /// As [`Inbound::handle`].
+    pub(crate) async fn handle_contained(&self, update: &Update) -> Result<(), SubmitError> {
+        match AssertUnwindSafe(self.handle(update)).catch_unwind().await {
+            Ok(result) => result,
+            Err(_) => {
+                // Not the panic's message: a slicing panic quotes the text
+                // it sliced, a user's message. The panic hook has printed
+                // it with its location to stderr.
+                tracing::error!(
+                    update_id = update.id.0,
+                    "handling a Telegram update panicked; the update is skipped"
+                );
+                Ok(())
+            }
+        }
     }
 }

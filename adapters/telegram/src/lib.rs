@@ -6,14 +6,16 @@
 //! `telegram` platform, and then either runs [`TelegramAdapter::run_polling`]
 //! or mounts [`TelegramAdapter::webhook_router`].
 //!
-//! Layout: [`settings`] (configuration), `normalise` (update →
+//! Layout: [`settings`] (configuration), `entities` (UTF-16 entity offsets
+//! → checked byte ranges), `normalise` (update →
 //! [`switchboard_contract::InboundMessage`]), `inbound` (normalise and
-//! submit), `polling` (the `getUpdates` loop), `webhook` (the axum route),
+//! submit, a panic contained to its update), `polling` (the `getUpdates` loop), `webhook` (the axum route),
 //! `format` (split and render replies), [`sender`] (the
 //! [`PlatformSender`]), [`error`] (errors, token scrubbing).
 //!
 //! The adapter depends on the contract crate only, never on the core.
 
+mod entities;
 pub mod error;
 mod format;
 mod inbound;
@@ -234,15 +236,37 @@ impl TelegramAdapter {
 
     /// The long-polling worker: returned, not spawned, so the caller owns
     /// it (spawn it and await or abort the handle). It removes a webhook
-    /// that would block polling, then polls until `shutdown` is cancelled.
-    /// Only one process may poll a bot at a time (Telegram answers 409
-    /// otherwise; logged, and retried with backoff).
+    /// that would block polling, then polls until `shutdown` is cancelled,
+    /// and then confirms the updates it handled.
     ///
     /// # Errors
-    /// At start only: the adapter is configured for webhook mode (polling
-    /// would delete the webhook), or the blocking webhook cannot be removed.
+    /// As [`Self::run_polling_until`].
     pub fn run_polling(
         &self,
+        shutdown: CancellationToken,
+    ) -> impl Future<Output = Result<(), TelegramError>> + Send + 'static {
+        self.run_polling_until(shutdown.clone(), shutdown)
+    }
+
+    /// Like [`Self::run_polling`], stopping when `stop` is cancelled, which
+    /// may happen before `shutdown` (a caller that polls only while it holds
+    /// a lease cancels `stop` when the lease is lost). The handled updates
+    /// are confirmed only when `shutdown` is cancelled by then: otherwise
+    /// another process polls now, and a confirming `getUpdates` would cut
+    /// its poll short.
+    ///
+    /// Only one process may poll a bot at a time: when Telegram answers 409
+    /// Conflict (another poller took over), polling stops at once and
+    /// returns [`TelegramError::PollingConflict`], logged at WARN; the
+    /// caller decides whether to poll again.
+    ///
+    /// # Errors
+    /// The adapter is configured for webhook mode (polling would delete the
+    /// webhook), the blocking webhook cannot be removed, or
+    /// [`TelegramError::PollingConflict`].
+    pub fn run_polling_until(
+        &self,
+        stop: CancellationToken,
         shutdown: CancellationToken,
     ) -> impl Future<Output = Result<(), TelegramError>> + Send + 'static {
         let webhook_mode = self.settings.mode == Mode::Webhook;
@@ -251,6 +275,7 @@ impl TelegramAdapter {
             inbound: self.inbound.clone(),
             scrubber: self.scrubber.clone(),
             timeout_secs: self.settings.poll_timeout_secs,
+            shutdown,
         };
         async move {
             if webhook_mode {
@@ -259,7 +284,7 @@ impl TelegramAdapter {
                     reason: "webhook mode: mount webhook_router instead of polling".to_owned(),
                 });
             }
-            poller.run(shutdown).await
+            poller.run(stop).await
         }
     }
 }

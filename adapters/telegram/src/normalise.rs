@@ -18,9 +18,10 @@ use switchboard_contract::{
     AccountId, Attachment, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender,
     ThreadId, UserId,
 };
-use teloxide_core::types::{Message, MessageEntityKind, MessageEntityRef, Update, UpdateKind};
+use teloxide_core::types::{Message, MessageEntityKind, Update, UpdateKind};
 
 use crate::PLATFORM;
+use crate::entities::{self, Entity};
 
 /// The bot's own account, from `getMe`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,13 +110,11 @@ impl Normaliser {
     /// bot's mentions removed.
     fn address(&self, message: &Message) -> Result<Addressing, Skip> {
         let (text, entities) = match (message.text(), message.caption()) {
-            (Some(text), _) => (text, message.parse_entities().unwrap_or_default()),
-            (None, Some(caption)) => (
-                caption,
-                message.parse_caption_entities().unwrap_or_default(),
-            ),
-            (None, None) => ("", Vec::new()),
+            (Some(text), _) => (text, message.entities().unwrap_or_default()),
+            (None, Some(caption)) => (caption, message.caption_entities().unwrap_or_default()),
+            (None, None) => ("", &[][..]),
         };
+        let entities = entities::parse(text, entities);
         let mut addressed = message
             .reply_to_message()
             .filter(|reply| !is_topic_root(message, reply))
@@ -123,21 +122,21 @@ impl Normaliser {
             .is_some_and(|author| author.id.0 == self.identity.id);
         let mut cuts: Vec<Range<usize>> = Vec::new();
         for entity in &entities {
-            match entity.kind() {
-                MessageEntityKind::Mention if self.is_our_mention(entity.text()) => {
+            match entity.kind {
+                MessageEntityKind::Mention if self.is_our_mention(entity.text) => {
                     addressed = true;
-                    cuts.push(entity.range());
+                    cuts.push(entity.range.clone());
                 }
                 MessageEntityKind::TextMention { user } if user.id.0 == self.identity.id => {
                     addressed = true;
-                    cuts.push(entity.range());
+                    cuts.push(entity.range.clone());
                 }
                 MessageEntityKind::BotCommand => match self.command_target(entity) {
                     CommandTarget::Us(cut) => {
                         addressed = true;
                         cuts.push(cut);
                     }
-                    CommandTarget::Other if entity.start() == 0 => {
+                    CommandTarget::Other if entity.range.start == 0 => {
                         return Err(Skip::CommandForAnotherBot);
                     }
                     CommandTarget::Other | CommandTarget::Anyone => {}
@@ -157,12 +156,14 @@ impl Normaliser {
             .is_some_and(|name| name.eq_ignore_ascii_case(&self.identity.username))
     }
 
-    fn command_target(&self, entity: &MessageEntityRef<'_>) -> CommandTarget {
-        let Some(at) = entity.text().find('@') else {
+    fn command_target(&self, entity: &Entity<'_>) -> CommandTarget {
+        // `@` is one byte: `at + 1` is a character boundary.
+        let Some((_, target)) = entity.text.split_once('@') else {
             return CommandTarget::Anyone;
         };
-        if entity.text()[at + 1..].eq_ignore_ascii_case(&self.identity.username) {
-            CommandTarget::Us(entity.start() + at..entity.end())
+        if target.eq_ignore_ascii_case(&self.identity.username) {
+            let at = entity.range.end - target.len() - 1;
+            CommandTarget::Us(at..entity.range.end)
         } else {
             CommandTarget::Other
         }
@@ -272,5 +273,119 @@ mod tests {
     fn a_command_keeps_its_name_without_the_bot() {
         let text = "/help@bot now";
         assert_eq!(strip(text, vec![Range { start: 5, end: 9 }]), "/help now");
+    }
+
+    mod fuzz {
+        use proptest::prelude::*;
+        use serde_json::json;
+
+        use super::*;
+
+        fn normaliser() -> Normaliser {
+            Normaliser {
+                identity: BotIdentity {
+                    id: 999,
+                    username: "SwitchboardBot".to_owned(),
+                },
+                account: AccountId::parse("999").expect("an account id"),
+                free_response_chats: HashSet::new(),
+            }
+        }
+
+        /// Text of any characters, astral ones (two UTF-16 units) and the
+        /// characters entities care about (`@`, `/`) made common.
+        fn text() -> impl Strategy<Value = String> {
+            prop::collection::vec(
+                prop_oneof![
+                    Just('@'),
+                    Just('/'),
+                    Just(' '),
+                    Just('😀'),
+                    Just('é'),
+                    any::<char>(),
+                ],
+                0..24,
+            )
+            .prop_map(|chars| chars.into_iter().collect())
+        }
+
+        /// An offset or length: mostly near the text, sometimes huge.
+        fn position() -> impl Strategy<Value = u64> {
+            prop_oneof![
+                8 => 0u64..40,
+                1 => Just(u64::MAX),
+                1 => any::<u64>(),
+            ]
+        }
+
+        fn entity() -> impl Strategy<Value = serde_json::Value> {
+            let kind = prop_oneof![
+                Just(json!({"type": "mention"})),
+                Just(json!({"type": "bot_command"})),
+                Just(json!({"type": "bold"})),
+                Just(json!({"type": "text_mention",
+                            "user": {"id": 999, "is_bot": true, "first_name": "Bot"}})),
+            ];
+            (kind, position(), position()).prop_map(|(mut kind, offset, length)| {
+                kind["offset"] = json!(offset);
+                kind["length"] = json!(length);
+                kind
+            })
+        }
+
+        proptest! {
+            /// Whatever offsets and lengths Telegram sends, on whatever
+            /// text, in a text or a caption, normalising never panics.
+            #[test]
+            fn any_entity_offsets_on_any_text_never_panic(
+                text in text(),
+                entities in prop::collection::vec(entity(), 0..6),
+                caption in any::<bool>(),
+                group in any::<bool>(),
+            ) {
+                let chat = if group {
+                    json!({"id": -100, "type": "supergroup", "title": "G"})
+                } else {
+                    json!({"id": 7, "type": "private", "first_name": "Ada"})
+                };
+                let mut message = json!({
+                    "message_id": 1, "date": 1_700_000_000, "chat": chat,
+                    "from": {"id": 7, "is_bot": false, "first_name": "Ada"},
+                });
+                if caption {
+                    message["photo"] = json!([{"file_id": "f", "file_unique_id": "u",
+                                               "width": 1, "height": 1}]);
+                    message["caption"] = json!(text);
+                    message["caption_entities"] = json!(entities);
+                } else {
+                    message["text"] = json!(text);
+                    message["entities"] = json!(entities);
+                }
+                // From text, as the adapter reads it (teloxide reads an
+                // update kind from borrowed keys only).
+                let update = json!({"update_id": 1, "message": message}).to_string();
+                let update: Update = serde_json::from_str(&update).expect("an update");
+                prop_assert!(matches!(update.kind, UpdateKind::Message(_)), "{:?}", update.kind);
+                let _ = normaliser().normalise(&update);
+            }
+
+            /// Every entity kept lies inside the text, on character
+            /// boundaries.
+            #[test]
+            fn kept_entities_are_valid_slices(
+                text in text(),
+                spans in prop::collection::vec((0usize..40, 0usize..40), 0..8),
+            ) {
+                let entities: Vec<_> = spans
+                    .iter()
+                    .map(|&(offset, length)| {
+                        teloxide_core::types::MessageEntity::new(MessageEntityKind::Mention, offset, length)
+                    })
+                    .collect();
+                for entity in crate::entities::parse(&text, &entities) {
+                    prop_assert_eq!(text.get(entity.range.clone()), Some(entity.text));
+                }
+            }
+        }
     }
 }

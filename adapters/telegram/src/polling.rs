@@ -5,9 +5,19 @@
 //! hands them one by one to [`Inbound`], and asks again. When the core is
 //! temporarily unavailable the same update is retried with a capped backoff
 //! before the offset moves past it, so no update is lost; a redelivered one
-//! is dropped by the core's dedup. On shutdown the loop stops between
-//! requests (an interrupted `getUpdates` confirms nothing) and confirms the
-//! handled updates with a last short call.
+//! is dropped by the core's dedup. An update whose handling panics is
+//! logged and confirmed like a handled one (see `inbound`). On shutdown the
+//! loop stops between requests (an interrupted `getUpdates` confirms
+//! nothing) and confirms the handled updates with a last short call.
+//!
+//! Telegram answers a `getUpdates` with 409 Conflict when another poller of
+//! the bot took over. The loop then stops at once, without confirming
+//! (that call would cut the other poller's short in turn), and returns
+//! [`TelegramError::PollingConflict`] for its caller to decide: stand by
+//! while another instance holds the platform lease, or poll again later.
+//! Likewise, stopped for a reason other than shutdown (a lost lease), it
+//! confirms nothing: the next poller is handed the unconfirmed updates again
+//! and the core's dedup drops those already recorded.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,14 +44,18 @@ pub(crate) struct Poller {
     pub inbound: Arc<Inbound>,
     pub scrubber: Scrubber,
     pub timeout_secs: u32,
+    /// Cancelled at shutdown: only then is the offset confirmed when the
+    /// loop stops.
+    pub shutdown: CancellationToken,
 }
 
 impl Poller {
-    /// Polls until `shutdown` is cancelled.
+    /// Polls until `stop` is cancelled.
     ///
     /// # Errors
-    /// Only at start: the webhook that blocks polling could not be removed.
-    pub(crate) async fn run(self, shutdown: CancellationToken) -> Result<(), TelegramError> {
+    /// At start, the webhook that blocks polling could not be removed; any
+    /// time, [`TelegramError::PollingConflict`].
+    pub(crate) async fn run(self, stop: CancellationToken) -> Result<(), TelegramError> {
         self.remove_webhook().await?;
         tracing::info!("Telegram long polling started");
         let mut offset: Option<i32> = None;
@@ -55,8 +69,11 @@ impl Poller {
             if let Some(offset) = offset {
                 request = request.offset(offset);
             }
+            // Stop first: a poll sent after the stop (a lost lease) would
+            // cut short the poll of the process that polls now.
             let result = tokio::select! {
-                () = shutdown.cancelled() => break 'poll,
+                biased;
+                () = stop.cancelled() => break 'poll,
                 result = request => result,
             };
             let updates = match result {
@@ -64,10 +81,16 @@ impl Poller {
                     retries.reset();
                     updates
                 }
+                Err(RequestError::Api(ApiError::TerminatedByOtherGetUpdates)) => {
+                    tracing::warn!(
+                        "another poller took this bot over (409 Conflict); polling stops, the offset unconfirmed"
+                    );
+                    return Err(TelegramError::PollingConflict);
+                }
                 Err(error) => {
-                    self.report(&error);
+                    tracing::warn!(detail = %self.scrubber.scrub(&error.to_string()), "getUpdates failed");
                     let delay = retries.next_delay(retry_after(&error));
-                    if backoff::wait(delay, &shutdown).await == Wait::Cancelled {
+                    if backoff::wait(delay, &stop).await == Wait::Cancelled {
                         break 'poll;
                     }
                     continue;
@@ -76,7 +99,7 @@ impl Poller {
             for update in updates {
                 let mut update_retries = RETRY.retries();
                 loop {
-                    match self.inbound.handle(&update).await {
+                    match self.inbound.handle_contained(&update).await {
                         Ok(_) => break,
                         Err(SubmitError::Rejected(reason)) => {
                             tracing::warn!(update_id = update.id.0, %reason, "update rejected by the core");
@@ -85,7 +108,7 @@ impl Poller {
                         Err(SubmitError::Unavailable(reason)) => {
                             tracing::warn!(update_id = update.id.0, %reason, "core unavailable; retrying the update");
                             let delay = update_retries.next_delay(None);
-                            if backoff::wait(delay, &shutdown).await == Wait::Cancelled {
+                            if backoff::wait(delay, &stop).await == Wait::Cancelled {
                                 break 'poll;
                             }
                         }
@@ -94,7 +117,13 @@ impl Poller {
                 offset = Some(next_offset(update.id.0));
             }
         }
-        self.confirm(offset).await;
+        if self.shutdown.is_cancelled() {
+            self.confirm(offset).await;
+        } else {
+            tracing::info!(
+                "Telegram long polling stopped before shutdown; the offset is left unconfirmed"
+            );
+        }
         tracing::info!("Telegram long polling stopped");
         Ok(())
     }
@@ -114,18 +143,6 @@ impl Poller {
                 .map_err(|e| self.scrubber.api_error("deleteWebhook", &e))?;
         }
         Ok(())
-    }
-
-    fn report(&self, error: &RequestError) {
-        let detail = self.scrubber.scrub(&error.to_string());
-        if matches!(
-            error,
-            RequestError::Api(ApiError::TerminatedByOtherGetUpdates)
-        ) {
-            tracing::error!(%detail, "another process is polling this bot (409 Conflict); only one may");
-        } else {
-            tracing::warn!(%detail, "getUpdates failed");
-        }
     }
 
     /// Confirms handled updates so a restart does not fetch them again.

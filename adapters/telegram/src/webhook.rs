@@ -7,7 +7,10 @@
 //! limit gets 413, one that is not an update 400 (the body is never logged).
 //! A valid update is normalised and submitted, which returns at once; the
 //! answer is 200, or 503 when the core is temporarily unavailable, so that
-//! Telegram delivers the update again (the core's dedup drops repeats).
+//! Telegram delivers the update again (the core's dedup drops repeats). An
+//! update whose handling panics is logged at ERROR and answered 200 too:
+//! delivered again it would panic again, and Telegram would hold every
+//! later update back behind it.
 
 use std::sync::Arc;
 
@@ -74,7 +77,7 @@ async fn receive(State(state): State<WebhookState>, headers: HeaderMap, body: By
             return StatusCode::BAD_REQUEST;
         }
     };
-    match state.inbound.handle(&update).await {
+    match state.inbound.handle_contained(&update).await {
         Ok(_) => StatusCode::OK,
         Err(SubmitError::Rejected(reason)) => {
             // Redelivery would not help.

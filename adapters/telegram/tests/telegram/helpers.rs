@@ -24,11 +24,13 @@ use switchboard_test_support::telegram::{BOT_ID, FakeTelegram};
 pub const SECRET: &str = "webhook-secret_123";
 pub const USER_ID: u64 = 42;
 
-/// Records submissions; can be told to fail like an unavailable core.
+/// Records submissions; can be told to fail like an unavailable core, or
+/// to panic on one text (a bug in the core met by one message).
 #[derive(Default)]
 pub struct RecordingSink {
     pub messages: Mutex<Vec<InboundMessage>>,
     pub unavailable: Mutex<bool>,
+    pub panic_on: Mutex<Option<String>>,
 }
 
 #[async_trait]
@@ -36,6 +38,9 @@ impl InboundSink for RecordingSink {
     async fn submit(&self, message: InboundMessage) -> Result<Submitted, SubmitError> {
         if *self.unavailable.lock().unwrap() {
             return Err(SubmitError::Unavailable("database down".to_owned()));
+        }
+        if self.panic_on.lock().unwrap().as_deref() == Some(message.text.as_str()) {
+            panic!("the sink panics on {:?}", message.text);
         }
         self.messages.lock().unwrap().push(message);
         Ok(Submitted::Accepted)
