@@ -61,13 +61,24 @@ pub struct OutboxRow {
     pub status: OutboxStatus,
     pub platform_message_id: Option<String>,
     pub attempts: i64,
+    /// The database's random id (`database_id.random_id`, made by migration
+    /// 0007); `None` only if that row was deleted by hand.
+    pub database_id: Option<String>,
 }
 
 impl OutboxRow {
-    /// The idempotency key platforms get for this reply: derived from the row,
-    /// so a re-send after a crash carries the same key.
+    /// The idempotency key platforms get for this reply:
+    /// `sb-<database id>-<row id>`. Derived from the row, so a re-send after
+    /// a crash, or by another instance sharing the database, carries the same
+    /// key; the database's random id keeps a recreated database (whose row
+    /// ids start at 1 again) or another deployment from repeating an earlier
+    /// key inside a platform's dedup window. 15 characters plus the row id:
+    /// Discord's nonces (25 characters) keep it readable up to row id 10^9.
     pub fn idempotency_key(&self) -> String {
-        format!("sb-{}", self.id)
+        match &self.database_id {
+            Some(database) => format!("sb-{database}-{}", self.id),
+            None => format!("sb-{}", self.id),
+        }
     }
 }
 
@@ -93,7 +104,8 @@ pub struct TurnEnd<'a> {
 }
 
 const OUTBOX_COLUMNS: &str = "id, session_id, inbound_id, platform, account, chat_id, thread_id, \
-    reply_to, text, status, platform_message_id, attempts";
+    reply_to, text, status, platform_message_id, attempts, \
+    (SELECT random_id FROM database_id) AS database_id";
 
 impl Store {
     /// Ends a turn in one transaction: appends the final assistant entry,
@@ -353,6 +365,7 @@ fn outbox_from_row(row: &AnyRow) -> Result<OutboxRow, StoreError> {
         status: OutboxStatus::parse(&status)?,
         platform_message_id: row.try_get("platform_message_id")?,
         attempts: row.try_get("attempts")?,
+        database_id: row.try_get("database_id")?,
     })
 }
 
@@ -414,6 +427,32 @@ mod tests {
             !a.renew_outbox_claim(taken[0].id).await.expect("renew"),
             "the old claimant must not send again"
         );
+    }
+
+    #[tokio::test]
+    async fn reply_keys_are_shared_by_instances_and_differ_between_databases() {
+        let (first, dir) = scratch_store().await;
+        let a = instance(&dir, "a").await;
+        plant_unclaimed_reply(&first).await;
+        let from_a = a.claim_pending_outbox(10, false).await.expect("claim");
+        write_unchecked(&first, &["UPDATE outbox SET claim_expires_at = 1"]).await;
+        let b = instance(&dir, "b").await;
+        let from_b = b.claim_pending_outbox(10, false).await.expect("claim");
+        let (recreated, _other) = scratch_store().await;
+        plant_unclaimed_reply(&recreated).await;
+        let from_recreated = recreated
+            .claim_pending_outbox(10, false)
+            .await
+            .expect("claim");
+
+        let key = from_a[0].idempotency_key();
+        assert_eq!(from_a[0].id, from_recreated[0].id, "both start at row 1");
+        assert_eq!(key, from_b[0].idempotency_key(), "same database, same key");
+        assert_ne!(key, from_recreated[0].idempotency_key());
+        let database = from_a[0].database_id.as_deref().expect("a database id");
+        assert_eq!(database.len(), 10);
+        assert!(database.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(key, format!("sb-{database}-{}", from_a[0].id));
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@ mod budget_warnings;
 mod cluster;
 mod compaction;
 mod crash;
+mod feishu;
 mod helpers;
 mod identity;
 mod limits;

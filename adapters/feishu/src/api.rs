@@ -20,6 +20,17 @@ use crate::token::{Clock, IssuedToken, TokenCache};
 /// Wait used when Feishu rate-limits without saying for how long.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// Feishu's codes for an access token that is missing, malformed, invalid
+/// or expired. The official SDKs refresh the token and retry once on
+/// 99991663 (tenant token invalid), 99991664 (app token invalid) and
+/// 99991671 (token malformed); Feishu's error code list adds 99991661 (no
+/// token), 99991665/99991666/99991668 (token invalid) and 99991677
+/// ("Authentication token expired"). Each one means the same here: drop the
+/// cached tenant token, fetch a new one, and retry once.
+pub const TOKEN_ERROR_CODES: [i64; 8] = [
+    99_991_661, 99_991_663, 99_991_664, 99_991_665, 99_991_666, 99_991_668, 99_991_671, 99_991_677,
+];
+
 /// Feishu's error codes that the adapter treats specially.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -28,7 +39,8 @@ pub enum ErrorCode {
     RateLimited,
     /// 99991400: the app's request frequency limit (with HTTP 429).
     FrequencyLimit,
-    /// 99991661 / 99991663: the tenant access token is missing or invalid.
+    /// The access token is missing, malformed, invalid or expired: any of
+    /// [`TOKEN_ERROR_CODES`]. A fresh tenant token may work.
     TokenInvalid,
     /// 230002: the bot is not in the chat.
     BotNotInChat,
@@ -43,7 +55,7 @@ impl ErrorCode {
         match code {
             230_020 => Self::RateLimited,
             99_991_400 => Self::FrequencyLimit,
-            99_991_661 | 99_991_663 => Self::TokenInvalid,
+            code if TOKEN_ERROR_CODES.contains(&code) => Self::TokenInvalid,
             230_002 => Self::BotNotInChat,
             230_011 => Self::MessageRecalled,
             other => Self::Unknown(other),
@@ -231,8 +243,10 @@ impl OpenApi {
         }
     }
 
-    /// Runs a request with the tenant token; a refused token is dropped from
-    /// the cache so the caller's retry fetches a new one.
+    /// Runs a request with the tenant token. When Feishu refuses the token
+    /// (any of [`TOKEN_ERROR_CODES`]), it is dropped from the cache and the
+    /// request runs once more with a freshly fetched one; a second refusal
+    /// is returned (and that token dropped too).
     async fn authorised<T, B>(&self, build: B) -> Result<T, ApiError>
     where
         T: DeserializeOwned,
@@ -240,11 +254,21 @@ impl OpenApi {
     {
         let token = self.tenant_token().await?;
         let result = execute(build(&token)).await;
-        if let Err(ApiError::TokenRejected { code }) = &result {
-            tracing::warn!(code, "tenant access token rejected; it will be refreshed");
+        let Err(ApiError::TokenRejected { code }) = &result else {
+            return result;
+        };
+        tracing::warn!(
+            code,
+            "tenant access token rejected; refreshing it and retrying once"
+        );
+        self.tokens.invalidate(&token).await;
+        let token = self.tenant_token().await?;
+        let retried = execute(build(&token)).await;
+        if let Err(ApiError::TokenRejected { code }) = &retried {
+            tracing::warn!(code, "a fresh tenant access token was rejected too");
             self.tokens.invalidate(&token).await;
         }
-        result
+        retried
     }
 
     async fn tenant_token(&self) -> Result<SecretString, ApiError> {

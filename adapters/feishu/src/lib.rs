@@ -37,7 +37,7 @@ use std::time::Duration;
 use axum::Router;
 use switchboard_contract::{AccountId, IdError, InboundSink, PlatformSender};
 
-pub use api::{ApiError, ErrorCode};
+pub use api::{ApiError, ErrorCode, TOKEN_ERROR_CODES};
 pub use send::FeishuSender;
 pub use settings::{Credentials, Domain, FeishuSettings, SettingsError};
 pub use tasks::{Drained, EventTasks};
@@ -207,6 +207,7 @@ impl FeishuAdapterBuilder {
             account,
             bot_open_id: bot_open_id.clone(),
             ack_timeout: settings.ack_timeout(),
+            signature_max_age: settings.signature_max_age(),
         });
         Ok(FeishuAdapter {
             sender: Arc::new(FeishuSender::new(api)),

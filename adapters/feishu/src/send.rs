@@ -195,6 +195,14 @@ mod tests {
     }
 
     #[test]
+    fn database_scoped_keys_stay_readable() {
+        // `sb-<database id>-<outbox id>`, as the core writes them.
+        let key = "sb-9f3a61c0d2-9223372036854775807";
+        assert_eq!(chunk_uuid(key, 7), format!("{key}-7"));
+        assert!(chunk_uuid(key, 999).len() <= UUID_MAX_LEN);
+    }
+
+    #[test]
     fn long_keys_are_hashed_to_fifty_characters() {
         let key = "k".repeat(80);
         let a = chunk_uuid(&key, 0);

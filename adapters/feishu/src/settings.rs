@@ -39,11 +39,20 @@ pub struct FeishuSettings {
     /// Default 1 MiB (events are a few KiB).
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
-    /// How long the webhook waits for the core to record an event before it
-    /// answers 200 anyway and lets recording finish in the background.
-    /// Feishu wants an answer within 3 s. Default 2000 ms.
+    /// How long the webhook waits for the core to record an event. Only a
+    /// recorded event is acknowledged (200); one the core has not recorded
+    /// by then is answered 503, so Feishu delivers it again (recording goes
+    /// on in the background, and the redelivery is deduplicated by event
+    /// id). Feishu wants an answer within 3 s. Default 2000 ms.
     #[serde(default = "default_ack_timeout_ms")]
     pub ack_timeout_ms: u64,
+    /// How far a signed request's `X-Lark-Request-Timestamp` may be from
+    /// this host's clock, either way, in seconds; requests outside the window
+    /// are refused with 401 so a captured request cannot be replayed later.
+    /// Applies when an Encrypt Key is set (only then are requests signed).
+    /// Default 300 (five minutes).
+    #[serde(default = "default_signature_max_age_secs")]
+    pub signature_max_age_secs: u64,
     /// Most events being handed to the core at once; beyond it the webhook
     /// answers 503 and Feishu redelivers later. Default 256.
     #[serde(default = "default_max_in_flight")]
@@ -66,6 +75,7 @@ impl FeishuSettings {
             webhook_path: default_webhook_path(),
             max_body_bytes: default_max_body_bytes(),
             ack_timeout_ms: default_ack_timeout_ms(),
+            signature_max_age_secs: default_signature_max_age_secs(),
             max_in_flight: default_max_in_flight(),
             request_timeout_secs: default_request_timeout_secs(),
         }
@@ -92,6 +102,10 @@ impl FeishuSettings {
         let zero = [
             ("feishu.max_body_bytes", self.max_body_bytes == 0),
             ("feishu.ack_timeout_ms", self.ack_timeout_ms == 0),
+            (
+                "feishu.signature_max_age_secs",
+                self.signature_max_age_secs == 0,
+            ),
             ("feishu.max_in_flight", self.max_in_flight == 0),
             (
                 "feishu.request_timeout_secs",
@@ -117,6 +131,10 @@ impl FeishuSettings {
 
     pub(crate) fn ack_timeout(&self) -> Duration {
         Duration::from_millis(self.ack_timeout_ms)
+    }
+
+    pub(crate) fn signature_max_age(&self) -> Duration {
+        Duration::from_secs(self.signature_max_age_secs)
     }
 
     pub(crate) fn request_timeout(&self) -> Duration {
@@ -243,6 +261,10 @@ fn default_max_body_bytes() -> usize {
 
 fn default_ack_timeout_ms() -> u64 {
     2000
+}
+
+fn default_signature_max_age_secs() -> u64 {
+    300
 }
 
 fn default_max_in_flight() -> usize {

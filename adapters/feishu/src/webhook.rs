@@ -4,7 +4,10 @@
 //!
 //! 1. body size (413 past `max_body_bytes`, enforced while reading);
 //! 2. with an Encrypt Key, the `X-Lark-Signature` over the raw body bytes
-//!    when the headers are present (401 on mismatch);
+//!    when the headers are present (401 on mismatch), and the signed
+//!    `X-Lark-Request-Timestamp`, which must lie within
+//!    `signature_max_age_secs` of this host's clock either way (401 when
+//!    stale, so a captured request cannot be replayed later);
 //! 3. decryption of `{"encrypt":…}` (400 when it fails);
 //! 4. the verification token, compared in constant time (401);
 //! 5. URL verification is answered with its challenge; any other request
@@ -14,11 +17,15 @@
 //!
 //! Message events are normalised and handed to the core through
 //! [`crate::tasks::EventTasks`]; other events, other message types and events
-//! of other apps are acknowledged with 200 and dropped. Rejections answer with
-//! a generic JSON body and log the reason once, never the body.
+//! of other apps are acknowledged with 200 and dropped. A message event is
+//! acknowledged only once the core has recorded it (or found it recorded
+//! before): when the core fails, or has not answered within the ack timeout,
+//! the answer is 503 and Feishu delivers the event again, since Feishu never
+//! redelivers an acknowledged event. Rejections answer with a generic JSON
+//! body and log the reason once, never the body.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::Router;
@@ -45,6 +52,8 @@ pub(crate) struct WebhookState {
     pub account: AccountId,
     pub bot_open_id: String,
     pub ack_timeout: Duration,
+    /// How far a signed request's timestamp may be from now, either way.
+    pub signature_max_age: Duration,
 }
 
 /// The webhook route at `path`, with its body limit.
@@ -95,6 +104,11 @@ async fn receive(
         (Some(key), Some(sig)) => {
             if !crypto::verify_signature(sig.timestamp, sig.nonce, key, &body, sig.signature) {
                 return Err(Rejection::Unauthorised("signature mismatch"));
+            }
+            if !is_fresh(sig.timestamp, SystemTime::now(), state.signature_max_age) {
+                return Err(Rejection::Unauthorised(
+                    "request timestamp outside the accepted window",
+                ));
             }
             true
         }
@@ -207,14 +221,33 @@ async fn submit(state: &WebhookState, message: InboundMessage) -> Result<Respons
     });
     match tokio::time::timeout(state.ack_timeout, outcome).await {
         Ok(Ok(Err(SubmitError::Unavailable(_)))) => Err(Rejection::Unavailable),
+        // Recorded, recorded before, or unusable (a redelivery would not
+        // change that): acknowledged.
         Ok(Ok(_)) => Ok(acknowledged()),
         // The task ended without an answer (it panicked): let Feishu retry.
         Ok(Err(_)) => Err(Rejection::Unavailable),
+        // Not recorded yet, so not acknowledged: Feishu delivers it again.
+        // Recording goes on; if it succeeds, the redelivery is a duplicate.
         Err(_) => {
-            tracing::warn!("core slow to record a Feishu event; acknowledged, still recording");
-            Ok(acknowledged())
+            tracing::warn!(
+                ack_timeout_ms = state.ack_timeout.as_millis(),
+                "core slow to record a Feishu event; answering 503 so Feishu redelivers it"
+            );
+            Err(Rejection::Unavailable)
         }
     }
+}
+
+/// Whether `timestamp` (Unix seconds, as Feishu signs it) lies within
+/// `max_age` of `now`, either way. An unreadable timestamp is not fresh.
+fn is_fresh(timestamp: &str, now: SystemTime, max_age: Duration) -> bool {
+    let Ok(signed) = timestamp.trim().parse::<u64>() else {
+        return false;
+    };
+    let Ok(now) = now.duration_since(UNIX_EPOCH) else {
+        return false;
+    };
+    now.as_secs().abs_diff(signed) <= max_age.as_secs()
 }
 
 fn acknowledged() -> Response {
@@ -234,4 +267,24 @@ fn signature_headers(headers: &HeaderMap) -> Option<SignatureHeaders<'_>> {
         nonce: get("x-lark-request-nonce")?,
         signature: get("x-lark-signature")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_within_the_window_either_way_are_fresh() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let window = Duration::from_secs(300);
+        assert!(is_fresh("1800000000", now, window));
+        assert!(is_fresh("1799999700", now, window));
+        assert!(is_fresh("1800000300", now, window));
+        assert!(!is_fresh("1799999699", now, window));
+        assert!(!is_fresh("1800000301", now, window));
+        assert!(!is_fresh("1642000000", now, window), "five years old");
+        assert!(!is_fresh("soon", now, window));
+        assert!(!is_fresh("-5", now, window));
+        assert!(!is_fresh("", now, window));
+    }
 }

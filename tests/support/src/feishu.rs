@@ -1,10 +1,13 @@
 //! A fake Feishu open API on 127.0.0.1:0, for the adapter's own tests and
 //! for the gateway end to end: it issues tenant tokens (counting them),
 //! answers the bot info, records every message sent or replied, and plays
-//! scripted answers before succeeding. Also builders for the events Feishu
-//! posts to the webhook.
+//! scripted answers before succeeding. Like Feishu it refuses tokens it was
+//! told to revoke (with the token error code given) and posts a message
+//! whose `uuid` it has seen before only once, answering the repeat with the
+//! first message's id. Also builders for the events Feishu posts to the
+//! webhook.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -114,6 +117,28 @@ impl FakeFeishu {
     pub fn script(&self, answers: impl IntoIterator<Item = Scripted>) {
         self.state.script.lock().expect("lock").extend(answers);
     }
+
+    /// The messages actually posted, oldest first: requests answered with a
+    /// scripted error, a token error or as a repeated `uuid` are left out.
+    pub fn delivered(&self) -> Vec<Recorded> {
+        self.state.delivered.lock().expect("lock").clone()
+    }
+
+    /// Requests whose `uuid` had been seen before, so nothing was posted.
+    pub fn deduplicated(&self) -> usize {
+        self.state.deduplicated.load(Ordering::SeqCst)
+    }
+
+    /// Revokes every tenant token issued so far: requests bearing one are
+    /// refused with `code` (as Feishu does with an expired or invalid token)
+    /// until the adapter fetches a new one.
+    pub fn revoke_tokens(&self, code: i64) {
+        let issued = self.state.token_fetches.load(Ordering::SeqCst);
+        let mut revoked = self.state.revoked.lock().expect("lock");
+        for n in 1..=issued {
+            revoked.insert(format!("Bearer t-{n}"), code);
+        }
+    }
 }
 
 /// An `im.message.receive_v1` event for message `om_msg1` in chat `oc_chat`.
@@ -162,6 +187,12 @@ struct FakeState {
     messages: Mutex<Vec<Recorded>>,
     script: Mutex<VecDeque<Scripted>>,
     sent: AtomicUsize,
+    delivered: Mutex<Vec<Recorded>>,
+    /// `uuid` → the message id first posted with it.
+    uuids: Mutex<HashMap<String, String>>,
+    deduplicated: AtomicUsize,
+    /// `Authorization` header → the token error code it is refused with.
+    revoked: Mutex<HashMap<String, i64>>,
 }
 
 async fn fake_token(State(state): State<Arc<FakeState>>, Json(body): Json<Value>) -> Json<Value> {
@@ -212,7 +243,7 @@ fn record(
     headers: &HeaderMap,
     body: Value,
 ) -> Response {
-    state.messages.lock().expect("lock").push(Recorded {
+    let recorded = Recorded {
         path,
         query,
         authorization: headers
@@ -220,7 +251,16 @@ fn record(
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned),
         body,
-    });
+    };
+    state.messages.lock().expect("lock").push(recorded.clone());
+    let revoked = recorded
+        .authorization
+        .as_ref()
+        .and_then(|auth| state.revoked.lock().expect("lock").get(auth).copied());
+    if let Some(code) = revoked {
+        let body = json!({"code": code, "msg": "Authentication token expired."});
+        return (StatusCode::BAD_REQUEST, Json(body)).into_response();
+    }
     let scripted = state.script.lock().expect("lock").pop_front();
     if let Some(answer) = scripted {
         let status = StatusCode::from_u16(answer.status).expect("an HTTP status");
@@ -232,7 +272,22 @@ fn record(
         }
         return response;
     }
-    let n = state.sent.fetch_add(1, Ordering::SeqCst) + 1;
-    Json(json!({"code": 0, "msg": "success", "data": {"message_id": format!("om_sent_{n}")}}))
-        .into_response()
+    let uuid = recorded.body["uuid"].as_str().map(str::to_owned);
+    let mut uuids = state.uuids.lock().expect("lock");
+    let message_id = match uuid.as_ref().and_then(|uuid| uuids.get(uuid)) {
+        Some(first) => {
+            state.deduplicated.fetch_add(1, Ordering::SeqCst);
+            first.clone()
+        }
+        None => {
+            let n = state.sent.fetch_add(1, Ordering::SeqCst) + 1;
+            let id = format!("om_sent_{n}");
+            if let Some(uuid) = uuid {
+                uuids.insert(uuid, id.clone());
+            }
+            state.delivered.lock().expect("lock").push(recorded);
+            id
+        }
+    };
+    Json(json!({"code": 0, "msg": "success", "data": {"message_id": message_id}})).into_response()
 }

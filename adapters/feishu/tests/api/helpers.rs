@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use secrecy::SecretString;
@@ -26,12 +26,23 @@ pub const MAX_BODY: usize = 16 * 1024;
 pub enum SinkMode {
     Accept,
     Unavailable,
+    /// Accepts, but only once [`RecordingSink::unblock`] is called (a
+    /// database that is write-locked until then).
+    Blocked,
 }
 
 /// Records every submission, like the core's sink minus the database.
 pub struct RecordingSink {
     pub submissions: Mutex<Vec<InboundMessage>>,
     mode: SinkMode,
+    unblocked: tokio::sync::watch::Sender<bool>,
+}
+
+impl RecordingSink {
+    /// Lets blocked submissions (and later ones) finish.
+    pub fn unblock(&self) {
+        self.unblocked.send_replace(true);
+    }
 }
 
 #[async_trait]
@@ -41,6 +52,11 @@ impl InboundSink for RecordingSink {
         match self.mode {
             SinkMode::Accept => Ok(Submitted::Accepted),
             SinkMode::Unavailable => Err(SubmitError::Unavailable("database down".to_owned())),
+            SinkMode::Blocked => {
+                let mut unblocked = self.unblocked.subscribe();
+                unblocked.wait_for(|open| *open).await.unwrap();
+                Ok(Submitted::Accepted)
+            }
         }
     }
 }
@@ -68,6 +84,7 @@ impl Clock for ManualClock {
 pub struct Options {
     pub encrypted: bool,
     pub sink: SinkMode,
+    pub ack_timeout_ms: u64,
 }
 
 impl Default for Options {
@@ -75,6 +92,7 @@ impl Default for Options {
         Self {
             encrypted: false,
             sink: SinkMode::Accept,
+            ack_timeout_ms: 2000,
         }
     }
 }
@@ -97,6 +115,7 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
     let sink = Arc::new(RecordingSink {
         submissions: Mutex::new(Vec::new()),
         mode: options.sink,
+        unblocked: tokio::sync::watch::Sender::new(false),
     });
     let clock = Arc::new(ManualClock {
         base: Instant::now(),
@@ -105,6 +124,7 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
     let mut settings = FeishuSettings::new(APP_ID);
     settings.domain = Domain::Custom(fake.url());
     settings.max_body_bytes = MAX_BODY;
+    settings.ack_timeout_ms = options.ack_timeout_ms;
     let credentials = Credentials {
         app_secret: SecretString::from(APP_SECRET.to_owned()),
         verification_token: SecretString::from(VERIFICATION_TOKEN.to_owned()),
@@ -197,17 +217,28 @@ pub fn encrypted_body(body: &Value) -> Vec<u8> {
     json!({ "encrypt": encrypt }).to_string().into_bytes()
 }
 
+/// Feishu's signature headers for `raw`, signed now.
 pub fn signature_headers(raw: &[u8]) -> Vec<(&'static str, String)> {
-    let timestamp = "1700000000";
+    signature_headers_at(raw, unix_now())
+}
+
+/// Feishu's signature headers for `raw`, signed with `timestamp` (Unix
+/// seconds).
+pub fn signature_headers_at(raw: &[u8], timestamp: i64) -> Vec<(&'static str, String)> {
+    let timestamp = timestamp.to_string();
     let nonce = "n0nce";
+    let signature = crypto::signature(&timestamp, nonce, &encryption_key(), raw);
     vec![
-        ("x-lark-request-timestamp", timestamp.to_owned()),
+        ("x-lark-request-timestamp", timestamp),
         ("x-lark-request-nonce", nonce.to_owned()),
-        (
-            "x-lark-signature",
-            crypto::signature(timestamp, nonce, &encryption_key(), raw),
-        ),
+        ("x-lark-signature", signature),
     ]
+}
+
+/// This host's clock in Unix seconds.
+pub fn unix_now() -> i64 {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    i64::try_from(now.as_secs()).unwrap()
 }
 
 /// A URL verification request.

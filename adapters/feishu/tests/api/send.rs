@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use switchboard_contract::{DeliveryReceipt, OutboundMessage, SendError};
+use switchboard_feishu::TOKEN_ERROR_CODES;
 use switchboard_feishu::send::CARD_BODY_LIMIT;
 
 use switchboard_test_support::send::send_with_retries;
@@ -89,25 +90,57 @@ async fn the_token_is_refreshed_once_under_thirty_minutes_remain() {
 }
 
 #[tokio::test]
-async fn a_rejected_token_is_replaced_on_the_retry() {
+async fn every_token_error_code_refreshes_the_token_and_retries_once() {
+    for code in TOKEN_ERROR_CODES {
+        let app = spawn_app().await;
+        send(&app, &app.outbound("sb-1", "before", None))
+            .await
+            .unwrap();
+        app.fake.revoke_tokens(code);
+
+        let result = send(&app, &app.outbound("sb-2", "after", None)).await;
+        let later = send(&app, &app.outbound("sb-3", "later", None)).await;
+
+        assert!(result.is_ok(), "code {code}: {result:?}");
+        assert!(later.is_ok(), "code {code}: {later:?}");
+        assert_eq!(app.fake.token_fetches(), 2, "code {code}: one refresh");
+        let auth: Vec<_> = app
+            .fake
+            .messages()
+            .into_iter()
+            .map(|m| m.authorization.unwrap())
+            .collect();
+        assert_eq!(
+            auth,
+            ["Bearer t-1", "Bearer t-1", "Bearer t-2", "Bearer t-2"],
+            "code {code}: refused once, retried with the new token, kept"
+        );
+        assert_eq!(app.fake.delivered().len(), 3, "code {code}");
+    }
+}
+
+#[tokio::test]
+async fn a_token_refused_twice_is_transient_and_not_kept() {
     let app = spawn_app().await;
-    app.fake.script([Scripted {
-        status: 400,
-        body: json!({"code": 99_991_663, "msg": "Invalid access token for authorization."}),
+    let expired = || Scripted {
+        status: 401,
+        body: json!({"code": 99_991_677, "msg": "Authentication token expired."}),
         headers: vec![],
-    }]);
+    };
+    app.fake.script([expired(), expired()]);
 
-    let (result, delivery) = send_with_retries(
-        app.adapter.sender().as_ref(),
-        &app.outbound("sb-1", "hi", None),
-    )
-    .await;
+    let refused = send(&app, &app.outbound("sb-1", "hi", None)).await;
+    let next = send(&app, &app.outbound("sb-1", "hi", None)).await;
 
-    result.unwrap();
-    assert_eq!(delivery.waits, [Duration::ZERO], "one transient failure");
-    assert_eq!(app.fake.token_fetches(), 2);
+    assert!(
+        matches!(refused, Err(SendError::Transient(_))),
+        "{refused:?}"
+    );
+    next.unwrap();
+    assert_eq!(app.fake.token_fetches(), 3, "t-2 was dropped as well");
     let last = app.fake.messages().pop().unwrap();
-    assert_eq!(last.authorization.as_deref(), Some("Bearer t-2"));
+    assert_eq!(last.authorization.as_deref(), Some("Bearer t-3"));
+    assert_eq!(app.fake.delivered().len(), 1);
 }
 
 #[tokio::test]

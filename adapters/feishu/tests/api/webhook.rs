@@ -7,7 +7,7 @@ use switchboard_contract::ChatKind;
 
 use crate::helpers::{
     MAX_BODY, Options, SinkMode, VERIFICATION_TOKEN, challenge, encrypted_body, mention,
-    message_event, signature_headers, spawn_app, spawn_app_with,
+    message_event, signature_headers, signature_headers_at, spawn_app, spawn_app_with, unix_now,
 };
 
 fn encrypted() -> Options {
@@ -377,6 +377,57 @@ async fn a_core_outage_answers_503_so_feishu_redelivers() {
         .await;
 
     assert_eq!(response.status(), 503);
+}
+
+#[tokio::test]
+async fn an_event_not_recorded_within_the_ack_timeout_is_answered_503_not_acknowledged() {
+    let app = spawn_app_with(Options {
+        sink: SinkMode::Blocked,
+        ack_timeout_ms: 200,
+        ..Options::default()
+    })
+    .await;
+    let event = message_event("ev-1", "p2p", "hi", json!([]));
+
+    let while_blocked = app.post_json(&event).await;
+    app.sink.unblock();
+    let redelivered = app.post_json(&event).await;
+
+    assert_eq!(
+        while_blocked.status(),
+        503,
+        "Feishu never redelivers an acknowledged event"
+    );
+    assert_eq!(redelivered.status(), 200);
+    let drained = app.adapter.drain(Duration::from_secs(5)).await;
+    assert_eq!(drained.aborted, 0, "the first recording went on");
+}
+
+#[tokio::test]
+async fn a_signed_request_with_a_stale_timestamp_is_refused() {
+    let app = spawn_app_with(encrypted()).await;
+    let five_years = 5 * 365 * 24 * 3600;
+    for (timestamp, what) in [
+        (unix_now() - five_years, "five years old"),
+        (unix_now() - 301, "just over five minutes old"),
+        (unix_now() + 400, "from the future"),
+    ] {
+        let raw = encrypted_body(&message_event("ev-old", "p2p", "replayed", json!([])));
+        let headers = signature_headers_at(&raw, timestamp);
+
+        let response = app.post_raw(raw, &headers).await;
+
+        assert_eq!(response.status(), 401, "{what}");
+        let body = response.text().await.unwrap();
+        assert!(!body.contains("replayed"), "{body}");
+    }
+    assert!(app.submissions().is_empty());
+
+    let raw = encrypted_body(&message_event("ev-new", "p2p", "recent", json!([])));
+    let headers = signature_headers_at(&raw, unix_now() - 200);
+    let recent = app.post_raw(raw, &headers).await;
+    assert_eq!(recent.status(), 200, "inside the window");
+    assert_eq!(app.submissions().len(), 1);
 }
 
 #[tokio::test]
