@@ -1,28 +1,30 @@
 //! The gateway connection: [`DiscordGateway`] asks Discord for the gateway
-//! URL and shard count, runs one [`Shard`] per shard until shutdown, and
+//! URL and shard count, runs one [`GatewayShard`] per shard until shutdown, and
 //! stops them within [`SHUTDOWN_DEADLINE`].
 //!
-//! The websocket protocol itself (HELLO, IDENTIFY, heartbeats, RESUME) is in
-//! [`crate::session`]; serenity is used for its REST client and models only.
-//! Serenity's own gateway client is not used: it spins a core on a close
-//! frame without a status code, and its shutdown then never returns.
+//! The websocket protocol (HELLO, IDENTIFY, heartbeats, RESUME) is
+//! `twilight-gateway`'s, run per shard by [`crate::session`]; serenity is
+//! used for its REST client and models only. Serenity's own gateway client
+//! is not used: it spins a core on a close frame without a status code, and
+//! its shutdown then never returns.
 
 use std::time::Duration;
 
 use secrecy::SecretString;
 use serenity::http::HttpError;
-use serenity::model::gateway::GatewayIntents;
+use serenity::model::gateway::{GatewayIntents, SessionStartLimit};
 use serenity::model::permissions::Permissions;
 use switchboard_contract::AccountId;
 use switchboard_contract::backoff::{self, Backoff, Wait};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use twilight_gateway::queue::InMemoryQueue;
 
 use crate::error::DiscordError;
 use crate::inbound::InboundHandler;
 use crate::normalise::account_id;
 use crate::rest::Rest;
-use crate::session::{Shard, ShardConfig};
+use crate::session::{GatewayShard, ShardConfig};
 
 /// The intents the adapter asks for. MESSAGE_CONTENT is privileged: it must
 /// be enabled in the developer portal, or the gateway closes with 4014.
@@ -40,9 +42,6 @@ const RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(
 /// How long stopping may take once shutdown is signalled; a shard still
 /// running then is aborted.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(3);
-
-/// Between IDENTIFYs of shards in the same rate-limit bucket.
-const IDENTIFY_SPACING: Duration = Duration::from_secs(5);
 
 /// The bot permissions to request in the invite link (README): View
 /// Channels, Send Messages, Send Messages in Threads, Create Public Threads,
@@ -135,29 +134,22 @@ impl DiscordGateway {
             return Ok(());
         };
         let count = gateway.shards.max(1);
-        let concurrency =
-            u32::try_from(gateway.session_start_limit.max_concurrency.max(1)).unwrap_or(u32::MAX);
+        let queue = identify_queue(&gateway.session_start_limit);
         tracing::info!(shards = count, "connecting to the Discord gateway");
         let stop = shutdown.child_token();
         let mut shards = JoinSet::new();
         for id in 0..count {
-            let shard = Shard::new(
+            let shard = GatewayShard::new(
                 ShardConfig {
                     token: self.token.clone(),
                     url: gateway.url.clone(),
                     intents: intents().bits(),
                     shard: [id, count],
+                    queue: queue.clone(),
                 },
                 self.handler.clone(),
-            );
-            let start_after = IDENTIFY_SPACING.saturating_mul(id / concurrency);
-            let stop = stop.clone();
-            shards.spawn(async move {
-                if backoff::wait(start_after, &stop).await == Wait::Cancelled {
-                    return Ok(());
-                }
-                shard.run(stop).await
-            });
+            )?;
+            shards.spawn(shard.run(stop.clone()));
         }
         let result = loop {
             tokio::select! {
@@ -217,6 +209,21 @@ impl DiscordGateway {
             }
         }
     }
+}
+
+/// The identify queue all shards share: Discord's session start limit, and
+/// IDENTIFYs of shards in the same bucket 5 s apart.
+fn identify_queue(limit: &SessionStartLimit) -> InMemoryQueue {
+    let total = u32::try_from(limit.total).unwrap_or(u32::MAX);
+    InMemoryQueue::new(
+        u16::try_from(limit.max_concurrency.max(1)).unwrap_or(u16::MAX),
+        // The queue insists on remaining <= total.
+        u32::try_from(limit.remaining)
+            .unwrap_or(u32::MAX)
+            .min(total),
+        Duration::from_millis(limit.reset_after),
+        total,
+    )
 }
 
 /// The HTTP status of a request Discord answered with an error.

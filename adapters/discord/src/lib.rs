@@ -1,6 +1,6 @@
 //! Switchboard's Discord adapter: DMs, server channels and threads, on
-//! serenity 0.12's REST client and models, with a gateway connection of its
-//! own.
+//! serenity 0.12's REST client and models, with `twilight-gateway` for the
+//! gateway connection.
 //!
 //! - [`settings`]: the `[discord]` configuration section.
 //! - [`normalise`]: a Discord message → the contract's `InboundMessage`
@@ -13,9 +13,10 @@
 //!   nonces, typing indicator).
 //! - `rest`: the REST calls of the sender and the handler, with Discord's
 //!   `retry_after` honoured per route and channel.
-//! - [`gateway`]: the gateway worker (shards, shutdown within a deadline);
-//!   `session`: one shard's websocket protocol (HELLO, IDENTIFY, RESUME,
-//!   heartbeats, reconnects); close code 4014 is reported with its fix.
+//! - [`gateway`]: the gateway worker (shards, their shared identify queue,
+//!   shutdown within a deadline); `session`: one shard on twilight-gateway
+//!   (reconnect backoff, silence watchdog, catch-up after a new session);
+//!   close code 4014 is reported with its fix.
 //! - [`adapter`]: wiring it together from settings.
 
 mod active;

@@ -1,58 +1,72 @@
-//! One gateway shard's websocket connection, speaking Discord's gateway
-//! protocol (v10, JSON): [`Shard`] connects, waits for HELLO, IDENTIFYs (or
-//! RESUMEs a session it had), heartbeats, and hands each `MESSAGE_CREATE` to
-//! the [`InboundHandler`].
+//! One gateway shard on `twilight-gateway`: [`GatewayShard`] runs a
+//! [`twilight_gateway::Shard`] (which speaks the protocol: HELLO, IDENTIFY
+//! through the shared identify queue, RESUME, heartbeats with zombie
+//! detection, op 7/9, close codes) and hands each `MESSAGE_CREATE` to the
+//! [`InboundHandler`].
 //!
 //! Every way a connection can end leads to a reconnect unless the close code
-//! is fatal: an ended stream, an error, a close frame with or without a
-//! status code, Reconnect (op 7), Invalid Session (op 9), a HELLO that does
-//! not come, a heartbeat without an ACK (a zombie connection). The session is
-//! resumed when Discord allows it; when it does not, a new one is identified
-//! and, once READY, the handler fetches what was missed
-//! ([`InboundHandler::catch_up`]). Reading never spins: each step waits on
-//! the socket, a timer or shutdown, and shutdown ends every wait.
+//! is fatal (4004, 4010–4014: twilight ends the shard's stream, and the close
+//! code becomes a [`DiscordError`]). Twilight reconnects and resumes when it
+//! can (after 4007/4009 Discord refuses the RESUME and twilight identifies).
+//! Around it:
+//!
+//! - after a close (with or without a status code, or a transport error) the
+//!   shard is not read for a capped, jittered backoff (from 1 s, doubling
+//!   until a session is up again), so a gateway that keeps closing is not
+//!   hammered; twilight then completes the close and reconnects;
+//! - a failed connect drops the shard and starts a new one (carrying the
+//!   session, so it still resumes) after the same backoff, in place of
+//!   twilight's own (which grows to 4 minutes);
+//! - a connection that goes silent (no HELLO within [`HELLO_TIMEOUT`], then
+//!   nothing for two heartbeat intervals, or a close that never completes) is
+//!   dropped the same way: twilight has no timeout of its own there;
+//! - after READY (a new session, which replays nothing) the handler fetches
+//!   what was missed ([`InboundHandler::catch_up`]); after RESUMED Discord
+//!   replays the missed events itself;
+//! - shutdown sends a 1000 close and waits at most [`CLOSE_TIMEOUT`] for the
+//!   answer, then drops the shard.
+//!
+//! Gateway messages are read raw and `MESSAGE_CREATE` is read into serenity's
+//! [`Message`], the model the rest of the adapter uses.
 
+use std::error::Error as _;
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
-use serde_json::{Value, json};
 use serenity::model::channel::Message;
 use serenity::model::id::UserId;
-use switchboard_contract::backoff::{self, Backoff, Wait};
-use tokio::net::TcpStream;
-use tokio::time::{Instant, Interval, MissedTickBehavior};
-use tokio_tungstenite::tungstenite::Message as Frame;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use switchboard_contract::backoff::{self, Backoff, Retries, Wait};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use twilight_gateway::error::ReceiveMessageErrorType;
+use twilight_gateway::queue::InMemoryQueue;
+use twilight_gateway::{
+    CloseFrame, Config, ConfigBuilder, Intents, Message as GatewayMessage, Shard, ShardId,
+    ShardState,
+};
+use twilight_model::gateway::event::GatewayEventDeserializer;
+use twilight_model::gateway::payload::outgoing::identify::IdentifyProperties;
 
 use crate::error::DiscordError;
 use crate::inbound::InboundHandler;
 
-/// Between reconnects: from 1 s, doubling while connecting keeps failing,
-/// at most a minute; back to the start once a session is up.
+/// Between a connection that ended without a session (or a failed connect)
+/// and the next attempt: from 1 s, doubling while it keeps failing, at most a
+/// minute; back to the start once a session is up.
 const RECONNECT: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
 
-/// How long connecting (TCP, TLS, websocket handshake) may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long after a connection (re)starts HELLO must arrive: twilight's
+/// connect timeout (10 s) plus the HELLO itself.
+pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// How long after connecting HELLO must arrive.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// How long sending one frame may take.
-const SEND_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long closing the socket may take before it is dropped.
+/// How long closing on shutdown may take before the shard is dropped.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The close code sent when reconnecting: any code but 1000/1001 keeps the
-/// session resumable.
-const RECONNECT_CLOSE: u16 = 4000;
-
-type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+/// The gateway opcodes read here.
+const OP_DISPATCH: u8 = 0;
+const OP_HELLO: u8 = 10;
 
 /// What a shard needs to connect.
 pub(crate) struct ShardConfig {
@@ -62,53 +76,61 @@ pub(crate) struct ShardConfig {
     pub(crate) url: String,
     /// The intents' bits.
     pub(crate) intents: u64,
-    /// `[shard id, shard count]`.
+    /// This shard's number and the shard count.
     pub(crate) shard: [u32; 2],
-}
-
-/// A session that can be resumed.
-struct Session {
-    id: String,
-    resume_url: String,
+    /// The identify queue, shared by every shard of the bot.
+    pub(crate) queue: InMemoryQueue,
 }
 
 /// One gateway shard, connected again and again until shutdown.
-pub(crate) struct Shard {
-    config: ShardConfig,
+pub(crate) struct GatewayShard {
+    id: ShardId,
+    /// The shard configuration without a session; each new
+    /// [`twilight_gateway::Shard`] starts from it.
+    config: Config,
     handler: InboundHandler,
-    session: Option<Session>,
-    /// The last dispatch's sequence number.
-    seq: Option<u64>,
 }
 
-/// How one connection ended.
+/// What one item from the shard's stream means for the loop.
 #[derive(Debug)]
-enum Ended {
-    /// Shutdown was signalled.
-    Shutdown,
-    /// Connect again; resume the session if `resumable`.
-    Reconnect { resumable: bool, reason: String },
-    /// Connecting again would fail the same way.
+enum Next {
+    /// Keep reading.
+    Read,
+    /// Stop reading for a backoff, then let twilight reconnect.
+    Pause(String),
+    /// Drop this shard and start a new one after a backoff.
+    Restart(String),
+    /// The shard closed for good.
     Fatal(DiscordError),
 }
 
-impl Ended {
-    fn resume(reason: impl Into<String>) -> Self {
-        Self::Reconnect {
-            resumable: true,
-            reason: reason.into(),
+/// The state of the connection as seen from outside twilight.
+struct Watch {
+    /// When the shard last yielded anything.
+    last_heard: Instant,
+    /// How long it may stay silent.
+    silence: Duration,
+    /// The last close frame received (or made up for a transport error).
+    last_close: Option<CloseFrame<'static>>,
+}
+
+impl Watch {
+    fn new() -> Self {
+        Self {
+            last_heard: Instant::now(),
+            silence: HELLO_TIMEOUT,
+            last_close: None,
         }
+    }
+
+    fn deadline(&self) -> Instant {
+        self.last_heard + self.silence
     }
 }
 
-/// One gateway payload.
-#[derive(Debug, Deserialize)]
-struct Payload {
-    op: u8,
-    #[serde(default)]
-    d: Value,
-    s: Option<u64>,
-    t: Option<String>,
+#[derive(Deserialize)]
+struct Payload<T> {
+    d: T,
 }
 
 #[derive(Deserialize)]
@@ -118,8 +140,6 @@ struct Hello {
 
 #[derive(Deserialize)]
 struct Ready {
-    session_id: String,
-    resume_gateway_url: Option<String>,
     user: ReadyUser,
 }
 
@@ -128,201 +148,176 @@ struct ReadyUser {
     id: UserId,
 }
 
-impl Shard {
-    pub(crate) fn new(config: ShardConfig, handler: InboundHandler) -> Self {
-        Self {
+impl GatewayShard {
+    /// # Errors
+    /// [`DiscordError::Gateway`] when the shard number is not below the
+    /// shard count.
+    pub(crate) fn new(config: ShardConfig, handler: InboundHandler) -> Result<Self, DiscordError> {
+        let [number, total] = config.shard;
+        let id = ShardId::new_checked(number, total).ok_or_else(|| {
+            DiscordError::Gateway(format!("shard {number} of {total} does not exist"))
+        })?;
+        let config = ConfigBuilder::new(
+            raw_token(&config.token).to_owned(),
+            Intents::from_bits_truncate(config.intents),
+        )
+        .proxy_url(config.url.trim_end_matches('/').to_owned())
+        .queue(config.queue)
+        .identify_properties(IdentifyProperties::new(
+            "switchboard",
+            "switchboard",
+            std::env::consts::OS,
+        ))
+        .build();
+        Ok(Self {
+            id,
             config,
             handler,
-            session: None,
-            seq: None,
+        })
+    }
+
+    /// A new twilight shard, resuming `from`'s session if it had one.
+    fn shard(&self, from: Option<&Shard>) -> Shard {
+        let mut config = ConfigBuilder::from(self.config.clone());
+        if let Some(session) = from.and_then(Shard::session) {
+            config = config.session(session.clone());
+            if let Some(url) = from.and_then(Shard::resume_url) {
+                config = config.resume_url(url.to_owned());
+            }
         }
+        Shard::with_config(self.id, config.build())
     }
 
     /// Connects and reconnects until `shutdown` (then `Ok`) or a fatal
     /// close code.
-    pub(crate) async fn run(mut self, shutdown: CancellationToken) -> Result<(), DiscordError> {
+    pub(crate) async fn run(self, shutdown: CancellationToken) -> Result<(), DiscordError> {
+        let mut shard = self.shard(None);
+        let mut watch = Watch::new();
         let mut retries = RECONNECT.retries();
         loop {
-            let mut established = false;
-            let ended = self.connection(&shutdown, &mut established).await;
-            let (resumable, reason) = match ended {
-                Ended::Shutdown => return Ok(()),
-                Ended::Fatal(err) => return Err(err),
-                Ended::Reconnect { resumable, reason } => (resumable, reason),
-            };
-            if !resumable {
-                self.session = None;
-                self.seq = None;
-            }
-            if established {
-                retries.reset();
-            }
-            let delay = retries.next_delay(None);
-            tracing::warn!(
-                shard = self.config.shard[0],
-                %reason,
-                resume = self.session.is_some(),
-                backoff = ?delay,
-                "Discord gateway connection lost; reconnecting"
-            );
-            if backoff::wait(delay, &shutdown).await == Wait::Cancelled {
-                return Ok(());
-            }
-        }
-    }
-
-    /// One websocket connection, from connecting to its end. Sets
-    /// `established` once READY or RESUMED arrived.
-    async fn connection(&mut self, shutdown: &CancellationToken, established: &mut bool) -> Ended {
-        let base = self
-            .session
-            .as_ref()
-            .map_or(self.config.url.as_str(), |session| {
-                session.resume_url.as_str()
-            });
-        let url = gateway_url(base);
-        let connecting = tokio::select! {
-            () = shutdown.cancelled() => return Ended::Shutdown,
-            connecting = tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(url)) => connecting,
-        };
-        let mut socket = match connecting {
-            Ok(Ok((socket, _))) => socket,
-            Ok(Err(err)) => return Ended::resume(format!("could not connect: {err}")),
-            Err(_) => return Ended::resume("connecting timed out"),
-        };
-        let ended = self.converse(&mut socket, shutdown, established).await;
-        let code = match &ended {
-            Ended::Shutdown => CloseCode::Normal,
-            _ => CloseCode::from(RECONNECT_CLOSE),
-        };
-        close(&mut socket, code).await;
-        ended
-    }
-
-    /// Reads and answers the gateway until the connection ends.
-    async fn converse(
-        &mut self,
-        socket: &mut Socket,
-        shutdown: &CancellationToken,
-        established: &mut bool,
-    ) -> Ended {
-        let hello_deadline = tokio::time::sleep(HELLO_TIMEOUT);
-        tokio::pin!(hello_deadline);
-        let mut heartbeat: Option<Interval> = None;
-        let mut awaiting_ack = false;
-        loop {
-            let waiting_for_hello = heartbeat.is_none();
-            let beat = async {
-                match heartbeat.as_mut() {
-                    Some(interval) => interval.tick().await,
-                    None => std::future::pending().await,
-                }
-            };
-            let frame = tokio::select! {
+            let next = tokio::select! {
                 biased;
-                () = shutdown.cancelled() => return Ended::Shutdown,
-                () = &mut hello_deadline, if waiting_for_hello => {
-                    return Ended::resume("no HELLO from the gateway");
+                () = shutdown.cancelled() => {
+                    close(shard).await;
+                    return Ok(());
                 }
-                _ = beat => {
-                    if awaiting_ack {
-                        return Ended::resume("no heartbeat ACK (zombie connection)");
-                    }
-                    awaiting_ack = true;
-                    if let Err(ended) = send(socket, self.heartbeat()).await {
-                        return ended;
-                    }
-                    continue;
+                () = tokio::time::sleep_until(watch.deadline()) => {
+                    Next::Restart(format!("nothing heard from the gateway for {:?}", watch.silence))
                 }
-                frame = socket.next() => frame,
+                item = shard.next() => self.on_item(item, &mut watch, &mut retries, &shutdown),
             };
-            let payload = match frame {
-                None => return Ended::resume("the connection ended"),
-                Some(Err(err)) => return Ended::resume(format!("connection error: {err}")),
-                Some(Ok(Frame::Close(frame))) => return closed(frame.as_ref()),
-                Some(Ok(Frame::Text(text))) => serde_json::from_str::<Payload>(&text),
-                Some(Ok(Frame::Binary(bytes))) => serde_json::from_slice::<Payload>(&bytes),
-                Some(Ok(_)) => continue,
-            };
-            let payload = match payload {
-                Ok(payload) => payload,
-                Err(err) => {
-                    tracing::warn!(error = %err, "unreadable gateway payload skipped");
-                    continue;
-                }
-            };
-            match payload.op {
-                // Dispatch.
-                0 => {
-                    if let Some(seq) = payload.s {
-                        self.seq = Some(seq);
+            match next {
+                Next::Read => {}
+                Next::Fatal(err) => return Err(err),
+                Next::Pause(reason) => {
+                    let delay = retries.next_delay(None);
+                    tracing::warn!(
+                        shard = self.id.number(),
+                        %reason,
+                        resume = shard.session().is_some(),
+                        backoff = ?delay,
+                        "Discord gateway connection closed; reconnecting"
+                    );
+                    if backoff::wait(delay, &shutdown).await == Wait::Cancelled {
+                        return Ok(());
                     }
-                    self.dispatch(payload, shutdown, established);
+                    watch.last_heard = Instant::now();
                 }
-                // Heartbeat request.
-                1 => {
-                    if let Err(ended) = send(socket, self.heartbeat()).await {
-                        return ended;
+                Next::Restart(reason) => {
+                    let delay = retries.next_delay(None);
+                    tracing::warn!(
+                        shard = self.id.number(),
+                        %reason,
+                        resume = shard.session().is_some(),
+                        backoff = ?delay,
+                        "Discord gateway connection lost; reconnecting"
+                    );
+                    let replacement = self.shard(Some(&shard));
+                    // Dropping the shard drops its connection, if any.
+                    drop(shard);
+                    if backoff::wait(delay, &shutdown).await == Wait::Cancelled {
+                        return Ok(());
                     }
+                    shard = replacement;
+                    watch = Watch::new();
                 }
-                // Reconnect.
-                7 => return Ended::resume("Discord asked to reconnect"),
-                // Invalid session: `d` says whether it can be resumed.
-                9 => {
-                    let resumable = payload.d.as_bool().unwrap_or(false);
-                    // Discord asks for a random 1–5 s before the next IDENTIFY.
-                    let pause = Duration::from_millis(fastrand::u64(1000..=5000));
-                    if backoff::wait(pause, shutdown).await == Wait::Cancelled {
-                        return Ended::Shutdown;
-                    }
-                    return Ended::Reconnect {
-                        resumable,
-                        reason: "Discord invalidated the session".to_owned(),
-                    };
-                }
-                // Hello.
-                10 => {
-                    let Ok(hello) = serde_json::from_value::<Hello>(payload.d) else {
-                        return Ended::resume("unreadable HELLO");
-                    };
-                    let period = Duration::from_millis(hello.heartbeat_interval.max(1000));
-                    // The first beat after a random part of the interval.
-                    let first = period.mul_f64(fastrand::f64());
-                    let mut interval = tokio::time::interval_at(Instant::now() + first, period);
-                    interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
-                    heartbeat = Some(interval);
-                    if let Err(ended) = send(socket, self.identify_or_resume()).await {
-                        return ended;
-                    }
-                }
-                // Heartbeat ACK.
-                11 => awaiting_ack = false,
-                other => tracing::debug!(op = other, "gateway opcode ignored"),
             }
         }
     }
 
-    /// Handles one dispatch (op 0).
-    fn dispatch(&mut self, payload: Payload, shutdown: &CancellationToken, established: &mut bool) {
-        match payload.t.as_deref() {
-            Some("READY") => {
-                let ready = match serde_json::from_value::<Ready>(payload.d) {
-                    Ok(ready) => ready,
+    /// Handles one item from the shard's stream.
+    fn on_item(
+        &self,
+        item: Option<Result<GatewayMessage, twilight_gateway::error::ReceiveMessageError>>,
+        watch: &mut Watch,
+        retries: &mut Retries,
+        shutdown: &CancellationToken,
+    ) -> Next {
+        watch.last_heard = Instant::now();
+        match item {
+            // Twilight ends the stream after a fatal close code only.
+            None => Next::Fatal(fatal(watch.last_close.as_ref())),
+            Some(Err(err)) => {
+                // The source only: a deserializing error's own text carries
+                // the whole payload (message contents included).
+                let cause = err
+                    .source()
+                    .map_or_else(|| "unknown".to_owned(), ToString::to_string);
+                if matches!(err.kind(), ReceiveMessageErrorType::Reconnect) {
+                    return Next::Restart(format!("could not connect: {cause}"));
+                }
+                tracing::warn!(error = %cause, "unreadable gateway payload skipped");
+                Next::Read
+            }
+            Some(Ok(GatewayMessage::Close(frame))) => {
+                let reason = describe(frame.as_ref());
+                watch.last_close = frame;
+                watch.silence = HELLO_TIMEOUT;
+                if is_fatal(watch.last_close.as_ref()) {
+                    // The stream ends next; `None` above reports it.
+                    return Next::Read;
+                }
+                Next::Pause(reason)
+            }
+            Some(Ok(GatewayMessage::Text(text))) => {
+                self.on_payload(&text, watch, retries, shutdown);
+                Next::Read
+            }
+        }
+    }
+
+    /// Reads what the adapter needs from one gateway payload; twilight has
+    /// already acted on it.
+    fn on_payload(
+        &self,
+        text: &str,
+        watch: &mut Watch,
+        retries: &mut Retries,
+        shutdown: &CancellationToken,
+    ) {
+        let Some(event) = GatewayEventDeserializer::from_json(text) else {
+            return;
+        };
+        match (event.op(), event.event_type()) {
+            (OP_HELLO, _) => {
+                if let Ok(hello) = serde_json::from_str::<Payload<Hello>>(text) {
+                    // Twilight beats at this interval and notices a missing
+                    // ACK; two intervals of silence mean it is stuck.
+                    let beat = Duration::from_millis(hello.d.heartbeat_interval.max(1000));
+                    watch.silence = beat.saturating_mul(2);
+                }
+            }
+            (OP_DISPATCH, Some("READY")) => {
+                retries.reset();
+                let ready = match serde_json::from_str::<Payload<Ready>>(text) {
+                    Ok(ready) => ready.d,
                     Err(err) => {
                         tracing::warn!(error = %err, "unreadable READY");
                         return;
                     }
                 };
-                *established = true;
-                let resume_url = ready
-                    .resume_gateway_url
-                    .unwrap_or_else(|| self.config.url.clone());
-                self.session = Some(Session {
-                    id: ready.session_id,
-                    resume_url,
-                });
                 tracing::info!(
-                    shard = self.config.shard[0],
+                    shard = self.id.number(),
                     bot_id = %ready.user.id,
                     "connected to Discord (new session)"
                 );
@@ -332,97 +327,77 @@ impl Shard {
                 let shutdown = shutdown.clone();
                 tokio::spawn(async move { handler.catch_up(&shutdown).await });
             }
-            Some("RESUMED") => {
-                *established = true;
-                tracing::info!(shard = self.config.shard[0], "Discord session resumed");
+            (OP_DISPATCH, Some("RESUMED")) => {
+                retries.reset();
+                tracing::info!(shard = self.id.number(), "Discord session resumed");
             }
-            Some("MESSAGE_CREATE") => match serde_json::from_value::<Message>(payload.d) {
-                Ok(message) => {
-                    let handler = self.handler.clone();
-                    // Own task: a slow submit must not hold up heartbeats.
-                    tokio::spawn(async move { handler.on_message(&message).await });
+            (OP_DISPATCH, Some("MESSAGE_CREATE")) => {
+                match serde_json::from_str::<Payload<Message>>(text) {
+                    Ok(message) => {
+                        let handler = self.handler.clone();
+                        // Own task: a slow submit must not hold up reading
+                        // (and with it, heartbeats).
+                        tokio::spawn(async move { handler.on_message(&message.d).await });
+                    }
+                    Err(err) => tracing::warn!(error = %err, "unreadable MESSAGE_CREATE skipped"),
                 }
-                Err(err) => tracing::warn!(error = %err, "unreadable MESSAGE_CREATE skipped"),
-            },
+            }
             _ => {}
-        }
-    }
-
-    fn heartbeat(&self) -> Value {
-        json!({"op": 1, "d": self.seq})
-    }
-
-    fn identify_or_resume(&self) -> Value {
-        let token = raw_token(&self.config.token);
-        match (&self.session, self.seq) {
-            (Some(session), Some(seq)) => json!({
-                "op": 6,
-                "d": {"token": token, "session_id": session.id, "seq": seq},
-            }),
-            _ => json!({
-                "op": 2,
-                "d": {
-                    "token": token,
-                    "intents": self.config.intents,
-                    "shard": self.config.shard,
-                    "properties": {
-                        "os": std::env::consts::OS,
-                        "browser": "switchboard",
-                        "device": "switchboard",
-                    },
-                },
-            }),
         }
     }
 }
 
-/// The token as the gateway wants it: without a `Bot ` prefix.
+/// Closes `shard` with 1000 if it is connected, waiting at most
+/// [`CLOSE_TIMEOUT`] for the gateway's answer; then drops it.
+async fn close(mut shard: Shard) {
+    if matches!(
+        shard.state(),
+        ShardState::Disconnected { .. } | ShardState::FatallyClosed
+    ) {
+        return;
+    }
+    shard.close(CloseFrame::NORMAL);
+    let answered = async {
+        while let Some(item) = shard.next().await {
+            if matches!(item, Ok(GatewayMessage::Close(_)) | Err(_)) {
+                break;
+            }
+        }
+    };
+    // Not answering in time changes nothing: the shard is dropped.
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, answered).await;
+}
+
+/// The token as the gateway wants it: without a `Bot ` prefix (twilight
+/// adds it).
 fn raw_token(token: &SecretString) -> &str {
     let token = token.expose_secret().trim();
     token.strip_prefix("Bot ").unwrap_or(token)
 }
 
-/// `base` with the API version and encoding.
-fn gateway_url(base: &str) -> String {
-    format!("{}/?v=10&encoding=json", base.trim_end_matches('/'))
-}
-
-/// Sends one payload; a failure ends the connection.
-async fn send(socket: &mut Socket, payload: Value) -> Result<(), Ended> {
-    match tokio::time::timeout(SEND_TIMEOUT, socket.send(Frame::Text(payload.to_string()))).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(err)) => Err(Ended::resume(format!("could not send: {err}"))),
-        Err(_) => Err(Ended::resume("sending timed out")),
+/// A close frame for the log.
+fn describe(frame: Option<&CloseFrame<'_>>) -> String {
+    match frame {
+        None => "closed without a status code".to_owned(),
+        Some(frame) if frame.code == 1006 => "the connection failed".to_owned(),
+        Some(frame) => format!("closed with code {} ({})", frame.code, frame.reason),
     }
 }
 
-/// Closes the socket with `code`, giving up after [`CLOSE_TIMEOUT`].
-async fn close(socket: &mut Socket, code: CloseCode) {
-    let frame = CloseFrame {
-        code,
-        reason: "".into(),
-    };
-    // An error here means the socket is already gone, which is the goal.
-    let _ = tokio::time::timeout(CLOSE_TIMEOUT, socket.close(Some(frame))).await;
+/// Whether a close code stops the shard for good (twilight's own list:
+/// `CloseCode::can_reconnect` is false).
+fn is_fatal(frame: Option<&CloseFrame<'_>>) -> bool {
+    frame
+        .map(|frame| twilight_model::gateway::CloseCode::try_from(frame.code))
+        .is_some_and(|code| code.is_ok_and(|code| !code.can_reconnect()))
 }
 
-/// What a close frame from Discord means for the next connection.
-fn closed(frame: Option<&CloseFrame<'_>>) -> Ended {
-    let Some(frame) = frame else {
-        return Ended::resume("closed without a status code");
-    };
-    let code = u16::from(frame.code);
-    let reason = format!("closed with code {code} ({})", frame.reason);
-    match code {
-        4004 => Ended::Fatal(DiscordError::InvalidToken),
-        4014 => Ended::Fatal(DiscordError::PrivilegedIntentDisabled),
-        4010..=4013 => Ended::Fatal(DiscordError::Gateway(reason)),
-        // Invalid sequence, session timed out: start a new session.
-        4007 | 4009 => Ended::Reconnect {
-            resumable: false,
-            reason,
-        },
-        _ => Ended::resume(reason),
+/// The error for a shard twilight closed for good after `frame`.
+fn fatal(frame: Option<&CloseFrame<'_>>) -> DiscordError {
+    match frame.map(|frame| frame.code) {
+        Some(4004) => DiscordError::InvalidToken,
+        Some(4014) => DiscordError::PrivilegedIntentDisabled,
+        _ => DiscordError::Gateway(describe(frame)),
     }
 }
 
@@ -431,17 +406,13 @@ mod tests {
     use super::*;
 
     fn frame(code: u16) -> CloseFrame<'static> {
-        CloseFrame {
-            code: CloseCode::from(code),
-            reason: "".into(),
-        }
+        CloseFrame::new(code, "")
     }
 
     #[test]
     fn close_code_4014_explains_how_to_enable_the_intent() {
-        let Ended::Fatal(err) = closed(Some(&frame(4014))) else {
-            panic!("4014 is fatal");
-        };
+        assert!(is_fatal(Some(&frame(4014))));
+        let err = fatal(Some(&frame(4014)));
         assert!(matches!(err, DiscordError::PrivilegedIntentDisabled));
         let text = err.to_string();
         assert!(text.contains("4014"));
@@ -450,37 +421,24 @@ mod tests {
     }
 
     #[test]
-    fn a_close_without_a_status_code_reconnects_and_resumes() {
+    fn only_the_fatal_close_codes_stop_the_shard() {
+        assert!(!is_fatal(None), "no status code: reconnect");
+        assert!(!is_fatal(Some(&frame(1006))), "transport error: reconnect");
+        assert!(!is_fatal(Some(&frame(4000))));
+        assert!(!is_fatal(Some(&frame(4007))), "invalid seq: new session");
+        assert!(!is_fatal(Some(&frame(4009))), "timed out: new session");
+        for code in [4004, 4010, 4011, 4012, 4013, 4014] {
+            assert!(is_fatal(Some(&frame(code))), "{code}");
+        }
         assert!(matches!(
-            closed(None),
-            Ended::Reconnect {
-                resumable: true,
-                ..
-            }
+            fatal(Some(&frame(4004))),
+            DiscordError::InvalidToken
         ));
-        assert!(matches!(
-            closed(Some(&frame(4009))),
-            Ended::Reconnect {
-                resumable: false,
-                ..
-            }
-        ));
-        assert!(matches!(
-            closed(Some(&frame(4004))),
-            Ended::Fatal(DiscordError::InvalidToken)
-        ));
+        assert!(fatal(Some(&frame(4013))).to_string().contains("4013"));
     }
 
     #[test]
-    fn the_gateway_url_names_version_and_encoding() {
-        assert_eq!(
-            gateway_url("wss://gateway.discord.gg/"),
-            "wss://gateway.discord.gg/?v=10&encoding=json"
-        );
-    }
-
-    #[test]
-    fn the_token_is_sent_without_its_prefix() {
+    fn the_token_is_given_without_its_prefix() {
         assert_eq!(raw_token(&SecretString::from("Bot abc.def")), "abc.def");
         assert_eq!(raw_token(&SecretString::from("abc.def")), "abc.def");
     }

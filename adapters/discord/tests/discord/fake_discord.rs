@@ -8,7 +8,8 @@
 //! enough of Discord's protocol for the adapter: HELLO, IDENTIFY → READY,
 //! RESUME → RESUMED or Invalid Session, heartbeat ACKs, MESSAGE_CREATE for
 //! what a user sends; on demand it goes down (connections dropped, new ones
-//! refused), refuses RESUME, or sends a close frame without a status code.
+//! refused), refuses RESUME, or sends a close frame with a chosen status code
+//! or none.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -25,6 +26,7 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message as Frame;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 
 /// The user id of the bot every accepted token belongs to.
 pub const BOT_USER_ID: u64 = 400_000_000_000_000_001;
@@ -48,8 +50,8 @@ pub struct Recorded {
 enum Command {
     /// Send a dispatch.
     Dispatch(&'static str, Value),
-    /// Send a close frame without a status code.
-    CloseWithoutStatus,
+    /// Send a close frame with this status code, or without one.
+    Close(Option<u16>),
     /// Drop the TCP connection without a close frame.
     Drop,
 }
@@ -181,9 +183,18 @@ impl FakeDiscord {
 
     /// Send the live connection a close frame without a status code.
     pub fn close_without_status(&self) {
+        self.close(None);
+    }
+
+    /// Send the live connection a close frame with status `code`.
+    pub fn close_with(&self, code: u16) {
+        self.close(Some(code));
+    }
+
+    fn close(&self, code: Option<u16>) {
         let mut inner = self.shared.lock();
         if let Some(live) = inner.gateway.live.take() {
-            let _ = live.send(Command::CloseWithoutStatus);
+            let _ = live.send(Command::Close(code));
         }
     }
 
@@ -536,8 +547,12 @@ async fn gateway_connection(stream: tokio::net::TcpStream, shared: Shared) {
                         return;
                     }
                 }
-                Some(Command::CloseWithoutStatus) => {
-                    let _ = socket.send(Frame::Close(None)).await;
+                Some(Command::Close(code)) => {
+                    let frame = code.map(|code| CloseFrame {
+                        code: code.into(),
+                        reason: "".into(),
+                    });
+                    let _ = socket.send(Frame::Close(frame)).await;
                     // Read the client's answer until the stream ends.
                     while let Some(Ok(frame)) = socket.next().await {
                         record_close(&shared, &frame);

@@ -1,7 +1,8 @@
 //! The gateway connection against the fake gateway: a message sent while
 //! the connection was down and RESUME was refused is fetched and handled; a
-//! close frame without a status code leads to a reconnect; stopping returns
-//! within the shutdown deadline.
+//! close frame without a status code leads to a reconnect; a fatal close code
+//! stops the worker with its error; stopping returns within the shutdown
+//! deadline.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -134,11 +135,13 @@ async fn a_close_frame_without_a_status_code_leads_to_a_reconnect() {
     })
     .await;
 
+    // The adapter's answer (an echo of the empty close, as RFC 6455 asks)
+    // must not be one that ends the session: that is 1000 or 1001.
     let closes = app.fake.client_closes();
     app.stop().await;
     assert!(
-        closes.iter().all(Option::is_some),
-        "the adapter answers with a status code: {closes:?}"
+        closes.iter().all(|code| !matches!(code, Some(1000 | 1001))),
+        "the adapter keeps its session when answering: {closes:?}"
     );
 }
 
@@ -149,4 +152,22 @@ async fn stopping_while_the_gateway_is_down_returns_within_the_deadline() {
     eventually("the connection is gone", || async { !app.fake.connected() }).await;
 
     app.stop().await;
+}
+
+#[tokio::test]
+async fn a_fatal_close_code_stops_the_worker_with_its_explanation() {
+    let app = Running::start().await;
+
+    app.fake.close_with(4014);
+
+    let ended = tokio::time::timeout(switchboard_test_support::wait::PATIENCE, app.worker)
+        .await
+        .expect("the worker stops by itself")
+        .expect("the worker does not panic");
+    let err = ended.expect_err("4014 is fatal");
+    assert!(
+        matches!(err, DiscordError::PrivilegedIntentDisabled),
+        "{err:?}"
+    );
+    assert_eq!(app.fake.gateway_ops(), [2], "no reconnect after 4014");
 }
