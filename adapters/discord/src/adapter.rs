@@ -1,16 +1,17 @@
-//! Building the adapter from its settings: one REST client shared by the
-//! [`DiscordSender`] and the [`InboundHandler`], and the [`DiscordGateway`]
-//! worker for the caller to run.
+//! Building the adapter from its settings: one REST client ([`Rest`], with
+//! its rate-limit state) shared by the [`DiscordSender`], the
+//! [`InboundHandler`] and the [`DiscordGateway`] worker for the caller to
+//! run.
 
 use std::sync::Arc;
 
-use secrecy::{ExposeSecret, SecretString};
-use serenity::http::{Http, HttpBuilder};
+use secrecy::SecretString;
 use switchboard_contract::InboundSink;
 
 use crate::error::DiscordError;
 use crate::gateway::DiscordGateway;
 use crate::inbound::InboundHandler;
+use crate::rest::Rest;
 use crate::sender::DiscordSender;
 use crate::settings::{DiscordSettings, check_token};
 
@@ -68,21 +69,11 @@ impl DiscordAdapter {
                 reason: "must be an http:// or https:// URL".to_owned(),
             });
         }
-        let http = Arc::new(build_http(&token, api_proxy.as_deref()));
-        let handler = InboundHandler::new(sink, Arc::clone(&http), settings)?;
+        let rest = Rest::new(&token, api_proxy.as_deref());
+        let handler = InboundHandler::new(sink, rest.clone(), settings)?;
         Ok(Self {
-            sender: Arc::new(DiscordSender::new(http)),
-            gateway: DiscordGateway::new(token, api_proxy, handler),
+            sender: Arc::new(DiscordSender::new(rest.clone())),
+            gateway: DiscordGateway::new(token, rest, handler),
         })
-    }
-}
-
-/// A REST client; with a proxy (tests, or a rate-limiting proxy) serenity's
-/// own rate limiter is off, as serenity requires.
-pub(crate) fn build_http(token: &SecretString, api_proxy: Option<&str>) -> Http {
-    let builder = HttpBuilder::new(token.expose_secret());
-    match api_proxy {
-        Some(proxy) => builder.proxy(proxy).ratelimiter_disabled(true).build(),
-        None => builder.build(),
     }
 }

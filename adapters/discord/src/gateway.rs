@@ -1,23 +1,30 @@
-//! The gateway connection: [`DiscordGateway`] runs serenity's client until
-//! shutdown and routes its events to the [`InboundHandler`].
+//! The gateway connection: [`DiscordGateway`] asks Discord for the gateway
+//! URL and shard count, runs one [`GatewayShard`] per shard until shutdown, and
+//! stops them within [`SHUTDOWN_DEADLINE`].
+//!
+//! The websocket protocol (HELLO, IDENTIFY, heartbeats, RESUME) is
+//! `twilight-gateway`'s, run per shard by [`crate::session`]; serenity is
+//! used for its REST client and models only. Serenity's own gateway client
+//! is not used: it spins a core on a close frame without a status code, and
+//! its shutdown then never returns.
 
 use std::time::Duration;
 
 use secrecy::SecretString;
-use serenity::client::{ClientBuilder, Context, EventHandler};
-use serenity::gateway::GatewayError;
 use serenity::http::HttpError;
-use serenity::model::channel::Message;
-use serenity::model::gateway::{GatewayIntents, Ready};
+use serenity::model::gateway::{GatewayIntents, SessionStartLimit};
 use serenity::model::permissions::Permissions;
 use switchboard_contract::AccountId;
 use switchboard_contract::backoff::{self, Backoff, Wait};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use twilight_gateway::queue::InMemoryQueue;
 
-use crate::adapter::build_http;
 use crate::error::DiscordError;
 use crate::inbound::InboundHandler;
 use crate::normalise::account_id;
+use crate::rest::Rest;
+use crate::session::{GatewayShard, ShardConfig};
 
 /// The intents the adapter asks for. MESSAGE_CONTENT is privileged: it must
 /// be enabled in the developer portal, or the gateway closes with 4014.
@@ -28,8 +35,13 @@ pub fn intents() -> GatewayIntents {
         | GatewayIntents::MESSAGE_CONTENT
 }
 
-/// Between rebuilds of a failed client: from 1 s, doubling, at most a minute.
-const RECONNECT: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+/// Between attempts to learn the gateway URL: from 1 s, doubling, at most a
+/// minute.
+const RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+
+/// How long stopping may take once shutdown is signalled; a shard still
+/// running then is aborted.
+pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(3);
 
 /// The bot permissions to request in the invite link (README): View
 /// Channels, Send Messages, Send Messages in Threads, Create Public Threads,
@@ -50,28 +62,24 @@ pub fn invite_permissions() -> Permissions {
 #[derive(Clone)]
 pub struct DiscordGateway {
     token: SecretString,
-    api_proxy: Option<String>,
+    rest: Rest,
     handler: InboundHandler,
 }
 
 impl std::fmt::Debug for DiscordGateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DiscordGateway")
-            .field("api_proxy", &self.api_proxy)
+            .field("rest", &self.rest)
             .field("handler", &self.handler)
             .finish_non_exhaustive()
     }
 }
 
 impl DiscordGateway {
-    pub(crate) fn new(
-        token: SecretString,
-        api_proxy: Option<String>,
-        handler: InboundHandler,
-    ) -> Self {
+    pub(crate) fn new(token: SecretString, rest: Rest, handler: InboundHandler) -> Self {
         Self {
             token,
-            api_proxy,
+            rest,
             handler,
         }
     }
@@ -90,131 +98,147 @@ impl DiscordGateway {
     /// [`DiscordError::InvalidToken`] when Discord rejects the token (401),
     /// [`DiscordError::Identity`] for any other failure (retry later).
     pub async fn account(&self) -> Result<AccountId, DiscordError> {
-        let http = build_http(&self.token, self.api_proxy.as_deref());
-        let user = http.get_current_user().await.map_err(|err| match err {
-            serenity::Error::Http(HttpError::UnsuccessfulRequest(response))
-                if response.status_code.as_u16() == 401 =>
-            {
-                DiscordError::InvalidToken
-            }
-            serenity::Error::Http(HttpError::UnsuccessfulRequest(response)) => {
-                DiscordError::Identity(format!(
-                    "Discord answered HTTP {}",
-                    response.status_code.as_u16()
-                ))
-            }
-            other => DiscordError::Identity(other.to_string()),
-        })?;
+        let user =
+            self.rest
+                .http()
+                .get_current_user()
+                .await
+                .map_err(|err| match rejected(&err) {
+                    Some(401) => DiscordError::InvalidToken,
+                    Some(status) => {
+                        DiscordError::Identity(format!("Discord answered HTTP {status}"))
+                    }
+                    None => DiscordError::Identity(err.to_string()),
+                })?;
         account_id(user.id).map_err(|err| DiscordError::Identity(err.to_string()))
     }
 
-    /// Connects to the gateway (autosharded) and handles messages until
-    /// `shutdown` is cancelled, then closes every shard and returns `Ok`.
+    /// Connects to the gateway (as many shards as Discord recommends) and
+    /// handles messages until `shutdown` is cancelled, then closes every
+    /// shard and returns `Ok` within [`SHUTDOWN_DEADLINE`].
     ///
-    /// Serenity resumes dropped connections by itself. When the client
-    /// stops with a non-fatal error (Discord unreachable at start, say), it
-    /// is rebuilt after a capped, jittered backoff (the wait ends at
-    /// shutdown). A fatal error (4014, 4004) is returned without a retry,
-    /// for the caller to log; the rest of the process keeps running, and the
-    /// caller decides what a stopped Discord adapter means.
+    /// A dropped connection is resumed, and when Discord refuses the RESUME
+    /// a new session is identified and the messages missed in the active
+    /// channels are fetched ([`InboundHandler::catch_up`]). While Discord is
+    /// unreachable, connecting is retried after a capped, jittered backoff.
+    /// A fatal close code (4014, 4004, 4010–4013) is returned without a
+    /// retry, for the caller to log.
     ///
     /// # Errors
     /// [`DiscordError::PrivilegedIntentDisabled`] (close code 4014: enable
-    /// MESSAGE CONTENT INTENT in the developer portal) or
-    /// [`DiscordError::InvalidToken`] (4004).
+    /// MESSAGE CONTENT INTENT in the developer portal),
+    /// [`DiscordError::InvalidToken`] (4004 or a 401), or
+    /// [`DiscordError::Gateway`] for another fatal close code.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), DiscordError> {
-        let mut retries = RECONNECT.retries();
+        let Some(gateway) = self.bot_gateway(&shutdown).await? else {
+            return Ok(());
+        };
+        let count = gateway.shards.max(1);
+        let queue = identify_queue(&gateway.session_start_limit);
+        tracing::info!(shards = count, "connecting to the Discord gateway");
+        let stop = shutdown.child_token();
+        let mut shards = JoinSet::new();
+        for id in 0..count {
+            let shard = GatewayShard::new(
+                ShardConfig {
+                    token: self.token.clone(),
+                    url: gateway.url.clone(),
+                    intents: intents().bits(),
+                    shard: [id, count],
+                    queue: queue.clone(),
+                },
+                self.handler.clone(),
+            )?;
+            shards.spawn(shard.run(stop.clone()));
+        }
+        let result = loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break Ok(()),
+                joined = shards.join_next() => match joined {
+                    None => break Ok(()),
+                    Some(Ok(Ok(()))) => {}
+                    Some(Ok(Err(err))) => break Err(err),
+                    Some(Err(err)) => {
+                        break Err(DiscordError::Gateway(format!("a gateway shard failed: {err}")));
+                    }
+                },
+            }
+        };
+        stop.cancel();
+        let drained = tokio::time::timeout(SHUTDOWN_DEADLINE, async {
+            while shards.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                deadline = ?SHUTDOWN_DEADLINE,
+                "a Discord gateway shard did not stop in time; aborted"
+            );
+            shards.abort_all();
+        }
+        if result.is_ok() {
+            tracing::info!("Discord gateway closed on shutdown");
+        }
+        result
+    }
+
+    /// `GET /gateway/bot`, retried until Discord answers; `None` on
+    /// shutdown.
+    async fn bot_gateway(
+        &self,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<serenity::model::gateway::BotGateway>, DiscordError> {
+        let mut retries = RETRY.retries();
         loop {
-            match self.run_once(&shutdown).await {
-                Ok(()) => return Ok(()),
-                Err(
-                    err @ (DiscordError::PrivilegedIntentDisabled | DiscordError::InvalidToken),
-                ) => return Err(err),
+            let asked = tokio::select! {
+                () = shutdown.cancelled() => return Ok(None),
+                asked = self.rest.http().get_bot_gateway() => asked,
+            };
+            match asked {
+                Ok(gateway) => return Ok(Some(gateway)),
+                Err(err) if rejected(&err) == Some(401) => {
+                    return Err(DiscordError::InvalidToken);
+                }
                 Err(err) => {
                     let delay = retries.next_delay(None);
-                    tracing::warn!(error = %err, backoff = ?delay, "Discord gateway failed; reconnecting");
-                    if backoff::wait(delay, &shutdown).await == Wait::Cancelled {
-                        return Ok(());
+                    tracing::warn!(error = %err, backoff = ?delay, "could not ask Discord for the gateway URL");
+                    if backoff::wait(delay, shutdown).await == Wait::Cancelled {
+                        return Ok(None);
                     }
                 }
             }
         }
     }
-
-    /// One client lifetime: `Ok` only on shutdown.
-    async fn run_once(&self, shutdown: &CancellationToken) -> Result<(), DiscordError> {
-        let http = build_http(&self.token, self.api_proxy.as_deref());
-        let events = Events {
-            handler: self.handler.clone(),
-        };
-        let mut client = ClientBuilder::new_with_http(http, intents())
-            .event_handler(events)
-            .await
-            .map_err(gateway_error)?;
-        let shards = client.shard_manager.clone();
-        tracing::info!("connecting to the Discord gateway");
-        tokio::select! {
-            result = client.start_autosharded() => match result {
-                // Serenity returns Ok when its shards were shut down from
-                // elsewhere; treat that like a failure so we reconnect.
-                Ok(()) => Err(DiscordError::Gateway("the shards stopped".to_owned())),
-                Err(err) => Err(gateway_error(err)),
-            },
-            () = shutdown.cancelled() => {
-                shards.shutdown_all().await;
-                tracing::info!("Discord gateway closed on shutdown");
-                Ok(())
-            }
-        }
-    }
 }
 
-/// Serenity's event handler: forwards to [`InboundHandler`].
-struct Events {
-    handler: InboundHandler,
+/// The identify queue all shards share: Discord's session start limit, and
+/// IDENTIFYs of shards in the same bucket 5 s apart.
+fn identify_queue(limit: &SessionStartLimit) -> InMemoryQueue {
+    let total = u32::try_from(limit.total).unwrap_or(u32::MAX);
+    InMemoryQueue::new(
+        u16::try_from(limit.max_concurrency.max(1)).unwrap_or(u16::MAX),
+        // The queue insists on remaining <= total.
+        u32::try_from(limit.remaining)
+            .unwrap_or(u32::MAX)
+            .min(total),
+        Duration::from_millis(limit.reset_after),
+        total,
+    )
 }
 
-#[serenity::async_trait]
-impl EventHandler for Events {
-    async fn ready(&self, _ctx: Context, ready: Ready) {
-        tracing::info!(
-            bot_id = %ready.user.id,
-            guilds = ready.guilds.len(),
-            "connected to Discord"
-        );
-        self.handler.connected_as(ready.user.id);
-    }
-
-    async fn message(&self, _ctx: Context, msg: Message) {
-        self.handler.on_message(&msg).await;
-    }
-}
-
-fn gateway_error(err: serenity::Error) -> DiscordError {
+/// The HTTP status of a request Discord answered with an error.
+fn rejected(err: &serenity::Error) -> Option<u16> {
     match err {
-        serenity::Error::Gateway(GatewayError::DisallowedGatewayIntents) => {
-            DiscordError::PrivilegedIntentDisabled
+        serenity::Error::Http(HttpError::UnsuccessfulRequest(response)) => {
+            Some(response.status_code.as_u16())
         }
-        serenity::Error::Gateway(GatewayError::InvalidAuthentication) => DiscordError::InvalidToken,
-        other => DiscordError::Gateway(other.to_string()),
+        _ => None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn close_code_4014_explains_how_to_enable_the_intent() {
-        let err = gateway_error(serenity::Error::Gateway(
-            GatewayError::DisallowedGatewayIntents,
-        ));
-        assert!(matches!(err, DiscordError::PrivilegedIntentDisabled));
-        let text = err.to_string();
-        assert!(text.contains("4014"));
-        assert!(text.contains("MESSAGE CONTENT INTENT"));
-        assert!(text.contains("developer"));
-    }
 
     #[test]
     fn the_invite_permissions_match_the_readme() {

@@ -1,6 +1,10 @@
 //! What the gateway does with each message: [`InboundHandler`] normalises it,
 //! optionally opens a conversation thread, and submits it to the core.
 //!
+//! It also remembers the channels the bot is active in ([`ActiveChannels`])
+//! and, after the gateway had to start a new session, fetches the messages
+//! missed there ([`InboundHandler::catch_up`]).
+//!
 //! The handler never runs a turn: the core records and queues the message and
 //! returns, so a long turn blocks neither other channels nor a `/stop` in the
 //! same channel (serenity also dispatches each event on its own task).
@@ -9,13 +13,17 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serenity::builder::CreateThread;
-use serenity::http::Http;
-use serenity::model::channel::{AutoArchiveDuration, Message};
+use serenity::http::{LightMethod, Request, Route};
+use serenity::model::channel::{AutoArchiveDuration, GuildChannel, Message};
 use serenity::model::id::{ChannelId, UserId};
+use switchboard_contract::backoff::{self, Wait};
 use switchboard_contract::{ChatId, ChatKind, InboundMessage, InboundSink, Submitted};
+use tokio_util::sync::CancellationToken;
 
+use crate::active::ActiveChannels;
 use crate::error::DiscordError;
 use crate::normalise::{Normalised, Skip, normalise};
+use crate::rest::{Bucket, Rest, RestError};
 use crate::settings::DiscordSettings;
 
 /// How many auto-opened threads are remembered as needing no mention; older
@@ -24,6 +32,16 @@ const REMEMBERED_THREADS: usize = 4096;
 
 /// Discord's limit on a thread name, in characters.
 const THREAD_NAME_LIMIT: usize = 100;
+
+/// Messages asked for per page when catching up (Discord's maximum).
+const CATCH_UP_PAGE: usize = 100;
+
+/// Pages fetched per channel when catching up; older missed messages are
+/// left (a channel that busy is not a conversation to answer in bulk).
+const CATCH_UP_PAGES: usize = 5;
+
+/// Rate-limit waits tolerated per channel when catching up.
+const CATCH_UP_RATE_LIMITS: usize = 3;
 
 /// What became of one received message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,8 +64,10 @@ pub struct InboundHandler {
 
 struct Inner {
     sink: Arc<dyn InboundSink>,
-    http: Arc<Http>,
+    rest: Rest,
     bot_id: OnceLock<UserId>,
+    /// Channels with a conversation, and the last message seen in each.
+    active: ActiveChannels,
     free_response: HashSet<ChannelId>,
     auto_thread: bool,
     /// Threads this process opened. A std mutex: held for a set lookup or
@@ -66,21 +86,23 @@ impl std::fmt::Debug for InboundHandler {
 }
 
 impl InboundHandler {
-    /// A handler submitting to `sink`; `http` is used to open threads.
+    /// A handler submitting to `sink`; `rest` opens threads and fetches
+    /// missed messages.
     ///
     /// # Errors
     /// [`DiscordError::InvalidSetting`] for a free-response channel that is
     /// not a channel id.
     pub fn new(
         sink: Arc<dyn InboundSink>,
-        http: Arc<Http>,
+        rest: Rest,
         settings: &DiscordSettings,
     ) -> Result<Self, DiscordError> {
         Ok(Self {
             inner: Arc::new(Inner {
                 sink,
-                http,
+                rest,
                 bot_id: OnceLock::new(),
+                active: ActiveChannels::default(),
                 free_response: settings.free_response_channel_ids()?.into_iter().collect(),
                 auto_thread: settings.auto_thread,
                 opened_threads: Mutex::new(RecentChannels::new(REMEMBERED_THREADS)),
@@ -109,6 +131,7 @@ impl InboundHandler {
             tracing::warn!("message before READY dropped");
             return Handled::NotReady;
         };
+        self.inner.active.seen(msg.channel_id, msg.id);
         let free_response = self.inner.free_response.contains(&msg.channel_id)
             || self.opened_threads().contains(msg.channel_id);
         let inbound = match normalise(msg, bot_id, free_response) {
@@ -127,9 +150,18 @@ impl InboundHandler {
         } else {
             inbound
         };
+        let chat = ids_channel(&inbound.chat);
         match self.inner.sink.submit(*inbound).await {
             Ok(outcome) => {
                 tracing::debug!(?outcome, "message submitted");
+                if matches!(outcome, Submitted::Accepted | Submitted::Duplicate) {
+                    self.inner
+                        .active
+                        .activate(msg.channel_id, msg.guild_id, msg.id);
+                    if let Some(thread) = chat.filter(|thread| *thread != msg.channel_id) {
+                        self.inner.active.activate(thread, msg.guild_id, msg.id);
+                    }
+                }
                 Handled::Submitted(outcome)
             }
             Err(err) => {
@@ -152,11 +184,7 @@ impl InboundHandler {
         }
         let name = thread_name(&inbound.text);
         let builder = CreateThread::new(name).auto_archive_duration(AutoArchiveDuration::OneDay);
-        let thread = match msg
-            .channel_id
-            .create_thread_from_message(self.inner.http.as_ref(), msg.id, builder)
-            .await
-        {
+        let thread = match self.create_thread(msg, &builder).await {
             Ok(thread) => thread,
             Err(err) => {
                 // Typically: the channel is itself a thread or a DM-like
@@ -177,6 +205,128 @@ impl InboundHandler {
         inbound
     }
 
+    /// `POST /channels/{id}/messages/{id}/threads`; a short rate limit is
+    /// waited out once.
+    async fn create_thread(
+        &self,
+        msg: &Message,
+        builder: &CreateThread<'_>,
+    ) -> Result<GuildChannel, RestError> {
+        let body =
+            serde_json::to_vec(builder).map_err(|err| RestError::Invalid(err.to_string()))?;
+        let mut waited = false;
+        loop {
+            let request = Request::new(
+                Route::ChannelMessageThreads {
+                    channel_id: msg.channel_id,
+                    message_id: msg.id,
+                },
+                LightMethod::Post,
+            )
+            .body(Some(body.clone()));
+            match self
+                .inner
+                .rest
+                .call(Bucket::CreateThread, msg.channel_id, request)
+                .await
+            {
+                Err(RestError::RateLimited(wait))
+                    if !waited && wait <= crate::sender::INLINE_RETRY_LIMIT =>
+                {
+                    waited = true;
+                    tokio::time::sleep(wait).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Fetches and handles the messages missed in every active channel
+    /// since the last one seen there (`GET /channels/{id}/messages?after=`),
+    /// oldest first; the core drops any it already has by event id. Called
+    /// after the gateway started a new session (a RESUME would have replayed
+    /// them). Rate limits are waited out unless `shutdown` comes first.
+    pub async fn catch_up(&self, shutdown: &CancellationToken) {
+        let channels = self.inner.active.snapshot();
+        if channels.is_empty() {
+            return;
+        }
+        let mut handled = 0usize;
+        for (channel, active) in &channels {
+            match self.catch_up_channel(*channel, *active, shutdown).await {
+                Ok(count) => handled += count,
+                Err(err) => {
+                    tracing::warn!(%channel, error = %err, "could not fetch missed messages");
+                }
+            }
+            if shutdown.is_cancelled() {
+                return;
+            }
+        }
+        tracing::info!(
+            channels = channels.len(),
+            messages = handled,
+            "caught up on messages sent while the gateway was away"
+        );
+    }
+
+    async fn catch_up_channel(
+        &self,
+        channel: ChannelId,
+        active: crate::active::Active,
+        shutdown: &CancellationToken,
+    ) -> Result<usize, RestError> {
+        let mut after = active.last_seen;
+        let mut handled = 0;
+        let mut pages = 0;
+        let mut rate_limits = 0;
+        while pages < CATCH_UP_PAGES {
+            let request = Request::new(
+                Route::ChannelMessages {
+                    channel_id: channel,
+                },
+                LightMethod::Get,
+            )
+            .params(Some(vec![
+                ("after", after.to_string()),
+                ("limit", CATCH_UP_PAGE.to_string()),
+            ]));
+            let mut page: Vec<Message> = match self
+                .inner
+                .rest
+                .call(Bucket::GetMessages, channel, request)
+                .await
+            {
+                Ok(page) => page,
+                Err(RestError::RateLimited(wait)) if rate_limits < CATCH_UP_RATE_LIMITS => {
+                    rate_limits += 1;
+                    if backoff::wait(wait, shutdown).await == Wait::Cancelled {
+                        return Ok(handled);
+                    }
+                    continue;
+                }
+                Err(err) => return Err(err),
+            };
+            pages += 1;
+            let full = page.len() >= CATCH_UP_PAGE;
+            page.sort_by_key(|msg| msg.id);
+            let floor = after;
+            for mut msg in page.into_iter().filter(|msg| msg.id > floor) {
+                after = msg.id;
+                // REST messages carry no guild id; the gateway's did.
+                msg.guild_id = msg.guild_id.or(active.guild_id);
+                msg.channel_id = channel;
+                if matches!(self.on_message(&msg).await, Handled::Submitted(_)) {
+                    handled += 1;
+                }
+            }
+            if !full || shutdown.is_cancelled() {
+                break;
+            }
+        }
+        Ok(handled)
+    }
+
     fn opened_threads(&self) -> std::sync::MutexGuard<'_, RecentChannels> {
         // A poisoned lock only means another task panicked mid-insert; the
         // set is still usable.
@@ -185,6 +335,10 @@ impl InboundHandler {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+fn ids_channel(chat: &ChatId) -> Option<ChannelId> {
+    crate::ids::channel_id(chat.as_str())
 }
 
 /// A thread name from the first line of the message, within Discord's limit.

@@ -1,30 +1,41 @@
 //! Switchboard's Discord adapter: DMs, server channels and threads, on
-//! serenity 0.12.
+//! serenity 0.12's REST client and models, with `twilight-gateway` for the
+//! gateway connection.
 //!
 //! - [`settings`]: the `[discord]` configuration section.
 //! - [`normalise`]: a Discord message → the contract's `InboundMessage`
 //!   (mention gating, mention stripping, threads as chats).
 //! - [`inbound`]: the gateway's message handler, which only normalises and
 //!   submits to the core's `InboundSink`.
+//! - `active`: the channels the bot is active in and the last message seen
+//!   in each, for catching up after a lost gateway session.
 //! - [`sender`]: the `PlatformSender` (2,000-character chunks, idempotent
-//!   nonces, typing indicator, 429 handling).
-//! - [`gateway`]: running serenity's client until shutdown; close code 4014
-//!   is reported with its fix.
+//!   nonces, typing indicator).
+//! - `rest`: the REST calls of the sender and the handler, with Discord's
+//!   `retry_after` honoured per route and channel.
+//! - [`gateway`]: the gateway worker (shards, their shared identify queue,
+//!   shutdown within a deadline); `session`: one shard on twilight-gateway
+//!   (reconnect backoff, silence watchdog, catch-up after a new session);
+//!   close code 4014 is reported with its fix.
 //! - [`adapter`]: wiring it together from settings.
 
+mod active;
 pub mod adapter;
 pub mod error;
 pub mod gateway;
 mod ids;
 pub mod inbound;
 pub mod normalise;
+mod rest;
 pub mod sender;
+mod session;
 pub mod settings;
 
 pub use adapter::DiscordAdapter;
 pub use error::DiscordError;
-pub use gateway::{DiscordGateway, intents, invite_permissions};
+pub use gateway::{DiscordGateway, SHUTDOWN_DEADLINE, intents, invite_permissions};
 pub use inbound::{Handled, InboundHandler};
 pub use normalise::{NormaliseError, Normalised, PLATFORM, Skip, normalise};
+pub use rest::Rest;
 pub use sender::DiscordSender;
 pub use settings::DiscordSettings;

@@ -10,17 +10,19 @@
 //! message it already created instead of posting it again. Discord only
 //! remembers nonces for a few minutes; a retry after that may duplicate.
 //!
-//! With serenity's rate limiter on (production), a 429 is waited out inside
-//! serenity. With it off (`api_proxy` set), a 429 becomes
-//! [`SendError::RetryAfter`]; serenity drops the response body, so the delay
-//! is [`FALLBACK_RETRY_AFTER`] rather than Discord's `retry_after`.
+//! A 429 is read in full by [`Rest`]: a wait of at most
+//! [`INLINE_RETRY_LIMIT`] is slept here and the chunk sent once more; a
+//! longer one (or a second 429) goes back to the core as
+//! [`SendError::RetryAfter`] with Discord's `retry_after`, and until it has
+//! passed no request is made to that channel (a retry that comes early gets
+//! `RetryAfter` with the time left). The typing indicator is skipped while
+//! its route is rate limited.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serenity::builder::{CreateAllowedMentions, CreateMessage};
-use serenity::http::{Http, HttpError};
+use serenity::http::{LightMethod, Request, Route};
 use serenity::model::channel::{MessageReference, MessageReferenceKind, Nonce};
 use serenity::model::id::{ChannelId, MessageId};
 use switchboard_contract::{
@@ -28,6 +30,7 @@ use switchboard_contract::{
 };
 
 use crate::ids;
+use crate::rest::{Bucket, Rest, RestError};
 
 /// Discord's limit on one message's content, in characters.
 pub const MESSAGE_LIMIT: usize = 2000;
@@ -38,21 +41,23 @@ pub const NONCE_LIMIT: usize = 25;
 /// How often the typing indicator is repeated; Discord shows it for 10 s.
 pub const TYPING_INTERVAL: Duration = Duration::from_secs(8);
 
-/// The delay reported for a 429 that serenity hands back without its body.
-pub const FALLBACK_RETRY_AFTER: Duration = Duration::from_secs(1);
+pub use crate::rest::FALLBACK_RETRY_AFTER;
+
+/// The longest rate-limit wait slept inside [`DiscordSender::send`]; a
+/// longer one is handed back to the core as [`SendError::RetryAfter`].
+pub const INLINE_RETRY_LIMIT: Duration = Duration::from_secs(2);
 
 /// Sends replies and typing indicators through Discord's REST API.
 #[derive(Debug, Clone)]
 pub struct DiscordSender {
-    http: Arc<Http>,
+    rest: Rest,
 }
 
 impl DiscordSender {
-    /// A sender over `http` (built by [`crate::DiscordAdapter`], or by a test
-    /// with `HttpBuilder::proxy`).
+    /// A sender over `rest` (built by [`crate::DiscordAdapter`]).
     #[must_use]
-    pub fn new(http: Arc<Http>) -> Self {
-        Self { http }
+    pub fn new(rest: Rest) -> Self {
+        Self { rest }
     }
 
     async fn send_chunk(
@@ -78,11 +83,31 @@ impl DiscordSender {
                     .fail_if_not_exists(false),
             );
         }
-        let sent = channel
-            .send_message(self.http.as_ref(), builder)
-            .await
-            .map_err(send_error)?;
-        Ok(sent.id)
+        let body = serde_json::to_vec(&builder)
+            .map_err(|err| SendError::Permanent(format!("invalid message: {err}")))?;
+        let mut waited = false;
+        loop {
+            let request = Request::new(
+                Route::ChannelMessages {
+                    channel_id: channel,
+                },
+                LightMethod::Post,
+            )
+            .body(Some(body.clone()));
+            match self
+                .rest
+                .call::<Created>(Bucket::CreateMessage, channel, request)
+                .await
+            {
+                Ok(created) => return Ok(created.id),
+                Err(RestError::RateLimited(wait)) if !waited && wait <= INLINE_RETRY_LIMIT => {
+                    tracing::debug!(?wait, "rate limited; waiting before sending again");
+                    waited = true;
+                    tokio::time::sleep(wait).await;
+                }
+                Err(err) => return Err(send_error(err)),
+            }
+        }
     }
 }
 
@@ -120,8 +145,14 @@ impl PlatformSender for DiscordSender {
             tracing::debug!(chat = %chat.chat, "typing skipped: not a channel id");
             return;
         };
-        if let Err(err) = self.http.broadcast_typing(channel).await {
-            tracing::debug!(chat = %chat.chat, error = %send_error(err), "typing indicator failed");
+        let request = Request::new(
+            Route::ChannelTyping {
+                channel_id: channel,
+            },
+            LightMethod::Post,
+        );
+        if let Err(err) = self.rest.call_empty(Bucket::Typing, channel, request).await {
+            tracing::debug!(chat = %chat.chat, error = %err, "typing indicator not shown");
         }
     }
 
@@ -159,40 +190,23 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Maps a serenity error to the contract's retry classes. Messages hold
+/// The part of a created message the sender needs.
+#[derive(serde::Deserialize)]
+struct Created {
+    id: MessageId,
+}
+
+/// Maps a REST failure to the contract's retry classes. Messages hold
 /// status codes and Discord's error text, never the token or the content.
-fn send_error(err: serenity::Error) -> SendError {
+fn send_error(err: RestError) -> SendError {
     match err {
-        serenity::Error::Http(HttpError::UnsuccessfulRequest(response)) => {
-            let status = response.status_code;
-            let detail = format!(
-                "Discord answered HTTP {} (code {}: {})",
-                status.as_u16(),
-                response.error.code,
-                response.error.message
-            );
-            if status.as_u16() == 429 {
-                SendError::RetryAfter(FALLBACK_RETRY_AFTER)
-            } else if status.is_server_error() || status.as_u16() == 408 {
-                SendError::Transient(detail)
-            } else {
-                SendError::Permanent(detail)
-            }
-        }
-        serenity::Error::Http(HttpError::Request(request)) => {
-            let what = if request.is_timeout() {
-                "timed out"
-            } else if request.is_connect() {
-                "could not connect"
-            } else {
-                "failed"
-            };
-            SendError::Transient(format!("request to Discord {what}"))
-        }
-        serenity::Error::Model(model) => SendError::Permanent(format!("invalid message: {model}")),
-        // The message may have been created before decoding failed; a retry
-        // carries the same nonce, so Discord will not post it twice.
-        other => SendError::Transient(format!("Discord request failed: {other}")),
+        RestError::RateLimited(wait) => SendError::RetryAfter(wait),
+        // The message may have been created before reading the answer
+        // failed; a retry carries the same nonce, so Discord will not post
+        // it twice.
+        RestError::Invalid(_) => SendError::Transient(err.to_string()),
+        err if err.is_transient() => SendError::Transient(err.to_string()),
+        err => SendError::Permanent(err.to_string()),
     }
 }
 

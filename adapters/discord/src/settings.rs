@@ -27,8 +27,8 @@ pub struct DiscordSettings {
     pub token_env: String,
     /// Base URL that replaces `https://discord.com` for REST calls, e.g.
     /// `http://127.0.0.1:3000` for a fake server in tests or an HTTP proxy
-    /// that does its own rate limiting. When set, serenity's in-process
-    /// rate limiter is disabled and a 429 reaches the caller as
+    /// that does its own rate limiting. Either way a 429's `retry_after` is
+    /// honoured: a short one is waited out, a long one reaches the core as
     /// [`SendError::RetryAfter`](switchboard_contract::SendError::RetryAfter).
     pub api_proxy: Option<String>,
     /// Server channel (or thread) ids where the bot answers every message,

@@ -1,30 +1,75 @@
-//! A fake Discord REST API on 127.0.0.1:0: records every request, creates
-//! messages (honouring `enforce_nonce` as Discord does), fails requests on
-//! demand, and says which bot a token belongs to (`GET /users/@me`: the
-//! bot [`BOT_USER_ID`] for any token but [`REJECTED_TOKEN`]).
+//! A fake Discord on 127.0.0.1:0. The REST API records every request (with
+//! the time it arrived), creates messages (honouring `enforce_nonce` as
+//! Discord does), fails requests on demand (a 429 with a chosen
+//! `retry_after`), keeps each channel's history for
+//! `GET /channels/{id}/messages?after=`, and says which bot a token belongs
+//! to (`GET /users/@me`: the bot [`BOT_USER_ID`] for any token but
+//! [`REJECTED_TOKEN`]). The gateway (`GET /gateway/bot` names it) speaks
+//! enough of Discord's protocol for the adapter: HELLO, IDENTIFY → READY,
+//! RESUME → RESUMED or Invalid Session, heartbeat ACKs, MESSAGE_CREATE for
+//! what a user sends; on demand it goes down (connections dropped, new ones
+//! refused), refuses RESUME, or sends a close frame with a chosen status code
+//! or none.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message as Frame;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 
 /// The user id of the bot every accepted token belongs to.
 pub const BOT_USER_ID: u64 = 400_000_000_000_000_001;
 /// The one token the fake answers 401 Unauthorized.
 pub const REJECTED_TOKEN: &str = "rejected-token";
 
+/// The user who writes to the bot in gateway tests.
+pub const USER_ID: u64 = 800_000_000_000_000_001;
+
 /// One request the fake received.
 #[derive(Debug, Clone)]
 pub struct Recorded {
     pub path: String,
     pub body: Value,
+    /// When it arrived.
+    pub at: Instant,
+}
+
+/// What the gateway tells its live connection to do.
+#[derive(Debug)]
+enum Command {
+    /// Send a dispatch.
+    Dispatch(&'static str, Value),
+    /// Send a close frame with this status code, or without one.
+    Close(Option<u16>),
+    /// Drop the TCP connection without a close frame.
+    Drop,
+}
+
+#[derive(Default)]
+struct Gateway {
+    /// Opcodes received from clients, in order.
+    ops: Vec<u64>,
+    /// Close codes received from clients (`None`: no status code).
+    closes: Vec<Option<u16>>,
+    /// The identified connection, if any.
+    live: Option<mpsc::UnboundedSender<Command>>,
+    /// Connections are dropped at once.
+    down: bool,
+    /// RESUME is answered with Invalid Session (not resumable).
+    refuse_resume: bool,
+    seq: u64,
+    sessions: u64,
 }
 
 /// A message the fake created (what a user would see).
@@ -42,9 +87,14 @@ struct Inner {
     created: Vec<Created>,
     /// (channel, nonce) → index into `created`.
     nonces: HashMap<(String, String), usize>,
-    /// Statuses to answer the next message creations with, before succeeding.
-    failures: VecDeque<(usize, StatusCode)>,
+    /// Statuses (and a 429's `retry_after`) to answer the nth message
+    /// creations with, before succeeding.
+    failures: VecDeque<(usize, StatusCode, f64)>,
     next_id: u64,
+    /// Messages users sent, by channel.
+    history: HashMap<String, Vec<Value>>,
+    gateway: Gateway,
+    gateway_url: String,
 }
 
 #[derive(Clone, Default)]
@@ -54,11 +104,13 @@ pub struct FakeDiscord {
     addr: SocketAddr,
     shared: Shared,
     server: tokio::task::JoinHandle<()>,
+    gateway: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for FakeDiscord {
     fn drop(&mut self) {
         self.server.abort();
+        self.gateway.abort();
     }
 }
 
@@ -76,11 +128,106 @@ impl FakeDiscord {
                 .await
                 .expect("fake Discord serves");
         });
+        let gateway_listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind fake gateway");
+        let gateway_addr = gateway_listener.local_addr().expect("local addr");
+        shared.lock().gateway_url = format!("ws://{gateway_addr}");
+        let gateway = tokio::spawn(serve_gateway(gateway_listener, shared.clone()));
         Self {
             addr,
             shared,
             server,
+            gateway,
         }
+    }
+
+    /// A user sends `text` in the DM channel `channel`: it joins the
+    /// channel's history and, when a client is connected, is dispatched as
+    /// MESSAGE_CREATE. Returns the message id.
+    pub fn user_sends_dm(&self, channel: u64, text: &str) -> u64 {
+        let mut inner = self.shared.lock();
+        let id = inner.next_id;
+        inner.next_id += 1;
+        let message = user_message_json(id, channel, text);
+        inner
+            .history
+            .entry(channel.to_string())
+            .or_default()
+            .push(message.clone());
+        if let Some(live) = &inner.gateway.live {
+            let _ = live.send(Command::Dispatch("MESSAGE_CREATE", message));
+        }
+        id
+    }
+
+    /// The gateway goes down: the live connection is dropped without a
+    /// close frame and new ones are dropped at once, until [`Self::up`].
+    pub fn down(&self) {
+        let mut inner = self.shared.lock();
+        inner.gateway.down = true;
+        if let Some(live) = inner.gateway.live.take() {
+            let _ = live.send(Command::Drop);
+        }
+    }
+
+    /// The gateway accepts connections again.
+    pub fn up(&self) {
+        self.shared.lock().gateway.down = false;
+    }
+
+    /// Answer every RESUME with Invalid Session (not resumable).
+    pub fn refuse_resume(&self) {
+        self.shared.lock().gateway.refuse_resume = true;
+    }
+
+    /// Send the live connection a close frame without a status code.
+    pub fn close_without_status(&self) {
+        self.close(None);
+    }
+
+    /// Send the live connection a close frame with status `code`.
+    pub fn close_with(&self, code: u16) {
+        self.close(Some(code));
+    }
+
+    fn close(&self, code: Option<u16>) {
+        let mut inner = self.shared.lock();
+        if let Some(live) = inner.gateway.live.take() {
+            let _ = live.send(Command::Close(code));
+        }
+    }
+
+    /// Whether a client is identified (or resumed) on the gateway.
+    pub fn connected(&self) -> bool {
+        self.shared.lock().gateway.live.is_some()
+    }
+
+    /// The opcodes clients sent, in order (2 IDENTIFY, 6 RESUME; heartbeats
+    /// left out).
+    pub fn gateway_ops(&self) -> Vec<u64> {
+        self.shared
+            .lock()
+            .gateway
+            .ops
+            .iter()
+            .copied()
+            .filter(|op| *op != 1)
+            .collect()
+    }
+
+    /// The close codes of the close frames clients sent.
+    pub fn client_closes(&self) -> Vec<Option<u16>> {
+        self.shared.lock().gateway.closes.clone()
+    }
+
+    /// The `nth` message-creation request from now on is answered 429 with
+    /// `retry_after` seconds (in the body and the `Retry-After` header).
+    pub fn rate_limit_creation(&self, nth: usize, retry_after: f64) {
+        self.shared
+            .lock()
+            .failures
+            .push_back((nth, StatusCode::TOO_MANY_REQUESTS, retry_after));
     }
 
     /// The base URL to pass as `api_proxy`.
@@ -91,7 +238,7 @@ impl FakeDiscord {
     /// The `nth` message-creation request from now on (0-based, counting
     /// every attempt) is answered with `status` instead of a message.
     pub fn fail_creation(&self, nth: usize, status: StatusCode) {
-        self.shared.lock().failures.push_back((nth, status));
+        self.shared.lock().failures.push_back((nth, status, 1.0));
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -124,11 +271,63 @@ fn router(shared: Shared) -> Router {
         )
         .route("/api/v10/channels/{channel_id}/typing", post(typing))
         .route("/api/v10/users/@me", get(current_user))
+        .route("/api/v10/gateway/bot", get(bot_gateway))
+        .route(
+            "/api/v10/channels/{channel_id}/messages",
+            get(channel_history),
+        )
         .route(
             "/api/v10/channels/{channel_id}/messages/{message_id}/threads",
             post(create_thread),
         )
         .with_state(shared)
+}
+
+async fn bot_gateway(State(shared): State<Shared>) -> Json<Value> {
+    let url = shared.lock().gateway_url.clone();
+    Json(json!({
+        "url": url,
+        "shards": 1,
+        "session_start_limit": {
+            "total": 1000,
+            "remaining": 1000,
+            "reset_after": 0,
+            "max_concurrency": 1
+        }
+    }))
+}
+
+async fn channel_history(
+    State(shared): State<Shared>,
+    Path(channel_id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Json<Value> {
+    let mut inner = shared.lock();
+    inner.requests.push(Recorded {
+        path: format!("/api/v10/channels/{channel_id}/messages?after"),
+        body: json!(query),
+        at: Instant::now(),
+    });
+    let after: u64 = query.get("after").and_then(|a| a.parse().ok()).unwrap_or(0);
+    let limit: usize = query
+        .get("limit")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(50);
+    let mut found: Vec<Value> = inner
+        .history
+        .get(&channel_id)
+        .map(|messages| {
+            messages
+                .iter()
+                .filter(|m| m["id"].as_str().and_then(|id| id.parse::<u64>().ok()) > Some(after))
+                .take(limit)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    // Discord lists newest first; REST messages carry no guild_id.
+    found.reverse();
+    Json(Value::Array(found))
 }
 
 async fn current_user(headers: HeaderMap) -> Response {
@@ -165,10 +364,15 @@ async fn create_message(
     inner.requests.push(Recorded {
         path: format!("/api/v10/channels/{channel_id}/messages"),
         body: body.clone(),
+        at: Instant::now(),
     });
-    if let Some(pos) = inner.failures.iter().position(|(nth, _)| *nth == attempt) {
-        let (_, status) = inner.failures.remove(pos).expect("position is valid");
-        return failure(status);
+    if let Some(pos) = inner
+        .failures
+        .iter()
+        .position(|(nth, _, _)| *nth == attempt)
+    {
+        let (_, status, retry_after) = inner.failures.remove(pos).expect("position is valid");
+        return failure(status, retry_after);
     }
     let nonce = body["nonce"].as_str().map(str::to_owned);
     let enforced = body["enforce_nonce"].as_bool() == Some(true);
@@ -199,6 +403,7 @@ async fn typing(State(shared): State<Shared>, Path(channel_id): Path<String>) ->
     shared.lock().requests.push(Recorded {
         path: format!("/api/v10/channels/{channel_id}/typing"),
         body: Value::Null,
+        at: Instant::now(),
     });
     StatusCode::NO_CONTENT
 }
@@ -211,6 +416,7 @@ async fn create_thread(
     shared.lock().requests.push(Recorded {
         path: format!("/api/v10/channels/{channel_id}/messages/{message_id}/threads"),
         body: body.clone(),
+        at: Instant::now(),
     });
     // Discord gives a thread started from a message the message's id.
     Json(json!({
@@ -234,16 +440,17 @@ async fn create_thread(
     }))
 }
 
-fn failure(status: StatusCode) -> Response {
+fn failure(status: StatusCode, retry_after: f64) -> Response {
     let body = if status == StatusCode::TOO_MANY_REQUESTS {
-        json!({"message": "You are being rate limited.", "retry_after": 0.25, "global": false})
+        json!({"message": "You are being rate limited.", "retry_after": retry_after, "global": false})
     } else {
         json!({"message": "failure on purpose", "code": 0})
     };
     let mut response = (status, Json(body)).into_response();
     if status == StatusCode::TOO_MANY_REQUESTS {
         let headers = response.headers_mut();
-        headers.insert("retry-after", "1".parse().expect("header"));
+        let whole = retry_after.ceil().to_string();
+        headers.insert("retry-after", whole.parse().expect("header"));
         headers.insert("x-ratelimit-scope", "user".parse().expect("header"));
     }
     response
@@ -276,4 +483,147 @@ fn message_json(created: &Created) -> Value {
         "flags": 0,
         "components": []
     })
+}
+
+/// A DM from [`USER_ID`] as Discord sends it (no guild id).
+fn user_message_json(id: u64, channel: u64, text: &str) -> Value {
+    json!({
+        "id": id.to_string(),
+        "type": 0,
+        "channel_id": channel.to_string(),
+        "content": text,
+        "author": {
+            "id": USER_ID.to_string(),
+            "username": "alice",
+            "discriminator": "0",
+            "global_name": "Alice",
+            "avatar": null
+        },
+        "timestamp": "2025-05-01T10:00:00.000000+00:00",
+        "edited_timestamp": null,
+        "tts": false,
+        "mention_everyone": false,
+        "mentions": [],
+        "mention_roles": [],
+        "attachments": [],
+        "embeds": [],
+        "pinned": false,
+        "flags": 0,
+        "components": []
+    })
+}
+
+async fn serve_gateway(listener: tokio::net::TcpListener, shared: Shared) {
+    while let Ok((stream, _)) = listener.accept().await {
+        if shared.lock().gateway.down {
+            drop(stream);
+            continue;
+        }
+        tokio::spawn(gateway_connection(stream, shared.clone()));
+    }
+}
+
+/// One client connection: HELLO, then answers and commands until it ends.
+async fn gateway_connection(stream: tokio::net::TcpStream, shared: Shared) {
+    let Ok(mut socket) = tokio_tungstenite::accept_async(stream).await else {
+        return;
+    };
+    let (commands, mut inbox) = mpsc::unbounded_channel();
+    let hello = json!({"op": 10, "d": {"heartbeat_interval": 45_000}});
+    if socket.send(Frame::Text(hello.to_string())).await.is_err() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            command = inbox.recv() => match command {
+                Some(Command::Dispatch(t, d)) => {
+                    let seq = {
+                        let mut inner = shared.lock();
+                        inner.gateway.seq += 1;
+                        inner.gateway.seq
+                    };
+                    let frame = json!({"op": 0, "t": t, "s": seq, "d": d});
+                    if socket.send(Frame::Text(frame.to_string())).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Command::Close(code)) => {
+                    let frame = code.map(|code| CloseFrame {
+                        code: code.into(),
+                        reason: "".into(),
+                    });
+                    let _ = socket.send(Frame::Close(frame)).await;
+                    // Read the client's answer until the stream ends.
+                    while let Some(Ok(frame)) = socket.next().await {
+                        record_close(&shared, &frame);
+                    }
+                    return;
+                }
+                Some(Command::Drop) | None => return,
+            },
+            frame = socket.next() => {
+                let Some(Ok(frame)) = frame else { return };
+                record_close(&shared, &frame);
+                let Frame::Text(text) = frame else { continue };
+                let Ok(payload) = serde_json::from_str::<Value>(&text) else { continue };
+                let op = payload["op"].as_u64().unwrap_or(u64::MAX);
+                let reply = answer(&shared, op, &commands);
+                if let Some(reply) = reply
+                    && socket.send(Frame::Text(reply.to_string())).await.is_err()
+                {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn record_close(shared: &Shared, frame: &Frame) {
+    if let Frame::Close(close) = frame {
+        let code = close.as_ref().map(|c| u16::from(c.code));
+        shared.lock().gateway.closes.push(code);
+    }
+}
+
+/// The gateway's answer to an opcode from the client.
+fn answer(shared: &Shared, op: u64, commands: &mpsc::UnboundedSender<Command>) -> Option<Value> {
+    let mut inner = shared.lock();
+    let gateway = &mut inner.gateway;
+    gateway.ops.push(op);
+    match op {
+        1 => Some(json!({"op": 11})),
+        2 => {
+            gateway.sessions += 1;
+            gateway.seq += 1;
+            gateway.live = Some(commands.clone());
+            let url = inner.gateway_url.clone();
+            let session = inner.gateway.sessions;
+            let seq = inner.gateway.seq;
+            Some(json!({
+                "op": 0, "t": "READY", "s": seq,
+                "d": {
+                    "v": 10,
+                    "user": {
+                        "id": BOT_USER_ID.to_string(),
+                        "username": "switchboard",
+                        "discriminator": "0",
+                        "global_name": null,
+                        "avatar": null,
+                        "bot": true
+                    },
+                    "guilds": [],
+                    "session_id": format!("session-{session}"),
+                    "resume_gateway_url": url,
+                    "application": {"id": "900000000000000002", "flags": 0}
+                }
+            }))
+        }
+        6 if gateway.refuse_resume => Some(json!({"op": 9, "d": false})),
+        6 => {
+            gateway.seq += 1;
+            gateway.live = Some(commands.clone());
+            Some(json!({"op": 0, "t": "RESUMED", "s": gateway.seq, "d": {}}))
+        }
+        _ => None,
+    }
 }

@@ -138,11 +138,10 @@ async fn a_message_before_ready_is_not_submitted() {
     let app = TestAdapter::start().await;
     let fresh = switchboard_discord::InboundHandler::new(
         app.sink.clone(),
-        serenity::http::HttpBuilder::new("test-token")
-            .proxy(app.fake.url())
-            .ratelimiter_disabled(true)
-            .build()
-            .into(),
+        switchboard_discord::Rest::new(
+            &secrecy::SecretString::from("test-token"),
+            Some(&app.fake.url()),
+        ),
         &DiscordSettings::default(),
     )
     .expect("handler builds");

@@ -1,5 +1,7 @@
 //! Outbound: replies over real HTTP to the fake Discord REST API.
 
+use std::time::Duration;
+
 use axum::http::StatusCode;
 use switchboard_contract::{LengthUnit, PlatformSender, SendError};
 
@@ -135,13 +137,13 @@ async fn every_send_carries_a_stable_enforced_nonce_across_a_retry() {
 }
 
 #[tokio::test]
-async fn a_429_then_success_delivers_every_chunk_once() {
+async fn a_short_429_is_waited_out_and_every_chunk_is_delivered_once() {
     let app = TestAdapter::start().await;
     app.handler.on_message(&fixture("dm")).await;
     let inbound = app.sink.submitted().remove(0);
     let text = format!("{}\n\n{}", "a".repeat(1500), "b".repeat(1500));
-    // The first chunk goes through; the second is rate limited.
-    app.fake.fail_creation(1, StatusCode::TOO_MANY_REQUESTS);
+    // The first chunk goes through; the second is rate limited for 0.25 s.
+    app.fake.rate_limit_creation(1, 0.25);
 
     let (receipt, delivery) = send_with_retries(
         app.sender.as_ref(),
@@ -150,23 +152,59 @@ async fn a_429_then_success_delivers_every_chunk_once() {
     .await;
 
     let receipt = receipt.expect("delivered");
-    assert_eq!(delivery.rate_limited(), 1);
-    assert_eq!(delivery.attempts, 2);
-    let created = app.fake.created();
     assert_eq!(
-        created.len(),
-        2,
-        "the resent first chunk is not shown twice"
+        delivery.attempts, 1,
+        "a short wait stays inside the adapter"
     );
+    let created = app.fake.created();
+    assert_eq!(created.len(), 2);
     let ids: Vec<String> = created.iter().map(|m| m.id.to_string()).collect();
     assert_eq!(receipt.message_ids, ids);
-    let nonces: Vec<_> = app
-        .fake
-        .message_requests()
-        .iter()
-        .map(|r| r.body["nonce"].clone())
-        .collect();
-    assert_eq!(nonces, ["sb-4.0", "sb-4.1", "sb-4.0", "sb-4.1"]);
+    let requests = app.fake.message_requests();
+    let nonces: Vec<_> = requests.iter().map(|r| r.body["nonce"].clone()).collect();
+    assert_eq!(nonces, ["sb-4.0", "sb-4.1", "sb-4.1"]);
+    assert!(
+        requests[2].at - requests[1].at >= Duration::from_secs(1),
+        "Retry-After (rounded up to 1 s) was honoured"
+    );
+}
+
+#[tokio::test]
+async fn a_long_429_goes_back_to_the_core_and_discord_is_not_asked_before_it_ends() {
+    let app = TestAdapter::start().await;
+    app.handler.on_message(&fixture("dm")).await;
+    let inbound = app.sink.submitted().remove(0);
+    let reply = TestAdapter::reply_to(&inbound, 8, "hi");
+    app.fake.rate_limit_creation(0, 6.0);
+
+    let first = app.sender.send(&reply).await;
+    let Err(SendError::RetryAfter(wait)) = first else {
+        panic!("a long rate limit is handed back: {first:?}");
+    };
+    assert!(wait >= Duration::from_secs(6), "{wait:?}");
+
+    // A retry that comes early is answered without asking Discord.
+    let early = app.sender.send(&reply).await;
+    let Err(SendError::RetryAfter(left)) = early else {
+        panic!("still rate limited: {early:?}");
+    };
+    assert!(left <= wait && !left.is_zero(), "{left:?}");
+    assert_eq!(app.fake.message_requests().len(), 1);
+
+    // The core waits what it was told, then retries.
+    tokio::time::sleep(left).await;
+    let receipt = app.sender.send(&reply).await.expect("delivered");
+
+    let requests = app.fake.message_requests();
+    assert_eq!(requests.len(), 2);
+    assert!(
+        requests[1].at - requests[0].at >= Duration::from_secs(6),
+        "the retry came {:?} after the 429",
+        requests[1].at - requests[0].at
+    );
+    let created = app.fake.created();
+    assert_eq!(created.len(), 1, "the reply arrives once");
+    assert_eq!(receipt.message_ids, [created[0].id.to_string()]);
 }
 
 #[tokio::test]

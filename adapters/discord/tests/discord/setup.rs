@@ -59,7 +59,7 @@ fn an_empty_token_is_rejected_by_name() {
 
 #[tokio::test]
 async fn the_gateway_worker_returns_on_shutdown() {
-    // The fake serves no /gateway/bot, so the client never dials a websocket.
+    // Stopped at once: before or while it asks for the gateway URL.
     let fake = crate::fake_discord::FakeDiscord::start().await;
     let settings = DiscordSettings {
         api_proxy: Some(fake.url()),

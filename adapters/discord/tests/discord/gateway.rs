@@ -1,0 +1,173 @@
+//! The gateway connection against the fake gateway: a message sent while
+//! the connection was down and RESUME was refused is fetched and handled; a
+//! close frame without a status code leads to a reconnect; a fatal close code
+//! stops the worker with its error; stopping returns within the shutdown
+//! deadline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use secrecy::SecretString;
+use switchboard_contract::InboundSink;
+use switchboard_discord::{DiscordAdapter, DiscordError, DiscordSettings, SHUTDOWN_DEADLINE};
+use switchboard_test_support::eventually;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::fake_discord::FakeDiscord;
+use crate::support::RecordingSink;
+
+/// The DM channel the user writes in.
+const DM: u64 = 500_000_000_000_000_077;
+
+/// The adapter's gateway worker, running against a fake Discord.
+struct Running {
+    fake: FakeDiscord,
+    sink: Arc<RecordingSink>,
+    shutdown: CancellationToken,
+    worker: JoinHandle<Result<(), DiscordError>>,
+}
+
+impl Running {
+    async fn start() -> Self {
+        let fake = FakeDiscord::start().await;
+        let sink = Arc::new(RecordingSink::default());
+        let settings = DiscordSettings {
+            api_proxy: Some(fake.url()),
+            ..DiscordSettings::default()
+        };
+        let adapter = DiscordAdapter::new(
+            SecretString::from("test-token.not-real"),
+            &settings,
+            Arc::clone(&sink) as Arc<dyn InboundSink>,
+        )
+        .expect("adapter builds");
+        let shutdown = CancellationToken::new();
+        let worker = tokio::spawn(adapter.gateway.run(shutdown.clone()));
+        eventually("the adapter identifies", || async { fake.connected() }).await;
+        Self {
+            fake,
+            sink,
+            shutdown,
+            worker,
+        }
+    }
+
+    /// Whether the core was handed the message `text`.
+    fn submitted(&self, text: &str) -> bool {
+        self.sink.submitted().iter().any(|m| m.text == text)
+    }
+
+    /// Stops the worker, failing the test unless it returns within the
+    /// shutdown deadline (plus slack for a loaded machine).
+    async fn stop(self) {
+        self.shutdown.cancel();
+        let ended = tokio::time::timeout(SHUTDOWN_DEADLINE + Duration::from_secs(2), self.worker)
+            .await
+            .expect("the adapter stops within its deadline")
+            .expect("the worker does not panic");
+        assert!(ended.is_ok(), "{ended:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_dm_sent_while_the_gateway_was_down_is_fetched_after_resume_is_refused() {
+    let app = Running::start().await;
+    app.fake.user_sends_dm(DM, "before the outage");
+    eventually("the first DM reaches the core", || async {
+        app.submitted("before the outage")
+    })
+    .await;
+
+    app.fake.down();
+    app.fake.refuse_resume();
+    app.fake.user_sends_dm(DM, "during the outage");
+    app.fake.up();
+
+    eventually("the missed DM reaches the core", || async {
+        app.submitted("during the outage")
+    })
+    .await;
+    let ops = app.fake.gateway_ops();
+    assert_eq!(ops, [2, 6, 2], "IDENTIFY, a refused RESUME, IDENTIFY again");
+    let fetched: Vec<_> = app
+        .fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("messages?after"))
+        .collect();
+    assert!(!fetched.is_empty(), "the DM channel's history was fetched");
+    assert_eq!(
+        app.sink
+            .submitted()
+            .iter()
+            .filter(|m| m.text == "during the outage")
+            .count(),
+        1
+    );
+
+    // Messages after the new session arrive over the gateway as usual.
+    app.fake.user_sends_dm(DM, "after the outage");
+    eventually("a DM after the outage reaches the core", || async {
+        app.submitted("after the outage")
+    })
+    .await;
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_close_frame_without_a_status_code_leads_to_a_reconnect() {
+    let app = Running::start().await;
+    app.fake.user_sends_dm(DM, "first");
+    eventually("the first DM reaches the core", || async {
+        app.submitted("first")
+    })
+    .await;
+
+    app.fake.close_without_status();
+    eventually("the adapter resumes", || async {
+        app.fake.connected() && app.fake.gateway_ops() == [2, 6]
+    })
+    .await;
+    app.fake.user_sends_dm(DM, "second");
+    eventually("a DM after the close reaches the core", || async {
+        app.submitted("second")
+    })
+    .await;
+
+    // The adapter's answer (an echo of the empty close, as RFC 6455 asks)
+    // must not be one that ends the session: that is 1000 or 1001.
+    let closes = app.fake.client_closes();
+    app.stop().await;
+    assert!(
+        closes.iter().all(|code| !matches!(code, Some(1000 | 1001))),
+        "the adapter keeps its session when answering: {closes:?}"
+    );
+}
+
+#[tokio::test]
+async fn stopping_while_the_gateway_is_down_returns_within_the_deadline() {
+    let app = Running::start().await;
+    app.fake.down();
+    eventually("the connection is gone", || async { !app.fake.connected() }).await;
+
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_fatal_close_code_stops_the_worker_with_its_explanation() {
+    let app = Running::start().await;
+
+    app.fake.close_with(4014);
+
+    let ended = tokio::time::timeout(switchboard_test_support::wait::PATIENCE, app.worker)
+        .await
+        .expect("the worker stops by itself")
+        .expect("the worker does not panic");
+    let err = ended.expect_err("4014 is fatal");
+    assert!(
+        matches!(err, DiscordError::PrivilegedIntentDisabled),
+        "{err:?}"
+    );
+    assert_eq!(app.fake.gateway_ops(), [2], "no reconnect after 4014");
+}
