@@ -482,8 +482,8 @@ impl TestApp {
         session: Option<&str>,
         text: &str,
     ) -> (StatusCode, Option<String>, Value) {
+        // No `model`: the session's stands (a `/model` switch holds).
         let mut body = json!({
-            "model": "fake-model",
             "messages": [{"role": "user", "content": text}]
         });
         if let Some(user) = user {
