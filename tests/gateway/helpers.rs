@@ -741,7 +741,7 @@ impl ServeProcess {
     pub async fn say(&self, text: &str) -> String {
         let response = reqwest::Client::new()
             .post(format!("{}/v1/chat/completions", self.base))
-            .json(&json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]}))
+            .json(&json!({"messages": [{"role": "user", "content": text}]}))
             .send()
             .await
             .expect("sent");
