@@ -285,6 +285,7 @@ async fn turn(gateway: &Gateway, chat: &str, index: usize) -> Result<Duration, B
                 wait: true,
                 // Each benchmark chat is its own session.
                 own_chat: true,
+                model: None,
             },
         )
         .await

@@ -187,7 +187,7 @@ pub async fn run_server(
     let settings = &gateway.settings;
     let mut models = vec![settings.llm.model.clone()];
     models.extend(settings.llm.extra_models.iter().cloned());
-    let keys = settings.api.keys();
+    let keys = settings.api.keys().context("reading the API keys")?;
     if keys.is_empty() {
         tracing::warn!(
             env = settings.api.keys_env,
@@ -202,6 +202,7 @@ pub async fn run_server(
         reply_timeout: Duration::from_secs(settings.api.reply_timeout_secs),
         drain_deadline: gateway.drain_deadline.clone(),
         platforms: gateway.platform_status.clone(),
+        watches: Arc::default(),
     });
     let router = api::router(state, settings.api.max_body_bytes, settings.api.enabled)
         .merge(platform_routes);

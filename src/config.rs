@@ -382,10 +382,15 @@ impl Default for RunnerSettings {
 pub struct ApiSettings {
     /// Serve the OpenAI-compatible API.
     pub enabled: bool,
-    /// Name of the environment variable holding the accepted bearer keys
-    /// (comma-separated). Unset or empty: no key is required (keep `bind` on
+    /// Name of the environment variable holding accepted bearer keys
+    /// (comma-separated). Each acts only for the users and sessions it
+    /// created itself; they are told apart by position (`keys_env.1`, …).
+    /// With no key here nor in `keys`, no key is required (keep `bind` on
     /// loopback then).
     pub keys_env: String,
+    /// Named keys (`[api.keys.NAME]`): where each is read from and which
+    /// `user` values it may act for.
+    pub keys: std::collections::BTreeMap<String, NamedKeySettings>,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
     /// Longest a request waits for its turn's reply.
@@ -397,22 +402,114 @@ impl Default for ApiSettings {
         Self {
             enabled: true,
             keys_env: "SWITCHBOARD_API_KEYS".to_owned(),
+            keys: std::collections::BTreeMap::new(),
             max_body_bytes: 1024 * 1024,
             reply_timeout_secs: 600,
         }
     }
 }
 
+/// One named API key (`[api.keys.NAME]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedKeySettings {
+    /// The environment variable holding the key.
+    pub env: String,
+    /// The `user` values the key may act for, shared with every other key
+    /// that lists them. Absent: the key acts only for the users and
+    /// sessions it created itself.
+    #[serde(default)]
+    pub users: Option<Vec<String>>,
+}
+
+/// An accepted API key, read from the environment: its name (never the key
+/// itself) and the users it may act for.
+#[derive(Debug, Clone)]
+pub struct ApiKey {
+    /// `NAME` of `[api.keys.NAME]`, or `keys_env.N` for the N-th key of
+    /// `keys_env`.
+    pub name: String,
+    pub secret: SecretString,
+    /// The `user` values it may act for; `None`: only those it created.
+    pub users: Option<Vec<String>>,
+}
+
+/// Longest name of a named API key.
+const MAX_KEY_NAME: usize = 64;
+
 impl ApiSettings {
     /// The accepted keys, read from the environment.
-    pub fn keys(&self) -> Vec<SecretString> {
-        std::env::var(&self.keys_env)
+    ///
+    /// # Errors
+    /// A named key whose environment variable is unset or empty.
+    pub fn keys(&self) -> Result<Vec<ApiKey>, ConfigError> {
+        let mut keys: Vec<ApiKey> = std::env::var(&self.keys_env)
             .unwrap_or_default()
             .split(',')
             .map(str::trim)
             .filter(|key| !key.is_empty())
-            .map(|key| SecretString::from(key.to_owned()))
-            .collect()
+            .enumerate()
+            .map(|(index, key)| ApiKey {
+                name: format!("keys_env.{}", index + 1),
+                secret: SecretString::from(key.to_owned()),
+                users: None,
+            })
+            .collect();
+        for (name, named) in &self.keys {
+            let secret = std::env::var(&named.env).unwrap_or_default();
+            if secret.trim().is_empty() {
+                return Err(ConfigError::Invalid {
+                    key: "api.keys",
+                    reason: format!(
+                        "the environment variable `{}` of key `{name}` is unset or empty",
+                        named.env
+                    ),
+                });
+            }
+            keys.push(ApiKey {
+                name: name.clone(),
+                secret: SecretString::from(secret.trim().to_owned()),
+                users: named.users.clone(),
+            });
+        }
+        Ok(keys)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |reason: String| ConfigError::Invalid {
+            key: "api.keys",
+            reason,
+        };
+        for (name, named) in &self.keys {
+            let well_formed = !name.is_empty()
+                && name.len() <= MAX_KEY_NAME
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !well_formed {
+                return Err(invalid(format!(
+                    "key name `{name}` must be 1 to {MAX_KEY_NAME} letters, digits, `_` or `-`"
+                )));
+            }
+            if named.env.trim().is_empty() {
+                return Err(invalid(format!("key `{name}` needs `env`")));
+            }
+            if let Some(users) = &named.users {
+                if users.is_empty() {
+                    return Err(invalid(format!(
+                        "key `{name}`: `users` must not be empty (leave it out for a key \
+                         that acts only for the users it creates)"
+                    )));
+                }
+                if let Some(bad) = users
+                    .iter()
+                    .find(|user| user.trim().is_empty() || user.chars().any(char::is_control))
+                {
+                    return Err(invalid(format!("key `{name}`: invalid user `{bad}`")));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -529,7 +626,7 @@ impl Settings {
         if self.runner.max_concurrent_turns == 0 {
             return Err(invalid("runner.max_concurrent_turns", "must be at least 1"));
         }
-        Ok(())
+        self.api.validate()
     }
 
     pub fn bind_addr(&self) -> Result<SocketAddr, ConfigError> {
@@ -601,5 +698,31 @@ mod tests {
         settings.access.allowlist = vec!["telegram:42".to_owned(), "principal:x".to_owned()];
         let err = settings.validate().expect_err("invalid");
         assert!(err.to_string().contains("access.allowlist"));
+    }
+
+    #[test]
+    fn named_api_keys_parse_and_bad_ones_name_their_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        std::fs::write(
+            &path,
+            "[api.keys.web-app]\nenv = \"WEB_KEY\"\nusers = [\"alice\"]\n\
+             [api.keys.batch]\nenv = \"BATCH_KEY\"\n",
+        )
+        .expect("write");
+        let settings = Settings::load(Some(&path)).expect("loads");
+        let web = &settings.api.keys["web-app"];
+        assert_eq!(web.env, "WEB_KEY");
+        assert_eq!(web.users.as_deref(), Some(&["alice".to_owned()][..]));
+        assert_eq!(settings.api.keys["batch"].users, None);
+
+        for bad in [
+            "[api.keys.\"a b\"]\nenv = \"K\"\n",
+            "[api.keys.k]\nenv = \"K\"\nusers = []\n",
+        ] {
+            std::fs::write(&path, bad).expect("write");
+            let err = Settings::load(Some(&path)).expect_err(bad);
+            assert!(err.to_string().contains("api.keys"), "{err}");
+        }
     }
 }

@@ -97,6 +97,7 @@ where
                     session: pending_session.take().map(|id| id.to_string()),
                     wait: true,
                     own_chat: false,
+                    model: None,
                 },
             )
             .await

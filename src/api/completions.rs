@@ -6,6 +6,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use axum::Extension;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderMap, HeaderValue};
@@ -20,6 +21,8 @@ use switchboard_contract::{
 
 use tokio::sync::oneshot;
 
+use super::caller::Caller;
+use super::sessions::{reachable, with_session_header};
 use super::{ApiError, ApiState, SESSION_HEADER};
 use crate::session::local::LocalPlatform;
 use crate::session::runner::TurnReply;
@@ -41,24 +44,46 @@ pub struct ChatRequest {
 
 /// The handler: prepare the message, submit it, then answer the turn's
 /// reply as one JSON object or as a stream of chunks. Every failure is an
-/// [`ApiError`], which owns the text and status the client sees.
+/// [`ApiError`], which owns the text and status the client sees; one about
+/// a session the request named carries that `X-Session-Id`.
 pub async fn create(
     State(state): State<Arc<ApiState>>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
+    body: Result<Json<ChatRequest>, JsonRejection>,
+) -> Response {
+    let named = header_value(&headers, SESSION_HEADER);
+    let result = answer(&state, &caller, &headers, body).await;
+    match (result, named) {
+        (Ok(response), _) => response,
+        (Err(err), Ok(Some(named))) => with_session_header(Err::<Response, _>(err), &named),
+        (Err(err), _) => err.into_response(),
+    }
+}
+
+async fn answer(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    headers: &HeaderMap,
     body: Result<Json<ChatRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(request) = body?;
-    let (message, options) = prepare(&headers, &request)?;
-    let turn = submit(&state, message, options).await?;
-    let completion = Completion::new(&state, &turn, request.model.as_deref()).await;
+    let (message, options) = prepare(headers, &request, caller, &state.models)?;
+    if let Some(named) = &options.session {
+        // Another key's session, or one without an owner (a group chat),
+        // is answered like a missing one.
+        reachable(state, caller.scope(), named).await?;
+    }
+    let turn = submit(state, message, options).await?;
+    let completion = Completion::new(state, &turn, request.model.as_deref()).await;
     let session_header = HeaderValue::from_str(turn.session_id.as_str())
         .map_err(|err| ApiError::Internal(err.to_string()))?;
     // The session header goes with errors too (a 504, a 503 while
     // draining), so that the client can find the conversation again.
     let mut response = if request.stream {
-        streamed(&state, completion, turn)
+        streamed(state, completion, turn)
     } else {
-        answered(&state, completion, turn)
+        answered(state, completion, turn)
             .await
             .unwrap_or_else(IntoResponse::into_response)
     };
@@ -93,15 +118,24 @@ struct Part {
 }
 
 impl Content {
-    fn text(&self) -> String {
+    /// The text of the content. A part that is not text (an `image_url`)
+    /// is refused rather than dropped: the model would answer without it.
+    fn text(&self) -> Result<String, ApiError> {
         match self {
-            Self::Text(text) => text.clone(),
-            Self::Parts(parts) => parts
-                .iter()
-                .filter(|part| part.kind == "text")
-                .filter_map(|part| part.text.as_deref())
-                .collect::<Vec<_>>()
-                .join("\n"),
+            Self::Text(text) => Ok(text.clone()),
+            Self::Parts(parts) => {
+                if let Some(part) = parts.iter().find(|part| part.kind != "text") {
+                    return Err(ApiError::BadRequest(format!(
+                        "content parts of type `{}` are not supported yet; send text only",
+                        part.kind
+                    )));
+                }
+                Ok(parts
+                    .iter()
+                    .filter_map(|part| part.text.as_deref())
+                    .collect::<Vec<_>>()
+                    .join("\n"))
+            }
         }
     }
 }
@@ -124,10 +158,14 @@ enum NoReply {
 }
 
 impl NoReply {
-    fn into_error(self) -> ApiError {
+    /// The error for the turn `turn` of `session_id`.
+    fn into_error(self, session_id: &SessionId, turn: i64) -> ApiError {
         match self {
             Self::Closed => ApiError::Internal("the turn ended without a reply".to_owned()),
-            Self::TimedOut => ApiError::Timeout,
+            Self::TimedOut => ApiError::Timeout {
+                session_id: session_id.to_string(),
+                turn,
+            },
             Self::Draining => ApiError::Unavailable {
                 reason: "this instance is shutting down",
                 retry_after_secs: 1,
@@ -136,10 +174,13 @@ impl NoReply {
     }
 }
 
-/// The inbound message of a request, and how to submit it.
+/// The inbound message of a request, and how to submit it: as the sender
+/// `caller` acts as, with the requested model (one of `models`).
 fn prepare(
     headers: &HeaderMap,
     request: &ChatRequest,
+    caller: &Caller,
+    models: &[String],
 ) -> Result<(InboundMessage, SubmitOptions), ApiError> {
     let text = request
         .messages
@@ -148,10 +189,20 @@ fn prepare(
         .find(|message| message.role == "user")
         .and_then(|message| message.content.as_ref())
         .map(Content::text)
+        .transpose()?
         .filter(|text| !text.trim().is_empty())
         .ok_or_else(|| {
             ApiError::BadRequest("`messages` must end with a non-empty user message".to_owned())
         })?;
+    let model = match request.model.as_deref().filter(|model| !model.is_empty()) {
+        Some(model) if !models.iter().any(|known| known == model) => {
+            return Err(ApiError::BadRequest(format!(
+                "unknown model `{model}`; the configured models are: {}",
+                models.join(", ")
+            )));
+        }
+        model => model.map(str::to_owned),
+    };
     let session = header_value(headers, SESSION_HEADER)?;
     let event_id = header_value(headers, "idempotency-key")?
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
@@ -159,15 +210,17 @@ fn prepare(
         .clone()
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let user = request.user.as_deref().filter(|user| !user.is_empty());
+    let sender = caller.sender(user)?;
     // A request naming its session, or from no particular user, is a chat of
     // its own; a `user`'s other requests continue that user's conversation
     // (shared with their linked identities on other platforms).
     let own_chat = session.is_some() || user.is_none();
-    let message = inbound(&chat, &event_id, user, text)?;
+    let message = inbound(caller.account(), &chat, &event_id, &sender, text)?;
     let options = SubmitOptions {
         session,
         wait: true,
         own_chat,
+        model,
     };
     Ok((message, options))
 }
@@ -274,9 +327,10 @@ async fn answered(
     turn: Turn,
 ) -> Result<Response, ApiError> {
     let inbound_id = turn.inbound_id;
+    let session_id = turn.session_id.clone();
     let reply = wait_for_reply(state, turn, state.reply_timeout)
         .await
-        .map_err(NoReply::into_error)?;
+        .map_err(|no_reply| no_reply.into_error(&session_id, inbound_id))?;
     let usage = state
         .store
         .task_usage(inbound_id)
@@ -310,9 +364,10 @@ async fn answered(
 fn streamed(state: &Arc<ApiState>, completion: Completion, turn: Turn) -> Response {
     let state = Arc::clone(state);
     let events = futures::stream::once(async move {
+        let (session_id, inbound_id) = (turn.session_id.clone(), turn.inbound_id);
         let reply = wait_for_reply(&state, turn, state.reply_timeout)
             .await
-            .map_err(NoReply::into_error);
+            .map_err(|no_reply| no_reply.into_error(&session_id, inbound_id));
         futures::stream::iter(completion.chunks(reply))
     })
     .flatten()
@@ -404,22 +459,25 @@ fn header_value(headers: &HeaderMap, name: &str) -> Result<Option<String>, ApiEr
     }
 }
 
+/// The message as the API platform hands it in: under the caller's
+/// `account`, from `sender`.
 fn inbound(
+    account: &str,
     chat: &str,
     event_id: &str,
-    user: Option<&str>,
+    sender: &str,
     text: String,
 ) -> Result<InboundMessage, ApiError> {
     let bad = |err: switchboard_contract::IdError| ApiError::BadRequest(err.to_string());
     Ok(InboundMessage {
         platform: PlatformName::parse(LocalPlatform::Api.name()).map_err(bad)?,
-        account: AccountId::parse("default").map_err(bad)?,
+        account: AccountId::parse(account).map_err(bad)?,
         event_id: EventId::parse(event_id).map_err(bad)?,
         chat: ChatId::parse(chat).map_err(bad)?,
         chat_kind: ChatKind::Direct,
         thread: None,
         sender: Sender {
-            id: UserId::parse(user.filter(|u| !u.is_empty()).unwrap_or("api")).map_err(bad)?,
+            id: UserId::parse(sender).map_err(bad)?,
             display_name: None,
             is_bot: false,
         },

@@ -17,14 +17,24 @@ pub enum ApiError {
     BadRequest(String),
     #[error("invalid or missing API key")]
     Unauthorized,
+    /// The key may not act for this (it names no session, so nothing is
+    /// confirmed by it).
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
     #[error("the request body is too large")]
     TooLarge,
-    #[error("the reply is taking too long; it will be in the conversation's history")]
-    Timeout,
+    /// The reply timeout passed; the turn goes on, and its reply can be
+    /// fetched (and waited for) at [`turn_path`].
+    #[error(
+        "the reply is taking too long; the turn goes on: GET {} returns its reply \
+         (add ?wait=SECONDS to wait for it)",
+        turn_path(session_id, *turn)
+    )]
+    Timeout { session_id: String, turn: i64 },
     /// This instance is shutting down (or not ready): the client should try
     /// again, on another instance, after `retry_after_secs`. A message
     /// already taken is answered to a retry with the same Idempotency-Key.
@@ -42,10 +52,11 @@ impl ApiError {
         match self {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -55,7 +66,8 @@ impl ApiError {
     pub(super) fn kind(&self) -> &'static str {
         match self {
             Self::Unauthorized => "authentication_error",
-            Self::Internal(_) | Self::Timeout | Self::Unavailable { .. } => "server_error",
+            Self::Forbidden(_) => "permission_error",
+            Self::Internal(_) | Self::Timeout { .. } | Self::Unavailable { .. } => "server_error",
             _ => "invalid_request_error",
         }
     }
@@ -66,9 +78,15 @@ impl IntoResponse for ApiError {
         if let Self::Internal(cause) = &self {
             tracing::error!(%cause, "API request failed");
         }
-        let body = json!({
+        let mut body = json!({
             "error": {"message": self.to_string(), "type": self.kind(), "code": null}
         });
+        if let Self::Timeout { session_id, turn } = &self {
+            body["error"]["code"] = json!("reply_timeout");
+            body["error"]["session_id"] = json!(session_id);
+            body["error"]["turn"] = json!(turn);
+            body["error"]["reply_url"] = json!(turn_path(session_id, *turn));
+        }
         let mut response = (self.status(), Json(body)).into_response();
         if let Self::Unavailable {
             retry_after_secs, ..
@@ -81,6 +99,11 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// Where a turn's reply is read: `GET` it, with `?wait=SECONDS` to wait.
+pub fn turn_path(session_id: &str, turn: i64) -> String {
+    format!("/v1/sessions/{session_id}/turns/{turn}")
 }
 
 impl From<ServiceError> for ApiError {

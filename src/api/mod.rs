@@ -7,12 +7,18 @@
 //! platform adapter is not up; the body lists each adapter's state). The server keeps each conversation's history: a client
 //! names the conversation with the `X-Session-Id` header and sends only the
 //! new user message; without the header a new session starts and its id comes
-//! back in the `X-Session-Id` response header. Bearer keys come from the
-//! environment variable named in `api.keys_env`.
+//! back in the `X-Session-Id` response header. `GET /v1/sessions`,
+//! `GET /v1/sessions/{id}/messages` and `GET /v1/sessions/{id}/turns/{turn}`
+//! read conversations and replies back. Bearer keys come from the
+//! environment variables named in `api.keys_env` and `api.keys`; each key
+//! reaches only its own users' sessions ([`caller`]).
 
 mod auth;
+pub mod caller;
 mod completions;
 mod error;
+mod sessions;
+mod turn_watch;
 
 use std::sync::Arc;
 
@@ -21,13 +27,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use axum::{Router, middleware};
-use secrecy::SecretString;
 use serde_json::json;
 
+use crate::config::ApiKey;
 use crate::session::service::SessionService;
 use crate::store::Store;
 
 pub use error::ApiError;
+pub use turn_watch::TurnWatches;
 
 /// The response header (and request header) naming a conversation.
 pub const SESSION_HEADER: &str = "x-session-id";
@@ -36,7 +43,8 @@ pub const SESSION_HEADER: &str = "x-session-id";
 pub struct ApiState {
     pub service: Arc<SessionService>,
     pub store: Store,
-    pub keys: Vec<SecretString>,
+    /// The accepted keys; none: the API is open.
+    pub keys: Vec<ApiKey>,
     /// Models listed by `GET /v1/models`; the first is the default.
     pub models: Vec<String>,
     pub reply_timeout: std::time::Duration,
@@ -45,6 +53,8 @@ pub struct ApiState {
     pub drain_deadline: tokio_util::sync::CancellationToken,
     /// The platform adapters' states, for `/readyz`.
     pub platforms: crate::platform_status::PlatformStatus,
+    /// Turns that read requests wait for.
+    pub watches: Arc<TurnWatches>,
 }
 
 /// Builds the router (also used by tests without a socket). With
@@ -53,6 +63,9 @@ pub fn router(state: Arc<ApiState>, max_body_bytes: usize, api_enabled: bool) ->
     let v1 = Router::new()
         .route("/chat/completions", post(completions::create))
         .route("/models", get(models))
+        .route("/sessions", get(sessions::list))
+        .route("/sessions/{id}/messages", get(sessions::messages))
+        .route("/sessions/{id}/turns/{turn}", get(sessions::turn))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             auth::require_key,

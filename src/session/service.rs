@@ -56,6 +56,9 @@ pub struct SubmitOptions {
     /// conversation is shared (the HTTP API's anonymous one-off requests, and
     /// requests naming their session).
     pub own_chat: bool,
+    /// Switch the session to this model first (one of the configured
+    /// models, checked by the caller), as `/model NAME` does.
+    pub model: Option<String>,
 }
 
 /// A submitted message and, when asked for, its reply to come.
@@ -164,6 +167,12 @@ impl SessionService {
                 options.own_chat,
             )
             .await?;
+        if let Some(model) = &options.model {
+            // Before the message is queued, so that its turn uses it.
+            self.store
+                .set_session_model(&place.session_id, model)
+                .await?;
+        }
         let answered = pairing.is_some() || command.as_ref().is_some_and(|c| !c.is_queued());
         let record = new_inbound(
             &message,

@@ -120,7 +120,7 @@ pub struct StoredMessage {
     pub created_at: i64,
 }
 
-const MESSAGE_COLUMNS: &str = "id, session_id, task_id, scope, role, content, tool_calls, \
+pub(super) const MESSAGE_COLUMNS: &str = "id, session_id, task_id, scope, role, content, tool_calls, \
     tool_call_id, is_error, reasoning, model, finish_reason, input_tokens, output_tokens, \
     cache_read_tokens, cache_write_tokens, latency_ms, request_id, created_at";
 
@@ -424,7 +424,7 @@ fn parse_tool_calls(raw: Option<String>) -> Result<Vec<ToolCall>, StoreError> {
     }
 }
 
-fn message_from_row(row: &AnyRow) -> Result<StoredMessage, StoreError> {
+pub(super) fn message_from_row(row: &AnyRow) -> Result<StoredMessage, StoreError> {
     let role: String = row.try_get("role")?;
     let tool_calls = parse_tool_calls(row.try_get("tool_calls")?)?;
     let input: Option<i64> = row.try_get("input_tokens")?;

@@ -504,8 +504,8 @@ impl TestApp {
         session: Option<&str>,
         text: &str,
     ) -> (StatusCode, Option<String>, Value) {
+        // No `model`: the session's stands (a `/model` switch holds).
         let mut body = json!({
-            "model": "fake-model",
             "messages": [{"role": "user", "content": text}]
         });
         if let Some(user) = user {
@@ -763,7 +763,7 @@ impl ServeProcess {
     pub async fn say(&self, text: &str) -> String {
         let response = reqwest::Client::new()
             .post(format!("{}/v1/chat/completions", self.base))
-            .json(&json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": text}]}))
+            .json(&json!({"messages": [{"role": "user", "content": text}]}))
             .send()
             .await
             .expect("sent");
