@@ -77,7 +77,31 @@ pub struct BenchReport {
     pub backend: &'static str,
     /// What the measured turns sent to the database, in all.
     pub traffic: StoreStats,
+    /// The WAL during the measured turns (SQLite files only).
+    pub wal: Option<WalFigures>,
 }
+
+/// The SQLite WAL during the measured turns.
+#[derive(Debug, Clone, Copy)]
+pub struct WalFigures {
+    /// The WAL file's size when the last turn ended.
+    pub end_bytes: u64,
+    /// Its largest size during the run (sampled every few milliseconds).
+    pub peak_bytes: u64,
+    /// Frames appended to the WAL by the measured turns.
+    pub frames: u64,
+    /// Bytes per frame (page size plus frame header).
+    pub frame_bytes: u64,
+    /// Times the log was restarted because it had passed its size limit.
+    pub restarts: u64,
+}
+
+/// How often the benchmark samples the WAL file's size.
+const WAL_SAMPLE: Duration = Duration::from_millis(2);
+
+/// Long enough for the background checkpointer to have counted every frame
+/// written before it (it counts at each checkpoint, every 250 ms).
+const WAL_SETTLE: Duration = Duration::from_millis(400);
 
 /// Why the benchmark failed.
 #[derive(Debug, thiserror::Error)]
@@ -96,10 +120,7 @@ pub enum BenchError {
 pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let dir = tempfile_dir()?;
     let mut settings = Settings::default();
-    settings.database.url = match &options.database_url {
-        Some(url) => url.clone(),
-        None => format!("sqlite://{}/bench.db", dir.display()),
-    };
+    settings.database.url = settings_url(options, &dir);
     settings.database.flush_commits = options.flush_commits;
     // Chats (and so message ids) of their own, so that a second run in the
     // same database is not taken for redelivered messages.
@@ -139,6 +160,26 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         result?;
     }
 
+    let wal_path = wal_path(&settings_url(options, &dir));
+    let wal_before = match gateway.store.wal_stats() {
+        Some(_) => {
+            tokio::time::sleep(WAL_SETTLE).await;
+            gateway.store.wal_stats()
+        }
+        None => None,
+    };
+    let sampling = tokio_util::sync::CancellationToken::new();
+    let sampler = wal_path.clone().map(|path| {
+        let stop = sampling.clone();
+        tokio::spawn(async move {
+            let mut peak = 0;
+            while !stop.is_cancelled() {
+                peak = peak.max(std::fs::metadata(&path).map_or(0, |m| m.len()));
+                tokio::time::sleep(WAL_SAMPLE).await;
+            }
+            peak
+        })
+    });
     let traffic_before = gateway.store.stats();
     let cpu_before = cpu_time();
     let wall = Instant::now();
@@ -164,6 +205,27 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let elapsed = wall.elapsed();
     let cpu = cpu_time().saturating_sub(cpu_before);
     let traffic = gateway.store.stats().since(traffic_before);
+    sampling.cancel();
+    let end_bytes = wal_path
+        .as_ref()
+        .map_or(0, |path| std::fs::metadata(path).map_or(0, |m| m.len()));
+    let peak_bytes = match sampler {
+        Some(task) => task.await.unwrap_or(0).max(end_bytes),
+        None => 0,
+    };
+    let wal = match wal_before {
+        Some(before) => {
+            tokio::time::sleep(WAL_SETTLE).await;
+            gateway.store.wal_stats().map(|after| WalFigures {
+                end_bytes,
+                peak_bytes,
+                frames: after.frames.saturating_sub(before.frames),
+                frame_bytes: after.frame_bytes,
+                restarts: after.restarts.saturating_sub(before.restarts),
+            })
+        }
+        None => None,
+    };
     latencies.sort();
     let turns = latencies.len();
     let percentile = |p: f64| {
@@ -189,6 +251,7 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
             "SQLite"
         },
         traffic,
+        wal,
     };
     gateway.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -224,6 +287,21 @@ impl fmt::Display for BenchReport {
             per_turn(self.traffic.statements),
             per_turn(self.traffic.commits)
         )?;
+        if let Some(wal) = &self.wal {
+            let frames = per_turn(wal.frames);
+            writeln!(
+                f,
+                "  WAL per turn       {frames:.1} frames, {:.1} KiB",
+                frames * wal.frame_bytes as f64 / 1024.0
+            )?;
+            writeln!(
+                f,
+                "  WAL file           {:.1} MiB at the end, {:.1} MiB peak, {} restarts",
+                mib(wal.end_bytes),
+                mib(wal.peak_bytes),
+                wal.restarts
+            )?;
+        }
         writeln!(
             f,
             "  RSS idle           {:.1} MiB",
@@ -266,6 +344,26 @@ async fn round_trip(gateway: &Gateway) -> Result<(Duration, Duration), BenchErro
         started.elapsed() / ROUND_TRIPS,
         cpu_time().saturating_sub(cpu_before) / ROUND_TRIPS,
     ))
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// The database URL the benchmark runs in.
+fn settings_url(options: &BenchOptions, dir: &std::path::Path) -> String {
+    match &options.database_url {
+        Some(url) => url.clone(),
+        None => format!("sqlite://{}/bench.db", dir.display()),
+    }
+}
+
+/// The WAL file of a SQLite file database; `None` for anything else.
+fn wal_path(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url.strip_prefix("sqlite:")?.trim_start_matches("//");
+    let path = rest.split_once('?').map_or(rest, |(path, _)| path);
+    (!path.is_empty() && !path.starts_with(":memory:"))
+        .then(|| std::path::PathBuf::from(format!("{path}-wal")))
 }
 
 fn ms(duration: Duration) -> f64 {

@@ -115,6 +115,7 @@ use self::checkpoint::Checkpointer;
 
 pub use api_views::{ApiScope, ApiSession, SessionCursor, TurnMessage, TurnRecord};
 pub use batch::{Arg, Batch};
+pub use checkpoint::WalStats;
 pub use compactions::{Compaction, tokens_per_char};
 pub use edits::HiddenExchange;
 pub use inbound::{Claim, InboundRow, InboundStatus, NewInbound};
@@ -286,7 +287,7 @@ enum Connections {
     Pool(AnyPool),
 }
 
-type SharedConn = Arc<Mutex<Option<AnyConnection>>>;
+pub(super) type SharedConn = Arc<Mutex<Option<AnyConnection>>>;
 
 /// A connection checked out of the [`Store`] for a few statements.
 pub enum Conn<'a> {
@@ -359,6 +360,13 @@ impl Store {
                 // Checkpoints run in the background (see `checkpoint`), not
                 // inside whichever turn's commit fills the WAL.
                 conn.execute("PRAGMA wal_autocheckpoint = 0").await?;
+                // When the log starts again, a file grown past this size in
+                // a burst is cut back to it (see `checkpoint`).
+                conn.execute(
+                    format!("PRAGMA journal_size_limit = {}", checkpoint::FILE_LIMIT).as_str(),
+                )
+                .await?;
+                let writer = Arc::new(Mutex::new(Some(conn)));
                 // An in-memory database is one connection's alone: no
                 // second connection would see it, and it has no WAL.
                 let (reader, checkpointer) = if is_in_memory(&options.url) {
@@ -367,13 +375,18 @@ impl Store {
                     let mut reader = AnyConnection::connect(&url).await?;
                     reader.execute("PRAGMA busy_timeout = 10000").await?;
                     reader.execute("PRAGMA query_only = ON").await?;
-                    (
-                        Some(Arc::new(Mutex::new(Some(reader)))),
-                        Some(Arc::new(Checkpointer::start(&url).await?)),
+                    let reader = Arc::new(Mutex::new(Some(reader)));
+                    let checkpointer = Checkpointer::start(
+                        &url,
+                        sqlite_wal_path(&url),
+                        Arc::clone(&writer),
+                        Arc::clone(&reader),
                     )
+                    .await?;
+                    (Some(reader), Some(Arc::new(checkpointer)))
                 };
                 Connections::Shared {
-                    writer: Arc::new(Mutex::new(Some(conn))),
+                    writer,
                     reader,
                     checkpointer,
                 }
@@ -598,6 +611,14 @@ fn backend_of(url: &str) -> Result<Backend, StoreError> {
     } else {
         Err(StoreError::UnsupportedUrl)
     }
+}
+
+/// The WAL file of the SQLite database at `url` (as `prepare_sqlite_url`
+/// returns it): the database file's path with `-wal` appended.
+fn sqlite_wal_path(url: &str) -> std::path::PathBuf {
+    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
+    let path = rest.split_once('?').map_or(rest, |(path, _)| path);
+    std::path::PathBuf::from(format!("{path}-wal"))
 }
 
 /// Creates the database file's folder and asks SQLite to create the file.
