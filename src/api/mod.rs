@@ -18,7 +18,6 @@ pub mod caller;
 mod completions;
 mod error;
 mod sessions;
-mod turn_watch;
 
 use std::sync::Arc;
 
@@ -34,7 +33,6 @@ use crate::session::service::SessionService;
 use crate::store::Store;
 
 pub use error::ApiError;
-pub use turn_watch::TurnWatches;
 
 /// The response header (and request header) naming a conversation.
 pub const SESSION_HEADER: &str = "x-session-id";
@@ -53,8 +51,6 @@ pub struct ApiState {
     pub drain_deadline: tokio_util::sync::CancellationToken,
     /// The platform adapters' states, for `/readyz`.
     pub platforms: crate::platform_status::PlatformStatus,
-    /// Turns that read requests wait for.
-    pub watches: Arc<TurnWatches>,
 }
 
 /// Builds the router (also used by tests without a socket). With

@@ -169,23 +169,28 @@ pub async fn turn(
             .await?
             .ok_or_else(missing)?;
         if !wait.is_zero() && !finished(record.status) {
-            let mut stored = state.watches.watch(state.service.runner(), turn);
-            // Read again now that the watch is set: a reply stored in
-            // between is not missed.
-            record = read_turn(&state, &session, turn)
-                .await?
-                .ok_or_else(missing)?;
-            if !finished(record.status) {
-                let ended = async { stored.wait_for(|done| *done).await.is_ok() };
-                tokio::select! {
-                    _ = tokio::time::timeout(wait, ended) => {}
-                    () = state.drain_deadline.cancelled() => {}
-                }
-                drop(stored);
-                record = read_turn(&state, &session, turn)
+            let runner = state.service.runner();
+            let reply = runner.wait_for(turn);
+            let waited = async {
+                // Read again now that the waiter is registered: a reply
+                // stored in between is not missed.
+                let record = read_turn(&state, &session, turn)
                     .await?
                     .ok_or_else(missing)?;
+                if finished(record.status) {
+                    return Ok(record);
+                }
+                tokio::select! {
+                    _ = tokio::time::timeout(wait, reply) => {}
+                    () = state.drain_deadline.cancelled() => {}
+                }
+                read_turn(&state, &session, turn).await?.ok_or_else(missing)
             }
+            .await;
+            // The receiver is gone with the block: forget it, whatever
+            // happened.
+            runner.forget(turn);
+            record = waited?;
         }
         Ok::<_, ApiError>(Json(turn_json(&record)))
     }

@@ -128,9 +128,9 @@ struct Inner {
     /// The turns this process runs (or is about to), to stop them, and
     /// the lease grant each runs under.
     running: Mutex<HashMap<SessionId, (Arc<TurnControl>, Fence)>>,
-    /// Callers waiting for a turn's reply, by inbound id, with when they
-    /// began to wait.
-    waiters: Mutex<HashMap<i64, (Instant, oneshot::Sender<TurnReply>)>>,
+    /// Callers waiting for a turn's reply, by inbound id: any number per
+    /// turn (a completion, its retry, readers of the turn).
+    waiters: Mutex<HashMap<i64, Vec<Waiter>>>,
     /// Woken when a session's lease is handed back, so that workers waiting
     /// on a busy session try again at once.
     handed_back: Notify,
@@ -138,6 +138,14 @@ struct Inner {
     /// Cancelled when the instance drains: no new claims.
     shutdown: CancellationToken,
     tracker: TaskTracker,
+}
+
+/// A caller waiting for a turn's reply.
+#[derive(Debug)]
+struct Waiter {
+    /// When it began to wait (the polling fallback looks after a while).
+    since: Instant,
+    reply: oneshot::Sender<TurnReply>,
 }
 
 impl Runner {
@@ -182,23 +190,39 @@ impl Runner {
 
     /// Returns a receiver for the reply to an inbound message, wherever its
     /// turn runs. Register before calling [`Runner::notify`] so the reply
-    /// cannot be missed.
+    /// cannot be missed. Every caller registered for a turn gets its reply.
     pub fn wait_for(&self, inbound_id: i64) -> oneshot::Receiver<TurnReply> {
-        let (tx, rx) = oneshot::channel();
-        lock(&self.inner.waiters).insert(inbound_id, (Instant::now(), tx));
-        rx
+        let (reply, receiver) = oneshot::channel();
+        lock(&self.inner.waiters)
+            .entry(inbound_id)
+            .or_default()
+            .push(Waiter {
+                since: Instant::now(),
+                reply,
+            });
+        receiver
     }
 
-    /// Takes a waiter out, for a caller that answers it itself.
-    pub fn take_waiter(&self, inbound_id: i64) -> Option<oneshot::Sender<TurnReply>> {
+    /// Takes a turn's waiters out, for a caller that answers them itself.
+    pub fn take_waiters(&self, inbound_id: i64) -> Vec<oneshot::Sender<TurnReply>> {
         lock(&self.inner.waiters)
             .remove(&inbound_id)
-            .map(|(_, waiter)| waiter)
+            .into_iter()
+            .flatten()
+            .map(|waiter| waiter.reply)
+            .collect()
     }
 
-    /// Forgets a waiter (its caller gave up).
+    /// Forgets the waiters of a turn that gave up (dropped their receiver);
+    /// the others keep waiting.
     pub fn forget(&self, inbound_id: i64) {
-        lock(&self.inner.waiters).remove(&inbound_id);
+        let mut waiters = lock(&self.inner.waiters);
+        if let Some(turn) = waiters.get_mut(&inbound_id) {
+            turn.retain(|waiter| !waiter.reply.is_closed());
+            if turn.is_empty() {
+                waiters.remove(&inbound_id);
+            }
+        }
     }
 
     /// Hands stored replies to the callers waiting here for them: after a
@@ -220,7 +244,7 @@ impl Runner {
                     .collect(),
                 None => waiters
                     .iter()
-                    .filter(|(_, (since, _))| since.elapsed() >= REPLY_POLL)
+                    .filter(|(_, turn)| turn.iter().any(|w| w.since.elapsed() >= REPLY_POLL))
                     .map(|(id, _)| *id)
                     .collect(),
             }
@@ -261,10 +285,11 @@ impl Runner {
     }
 
     fn answer_waiter(&self, reply: TurnReply) {
-        if let Some((_, waiter)) = lock(&self.inner.waiters).remove(&reply.inbound_id) {
+        let waiters = lock(&self.inner.waiters).remove(&reply.inbound_id);
+        for waiter in waiters.into_iter().flatten() {
             // The receiver may be gone (the client hung up); the reply stays
             // in the history either way.
-            let _ = waiter.send(reply);
+            let _ = waiter.reply.send(reply.clone());
         }
     }
 
@@ -351,12 +376,13 @@ impl Runner {
     /// retries hold up neither start-up nor the sweep: one task per
     /// session, sending its replies in the order they were written.
     fn spawn_deliveries(&self, rows: Vec<OutboxRow>) {
-        let mut by_session: Vec<(SessionId, Vec<OutboxRow>)> = Vec::new();
+        // Rows come oldest first, so each queue keeps its session's order.
+        let mut by_session: HashMap<SessionId, Vec<OutboxRow>> = HashMap::new();
         for row in rows {
-            match by_session.iter_mut().find(|(id, _)| *id == row.session_id) {
-                Some((_, queue)) => queue.push(row),
-                None => by_session.push((row.session_id.clone(), vec![row])),
-            }
+            by_session
+                .entry(row.session_id.clone())
+                .or_default()
+                .push(row);
         }
         for (session_id, queue) in by_session {
             let runner = self.clone();

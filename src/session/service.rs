@@ -264,7 +264,7 @@ impl SessionService {
         // The waiting caller (if any) is answered here with the text as
         // delivered: a signal that the stored form was written must not
         // reach it first.
-        let waiter = self.runner.take_waiter(inbound_id);
+        let waiters = self.runner.take_waiters(inbound_id);
         let mut row = self
             .store
             .finish_turn(&TurnEnd {
@@ -276,7 +276,7 @@ impl SessionService {
             })
             .await?;
         row.text.clone_from(&text);
-        if let Some(waiter) = waiter {
+        for waiter in waiters {
             let _ = waiter.send(TurnReply {
                 inbound_id,
                 session_id: session_id.clone(),

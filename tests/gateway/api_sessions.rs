@@ -4,6 +4,7 @@
 //! and the content parts that are refused.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -269,13 +270,23 @@ async fn a_reply_that_timed_out_is_waited_for_and_read_from_its_turn() {
         .to_owned();
     let running = get(&app, None, &reply_url).await;
     let listed = get(&app, None, &format!("/v1/sessions/{session}/messages")).await;
-    let waiting = {
+    // Two readers wait for the same turn: each gets it.
+    let wait = || {
         let http = app.http.clone();
         let url = app.url(&format!("{reply_url}?wait=60"));
         tokio::spawn(async move { answer_of(http.get(url).send().await.expect("sent")).await })
     };
+    let (waiting, also_waiting) = (wait(), wait());
+    // (Given time to register, so that the wait is what answers them.)
+    tokio::time::sleep(Duration::from_millis(300)).await;
     llm.release();
     let finished = waiting.await.expect("waited");
+    let also_finished = also_waiting.await.expect("waited");
+    assert_eq!(
+        also_finished.body["status"], "done",
+        "{}",
+        also_finished.body
+    );
     let after = get(&app, None, &format!("/v1/sessions/{session}/messages")).await;
 
     assert_eq!(timed_out.status, StatusCode::GATEWAY_TIMEOUT);

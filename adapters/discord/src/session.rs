@@ -206,41 +206,33 @@ impl GatewayShard {
                 }
                 item = shard.next() => self.on_item(item, &mut watch, &mut retries, &shutdown),
             };
-            match next {
-                Next::Read => {}
+            let (reason, rebuild) = match next {
+                Next::Read => continue,
                 Next::Fatal(err) => return Err(err),
-                Next::Pause(reason) => {
-                    let delay = retries.next_delay(None);
-                    tracing::warn!(
-                        shard = self.id.number(),
-                        %reason,
-                        resume = shard.session().is_some(),
-                        backoff = ?delay,
-                        "Discord gateway connection closed; reconnecting"
-                    );
-                    if backoff::wait(delay, &shutdown).await == Wait::Cancelled {
-                        return Ok(());
-                    }
-                    watch.last_heard = Instant::now();
-                }
-                Next::Restart(reason) => {
-                    let delay = retries.next_delay(None);
-                    tracing::warn!(
-                        shard = self.id.number(),
-                        %reason,
-                        resume = shard.session().is_some(),
-                        backoff = ?delay,
-                        "Discord gateway connection lost; reconnecting"
-                    );
-                    let replacement = self.shard(Some(&shard));
-                    // Dropping the shard drops its connection, if any.
-                    drop(shard);
-                    if backoff::wait(delay, &shutdown).await == Wait::Cancelled {
-                        return Ok(());
-                    }
-                    shard = replacement;
-                    watch = Watch::new();
-                }
+                Next::Pause(reason) => (reason, false),
+                Next::Restart(reason) => (reason, true),
+            };
+            let delay = retries.next_delay(None);
+            tracing::warn!(
+                shard = self.id.number(),
+                %reason,
+                resume = shard.session().is_some(),
+                backoff = ?delay,
+                rebuilt = rebuild,
+                "Discord gateway connection ended; reconnecting"
+            );
+            if rebuild {
+                // Replacing the shard drops the old one's connection, if
+                // any; the new one resumes its session.
+                shard = self.shard(Some(&shard));
+            }
+            if backoff::wait(delay, &shutdown).await == Wait::Cancelled {
+                return Ok(());
+            }
+            if rebuild {
+                watch = Watch::new();
+            } else {
+                watch.last_heard = Instant::now();
             }
         }
     }
