@@ -648,6 +648,9 @@ pub fn telegram_settings(fake: &FakeTelegram) -> TelegramSettings {
 pub struct ServeProcess {
     pub child: tokio::process::Child,
     pub base: String,
+    /// Reads the piped stderr as it is written (a full pipe would block the
+    /// process's logging, and so its shutdown), and yields it at exit.
+    logs: Option<tokio::task::JoinHandle<String>>,
 }
 
 impl ServeProcess {
@@ -663,7 +666,7 @@ impl ServeProcess {
         } else {
             std::process::Stdio::null()
         };
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
             .arg("serve")
             .current_dir(dir)
             .env("SWITCHBOARD__SERVER__BIND", format!("127.0.0.1:{port}"))
@@ -673,6 +676,15 @@ impl ServeProcess {
             .kill_on_drop(true)
             .spawn()
             .expect("binary starts");
+        let logs = child.stderr.take().map(|mut stderr| {
+            tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut bytes = Vec::new();
+                // A read error ends the capture; what was read is kept.
+                let _ = stderr.read_to_end(&mut bytes).await;
+                String::from_utf8_lossy(&bytes).into_owned()
+            })
+        });
         let base = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::new();
         eventually("the server to come up", || async {
@@ -682,13 +694,21 @@ impl ServeProcess {
                 .is_ok_and(|r| r.status().is_success())
         })
         .await;
-        Self { child, base }
+        Self { child, base, logs }
+    }
+
+    /// The logs written until the process exited (empty when they were not
+    /// captured).
+    async fn collected_logs(&mut self) -> String {
+        match self.logs.take() {
+            Some(reader) => reader.await.expect("log reader"),
+            None => String::new(),
+        }
     }
 
     /// Stops the process with SIGTERM, checks it exits cleanly, and returns
     /// its logs (empty when they were not captured).
     pub async fn stop(mut self) -> String {
-        use tokio::io::AsyncReadExt;
         let pid = self.child.id().expect("pid");
         // SAFETY: sending SIGTERM to our own child process.
         unsafe { libc::kill(i32::try_from(pid).expect("pid fits"), libc::SIGTERM) };
@@ -697,11 +717,7 @@ impl ServeProcess {
             .expect("stops after SIGTERM")
             .expect("wait");
         assert!(status.success(), "clean exit: {status}");
-        let mut logs = String::new();
-        if let Some(mut stderr) = self.child.stderr.take() {
-            stderr.read_to_string(&mut logs).await.expect("logs");
-        }
-        logs
+        self.collected_logs().await
     }
 
     /// The process id (while it has not been reaped).
@@ -735,16 +751,11 @@ impl ServeProcess {
     /// Waits (at most `patience`) for the process to exit, and returns its
     /// exit status and its logs (empty when they were not captured).
     pub async fn exited(mut self, patience: Duration) -> (std::process::ExitStatus, String) {
-        use tokio::io::AsyncReadExt;
         let status = tokio::time::timeout(patience, self.child.wait())
             .await
             .expect("the process exits")
             .expect("wait");
-        let mut logs = String::new();
-        if let Some(mut stderr) = self.child.stderr.take() {
-            stderr.read_to_string(&mut logs).await.expect("logs");
-        }
-        (status, logs)
+        (status, self.collected_logs().await)
     }
 
     fn signal(&self, signal: i32) {
