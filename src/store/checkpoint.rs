@@ -202,6 +202,7 @@ async fn run(mut task: Task, stop: CancellationToken) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut tally = Tally::default();
     let mut last_modified = None;
+    let mut last_size = 0;
     let mut last_passive = tokio::time::Instant::now();
     loop {
         tokio::select! {
@@ -217,7 +218,20 @@ async fn run(mut task: Task, stop: CancellationToken) {
         // the new frames and says how long the log is.
         let busy = modified != last_modified;
         last_modified = modified;
-        if !busy && last_passive.elapsed() < EVERY {
+        // A file growing past the limit holds a log at least that long (the
+        // log is written from the start of the file): restart it at once,
+        // rather than after a passive checkpoint that copies while the
+        // writer goes on appending (under a loaded disk that race let the
+        // file reach several times its bound).
+        let growing_past_limit = size > WAL_LIMIT && size > last_size;
+        last_size = size;
+        if growing_past_limit {
+            if restart(&mut task, &mut tally).await {
+                task.counters.restarts.fetch_add(1, Ordering::Relaxed);
+                last_passive = tokio::time::Instant::now();
+                continue;
+            }
+        } else if !busy && last_passive.elapsed() < EVERY {
             continue;
         }
         last_passive = tokio::time::Instant::now();
