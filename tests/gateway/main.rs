@@ -12,6 +12,7 @@ mod budget_warnings;
 mod cluster;
 mod compaction;
 mod crash;
+mod failure_texts;
 mod feishu;
 mod helpers;
 mod identity;
