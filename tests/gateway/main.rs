@@ -26,6 +26,7 @@ mod prompt;
 mod recovery;
 mod runner;
 mod serve;
+mod stateless;
 mod steps;
 mod supervision;
 mod telegram;

@@ -141,12 +141,12 @@ async fn works_unchanged(client: Client) {
     );
 
     let unknown = &results["unknown_session"];
-    assert_eq!(unknown["error"], "NotFoundError", "{unknown}");
-    assert_eq!(unknown["status"], 404);
+    assert_eq!(unknown["error"], "BadRequestError", "{unknown}");
+    assert_eq!(unknown["status"], 400);
     assert!(
         unknown["message"]
             .as_str()
-            .is_some_and(|m| m.contains("no session with id no-such-session")),
+            .is_some_and(|m| m.contains("no session with id no/such/session")),
         "{unknown}"
     );
 
