@@ -2,7 +2,9 @@
 //! session continue the session they extend (byte-identical model requests,
 //! as a client naming it would cause), fork into a seeded session when the
 //! transcript was edited, and are refused when malformed; a client-chosen
-//! id creates a session seeded with the transcript it carries.
+//! id creates a session seeded with the transcript it carries; and the
+//! official Python client keeps a conversation in each of the three styles
+//! (`tests/clients/openai_styles.py`).
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -436,5 +438,139 @@ async fn malformed_transcripts_are_refused_and_store_nothing() {
     assert_eq!(app.count("sessions").await, 0);
     assert_eq!(app.count("messages").await, 0);
     assert!(llm.requests().is_empty());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_retried_transcript_request_with_an_idempotency_key_runs_once() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+    let messages = [
+        user("from a UI"),
+        assistant("an answer it kept"),
+        user("go on"),
+    ];
+    let post = || {
+        app.http
+            .post(app.url("/v1/chat/completions"))
+            .header("Idempotency-Key", "ui-retry-1")
+            .json(&json!({"messages": messages}))
+            .send()
+    };
+
+    let first = post().await.expect("sent");
+    let retry = post().await.expect("sent");
+
+    let session = |response: &reqwest::Response| {
+        response
+            .headers()
+            .get("x-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(retry.status(), StatusCode::OK);
+    assert_eq!(
+        session(&first),
+        session(&retry),
+        "the retry goes where the first went"
+    );
+    let first: Value = first.json().await.expect("json");
+    let retry: Value = retry.json().await.expect("json");
+    assert_eq!(first["choices"], retry["choices"]);
+    assert_eq!(llm.requests().len(), 1, "one turn");
+    assert_eq!(app.count("sessions").await, 1, "one seeded session");
+    app.stop().await;
+}
+
+/// `tests/clients`, found through the package folder `cargo test` names at
+/// run time.
+fn clients_dir() -> String {
+    let root = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
+    format!("{root}/tests/clients")
+}
+
+/// The official Python client in the three styles (`tests/clients/openai_styles.py`).
+/// Skipped, like the other client tests, when the `openai` package is
+/// missing, unless `SWITCHBOARD_REQUIRE_OPENAI_CLIENT=1`.
+#[tokio::test]
+async fn the_official_python_client_keeps_conversations_in_all_three_styles() {
+    let installed = tokio::process::Command::new("python3")
+        .args(["-c", "import openai"])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .is_ok_and(|output| output.status.success());
+    if !installed {
+        assert!(
+            std::env::var("SWITCHBOARD_REQUIRE_OPENAI_CLIENT").as_deref() != Ok("1"),
+            "SWITCHBOARD_REQUIRE_OPENAI_CLIENT=1 but the openai package cannot be loaded"
+        );
+        println!("skipped: the Python openai package is not installed");
+        return;
+    }
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+    let no_proxy = match std::env::var("NO_PROXY") {
+        Ok(hosts) if !hosts.is_empty() => format!("{hosts},127.0.0.1"),
+        _ => "127.0.0.1".to_owned(),
+    };
+    let run = tokio::process::Command::new("python3")
+        .arg(format!("{}/openai_styles.py", clients_dir()))
+        .arg(app.url("/v1"))
+        .env("NO_PROXY", no_proxy)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(120), run)
+        .await
+        .expect("the client script finishes")
+        .expect("the client runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the client script failed:\n{}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let results: Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|err| panic!("not JSON ({err}): {stdout}"));
+
+    for style in ["header", "user", "transcript"] {
+        let sessions = results[style]["sessions"].as_array().expect("sessions");
+        assert_eq!(sessions.len(), 3, "{style}");
+        assert!(
+            sessions
+                .windows(2)
+                .all(|w| w[0] == w[1] && w[0].is_string()),
+            "{style}: one conversation: {sessions:?}"
+        );
+        assert_eq!(
+            results[style]["replies"][2],
+            format!("echo: {style}: and again?"),
+            "{style}"
+        );
+        // The model saw the whole conversation on the last turn.
+        let last = llm
+            .requests()
+            .into_iter()
+            .rfind(|r| last_user_text(&r.json()) == format!("{style}: and again?"))
+            .expect("the last turn's request");
+        let users: Vec<String> = last.json()["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(
+            users,
+            [
+                format!("{style}: my name is Py"),
+                format!("{style}: what is my name?"),
+                format!("{style}: and again?"),
+            ]
+        );
+    }
+    assert_eq!(app.count("sessions").await, 3, "one session per style");
     app.stop().await;
 }
