@@ -386,7 +386,9 @@ pub async fn resolve(
             session
         }
         None => {
+            // The chat is the session's own, as for a client naming it.
             let session = SessionId::generate();
+            go_to(message, options, &session)?;
             state
                 .service
                 .start_seeded_session(message, session.clone(), &transcript.history)

@@ -229,6 +229,13 @@ async fn an_edited_transcript_forks_into_a_session_seeded_with_it() {
 
     assert_eq!(edited.status, StatusCode::OK, "{}", edited.body);
     assert_ne!(edited.session(), original, "an edit forks");
+    let fork = app.session_row(&edited.session()).await;
+    assert_eq!(
+        fork.chat_id.as_str(),
+        edited.session(),
+        "the fork's chat is its own, as for a client naming it"
+    );
+    assert!(fork.principal.is_some(), "owned by the caller");
     assert_eq!(
         app.wire_history(&original).await.len(),
         stored_before,
