@@ -1,8 +1,8 @@
 //! The official OpenAI clients (Python and Node), unchanged, against the
 //! gateway's API: `tests/clients/openai_client.{py,mjs}` make plain and
-//! streamed completions, continue a conversation with `X-Session-Id`, hit an
-//! unknown session and list the models; these tests check what the client
-//! saw and what the model received.
+//! streamed completions, continue a conversation with `X-Session-Id`, send
+//! an unknown session id that cannot name a new session and list the models;
+//! these tests check what the client saw and what the model received.
 //!
 //! They need `python3` with the `openai` package, and `node` with the
 //! `openai` package in `tests/clients/node_modules`. Without them a test
