@@ -1,5 +1,6 @@
-//! `POST /v1/chat/completions`: one user message into a session, the turn's
-//! reply out, as a `chat.completion` object or as server-sent
+//! `POST /v1/chat/completions`: one user message into a session (the one
+//! the request names or its resent transcript continues, see `transcript`),
+//! the turn's reply out, as a `chat.completion` object or as server-sent
 //! `chat.completion.chunk` events.
 
 use std::convert::Infallible;
@@ -22,7 +23,8 @@ use switchboard_contract::{
 use tokio::sync::oneshot;
 
 use super::caller::Caller;
-use super::sessions::{reachable, with_session_header};
+use super::sessions::with_session_header;
+use super::transcript::{self, RequestMessage, Transcript};
 use super::{ApiError, ApiState, SESSION_HEADER};
 use crate::session::local::LocalPlatform;
 use crate::session::runner::TurnReply;
@@ -68,13 +70,32 @@ async fn answer(
     body: Result<Json<ChatRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(request) = body?;
-    let (message, options) = prepare(headers, &request, caller, &state.models)?;
-    if let Some(named) = &options.session {
-        // Another key's session, or one without an owner (a group chat),
-        // is answered like a missing one.
-        reachable(state, caller.scope(), named).await?;
-    }
+    let transcript = Transcript::parse(&request.messages)?;
+    let (mut message, mut options) =
+        prepare(headers, &request, &transcript, caller, &state.models)?;
+    // The session it names (created when new), the one its resent
+    // transcript continues, or a new one.
+    let explicit_event = headers.contains_key("idempotency-key");
+    let route = transcript::resolve(
+        state,
+        caller,
+        &transcript,
+        &mut message,
+        &mut options,
+        explicit_event,
+    )
+    .await?;
+    let sender = message.sender.id.clone();
     let turn = submit(state, message, options).await?;
+    route
+        .recorded(
+            state,
+            caller,
+            sender.as_str(),
+            &turn.session_id,
+            turn.inbound_id,
+        )
+        .await;
     let completion = Completion::new(state, &turn, request.model.as_deref()).await;
     let session_header = HeaderValue::from_str(turn.session_id.as_str())
         .map_err(|err| ApiError::Internal(err.to_string()))?;
@@ -91,53 +112,6 @@ async fn answer(
         .headers_mut()
         .insert(SESSION_HEADER, session_header);
     Ok(response)
-}
-
-#[derive(Debug, Deserialize)]
-struct RequestMessage {
-    role: String,
-    #[serde(default)]
-    content: Option<Content>,
-}
-
-/// Message content: a string, or an array of parts of which the text parts
-/// are read.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Content {
-    Text(String),
-    Parts(Vec<Part>),
-}
-
-#[derive(Debug, Deserialize)]
-struct Part {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    text: Option<String>,
-}
-
-impl Content {
-    /// The text of the content. A part that is not text (an `image_url`)
-    /// is refused rather than dropped: the model would answer without it.
-    fn text(&self) -> Result<String, ApiError> {
-        match self {
-            Self::Text(text) => Ok(text.clone()),
-            Self::Parts(parts) => {
-                if let Some(part) = parts.iter().find(|part| part.kind != "text") {
-                    return Err(ApiError::BadRequest(format!(
-                        "content parts of type `{}` are not supported yet; send text only",
-                        part.kind
-                    )));
-                }
-                Ok(parts
-                    .iter()
-                    .filter_map(|part| part.text.as_deref())
-                    .collect::<Vec<_>>()
-                    .join("\n"))
-            }
-        }
-    }
 }
 
 /// A submitted message whose turn's reply is awaited.
@@ -179,21 +153,11 @@ impl NoReply {
 fn prepare(
     headers: &HeaderMap,
     request: &ChatRequest,
+    transcript: &Transcript,
     caller: &Caller,
     models: &[String],
 ) -> Result<(InboundMessage, SubmitOptions), ApiError> {
-    let text = request
-        .messages
-        .iter()
-        .rev()
-        .find(|message| message.role == "user")
-        .and_then(|message| message.content.as_ref())
-        .map(Content::text)
-        .transpose()?
-        .filter(|text| !text.trim().is_empty())
-        .ok_or_else(|| {
-            ApiError::BadRequest("`messages` must end with a non-empty user message".to_owned())
-        })?;
+    let text = transcript.text.clone();
     let model = match request.model.as_deref().filter(|model| !model.is_empty()) {
         Some(model) if !models.iter().any(|known| known == model) => {
             return Err(ApiError::BadRequest(format!(

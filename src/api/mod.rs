@@ -7,7 +7,9 @@
 //! platform adapter is not up; the body lists each adapter's state). The server keeps each conversation's history: a client
 //! names the conversation with the `X-Session-Id` header and sends only the
 //! new user message; without the header a new session starts and its id comes
-//! back in the `X-Session-Id` response header. `GET /v1/sessions`,
+//! back in the `X-Session-Id` response header, unless the request resends a
+//! transcript that continues one (`transcript`); a header naming no session
+//! yet creates it. `GET /v1/sessions`,
 //! `GET /v1/sessions/{id}/messages` and `GET /v1/sessions/{id}/turns/{turn}`
 //! read conversations and replies back. Bearer keys come from the
 //! environment variables named in `api.keys_env` and `api.keys`; each key
@@ -18,6 +20,7 @@ pub mod caller;
 mod completions;
 mod error;
 mod sessions;
+mod transcript;
 
 use std::sync::Arc;
 

@@ -12,7 +12,7 @@ use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::http::{answering_model, post_json, request_id};
+use super::http::{answering_model, log_failure, post_json, request_id};
 use super::retry::with_retry;
 use super::{
     ChatMessage, Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind,
@@ -68,7 +68,9 @@ impl Provider for AnthropicProvider {
 
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, LlmError> {
         let body = request_body(request)?;
-        with_retry(&self.endpoint.retry, || self.attempt(&body, request.model)).await
+        with_retry(&self.endpoint.retry, || self.attempt(&body, request.model))
+            .await
+            .inspect_err(|error| log_failure(&self.url(), error))
     }
 }
 

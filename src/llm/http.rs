@@ -46,6 +46,50 @@ pub(crate) async fn post_json<T>(
     parse(&bytes, &headers)
 }
 
+/// Logs a model call that failed for good (retries spent, or not
+/// retryable): the endpoint it went to (see [`loggable_url`]), the status,
+/// what the failure means, and the error. A failure the operator must fix
+/// (a wrong URL, a bad key, a refused request) is an ERROR, one that may
+/// pass (unreachable, rate limited, the provider failing) a WARN.
+pub(crate) fn log_failure(url: &str, error: &LlmError) {
+    let failure = error.failure();
+    let url = loggable_url(url);
+    let status = error.status();
+    if failure.needs_operator() {
+        tracing::error!(
+            url,
+            status,
+            failure = failure.as_str(),
+            error = %error,
+            "model call failed; check the model endpoint's configuration"
+        );
+    } else {
+        tracing::warn!(
+            url,
+            status,
+            failure = failure.as_str(),
+            error = %error,
+            "model call failed"
+        );
+    }
+}
+
+/// A request URL fit for a log line: scheme, host, port and path, without
+/// the user info, query or fragment (where a key could hide).
+pub(crate) fn loggable_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) => {
+            let host = parsed.host_str().unwrap_or_default();
+            let port = parsed
+                .port()
+                .map(|port| format!(":{port}"))
+                .unwrap_or_default();
+            format!("{}://{host}{port}{}", parsed.scheme(), parsed.path())
+        }
+        Err(_) => "(unparseable URL)".to_owned(),
+    }
+}
+
 /// The request id: the provider's `header` when it sends one, else the id in
 /// the response body.
 pub(crate) fn request_id(
@@ -182,5 +226,18 @@ mod tests {
         assert_eq!(message.chars().count(), MAX_MESSAGE_CHARS + 1);
         assert_eq!(error_message(b"", key), "no error message");
         assert_eq!(scrub("abc", ""), "abc");
+    }
+
+    #[test]
+    fn logged_urls_keep_the_endpoint_and_drop_credentials() {
+        assert_eq!(
+            loggable_url("https://user:sk-1@llm.example:8443/v1/chat/completions?key=sk-2#x"),
+            "https://llm.example:8443/v1/chat/completions"
+        );
+        assert_eq!(
+            loggable_url("http://127.0.0.1/v1/messages"),
+            "http://127.0.0.1/v1/messages"
+        );
+        assert_eq!(loggable_url("not a url"), "(unparseable URL)");
     }
 }

@@ -179,6 +179,71 @@ impl LlmError {
             _ => None,
         }
     }
+
+    /// The HTTP status the provider answered with, if it answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Self::RateLimited { status, .. }
+            | Self::Server { status, .. }
+            | Self::Rejected { status, .. } => Some(*status),
+            Self::Timeout | Self::Network(_) | Self::InvalidResponse(_) => None,
+        }
+    }
+
+    /// What the failure means for whoever has to act on it.
+    pub fn failure(&self) -> ModelFailure {
+        match self {
+            Self::Timeout | Self::Network(_) => ModelFailure::Unreachable,
+            Self::RateLimited { .. } | Self::Server { status: 503, .. } => ModelFailure::Busy,
+            Self::Server { .. } | Self::InvalidResponse(_) => ModelFailure::ProviderFailed,
+            Self::Rejected { status, .. } => match status {
+                401 | 403 => ModelFailure::Credentials,
+                404 | 405 => ModelFailure::Endpoint,
+                408 => ModelFailure::Unreachable,
+                _ => ModelFailure::BadRequest,
+            },
+        }
+    }
+}
+
+/// The kinds of model failure a user and an operator tell apart: each has a
+/// reply of its own (`session::texts`) and a log line naming the endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelFailure {
+    /// No answer: connection refused, DNS, TLS, a timeout. Often passing.
+    Unreachable,
+    /// The address answered 404/405: the base URL (or the model's path) is
+    /// wrong. The operator must fix the configuration.
+    Endpoint,
+    /// 401/403: the API key is missing, wrong or lacks access. The operator
+    /// must fix the key.
+    Credentials,
+    /// 429, 503 or Anthropic's 529: rate limited or overloaded. Passing.
+    Busy,
+    /// Another 4xx: the provider refused this request (a conversation too
+    /// long for the model's context, an unsupported parameter).
+    BadRequest,
+    /// Another 5xx, or an answer that could not be understood.
+    ProviderFailed,
+}
+
+impl ModelFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unreachable => "unreachable",
+            Self::Endpoint => "wrong_endpoint",
+            Self::Credentials => "bad_credentials",
+            Self::Busy => "rate_limited",
+            Self::BadRequest => "bad_request",
+            Self::ProviderFailed => "provider_failed",
+        }
+    }
+
+    /// Whether the operator has to change something (the log says so at
+    /// ERROR); the others may pass on their own (WARN).
+    pub fn needs_operator(self) -> bool {
+        matches!(self, Self::Endpoint | Self::Credentials | Self::BadRequest)
+    }
 }
 
 /// A model provider.
@@ -225,5 +290,55 @@ pub fn build_provider(endpoint: Endpoint, http: reqwest::Client) -> Arc<dyn Prov
     match endpoint.kind {
         ProviderKind::Openai => Arc::new(openai::OpenAiProvider::new(endpoint, http)),
         ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::new(endpoint, http)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rejected(status: u16) -> LlmError {
+        LlmError::Rejected {
+            status,
+            message: "no".to_owned(),
+        }
+    }
+
+    #[test]
+    fn failures_are_classified_by_what_fixes_them() {
+        let server = |status| LlmError::Server {
+            status,
+            message: "down".to_owned(),
+        };
+        let limited = LlmError::RateLimited {
+            status: 529,
+            retry_after: None,
+        };
+        let cases = [
+            (LlmError::Timeout, ModelFailure::Unreachable),
+            (
+                LlmError::Network("connection refused".to_owned()),
+                ModelFailure::Unreachable,
+            ),
+            (rejected(404), ModelFailure::Endpoint),
+            (rejected(401), ModelFailure::Credentials),
+            (rejected(403), ModelFailure::Credentials),
+            (limited, ModelFailure::Busy),
+            (server(503), ModelFailure::Busy),
+            (rejected(400), ModelFailure::BadRequest),
+            (rejected(413), ModelFailure::BadRequest),
+            (server(500), ModelFailure::ProviderFailed),
+            (
+                LlmError::InvalidResponse("?".to_owned()),
+                ModelFailure::ProviderFailed,
+            ),
+        ];
+        for (error, failure) in cases {
+            assert_eq!(error.failure(), failure, "{error}");
+        }
+        assert_eq!(rejected(404).status(), Some(404));
+        assert_eq!(LlmError::Timeout.status(), None);
+        assert!(ModelFailure::Credentials.needs_operator());
+        assert!(!ModelFailure::Busy.needs_operator());
     }
 }

@@ -17,6 +17,7 @@ use super::key::{Origin, RouteKey};
 use super::service::ServiceError;
 use crate::agent::prompt::build_system_prompt;
 use crate::config::{AgentSettings, DmSessions, GroupSessions, SessionSettings};
+use crate::llm::ChatMessage;
 use crate::store::{NewSession, PrincipalId, SessionId, Store, StoreError};
 use crate::tools::ToolRegistry;
 
@@ -131,6 +132,39 @@ impl Routing {
         self.store.create_session(&session).await?;
         self.store.bind_route(route.as_str(), &session.id).await?;
         Ok(session.id)
+    }
+
+    /// Creates session `id` for the chat of `message`, owned by `owner`,
+    /// with `seed` as its conversation so far (stored as history, not run),
+    /// and points the chat's own route at it. Returns `false`, creating
+    /// nothing, when the id is taken.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn start_seeded_session(
+        &self,
+        message: &InboundMessage,
+        id: SessionId,
+        owner: PrincipalId,
+        seed: &[ChatMessage],
+    ) -> Result<bool, StoreError> {
+        let origin = self.origin_of(message);
+        let session = NewSession {
+            id,
+            ..self.new_session(&origin, Some(owner))
+        };
+        let created = self
+            .store
+            .create_seeded_session(origin.key().as_str(), &session, seed)
+            .await?;
+        if created {
+            tracing::info!(
+                session_id = %session.id,
+                seeded = seed.len(),
+                "session started from a client's transcript"
+            );
+        }
+        Ok(created)
     }
 
     fn origin_of(&self, message: &InboundMessage) -> Origin {

@@ -125,6 +125,31 @@ impl SessionService {
         &self.store
     }
 
+    /// Starts session `id` for the chat and sender of `message` (the HTTP
+    /// API's client-chosen ids and transcripts that match no session), its
+    /// conversation seeded with `seed`. Returns `false` when the id is taken.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn start_seeded_session(
+        &self,
+        message: &InboundMessage,
+        id: SessionId,
+        seed: &[crate::llm::ChatMessage],
+    ) -> Result<bool, StoreError> {
+        let identity = self
+            .store
+            .resolve_identity(
+                message.platform.as_str(),
+                message.account.as_str(),
+                message.sender.id.as_str(),
+            )
+            .await?;
+        self.routing
+            .start_seeded_session(message, id, identity.principal, seed)
+            .await
+    }
+
     /// Takes one inbound message.
     ///
     /// # Errors

@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 use super::access::Decision;
 use super::link::CODE_TTL;
 use super::turn::TurnOutcome;
+use crate::config::DmSessions;
+use crate::llm::ModelFailure;
 use crate::store::{PairingRequest, SessionId, SessionRow, SessionSummary, UsageSummary};
 
 /// The help text listing the commands.
@@ -48,8 +50,22 @@ pub const NO_TITLE: &str = "No title yet. Set one with /title TEXT.";
 
 pub const NOT_LINKED: &str = "This account is not linked to any other.";
 pub const UNLINKED: &str = "Unlinked: this account has its own conversations again.";
-pub const LINKED: &str =
-    "Linked: this account now shares its conversations with the account that made the code.";
+/// The answer to a `/link CODE` that linked, by how direct chats map to
+/// sessions.
+pub fn linked(dm_sessions: DmSessions) -> &'static str {
+    match dm_sessions {
+        DmSessions::Shared => {
+            "Linked: this account now shares its conversations with the account that made the \
+             code."
+        }
+        DmSessions::PerPlatform => {
+            "Linked with the account that made the code: you count as one person now, for \
+             access, /usage and the daily spending limit, and /sessions lists the conversations \
+             of both accounts. Each direct chat keeps a conversation of its own here, so this \
+             chat goes on with its own; /resume ID continues one of the others here."
+        }
+    }
+}
 pub const ALREADY_LINKED: &str = "This account is already linked to that one.";
 pub const LINK_RATE_LIMITED: &str =
     "Too many wrong codes. Please wait a few minutes and try again.";
@@ -70,6 +86,46 @@ pub const NO_PAIRING_REQUEST: &str = "No pairing request awaits a decision with 
 /// Shown when the model returns nothing at all.
 pub const EMPTY_REPLY: &str = "(The model returned an empty reply.)";
 
+/// The reply to a turn whose writes the database refused. The message
+/// itself was recorded before the turn began; whether the exchange reached
+/// the conversation is not known here, so the text promises neither.
+pub const STORE_FAILED: &str = "Sorry, this message was not answered: something went wrong \
+    while storing the conversation (a database error; the details are in the gateway's log). \
+    Please send it again in a moment.";
+
+/// The reply to a turn whose model call failed, by what the failure means.
+pub fn model_failure(failure: ModelFailure) -> &'static str {
+    match failure {
+        ModelFailure::Unreachable => {
+            "Sorry, the model could not be reached, so this message was not answered. Please \
+             try again in a moment."
+        }
+        ModelFailure::Endpoint => {
+            "Sorry, this message was not answered: the model endpoint is misconfigured (the \
+             provider has nothing at the address the gateway calls). Please tell the operator \
+             of this assistant; trying again will not help until it is fixed."
+        }
+        ModelFailure::Credentials => {
+            "Sorry, this message was not answered: the model provider refused the gateway's \
+             API key (missing, wrong or without access). Please tell the operator of this \
+             assistant; trying again will not help until the key is fixed."
+        }
+        ModelFailure::Busy => {
+            "Sorry, the model provider is rate-limiting or overloaded right now, so this \
+             message was not answered. Please try again later."
+        }
+        ModelFailure::BadRequest => {
+            "Sorry, the model provider refused this request, so this message was not answered \
+             (the conversation may be too long for the model: /compact or /new helps then). If \
+             it keeps happening, please tell the operator of this assistant."
+        }
+        ModelFailure::ProviderFailed => {
+            "Sorry, the model provider failed to answer, so this message was not answered. \
+             Please try again in a moment."
+        }
+    }
+}
+
 /// The reply that ends a turn: the model's answer, or what stopped it.
 pub fn turn_reply(outcome: &TurnOutcome) -> Cow<'_, str> {
     match outcome {
@@ -83,9 +139,8 @@ pub fn turn_reply(outcome: &TurnOutcome) -> Cow<'_, str> {
         TurnOutcome::CompactionOverSpend => "Compacting needs a model call, and today's spending \
             limit is reached (it resets at 00:00 UTC)."
             .into(),
-        TurnOutcome::ModelError => "Sorry, the model could not be reached, so this message was \
-            not answered. Please try again in a moment."
-            .into(),
+        TurnOutcome::ModelError { failure } => model_failure(*failure).into(),
+        TurnOutcome::StoreFailed => STORE_FAILED.into(),
         TurnOutcome::TimeLimit { secs } => {
             format!("Stopped: this task ran longer than its {secs}-second limit.").into()
         }
@@ -124,11 +179,14 @@ pub fn pairing_decided(decision: Decision, request: &PairingRequest) -> String {
 }
 
 /// The `/link` answer, holding the code.
-pub fn link_code(code: &str) -> String {
+pub fn link_code(code: &str, dm_sessions: DmSessions) -> String {
+    let purpose = match dm_sessions {
+        DmSessions::Shared => "to share your conversations there",
+        DmSessions::PerPlatform => "to count as one person on both (conversations stay per chat)",
+    };
     format!(
         "Your link code: {code}\nWithin {} minutes, send /link {code} from your other account, \
-         in a direct chat with me, to share your conversations there. It works once; keep it \
-         private.",
+         in a direct chat with me, {purpose}. It works once; keep it private.",
         CODE_TTL.as_secs() / 60,
     )
 }

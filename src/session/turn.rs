@@ -19,7 +19,7 @@ use crate::agent::run::{
 };
 use crate::agent::wallet::{Budget, Purse, Wallet};
 use crate::config::{AgentSettings, ContextSettings, LimitSettings};
-use crate::llm::ChatMessage;
+use crate::llm::{ChatMessage, ModelFailure};
 use crate::store::{
     Batch, Fence, InboundRow, InboundStatus, NewMessage, OutboxRow, SessionRow, SessionView, Store,
     StoreError, TurnEnd, WireEntry,
@@ -121,8 +121,12 @@ pub enum TurnOutcome {
     CompactionFailed,
     /// `/compact` from a principal over its daily spend.
     CompactionOverSpend,
-    /// The model could not be reached.
-    ModelError,
+    /// The model call failed for good; `failure` says how (each kind has
+    /// its own reply).
+    ModelError { failure: ModelFailure },
+    /// A database write of the turn failed (the conversation could not be
+    /// stored), other than a lost lease.
+    StoreFailed,
     /// The task ran past its wall-clock limit of `secs` seconds.
     TimeLimit { secs: u64 },
     /// A newer message interrupted the task (`sessions.busy = "interrupt"`).
@@ -148,7 +152,8 @@ impl TurnOutcome {
             | Self::NothingToCompact
             | Self::CompactionFailed
             | Self::CompactionOverSpend => InboundStatus::Command,
-            Self::ModelError
+            Self::ModelError { .. }
+            | Self::StoreFailed
             | Self::TimeLimit { .. }
             | Self::Interrupted
             | Self::Cancelled
@@ -165,7 +170,8 @@ impl TurnOutcome {
             Self::Answered { end, .. } => end.as_str(),
             Self::Compacted | Self::NothingToCompact | Self::CompactionFailed => "compact",
             Self::CompactionOverSpend | Self::SpendLimit { .. } => "spend_limit",
-            Self::ModelError => "model_error",
+            Self::ModelError { .. } => "model_error",
+            Self::StoreFailed => "store_error",
             Self::TimeLimit { .. } => "time_limit",
             Self::Interrupted => "interrupted",
             Self::Cancelled => "cancelled",
@@ -185,8 +191,13 @@ impl TurnOutcome {
         Ok(match err {
             LoopError::Store(err) => return Err(err),
             LoopError::Model(err) => {
-                tracing::error!(error = %err, "model call failed; the turn ends with an apology");
-                Self::ModelError
+                let failure = err.failure();
+                tracing::error!(
+                    error = %err,
+                    failure = failure.as_str(),
+                    "model call failed; the turn ends with an apology"
+                );
+                Self::ModelError { failure }
             }
             LoopError::Cancelled => match cause {
                 Some(StopCause::TimeLimit) => Self::TimeLimit {
@@ -214,9 +225,15 @@ impl TurnExecutor {
     /// `fence`) and returns its outbox row and how it ended. Every write of
     /// the turn is conditional on `fence` still being the session's grant.
     ///
+    /// A database failure during the turn ends it with
+    /// [`TurnOutcome::StoreFailed`] when that much can still be written (the
+    /// failing write was one of the turn's, such as an entry the database
+    /// refuses); a lost lease never does.
+    ///
     /// # Errors
-    /// A database failure, or [`StoreError::LeaseLost`]; the message stays
-    /// unfinished and is retried (by whoever holds the lease).
+    /// A database failure that left not even the apology writable, or
+    /// [`StoreError::LeaseLost`]; the message stays unfinished and is
+    /// retried (by whoever holds the lease).
     pub async fn run(
         &self,
         inbound: &InboundRow,
@@ -224,11 +241,52 @@ impl TurnExecutor {
         fence: Fence,
     ) -> Result<(OutboxRow, InboundStatus), StoreError> {
         let store = self.store.fenced(fence);
-        let mut turn = self.prepare(inbound).await?;
-        if let Some(answer) = self.compact(&store, inbound, &mut turn).await? {
-            return Self::finish(&store, inbound, &answer, None, Batch::new()).await;
+        match self.run_fenced(&store, inbound, control).await {
+            Err(err) if !matches!(err, StoreError::LeaseLost) => {
+                Self::store_failed(&store, inbound, err, Batch::new()).await
+            }
+            result => result,
         }
-        let task = self.start_task(&store, inbound, control, turn).await?;
+    }
+
+    /// Ends the turn with [`TurnOutcome::StoreFailed`] after `err`, with
+    /// `writes` (bookkeeping of the turn that is still worth keeping).
+    /// Returns `err` when even that cannot be written.
+    async fn store_failed(
+        store: &Store,
+        inbound: &InboundRow,
+        err: StoreError,
+        writes: Batch,
+    ) -> Result<(OutboxRow, InboundStatus), StoreError> {
+        tracing::error!(
+            error = %err,
+            "storing the conversation failed; the turn ends with an apology"
+        );
+        let outcome = TurnOutcome::StoreFailed;
+        match Self::finish(store, inbound, &outcome, None, writes).await {
+            Ok(finished) => Ok(finished),
+            Err(again) => {
+                tracing::error!(
+                    error = %again,
+                    "the failed turn could not be recorded either; it is tried again"
+                );
+                Err(err)
+            }
+        }
+    }
+
+    /// The turn proper, every write through `store` (fenced).
+    async fn run_fenced(
+        &self,
+        store: &Store,
+        inbound: &InboundRow,
+        control: &TurnControl,
+    ) -> Result<(OutboxRow, InboundStatus), StoreError> {
+        let mut turn = self.prepare(inbound).await?;
+        if let Some(answer) = self.compact(store, inbound, &mut turn).await? {
+            return Self::finish(store, inbound, &answer, None, Batch::new()).await;
+        }
+        let task = self.start_task(store, inbound, control, turn).await?;
         let time_limit = Duration::from_secs(self.limits.task_timeout_secs);
         let purse = Arc::clone(&task.purse);
         let result = run_within_limits(task, control, time_limit).await;
@@ -250,7 +308,25 @@ impl TurnExecutor {
                 Batch::new(),
             ),
         };
-        Self::finish(&store, inbound, &outcome, final_message.as_ref(), writes).await
+        if final_message.is_none() {
+            return Self::finish(store, inbound, &outcome, None, writes).await;
+        }
+        // The answer's entry may be what the database refuses; the
+        // bookkeeping that rides with it is then kept without it.
+        match Self::finish(
+            store,
+            inbound,
+            &outcome,
+            final_message.as_ref(),
+            writes.clone(),
+        )
+        .await
+        {
+            Err(err) if !matches!(err, StoreError::LeaseLost) => {
+                Self::store_failed(store, inbound, err, writes).await
+            }
+            result => result,
+        }
     }
 
     /// Loads the session and its history (compaction applied), the agent

@@ -314,8 +314,8 @@ impl Store {
 
     /// Deletes what is older than `older_than_ms` and finished: delivered or
     /// given-up replies, then the deduplication records of finished messages
-    /// (a redelivery after that long is no longer expected). Transcripts are
-    /// kept. Returns how many inbound records went.
+    /// (a redelivery after that long is no longer expected), and the API's
+    /// transcript keys of that age. Transcripts are kept. Returns how many inbound records went.
     ///
     /// # Errors
     /// A database failure.
@@ -323,6 +323,12 @@ impl Store {
         let mut conn = self.conn().await?;
         let mut tx = conn.begin().await?;
         sqlx::query("DELETE FROM outbox WHERE status IN ('sent', 'failed') AND created_at < $1")
+            .bind(older_than_ms)
+            .execute(&mut *tx)
+            .await?;
+        // A stateless API client's turn whose reply is gone can no longer be
+        // recognised (see `store::api_transcripts`).
+        sqlx::query("DELETE FROM api_transcripts WHERE created_at < $1")
             .bind(older_than_ms)
             .execute(&mut *tx)
             .await?;

@@ -78,6 +78,7 @@
 //! - Read through [`Store::read_conn`] what the same task has just written in
 //!   a batch that has not returned yet; it sees only committed data.
 
+mod api_transcripts;
 mod api_views;
 mod batch;
 mod checkpoint;
@@ -113,6 +114,7 @@ use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 use self::checkpoint::Checkpointer;
 
+pub use api_transcripts::{TranscriptCandidate, TranscriptOwner};
 pub use api_views::{ApiScope, ApiSession, SessionCursor, TurnMessage, TurnRecord};
 pub use batch::{Arg, Batch};
 pub use checkpoint::WalStats;

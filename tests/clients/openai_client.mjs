@@ -82,7 +82,7 @@ results.session = {
 try {
   await client.chat.completions.create(
     { model: MODEL, messages: user("anyone there?") },
-    { headers: { "X-Session-Id": "no-such-session" } },
+    { headers: { "X-Session-Id": "no/such/session" } },
   );
   results.unknown_session = { error: null };
 } catch (error) {

@@ -6,7 +6,8 @@ Usage: python3 openai_client.py BASE_URL   (e.g. http://127.0.0.1:8080/v1)
 Run by tests/gateway/openai_client.rs, which asserts on the output:
 a plain completion, a streamed one (its deltas), a conversation continued
 with the X-Session-Id header (read back from the raw response), an unknown
-session (the client's error type), and the model list.
+session id that cannot name a new session (the client's error type), and the
+model list.
 """
 
 import json
@@ -80,7 +81,7 @@ def main():
         client.chat.completions.create(
             model=MODEL,
             messages=user("anyone there?"),
-            extra_headers={"X-Session-Id": "no-such-session"},
+            extra_headers={"X-Session-Id": "no/such/session"},
         )
         results["unknown_session"] = {"error": None}
     except openai.APIStatusError as error:

@@ -185,7 +185,10 @@ async fn a_failing_model_ends_the_turn_with_a_clear_message() {
     let text = body["choices"][0]["message"]["content"]
         .as_str()
         .expect("text");
-    assert!(text.contains("could not be reached"), "{text}");
+    assert_eq!(
+        text,
+        switchboard::session::texts::model_failure(switchboard::llm::ModelFailure::ProviderFailed)
+    );
     assert_eq!(body["choices"][0]["finish_reason"], "error");
     assert_eq!(llm.requests().len(), 3, "one call and two retries");
     app.stop().await;

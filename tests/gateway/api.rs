@@ -276,36 +276,53 @@ async fn an_oversized_body_is_rejected_with_413() {
 }
 
 #[tokio::test]
-async fn an_unknown_session_id_is_404() {
+async fn an_unknown_session_id_names_a_new_session_of_the_callers() {
     let llm = FakeLlm::echo().await;
     let app = TestApp::spawn(&llm).await;
 
-    let (status, _, body) = app.chat(Some("no-such-session"), "hi").await;
+    let (status, session, body) = app.chat(Some("my-chat.2024_01:a"), "hi").await;
+    let (_, again, _) = app.chat(Some("my-chat.2024_01:a"), "again").await;
 
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("no-such-session"))
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(session.as_deref(), Some("my-chat.2024_01:a"));
+    assert_eq!(again.as_deref(), Some("my-chat.2024_01:a"));
+    let texts: Vec<String> = app
+        .wire_history("my-chat.2024_01:a")
+        .await
+        .into_iter()
+        .filter_map(|entry| match entry.message {
+            switchboard::llm::ChatMessage::User { content } => Some(content),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        ["hi", "again"],
+        "one conversation under the chosen id"
     );
-    assert_eq!(app.count("inbound").await, 0);
     app.stop().await;
 }
 
 #[tokio::test]
-async fn a_session_header_that_cannot_be_an_id_gets_the_unknown_session_404() {
+async fn a_session_header_that_cannot_name_a_session_is_refused_and_stores_nothing() {
     let llm = FakeLlm::echo().await;
     let app = TestApp::spawn(&llm).await;
 
-    let (unknown_status, _, unknown) = app.chat(Some("no-such-session"), "hi").await;
-    let (status, _, body) = app.chat(Some("no such session"), "hi").await;
+    let (status, _, body) = app.chat(Some("no such/session"), "hi").await;
+    let long = "a".repeat(129);
+    let (too_long, _, _) = app.chat(Some(&long), "hi").await;
 
-    assert_eq!(status, unknown_status);
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    let mut expected = unknown;
-    expected["error"]["message"] = json!("no session with id no such session");
-    assert_eq!(body, expected);
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no session with id no such/session")),
+        "{body}"
+    );
+    assert_eq!(too_long, StatusCode::BAD_REQUEST);
     assert_eq!(app.count("inbound").await, 0);
+    assert_eq!(app.count("sessions").await, 0);
+    assert!(llm.requests().is_empty());
     app.stop().await;
 }
 

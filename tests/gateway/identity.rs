@@ -160,7 +160,10 @@ async fn a_link_code_works_once() {
     fake.dm(&app, "owner", "secret plans").await;
     fake.dm(&app, "mallory", "what are the plans?").await;
 
-    assert!(first.starts_with("Linked"), "{first}");
+    assert_eq!(
+        first,
+        switchboard::session::texts::linked(switchboard::config::DmSessions::Shared)
+    );
     assert!(
         second.contains("wrong, expired or already used"),
         "{second}"
@@ -312,12 +315,22 @@ async fn direct_chats_can_be_kept_per_platform() {
     let app = TestApp::spawn_with(&llm, |s| s.sessions.dm_sessions = DmSessions::PerPlatform).await;
     let fake = Fake::register(&app);
     app.say_as("alice", "on the api").await;
-    let code = code_in(&app.say_as("alice", "/link").await.1);
-    fake.dm(&app, "tg-alice", &format!("/link {code}")).await;
+    let offered = app.say_as("alice", "/link").await.1;
+    let code = code_in(&offered);
+    let linked = fake.dm(&app, "tg-alice", &format!("/link {code}")).await;
 
     fake.dm(&app, "tg-alice", "on the platform").await;
     let listed = fake.dm(&app, "tg-alice", "/sessions").await;
 
+    assert!(
+        offered.contains("conversations stay per chat"),
+        "the code's answer does not promise shared conversations: {offered}"
+    );
+    assert_eq!(
+        linked,
+        switchboard::session::texts::linked(DmSessions::PerPlatform)
+    );
+    assert!(!linked.contains("shares its conversations"), "{linked}");
     assert_eq!(user_texts(&llm), ["on the platform"]);
     assert!(
         listed.contains("on the api"),

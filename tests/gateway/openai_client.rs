@@ -1,8 +1,8 @@
 //! The official OpenAI clients (Python and Node), unchanged, against the
 //! gateway's API: `tests/clients/openai_client.{py,mjs}` make plain and
-//! streamed completions, continue a conversation with `X-Session-Id`, hit an
-//! unknown session and list the models; these tests check what the client
-//! saw and what the model received.
+//! streamed completions, continue a conversation with `X-Session-Id`, send
+//! an unknown session id that cannot name a new session and list the models;
+//! these tests check what the client saw and what the model received.
 //!
 //! They need `python3` with the `openai` package, and `node` with the
 //! `openai` package in `tests/clients/node_modules`. Without them a test
@@ -141,12 +141,12 @@ async fn works_unchanged(client: Client) {
     );
 
     let unknown = &results["unknown_session"];
-    assert_eq!(unknown["error"], "NotFoundError", "{unknown}");
-    assert_eq!(unknown["status"], 404);
+    assert_eq!(unknown["error"], "BadRequestError", "{unknown}");
+    assert_eq!(unknown["status"], 400);
     assert!(
         unknown["message"]
             .as_str()
-            .is_some_and(|m| m.contains("no session with id no-such-session")),
+            .is_some_and(|m| m.contains("no session with id no/such/session")),
         "{unknown}"
     );
 

@@ -100,9 +100,9 @@ async fn a_failed_model_call_is_recorded_as_failed_with_its_reason() {
 
     let (_, reply) = app.say(None, "hello").await;
 
-    assert!(
-        reply.starts_with("Sorry, the model could not be reached"),
-        "{reply}"
+    assert_eq!(
+        reply,
+        switchboard::session::texts::model_failure(switchboard::llm::ModelFailure::BadRequest)
     );
     let rows: Vec<(String, Option<String>)> =
         sqlx::query_as("SELECT status, error FROM usage ORDER BY id")

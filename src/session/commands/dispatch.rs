@@ -6,7 +6,7 @@
 //! sessions.
 
 use super::Command;
-use crate::config::Settings;
+use crate::config::{DmSessions, Settings};
 use crate::session::access::{Access, Decision};
 use crate::session::link::{CODE_TTL, FAILURE_WINDOW, LinkCode, MAX_FAILURES};
 use crate::session::routing::{Place, Routing};
@@ -35,6 +35,8 @@ pub struct CommandSettings {
     pub max_iterations: u32,
     /// A principal's daily spend cap in dollars (0: none), for `/usage`.
     pub daily_usd: f64,
+    /// How direct chats map to sessions, which `/link` explains.
+    pub dm_sessions: DmSessions,
 }
 
 /// Who sent a command, from where, and the session the chat is on.
@@ -89,8 +91,8 @@ const SESSIONS_LISTED: i64 = 10;
 const TITLE_MAX_CHARS: usize = 200;
 
 impl CommandSettings {
-    /// Reads `llm.model`, `llm.extra_models`, `agent.max_iterations` and
-    /// `limits.principal_daily_usd`.
+    /// Reads `llm.model`, `llm.extra_models`, `agent.max_iterations`,
+    /// `limits.principal_daily_usd` and `sessions.dm_sessions`.
     pub fn new(settings: &Settings) -> Self {
         let model = settings.llm.model.clone();
         let mut models = vec![model.clone()];
@@ -107,6 +109,7 @@ impl CommandSettings {
             models,
             max_iterations: settings.agent.max_iterations,
             daily_usd: settings.limits.principal_daily_usd,
+            dm_sessions: settings.sessions.dm_sessions,
         }
     }
 }
@@ -304,7 +307,7 @@ impl Commands<'_> {
             .await?;
         tracing::info!(principal_id = %identity.principal, "link code issued");
         Ok(Answer {
-            text: texts::link_code(code.as_str()),
+            text: texts::link_code(code.as_str(), self.settings.dm_sessions),
             stored: Some(texts::LINK_CODE_STORED.to_owned()),
         })
     }
@@ -337,7 +340,7 @@ impl Commands<'_> {
                         .routing
                         .direct_session(&context.place.origin, to, context.own_chat)
                         .await?;
-                    moved(id, texts::LINKED)
+                    moved(id, texts::linked(self.settings.dm_sessions))
                 }
             },
         )

@@ -1,0 +1,699 @@
+//! A request's `messages`, read and checked, and the session a request
+//! without one of its own continues: stateless clients (chat UIs, SDK users)
+//! resend the whole transcript on every request and no `X-Session-Id`.
+//!
+//! **The matching rule.** The *visible transcript* of a request is its user
+//! messages and the assistant's final replies (assistant messages without
+//! tool calls), in order: system and developer messages are ignored (clients
+//! drop or change them; the session keeps its own system prompt), and so are
+//! tool calls and tool results, which clients usually drop. When a request
+//! starts or continues a session without naming it, the SHA-256 of its
+//! visible transcript (up to and including its new user message) is stored
+//! with the turn, under the caller's key namespace and API user
+//! (`store::api_transcripts`). A later request whose visible transcript is
+//! that one plus the turn's reply (exactly as it was sent) plus a new user
+//! message continues that session, as if it had named it — when the turn is
+//! still the session's latest message, the session is still the caller's,
+//! and every tool call and result the client did resend agrees with the
+//! stored one. Only the new message is stored; the model request is built
+//! from the stored conversation (tool calls and results included), byte for
+//! byte what a client naming the session would have caused.
+//!
+//! No match — a new conversation, an earlier message edited or regenerated,
+//! a conversation that went on elsewhere (another request, another
+//! platform), or a transcript older than the inbound retention — starts a
+//! new session seeded with the client's transcript (user, assistant and tool
+//! messages, tool-call ids kept) as history, and the new message runs as its
+//! turn: an edit forks, it never rewrites. A request with no earlier messages
+//! is a new conversation (or, with `user`, that user's conversation) as
+//! before.
+//!
+//! Limits: replies are compared as sent, so a client that trims or reformats
+//! them forks; conversations with equal visible transcripts are
+//! interchangeable (the most recent one is continued); a chat command's
+//! exchange matches only when its stored answer is what the client got
+//! (`/link`'s code is not stored, so its exchange forks), and a command that
+//! moves the chat to another session (`/new`, `/resume`) forks too: a
+//! stateless client starts a new conversation by sending one.
+//!
+//! **Two identical requests at once** (a double submit, a retry racing its
+//! original) both find the same turn and derive the same event id from it,
+//! so the second is a duplicate of the first: one turn runs, and both get its
+//! reply. One arriving after the first has finished finds the session moved
+//! on and forks, like a regenerated reply.
+//!
+//! **Client-chosen ids.** An `X-Session-Id` that names no session yet
+//! creates one with that id (1 to 128 letters, digits, `.`, `_`, `:` or
+//! `-`), owned by the caller, seeded with any earlier messages the request
+//! carries. Ids are global: one taken by another caller is a 404, so clients
+//! should pick unguessable ones.
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use switchboard_contract::{ChatId, EventId, InboundMessage};
+
+use super::caller::Caller;
+use super::sessions::reachable;
+use super::{ApiError, ApiState};
+use crate::llm::{ChatMessage, ToolCall, canonical_json};
+use crate::session::service::SubmitOptions;
+use crate::store::{SessionId, StoreError, TranscriptOwner};
+
+/// One message of a request, as OpenAI clients send it.
+#[derive(Debug, Deserialize)]
+pub struct RequestMessage {
+    role: String,
+    #[serde(default)]
+    content: Option<Content>,
+    #[serde(default)]
+    tool_calls: Option<Vec<RequestToolCall>>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+}
+
+/// Message content: a string, or an array of parts of which the text parts
+/// are read.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Deserialize)]
+struct Part {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RequestToolCall {
+    id: String,
+    function: RequestFunction,
+}
+
+#[derive(Debug, Deserialize)]
+struct RequestFunction {
+    name: String,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+impl Content {
+    /// The text of the content. A part that is not text (an `image_url`)
+    /// is refused rather than dropped: the model would answer without it.
+    fn text(&self) -> Result<String, ApiError> {
+        match self {
+            Self::Text(text) => Ok(text.clone()),
+            Self::Parts(parts) => {
+                if let Some(part) = parts.iter().find(|part| part.kind != "text") {
+                    return Err(ApiError::BadRequest(format!(
+                        "content parts of type `{}` are not supported yet; send text only",
+                        part.kind
+                    )));
+                }
+                Ok(parts
+                    .iter()
+                    .filter_map(|part| part.text.as_deref())
+                    .collect::<Vec<_>>()
+                    .join("\n"))
+            }
+        }
+    }
+}
+
+/// A request's transcript, checked: the conversation it resends (system
+/// and developer messages left out) and its new user message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transcript {
+    pub history: Vec<ChatMessage>,
+    pub text: String,
+}
+
+impl Transcript {
+    /// Reads and checks `messages`: known roles only, every tool result
+    /// answering a call of the assistant message before it and every call
+    /// answered, and a non-empty user message last.
+    ///
+    /// # Errors
+    /// What is wrong, as a 400.
+    pub fn parse(messages: &[RequestMessage]) -> Result<Self, ApiError> {
+        let bad =
+            |index: usize, what: String| ApiError::BadRequest(format!("messages[{index}]: {what}"));
+        let mut history = Vec::new();
+        // Calls of the latest assistant message still waiting for a result.
+        let mut open: Vec<String> = Vec::new();
+        for (index, message) in messages.iter().enumerate() {
+            let role = message.role.as_str();
+            if role != "tool"
+                && let Some(id) = open.first()
+                && !matches!(role, "system" | "developer")
+            {
+                return Err(bad(
+                    index,
+                    format!("tool call `{id}` has no result before it"),
+                ));
+            }
+            match role {
+                "system" | "developer" => {}
+                "user" => {
+                    let content = message
+                        .content
+                        .as_ref()
+                        .ok_or_else(|| bad(index, "a user message needs content".to_owned()))?
+                        .text()?;
+                    history.push(ChatMessage::User { content });
+                }
+                "assistant" => {
+                    let content = message.content.as_ref().map(Content::text).transpose()?;
+                    let mut tool_calls = Vec::new();
+                    for call in message.tool_calls.iter().flatten() {
+                        if call.id.is_empty() || call.function.name.is_empty() {
+                            return Err(bad(
+                                index,
+                                "a tool call needs an id and a name".to_owned(),
+                            ));
+                        }
+                        if open.contains(&call.id) {
+                            return Err(bad(index, format!("tool call id `{}` repeats", call.id)));
+                        }
+                        open.push(call.id.clone());
+                        tool_calls.push(ToolCall {
+                            id: call.id.clone(),
+                            name: call.function.name.clone(),
+                            arguments: canonical_arguments(
+                                call.function.arguments.as_deref().unwrap_or("{}"),
+                            ),
+                        });
+                    }
+                    let content = match content {
+                        None if tool_calls.is_empty() => Some(String::new()),
+                        content => content,
+                    };
+                    history.push(ChatMessage::Assistant {
+                        content,
+                        tool_calls,
+                    });
+                }
+                "tool" => {
+                    let id = message.tool_call_id.as_deref().unwrap_or_default();
+                    let Some(position) = open.iter().position(|open_id| open_id == id) else {
+                        return Err(bad(
+                            index,
+                            format!(
+                                "a tool result for `{id}`, which no assistant message before it called"
+                            ),
+                        ));
+                    };
+                    open.remove(position);
+                    let content = message
+                        .content
+                        .as_ref()
+                        .map(Content::text)
+                        .transpose()?
+                        .unwrap_or_default();
+                    history.push(ChatMessage::Tool {
+                        tool_call_id: id.to_owned(),
+                        content,
+                        is_error: false,
+                    });
+                }
+                other => return Err(bad(index, format!("unknown role `{other}`"))),
+            }
+        }
+        let last_user =
+            || ApiError::BadRequest("`messages` must end with a non-empty user message".to_owned());
+        if !open.is_empty() {
+            return Err(last_user());
+        }
+        let Some(ChatMessage::User { content: text }) = history.pop() else {
+            return Err(last_user());
+        };
+        if text.trim().is_empty() {
+            return Err(last_user());
+        }
+        Ok(Self { history, text })
+    }
+
+    /// The visible transcript: user messages and final replies, in order.
+    fn visible(&self) -> Vec<(&'static str, &str)> {
+        self.history
+            .iter()
+            .filter_map(|message| match message {
+                ChatMessage::User { content } => Some(("user", content.as_str())),
+                ChatMessage::Assistant {
+                    content,
+                    tool_calls,
+                } if tool_calls.is_empty() => {
+                    Some(("assistant", content.as_deref().unwrap_or_default()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The key stored with this request's turn: the hash of its visible
+    /// transcript with the new message.
+    pub fn key(&self) -> String {
+        let mut visible = self.visible();
+        visible.push(("user", self.text.as_str()));
+        digest(&visible)
+    }
+
+    /// What the turn this request continues must have: the key stored
+    /// with it and its reply. `None` when the transcript cannot continue a
+    /// turn (it does not end with a reply and a new message).
+    fn continued(&self) -> Option<(String, &str)> {
+        let visible = self.visible();
+        let ((role, reply), before) = visible.split_last()?;
+        if *role != "assistant" || before.last().is_none_or(|(role, _)| *role != "user") {
+            return None;
+        }
+        Some((digest(before), *reply))
+    }
+
+    /// Whether the client resent tool calls or results.
+    fn has_tool_entries(&self) -> bool {
+        self.history.iter().any(|message| match message {
+            ChatMessage::Assistant { tool_calls, .. } => !tool_calls.is_empty(),
+            ChatMessage::Tool { .. } => true,
+            ChatMessage::User { .. } => false,
+        })
+    }
+}
+
+/// Arguments re-serialised canonically, as the model's own are stored;
+/// kept verbatim when they do not parse.
+fn canonical_arguments(arguments: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(arguments)
+        .map_or_else(|_| arguments.to_owned(), |value| canonical_json(&value))
+}
+
+/// The SHA-256 (hex) of a visible transcript.
+fn digest(visible: &[(&str, &str)]) -> String {
+    // Serialising pairs of strings cannot fail.
+    let bytes = serde_json::to_vec(visible).unwrap_or_default();
+    hex::encode(Sha256::digest(&bytes))
+}
+
+/// The session a request goes to, once resolved: what is left to do after
+/// its message is recorded.
+#[derive(Debug)]
+pub enum Route {
+    /// It names its session: nothing to remember.
+    Named,
+    /// It continues, starts or seeds a session by its transcript: its key
+    /// is stored with its turn, for the next request to find.
+    ByTranscript { key: String },
+}
+
+impl Route {
+    /// Stores the request's transcript key with its turn. A failure is
+    /// logged; the next request then starts a new session.
+    pub async fn recorded(
+        &self,
+        state: &ApiState,
+        caller: &Caller,
+        sender: &str,
+        session_id: &SessionId,
+        inbound_id: i64,
+    ) {
+        let Self::ByTranscript { key } = self else {
+            return;
+        };
+        let owner = TranscriptOwner {
+            account: caller.account(),
+            sender,
+        };
+        if let Err(err) = state
+            .store
+            .record_api_transcript(owner, key, session_id, inbound_id)
+            .await
+        {
+            tracing::warn!(error = %err, "the transcript key of a turn was not stored");
+        }
+    }
+}
+
+/// Finds the session of a request: the one it names (created when the id
+/// is new), the one its transcript continues, a new one seeded with its
+/// transcript, or (no earlier messages) the one routing gives as before.
+/// Adjusts `message` and `options` to go there.
+///
+/// # Errors
+/// A named session another caller owns (404), a new id that is not safe
+/// (400), or a database failure.
+pub async fn resolve(
+    state: &ApiState,
+    caller: &Caller,
+    transcript: &Transcript,
+    message: &mut InboundMessage,
+    options: &mut SubmitOptions,
+    explicit_event: bool,
+) -> Result<Route, ApiError> {
+    if let Some(named) = options.session.clone() {
+        named_session(state, caller, transcript, message, &named).await?;
+        return Ok(Route::Named);
+    }
+    if explicit_event {
+        // A retry: it goes where its first attempt went (and gets its reply).
+        let first = state
+            .store
+            .inbound_id_of_event(
+                message.platform.as_str(),
+                message.account.as_str(),
+                message.event_id.as_str(),
+            )
+            .await
+            .map_err(internal)?;
+        if let Some((_, session)) = first {
+            go_to(message, options, &session)?;
+            return Ok(Route::Named);
+        }
+    }
+    let key = transcript.key();
+    if transcript.history.is_empty() {
+        return Ok(Route::ByTranscript { key });
+    }
+    let session = match continued_session(state, caller, transcript, message).await? {
+        Some((session, event)) => {
+            if !explicit_event {
+                message.event_id = event;
+            }
+            tracing::info!(session_id = %session, "a resent transcript continues its session");
+            session
+        }
+        None => {
+            // The chat is the session's own, as for a client naming it.
+            let session = SessionId::generate();
+            go_to(message, options, &session)?;
+            state
+                .service
+                .start_seeded_session(message, session.clone(), &transcript.history)
+                .await
+                .map_err(internal)?;
+            session
+        }
+    };
+    go_to(message, options, &session)?;
+    Ok(Route::ByTranscript { key })
+}
+
+/// Checks a named session is the caller's, creating it under that id when
+/// no session has it.
+async fn named_session(
+    state: &ApiState,
+    caller: &Caller,
+    transcript: &Transcript,
+    message: &InboundMessage,
+    named: &str,
+) -> Result<(), ApiError> {
+    let exists = match SessionId::parse(named) {
+        Ok(id) => state.store.session(&id).await.map_err(internal)?.is_some(),
+        Err(_) => false,
+    };
+    if !exists {
+        let id = chosen_id(named)?;
+        let created = state
+            .service
+            .start_seeded_session(message, id, &transcript.history)
+            .await
+            .map_err(internal)?;
+        if created {
+            return Ok(());
+        }
+    }
+    // Another key's session, or one without an owner (a group chat), is
+    // answered like a missing one.
+    reachable(state, caller.scope(), named).await.map(drop)
+}
+
+/// A client-chosen session id: 1 to 128 letters, digits, `.`, `_`, `:` or
+/// `-`.
+fn chosen_id(text: &str) -> Result<SessionId, ApiError> {
+    let safe = text
+        .bytes()
+        .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b':' | b'-'));
+    match SessionId::parse(text) {
+        Ok(id) if safe => Ok(id),
+        _ => Err(ApiError::BadRequest(format!(
+            "no session with id {text}, and it cannot name a new one: use 1 to {} letters, \
+             digits, '.', '_', ':' or '-'",
+            SessionId::MAX_LEN
+        ))),
+    }
+}
+
+/// The session (and the event id of the new message) whose latest turn the
+/// transcript continues, if one does (see the module doc).
+async fn continued_session(
+    state: &ApiState,
+    caller: &Caller,
+    transcript: &Transcript,
+    message: &InboundMessage,
+) -> Result<Option<(SessionId, EventId)>, ApiError> {
+    let Some((prefix, reply)) = transcript.continued() else {
+        return Ok(None);
+    };
+    let owner = TranscriptOwner {
+        account: caller.account(),
+        sender: message.sender.id.as_str(),
+    };
+    let candidates = state
+        .store
+        .api_transcript_candidates(owner, &prefix)
+        .await
+        .map_err(internal)?;
+    for candidate in candidates {
+        if candidate.reply.as_deref() != Some(reply) {
+            continue;
+        }
+        let event = continuation_event(
+            &candidate.session_id,
+            candidate.inbound_id,
+            &transcript.text,
+        )?;
+        if candidate.latest_inbound != Some(candidate.inbound_id) {
+            // Moved on: only the same request, still running, follows it.
+            let twin = state
+                .store
+                .event_unfinished(message.platform.as_str(), caller.account(), event.as_str())
+                .await
+                .map_err(internal)?;
+            if twin != Some(true) {
+                continue;
+            }
+        }
+        if reachable(state, caller.scope(), candidate.session_id.as_str())
+            .await
+            .is_err()
+        {
+            continue;
+        }
+        if transcript.has_tool_entries()
+            && !tools_agree(state, &candidate.session_id, &transcript.history)
+                .await
+                .map_err(internal)?
+        {
+            continue;
+        }
+        return Ok(Some((candidate.session_id, event)));
+    }
+    Ok(None)
+}
+
+/// Whether every tool call and result the client resent is one the session
+/// stored (same id, name and arguments; same result).
+async fn tools_agree(
+    state: &ApiState,
+    session: &SessionId,
+    history: &[ChatMessage],
+) -> Result<bool, StoreError> {
+    let stored = state.store.wire_history(session, "").await?;
+    let stored_calls: Vec<&ToolCall> = stored
+        .iter()
+        .flat_map(|entry| match &entry.message {
+            ChatMessage::Assistant { tool_calls, .. } => tool_calls.iter().collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let stored_result = |id: &str| {
+        stored.iter().find_map(|entry| match &entry.message {
+            ChatMessage::Tool {
+                tool_call_id,
+                content,
+                ..
+            } if tool_call_id == id => Some(content.as_str()),
+            _ => None,
+        })
+    };
+    Ok(history.iter().all(|message| match message {
+        ChatMessage::Assistant { tool_calls, .. } => {
+            tool_calls.iter().all(|call| stored_calls.contains(&call))
+        }
+        ChatMessage::Tool {
+            tool_call_id,
+            content,
+            ..
+        } => stored_result(tool_call_id) == Some(content.as_str()),
+        ChatMessage::User { .. } => true,
+    }))
+}
+
+/// The event id of a message continuing turn `inbound_id` of `session` with
+/// `text`: the same for two identical requests, so the second is a
+/// duplicate of the first.
+fn continuation_event(
+    session: &SessionId,
+    inbound_id: i64,
+    text: &str,
+) -> Result<EventId, ApiError> {
+    let mut hash = Sha256::new();
+    hash.update(session.as_str().as_bytes());
+    hash.update(b"\n");
+    hash.update(inbound_id.to_string().as_bytes());
+    hash.update(b"\n");
+    hash.update(text.as_bytes());
+    let digest = hex::encode(hash.finalize());
+    EventId::parse(format!("transcript-{}", &digest[..32]))
+        .map_err(|err| ApiError::Internal(err.to_string()))
+}
+
+/// Points the message at `session`, as a request naming it would.
+fn go_to(
+    message: &mut InboundMessage,
+    options: &mut SubmitOptions,
+    session: &SessionId,
+) -> Result<(), ApiError> {
+    message.chat =
+        ChatId::parse(session.as_str()).map_err(|err| ApiError::Internal(err.to_string()))?;
+    options.session = Some(session.to_string());
+    options.own_chat = true;
+    Ok(())
+}
+
+fn internal(err: StoreError) -> ApiError {
+    ApiError::Internal(err.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn parse(messages: serde_json::Value) -> Result<Transcript, ApiError> {
+        let messages: Vec<RequestMessage> = serde_json::from_value(messages).expect("shape");
+        Transcript::parse(&messages)
+    }
+
+    fn refused(messages: serde_json::Value) -> String {
+        match parse(messages) {
+            Err(ApiError::BadRequest(message)) => message,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_transcript_keeps_tool_entries_and_drops_system_messages() {
+        let transcript = parse(json!([
+            {"role": "system", "content": "be nice"},
+            {"role": "user", "content": "sum?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "calculator", "arguments": "{ \"b\": 1, \"a\": 2 }"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "3"},
+            {"role": "assistant", "content": "3"},
+            {"role": "user", "content": [{"type": "text", "text": "thanks"}]}
+        ]))
+        .expect("valid");
+
+        assert_eq!(transcript.text, "thanks");
+        assert_eq!(transcript.history.len(), 4);
+        assert_eq!(
+            transcript.history[1],
+            ChatMessage::Assistant {
+                content: None,
+                tool_calls: vec![ToolCall {
+                    id: "c1".to_owned(),
+                    name: "calculator".to_owned(),
+                    arguments: r#"{"a":2,"b":1}"#.to_owned(),
+                }],
+            }
+        );
+        assert_eq!(
+            transcript.visible(),
+            [("user", "sum?"), ("assistant", "3")],
+            "tool entries are not part of what the client shows"
+        );
+        assert!(transcript.has_tool_entries());
+    }
+
+    #[test]
+    fn the_key_of_one_request_is_what_the_next_continues() {
+        let first = parse(json!([{"role": "user", "content": "hi"}])).expect("valid");
+        let next = parse(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "how are you?"}
+        ]))
+        .expect("valid");
+        let edited = parse(json!([
+            {"role": "system", "content": "changed"},
+            {"role": "user", "content": "hi!"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "how are you?"}
+        ]))
+        .expect("valid");
+
+        assert_eq!(first.continued(), None);
+        assert_eq!(next.continued(), Some((first.key(), "hello")));
+        assert_ne!(edited.continued().map(|(key, _)| key), Some(first.key()));
+        assert_ne!(next.key(), first.key());
+    }
+
+    #[test]
+    fn bad_transcripts_are_refused_with_the_reason() {
+        assert!(
+            refused(
+                json!([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+            )
+            .contains("must end with a non-empty user message")
+        );
+        assert!(
+            refused(json!([{"role": "wizard", "content": "a"}])).contains("unknown role `wizard`")
+        );
+        assert!(
+            refused(json!([
+                {"role": "user", "content": "a"},
+                {"role": "tool", "tool_call_id": "x", "content": "b"},
+                {"role": "user", "content": "c"}
+            ]))
+            .contains("no assistant message before it called")
+        );
+        assert!(
+            refused(json!([
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "user", "content": "c"}
+            ]))
+            .contains("`c1` has no result")
+        );
+        assert!(refused(json!([{"role": "user", "content": "  "}])).contains("non-empty"));
+        assert!(
+            refused(json!([{"role": "user", "content": [{"type": "image_url"}]}]))
+                .contains("image_url")
+        );
+    }
+
+    #[test]
+    fn chosen_ids_are_bounded_and_safe() {
+        assert!(chosen_id("chat-2024.01_a:b").is_ok());
+        assert!(chosen_id("a/b").is_err());
+        assert!(chosen_id(&"a".repeat(129)).is_err());
+        assert!(chosen_id("").is_err());
+    }
+}

@@ -1,0 +1,192 @@
+//! The API's transcript keys (table `api_transcripts`): how a request that
+//! resends its whole conversation, without `X-Session-Id`, finds the session
+//! it continues (the rule is `api::transcript`'s), and the sessions such
+//! clients start: seeded with the transcript they sent, or under an id they
+//! chose.
+
+use sqlx::Row;
+
+use super::session_id::session_id_from_row;
+use super::{Arg, Batch, NewMessage, NewSession, SessionId, Store, StoreError, now_ms};
+use crate::llm::ChatMessage;
+
+/// The caller a transcript key belongs to: the API key's namespace and the
+/// API user (`user`, or the anonymous sender).
+#[derive(Debug, Clone, Copy)]
+pub struct TranscriptOwner<'a> {
+    pub account: &'a str,
+    pub sender: &'a str,
+}
+
+/// A turn whose transcript prefix has the hash looked up, and what the
+/// session holds now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TranscriptCandidate {
+    pub session_id: SessionId,
+    /// The turn the key was written for.
+    pub inbound_id: i64,
+    /// Its reply, once stored.
+    pub reply: Option<String>,
+    /// The session's latest message (turn or command).
+    pub latest_inbound: Option<i64>,
+}
+
+/// Candidates examined per lookup, most recent first: equal prefixes of
+/// different conversations (a common first message) are told apart by the
+/// reply that follows.
+const CANDIDATES: i64 = 20;
+
+impl Store {
+    /// Records that the turn `inbound_id` of `session_id` was asked with a
+    /// visible transcript hashing to `prefix_sha` (once: a retried request
+    /// records nothing new).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn record_api_transcript(
+        &self,
+        owner: TranscriptOwner<'_>,
+        prefix_sha: &str,
+        session_id: &SessionId,
+        inbound_id: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO api_transcripts (account, sender, prefix_sha, session_id, inbound_id, \
+             created_at) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (account, sender, prefix_sha, inbound_id) DO NOTHING",
+        )
+        .bind(owner.account)
+        .bind(owner.sender)
+        .bind(prefix_sha)
+        .bind(session_id.as_str())
+        .bind(inbound_id)
+        .bind(now_ms())
+        .execute(&mut *self.conn().await?)
+        .await?;
+        Ok(())
+    }
+
+    /// The turns of `owner` asked with a transcript hashing to
+    /// `prefix_sha`, most recent first, each with its reply and its
+    /// session's latest message.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn api_transcript_candidates(
+        &self,
+        owner: TranscriptOwner<'_>,
+        prefix_sha: &str,
+    ) -> Result<Vec<TranscriptCandidate>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT t.session_id, t.inbound_id, o.text AS reply, \
+             (SELECT MAX(i.id) FROM inbound i WHERE i.session_id = t.session_id) AS latest \
+             FROM api_transcripts t LEFT JOIN outbox o ON o.inbound_id = t.inbound_id \
+             WHERE t.account = $1 AND t.sender = $2 AND t.prefix_sha = $3 \
+             ORDER BY t.inbound_id DESC LIMIT $4",
+        )
+        .bind(owner.account)
+        .bind(owner.sender)
+        .bind(prefix_sha)
+        .bind(CANDIDATES)
+        .fetch_all(&mut *self.read_conn().await?)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(TranscriptCandidate {
+                    session_id: session_id_from_row(row, "session_id")?,
+                    inbound_id: row.try_get("inbound_id")?,
+                    reply: row.try_get("reply")?,
+                    latest_inbound: row.try_get("latest")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Whether the message recorded under this event has not finished yet
+    /// (`None`: no such message).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn event_unfinished(
+        &self,
+        platform: &str,
+        account: &str,
+        event_id: &str,
+    ) -> Result<Option<bool>, StoreError> {
+        let status = sqlx::query_scalar::<_, String>(
+            "SELECT status FROM inbound WHERE platform = $1 AND account = $2 AND event_id = $3",
+        )
+        .bind(platform)
+        .bind(account)
+        .bind(event_id)
+        .fetch_optional(&mut *self.read_conn().await?)
+        .await?;
+        Ok(status.map(|status| matches!(status.as_str(), "pending" | "running")))
+    }
+
+    /// Creates `session` with `seed` as its conversation (history, not turns
+    /// to run) and points `route_key` at it, in one transaction. Returns
+    /// `false`, writing nothing, when a session with its id exists.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn create_seeded_session(
+        &self,
+        route_key: &str,
+        session: &NewSession,
+        seed: &[ChatMessage],
+    ) -> Result<bool, StoreError> {
+        if self.session(&session.id).await?.is_some() {
+            return Ok(false);
+        }
+        let now = now_ms();
+        let toolset = serde_json::to_string(&session.toolset)
+            .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        let mut batch = Batch::new();
+        batch.push(
+            "INSERT INTO sessions (id, origin_key, platform, account, chat_id, thread_id, \
+             system_prompt, model, toolset, created_at, updated_at, principal_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            vec![
+                (&session.id).into(),
+                session.origin_key.as_str().into(),
+                session.platform.as_str().into(),
+                session.account.as_str().into(),
+                session.chat_id.as_str().into(),
+                session
+                    .thread_id
+                    .as_ref()
+                    .map(|thread| thread.as_str())
+                    .into(),
+                session.system_prompt.as_str().into(),
+                session.model.as_str().into(),
+                toolset.into(),
+                Arg::from(now),
+                Arg::from(now),
+                session.principal.map(|principal| principal.get()).into(),
+            ],
+        );
+        batch.push(
+            "INSERT INTO routes (route_key, session_id, updated_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (route_key) DO UPDATE SET session_id = excluded.session_id, \
+             updated_at = excluded.updated_at",
+            vec![route_key.into(), (&session.id).into(), Arg::from(now)],
+        );
+        for message in seed {
+            batch.append_message(&NewMessage::from_wire(
+                &session.id,
+                None,
+                "",
+                message.clone(),
+            ))?;
+        }
+        match self.write(batch).await {
+            Ok(_) => Ok(true),
+            // A concurrent request created the same id first.
+            Err(err) => match self.session(&session.id).await {
+                Ok(Some(_)) => Ok(false),
+                _ => Err(err),
+            },
+        }
+    }
+}
