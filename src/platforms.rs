@@ -13,7 +13,9 @@
 //!   WARN, success at INFO; only a configuration error (a missing variable,
 //!   an invalid setting) stops it for good (ERROR);
 //! - once up, a connection that fails (Telegram polling, the Discord
-//!   gateway) is restarted with the same backoff;
+//!   gateway) is restarted with the same backoff; Telegram's poller also
+//!   reports each failed `getUpdates` it retries by itself (the adapter is
+//!   `retrying` until a poll works again);
 //! - a task that panics is logged at ERROR and started again;
 //! - its state (starting, up, standby, retrying since …, failed, with the
 //!   last error) is kept in [`PlatformStatus`] for `/readyz`.
@@ -339,6 +341,7 @@ async fn run_telegram(
     else {
         return;
     };
+    let adapter = adapter.with_link_observer(context.status.link("telegram"));
     context
         .runner
         .register_sender(switchboard_telegram::PLATFORM, adapter.sender());

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
@@ -223,10 +223,11 @@ impl TurnExecutor {
         control: &TurnControl,
         fence: Fence,
     ) -> Result<(OutboxRow, InboundStatus), StoreError> {
+        let started = Instant::now();
         let store = self.store.fenced(fence);
         let mut turn = self.prepare(inbound).await?;
         if let Some(answer) = self.compact(&store, inbound, &mut turn).await? {
-            return Self::finish(&store, inbound, &answer, None, Batch::new()).await;
+            return Self::finish(&store, inbound, &answer, None, Batch::new(), started).await;
         }
         let task = self.start_task(&store, inbound, control, turn).await?;
         let time_limit = Duration::from_secs(self.limits.task_timeout_secs);
@@ -250,7 +251,8 @@ impl TurnExecutor {
                 Batch::new(),
             ),
         };
-        Self::finish(&store, inbound, &outcome, final_message.as_ref(), writes).await
+        let message = final_message.as_ref();
+        Self::finish(&store, inbound, &outcome, message, writes, started).await
     }
 
     /// Loads the session and its history (compaction applied), the agent
@@ -461,13 +463,15 @@ impl TurnExecutor {
 
     /// Ends the turn in one transaction: `writes` (the final model call's
     /// outcome), the final assistant entry, the reply in the outbox, and the
-    /// message's status and outcome.
+    /// message's status and outcome. The turn, `started` then, is counted
+    /// once its end is stored.
     async fn finish(
         store: &Store,
         inbound: &InboundRow,
         outcome: &TurnOutcome,
         final_message: Option<&NewMessage>,
         writes: Batch,
+        started: Instant,
     ) -> Result<(OutboxRow, InboundStatus), StoreError> {
         let status = outcome.status();
         if status == InboundStatus::Failed {
@@ -485,6 +489,9 @@ impl TurnExecutor {
             outcome: outcome.as_str(),
         };
         let row = store.finish_turn_with(&end, writes).await?;
+        store
+            .metrics()
+            .turn_finished(outcome.as_str(), started.elapsed());
         Ok((row, status))
     }
 }
