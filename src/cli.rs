@@ -202,6 +202,7 @@ pub async fn run_server(
         reply_timeout: Duration::from_secs(settings.api.reply_timeout_secs),
         drain_deadline: gateway.drain_deadline.clone(),
         platforms: gateway.platform_status.clone(),
+        serve_metrics: settings.server.metrics,
     });
     let router = api::router(state, settings.api.max_body_bytes, settings.api.enabled)
         .merge(platform_routes);

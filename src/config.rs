@@ -71,6 +71,9 @@ pub struct ServerSettings {
     /// restart takes its own unfinished work back at once. Default: the
     /// host name and the port of `bind`.
     pub instance_id: Option<String>,
+    /// Whether `GET /metrics` (Prometheus) is served, without a key, on
+    /// `bind`.
+    pub metrics: bool,
 }
 
 impl Default for ServerSettings {
@@ -79,6 +82,7 @@ impl Default for ServerSettings {
             bind: "127.0.0.1:8080".to_owned(),
             shutdown_grace_secs: 10,
             instance_id: None,
+            metrics: true,
         }
     }
 }

@@ -7,7 +7,8 @@
 //! OpenAI-compatible HTTP API), [`terminal`] (the terminal chat), [`gateway`]
 //! (wiring it all together), [`platforms`] (starting and supervising the
 //! adapters), [`platform_status`] (their states, for `/readyz`),
-//! [`platform_lease`] (one instance per platform connection),
+//! [`platform_lease`] (one instance per platform connection), [`metrics`]
+//! (what `/metrics` serves),
 //! [`bench`](mod@bench) (the throughput benchmark).
 
 pub mod agent;
@@ -17,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod gateway;
 pub mod llm;
+pub mod metrics;
 pub mod platform_lease;
 pub mod platform_status;
 pub mod platforms;

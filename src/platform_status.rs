@@ -1,14 +1,17 @@
 //! What each configured platform adapter is doing, as the supervisor in
 //! [`platforms`](crate::platforms) last reported it: starting, up, standing
 //! by (another instance holds its connection), retrying since a failed
-//! attempt, or failed for good (a configuration error). `/readyz` shows it
-//! and answers 503 while a configured adapter is neither up nor standing
-//! by.
+//! attempt or a connection that failed while running (as the adapter
+//! reports it through [`PlatformStatus::link`]), or failed for good (a
+//! configuration error). `/readyz` shows it and answers 503 while a
+//! configured adapter is neither up nor standing by; `/metrics` shows it as
+//! `switchboard_adapter_up` and `switchboard_adapter_state`.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::Serialize;
+use switchboard_contract::LinkObserver;
 
 /// The states an adapter goes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -32,6 +35,19 @@ pub enum AdapterState {
 }
 
 impl AdapterState {
+    /// The state's name, as `/readyz` and `/metrics` show it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Up => "up",
+            Self::Standby => "standby",
+            Self::Retrying => "retrying",
+            Self::Failed => "failed",
+            Self::Stopped => "stopped",
+        }
+    }
+
     /// Whether the instance is ready as far as this adapter goes.
     #[must_use]
     pub fn is_ready(self) -> bool {
@@ -108,6 +124,16 @@ impl PlatformStatus {
         self.enter(adapter, AdapterState::Stopped, |_| {});
     }
 
+    /// What `adapter` reports about its connection while it runs, entered
+    /// here: a failure makes it `retrying`, working again `up`.
+    #[must_use]
+    pub fn link(&self, adapter: &'static str) -> Arc<dyn LinkObserver> {
+        Arc::new(AdapterLink {
+            status: self.clone(),
+            adapter,
+        })
+    }
+
     /// One adapter's state.
     #[must_use]
     pub fn get(&self, adapter: &str) -> Option<AdapterStatus> {
@@ -149,6 +175,22 @@ impl PlatformStatus {
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, AdapterStatus>> {
         // The map stays consistent whatever panicked while holding it.
         self.adapters.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// An adapter's connection reports, entered into its status.
+struct AdapterLink {
+    status: PlatformStatus,
+    adapter: &'static str,
+}
+
+impl LinkObserver for AdapterLink {
+    fn up(&self) {
+        self.status.up(self.adapter);
+    }
+
+    fn down(&self, reason: &str) {
+        self.status.retrying(self.adapter, reason);
     }
 }
 

@@ -13,7 +13,10 @@
 //!   WARN, success at INFO; only a configuration error (a missing variable,
 //!   an invalid setting) stops it for good (ERROR);
 //! - once up, a connection that fails (Telegram polling, the Discord
-//!   gateway) is restarted with the same backoff;
+//!   gateway) is restarted with the same backoff; what the adapters retry
+//!   by themselves is reported too (a failed Telegram `getUpdates`, a
+//!   Discord gateway connection that ended): the adapter is `retrying`
+//!   until a poll works again or the shard has a session again;
 //! - a task that panics is logged at ERROR and started again;
 //! - its state (starting, up, standby, retrying since …, failed, with the
 //!   last error) is kept in [`PlatformStatus`] for `/readyz`.
@@ -146,6 +149,7 @@ impl Platforms {
                     sender,
                     gateway: connection,
                 }) => {
+                    let connection = connection.with_link_observer(context.status.link("discord"));
                     context
                         .runner
                         .register_sender(switchboard_discord::PLATFORM, sender);
@@ -339,6 +343,7 @@ async fn run_telegram(
     else {
         return;
     };
+    let adapter = adapter.with_link_observer(context.status.link("telegram"));
     context
         .runner
         .register_sender(switchboard_telegram::PLATFORM, adapter.sender());

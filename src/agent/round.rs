@@ -51,6 +51,22 @@ pub enum ToolCallError {
     OutcomeUnknown,
 }
 
+impl ToolCallError {
+    /// The failure's kind, as `switchboard_tool_calls_total` counts it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::UnknownTool { .. } => "unknown_tool",
+            Self::NotJson(_) | Self::NotAnObject => "invalid_arguments",
+            Self::Tool(ToolError::InvalidArguments(_)) => "invalid_arguments",
+            Self::Tool(_) => "failed",
+            Self::TimedOut(_) => "timeout",
+            Self::Cancelled => "cancelled",
+            Self::Panicked => "panicked",
+            Self::OutcomeUnknown => "outcome_unknown",
+        }
+    }
+}
+
 /// Runs one round of tool calls, already checkpointed `running`,
 /// concurrently; results come back in call order, one per call, each
 /// carrying its call's id. A result is recorded as soon as its call ends
@@ -135,6 +151,10 @@ pub(super) async fn resume_round(
                     run_call(agent, env, purse, request_id, call).await?
                 } else {
                     tracing::warn!(call_id = %call.id, "recovery: tool outcome unknown, not retried");
+                    let known = agent.toolset.get(&call.name).is_some();
+                    env.store
+                        .metrics()
+                        .tool_call(&call.name, known, "outcome_unknown");
                     let content =
                         canonical_json(&result_object(Err(ToolCallError::OutcomeUnknown)));
                     env.store
@@ -195,6 +215,9 @@ async fn run_started_call(
     let started = Instant::now();
     let outcome = execute(agent, env, purse, &request_id, call).await;
     let failed = outcome.is_err();
+    let kind = outcome.as_ref().err().map_or("ok", ToolCallError::kind);
+    let known = agent.toolset.get(&call.name).is_some();
+    env.store.metrics().tool_call(&call.name, known, kind);
     let status = if failed {
         CallStatus::Failed
     } else {

@@ -70,7 +70,13 @@ where
         .last()
         .copied()
         .ok_or_else(|| StoreError::Corrupt("no id for the model call".to_owned()))?;
-    match call.await {
+    let started = std::time::Instant::now();
+    let result = call.await;
+    let usage = result.as_ref().ok().map(|response| &response.usage);
+    store
+        .metrics()
+        .model_call(start.provider, start.model, usage, started.elapsed());
+    match result {
         Ok(response) => {
             let cost_nanousd = price_for(prices, &response.model, start.model)
                 .map(|price| price.cost_nanousd(&response.usage));

@@ -3,8 +3,11 @@
 //! `POST /v1/chat/completions` (plain and `stream: true`), `GET /v1/models`,
 //! `GET /healthz` (liveness: the process answers and reaches its database)
 //! and `GET /readyz` (readiness: 503 while the instance drains, so that a
-//! load balancer sends new requests elsewhere, and while a configured
-//! platform adapter is not up; the body lists each adapter's state). The server keeps each conversation's history: a client
+//! load balancer sends new requests elsewhere, while the database is
+//! unreachable or misses a migration, and while a configured platform
+//! adapter is not up; the body lists each adapter's state), and `GET
+//! /metrics` (Prometheus, unless `server.metrics = false`; see
+//! [`crate::metrics`]). The server keeps each conversation's history: a client
 //! names the conversation with the `X-Session-Id` header and sends only the
 //! new user message; without the header a new session starts and its id comes
 //! back in the `X-Session-Id` response header, unless the request resends a
@@ -25,13 +28,14 @@ mod transcript;
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use axum::{Router, middleware};
 use serde_json::json;
 
 use crate::config::ApiKey;
+use crate::metrics::Snapshot;
 use crate::session::service::SessionService;
 use crate::store::Store;
 
@@ -54,6 +58,8 @@ pub struct ApiState {
     pub drain_deadline: tokio_util::sync::CancellationToken,
     /// The platform adapters' states, for `/readyz`.
     pub platforms: crate::platform_status::PlatformStatus,
+    /// Whether `GET /metrics` is served (`server.metrics`).
+    pub serve_metrics: bool,
 }
 
 /// Builds the router (also used by tests without a socket). With
@@ -78,6 +84,11 @@ pub fn router(state: Arc<ApiState>, max_body_bytes: usize, api_enabled: bool) ->
     } else {
         Router::new()
     };
+    let root = if state.serve_metrics {
+        root.route("/metrics", get(metrics))
+    } else {
+        root
+    };
     root.route("/healthz", get(health))
         .route("/readyz", get(ready))
         .fallback(not_found)
@@ -99,10 +110,11 @@ async fn health(State(state): State<Arc<ApiState>>) -> Response {
     }
 }
 
-/// Ready to take new work: not draining, the database answers, and every
-/// configured platform adapter is up (or standing by while another
-/// instance holds its connection). The body names the reason and lists
-/// each adapter's state: `{"status": "ok" | "draining" | "unavailable" |
+/// Ready to take new work: not draining, the database answers and has
+/// every migration of this build applied, and every configured platform
+/// adapter is up (or standing by while another instance holds its
+/// connection). The body names the reason and lists each adapter's state:
+/// `{"status": "ok" | "draining" | "unavailable" | "migrations_pending" |
 /// "adapters_not_ready", "adapters": {"telegram": {"state": "retrying",
 /// "since": …, "failed_attempts": …, "last_error": …}}}`.
 async fn ready(State(state): State<Arc<ApiState>>) -> Response {
@@ -121,10 +133,47 @@ async fn ready(State(state): State<Arc<ApiState>>) -> Response {
         tracing::error!(error = %err, "readiness check: database unreachable");
         return not_ready("unavailable");
     }
+    match state.store.pending_migrations().await {
+        Ok(pending) if pending.is_empty() => {}
+        Ok(pending) => {
+            tracing::error!(?pending, "readiness check: migrations not applied");
+            return not_ready("migrations_pending");
+        }
+        Err(err) => {
+            tracing::error!(error = %err, "readiness check: migrations not readable");
+            return not_ready("unavailable");
+        }
+    }
     if !adapters.values().all(|adapter| adapter.state.is_ready()) {
         return not_ready("adapters_not_ready");
     }
     Json(json!({"status": "ok", "adapters": adapters})).into_response()
+}
+
+/// The Prometheus exposition ([`crate::metrics`]): what this instance
+/// counted, and the gauges read now (the queue and outbox backlog from the
+/// database, running turns, adapters, draining).
+async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
+    let store = &state.store;
+    let (queue_depth, outbox_backlog) = tokio::join!(store.queue_depth(), store.outbox_backlog());
+    if let Some(err) = queue_depth.as_ref().err().or(outbox_backlog.as_ref().err()) {
+        tracing::warn!(error = %err, "metrics: the database did not answer");
+    }
+    let runner = state.service.runner();
+    let snapshot = Snapshot {
+        queue_depth: queue_depth.ok(),
+        outbox_backlog: outbox_backlog.ok(),
+        turns_running: i64::try_from(runner.turns_running()).unwrap_or(i64::MAX),
+        adapters: state
+            .platforms
+            .snapshot()
+            .into_iter()
+            .map(|(name, status)| (name, status.state.as_str(), status.state.is_ready()))
+            .collect(),
+        draining: runner.is_draining(),
+    };
+    let text = store.metrics().render(&snapshot);
+    ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
 }
 
 /// New API requests to a draining instance get 503 with `Retry-After`;

@@ -121,6 +121,8 @@ struct Inner {
     /// The task budget, for `/status` about a turn another instance runs.
     max_iterations: u32,
     permits: Semaphore,
+    /// The permits there are (`runner.max_concurrent_turns`).
+    max_turns: usize,
     /// Active sessions and whether new work arrived since their worker last
     /// looked. A std mutex: held for a map operation only, never across an
     /// await.
@@ -164,6 +166,7 @@ impl Runner {
                 turns,
                 lease_ttl,
                 permits: Semaphore::new(max_concurrent_turns),
+                max_turns: max_concurrent_turns,
                 workers: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
                 waiters: Mutex::new(HashMap::new()),
@@ -826,7 +829,9 @@ impl Runner {
                 }
             }
             attempts += 1;
-            let retry_after = match sender.send(message).await {
+            let sent = sender.send(message).await;
+            self.count_delivery(row.platform.as_str(), &sent);
+            let retry_after = match sent {
                 Ok(receipt) => break Ok(receipt.message_ids.first().cloned()),
                 Err(SendError::Permanent(reason)) => {
                     tracing::error!(outbox_id = row.id, %reason, "reply cannot be delivered");
@@ -860,6 +865,26 @@ impl Runner {
             }
         };
         Delivery { attempts, outcome }
+    }
+}
+
+impl Runner {
+    /// Counts one delivery attempt to `platform` in the metrics.
+    fn count_delivery<T>(&self, platform: &str, sent: &Result<T, SendError>) {
+        let metrics = self.inner.store.metrics();
+        match sent {
+            Ok(_) => metrics.delivered(platform),
+            Err(SendError::Transient(_)) => metrics.delivery_failed(platform, "transient"),
+            Err(SendError::RetryAfter(_)) => metrics.delivery_failed(platform, "rate_limited"),
+            Err(SendError::Permanent(_)) => metrics.delivery_failed(platform, "permanent"),
+        }
+    }
+
+    /// Turns running in this instance now (each holds a turn permit).
+    pub fn turns_running(&self) -> usize {
+        self.inner
+            .max_turns
+            .saturating_sub(self.inner.permits.available_permits())
     }
 }
 

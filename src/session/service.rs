@@ -208,6 +208,9 @@ impl SessionService {
         );
         let Some(inbound_id) = self.store.record_inbound(&record).await? else {
             tracing::debug!(event_id = %message.event_id, "duplicate event dropped");
+            self.store
+                .metrics()
+                .duplicate_dropped(message.platform.as_str());
             return Ok(Submission::without_reply(Admission::Duplicate));
         };
         let reply = options.wait.then(|| self.runner.wait_for(inbound_id));

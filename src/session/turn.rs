@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
@@ -240,10 +240,11 @@ impl TurnExecutor {
         control: &TurnControl,
         fence: Fence,
     ) -> Result<(OutboxRow, InboundStatus), StoreError> {
+        let started = Instant::now();
         let store = self.store.fenced(fence);
-        match self.run_fenced(&store, inbound, control).await {
+        match self.run_fenced(&store, inbound, control, started).await {
             Err(err) if !matches!(err, StoreError::LeaseLost) => {
-                Self::store_failed(&store, inbound, err, Batch::new()).await
+                Self::store_failed(&store, inbound, err, Batch::new(), started).await
             }
             result => result,
         }
@@ -257,13 +258,14 @@ impl TurnExecutor {
         inbound: &InboundRow,
         err: StoreError,
         writes: Batch,
+        started: Instant,
     ) -> Result<(OutboxRow, InboundStatus), StoreError> {
         tracing::error!(
             error = %err,
             "storing the conversation failed; the turn ends with an apology"
         );
         let outcome = TurnOutcome::StoreFailed;
-        match Self::finish(store, inbound, &outcome, None, writes).await {
+        match Self::finish(store, inbound, &outcome, None, writes, started).await {
             Ok(finished) => Ok(finished),
             Err(again) => {
                 tracing::error!(
@@ -281,10 +283,11 @@ impl TurnExecutor {
         store: &Store,
         inbound: &InboundRow,
         control: &TurnControl,
+        started: Instant,
     ) -> Result<(OutboxRow, InboundStatus), StoreError> {
         let mut turn = self.prepare(inbound).await?;
         if let Some(answer) = self.compact(store, inbound, &mut turn).await? {
-            return Self::finish(store, inbound, &answer, None, Batch::new()).await;
+            return Self::finish(store, inbound, &answer, None, Batch::new(), started).await;
         }
         let task = self.start_task(store, inbound, control, turn).await?;
         let time_limit = Duration::from_secs(self.limits.task_timeout_secs);
@@ -309,7 +312,7 @@ impl TurnExecutor {
             ),
         };
         if final_message.is_none() {
-            return Self::finish(store, inbound, &outcome, None, writes).await;
+            return Self::finish(store, inbound, &outcome, None, writes, started).await;
         }
         // The answer's entry may be what the database refuses; the
         // bookkeeping that rides with it is then kept without it.
@@ -319,11 +322,12 @@ impl TurnExecutor {
             &outcome,
             final_message.as_ref(),
             writes.clone(),
+            started,
         )
         .await
         {
             Err(err) if !matches!(err, StoreError::LeaseLost) => {
-                Self::store_failed(store, inbound, err, writes).await
+                Self::store_failed(store, inbound, err, writes, started).await
             }
             result => result,
         }
@@ -537,13 +541,15 @@ impl TurnExecutor {
 
     /// Ends the turn in one transaction: `writes` (the final model call's
     /// outcome), the final assistant entry, the reply in the outbox, and the
-    /// message's status and outcome.
+    /// message's status and outcome. The turn, `started` then, is counted
+    /// once its end is stored.
     async fn finish(
         store: &Store,
         inbound: &InboundRow,
         outcome: &TurnOutcome,
         final_message: Option<&NewMessage>,
         writes: Batch,
+        started: Instant,
     ) -> Result<(OutboxRow, InboundStatus), StoreError> {
         let status = outcome.status();
         if status == InboundStatus::Failed {
@@ -561,6 +567,9 @@ impl TurnExecutor {
             outcome: outcome.as_str(),
         };
         let row = store.finish_turn_with(&end, writes).await?;
+        store
+            .metrics()
+            .turn_finished(outcome.as_str(), started.elapsed());
         Ok((row, status))
     }
 }

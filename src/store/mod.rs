@@ -84,6 +84,7 @@ mod batch;
 mod checkpoint;
 mod compactions;
 mod edits;
+mod gauges;
 mod inbound;
 mod leases;
 mod literal;
@@ -113,6 +114,7 @@ use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 use self::checkpoint::Checkpointer;
+use crate::metrics::Metrics;
 
 pub use api_transcripts::{TranscriptCandidate, TranscriptOwner};
 pub use api_views::{ApiScope, ApiSession, SessionCursor, TurnMessage, TurnRecord};
@@ -271,6 +273,9 @@ pub struct Store {
     instance: Arc<Instance>,
     /// What was sent to the database (see `stats`).
     stats: Arc<stats::Counters>,
+    /// The process's metrics: every part that owns a fact holds the store
+    /// (see [`crate::metrics`]).
+    metrics: Metrics,
 }
 
 #[derive(Clone)]
@@ -437,6 +442,7 @@ impl Store {
             fence: None,
             instance: Arc::new(Instance::ephemeral()),
             stats: Arc::default(),
+            metrics: Metrics::default(),
         })
     }
 
@@ -509,6 +515,11 @@ impl Store {
             }
             _ => self.conn().await,
         }
+    }
+
+    /// The metrics of the gateway this store serves (shared by its clones).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// What the store has sent to the database since it was opened.

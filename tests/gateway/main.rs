@@ -17,6 +17,7 @@ mod feishu;
 mod helpers;
 mod identity;
 mod limits;
+mod metrics;
 mod openai_client;
 mod outbox;
 mod platform_lease;

@@ -23,5 +23,5 @@ pub use markdown::{MarkupRenderer, PlainText, TelegramHtml, escape_html};
 pub use message::{
     Attachment, ChatKind, ChatRef, DeliveryReceipt, InboundMessage, OutboundMessage, Sender,
 };
-pub use platform::{InboundSink, PlatformSender, SendError, SubmitError, Submitted};
+pub use platform::{InboundSink, LinkObserver, PlatformSender, SendError, SubmitError, Submitted};
 pub use split::{LengthUnit, split_message};

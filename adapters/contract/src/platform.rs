@@ -55,6 +55,17 @@ pub enum SendError {
     Permanent(String),
 }
 
+/// Told by an adapter whether its connection to the platform works, as it
+/// finds out while running (a poll that fails, one that works again), so
+/// that the core can show it (`/readyz`, `/metrics`).
+pub trait LinkObserver: Send + Sync {
+    /// The connection works (again).
+    fn up(&self);
+    /// The connection failed with `reason` (never a secret); the adapter
+    /// keeps trying.
+    fn down(&self, reason: &str);
+}
+
 /// Implemented by each adapter: delivers replies to its platform.
 #[async_trait]
 pub trait PlatformSender: Send + Sync {

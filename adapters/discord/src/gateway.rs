@@ -8,14 +8,16 @@
 //! is not used: it spins a core on a close frame without a status code, and
 //! its shutdown then never returns.
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use secrecy::SecretString;
 use serenity::http::HttpError;
 use serenity::model::gateway::{GatewayIntents, SessionStartLimit};
 use serenity::model::permissions::Permissions;
-use switchboard_contract::AccountId;
 use switchboard_contract::backoff::{self, Backoff, Wait};
+use switchboard_contract::{AccountId, LinkObserver};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use twilight_gateway::queue::InMemoryQueue;
@@ -64,6 +66,9 @@ pub struct DiscordGateway {
     token: SecretString,
     rest: Rest,
     handler: InboundHandler,
+    /// Told when a shard's connection ends and when every shard has a
+    /// session again.
+    link: Option<Arc<dyn LinkObserver>>,
 }
 
 impl std::fmt::Debug for DiscordGateway {
@@ -81,7 +86,17 @@ impl DiscordGateway {
             token,
             rest,
             handler,
+            link: None,
         }
+    }
+
+    /// Tells `observer` when a shard's connection ends (it reconnects by
+    /// itself) and when every shard has a session again (READY or
+    /// RESUMED).
+    #[must_use]
+    pub fn with_link_observer(mut self, observer: Arc<dyn LinkObserver>) -> Self {
+        self.link = Some(observer);
+        self
     }
 
     /// The handler messages go through (for tests and diagnostics).
@@ -137,6 +152,10 @@ impl DiscordGateway {
         let queue = identify_queue(&gateway.session_start_limit);
         tracing::info!(shards = count, "connecting to the Discord gateway");
         let stop = shutdown.child_token();
+        let links = self
+            .link
+            .clone()
+            .map(|observer| Arc::new(ShardLinks::new(observer)));
         let mut shards = JoinSet::new();
         for id in 0..count {
             let shard = GatewayShard::new(
@@ -148,7 +167,8 @@ impl DiscordGateway {
                     queue: queue.clone(),
                 },
                 self.handler.clone(),
-            )?;
+            )?
+            .with_links(links.clone());
             shards.spawn(shard.run(stop.clone()));
         }
         let result = loop {
@@ -233,6 +253,46 @@ fn rejected(err: &serenity::Error) -> Option<u16> {
             Some(response.status_code.as_u16())
         }
         _ => None,
+    }
+}
+
+/// The shards' connection reports, combined into one for the adapter: down
+/// when any shard's connection ends, up once every shard that went down has
+/// a session again.
+pub(crate) struct ShardLinks {
+    observer: Arc<dyn LinkObserver>,
+    /// The shards (by number) without a session since their connection
+    /// ended.
+    down: Mutex<BTreeSet<u32>>,
+}
+
+impl ShardLinks {
+    fn new(observer: Arc<dyn LinkObserver>) -> Self {
+        Self {
+            observer,
+            down: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// Shard `shard`'s connection ended with `reason`.
+    pub(crate) fn down(&self, shard: u32, reason: &str) {
+        self.lock().insert(shard);
+        self.observer.down(&format!(
+            "gateway connection of shard {shard} ended: {reason}"
+        ));
+    }
+
+    /// Shard `shard` has a session (READY or RESUMED).
+    pub(crate) fn up(&self, shard: u32) {
+        let mut down = self.lock();
+        if down.remove(&shard) && down.is_empty() {
+            drop(down);
+            self.observer.up();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<u32>> {
+        self.down.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -30,6 +30,7 @@
 //! [`Message`], the model the rest of the adapter uses.
 
 use std::error::Error as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -50,6 +51,7 @@ use twilight_model::gateway::event::GatewayEventDeserializer;
 use twilight_model::gateway::payload::outgoing::identify::IdentifyProperties;
 
 use crate::error::DiscordError;
+use crate::gateway::ShardLinks;
 use crate::inbound::InboundHandler;
 
 /// Between a connection that ended without a session (or a failed connect)
@@ -89,6 +91,8 @@ pub(crate) struct GatewayShard {
     /// [`twilight_gateway::Shard`] starts from it.
     config: Config,
     handler: InboundHandler,
+    /// Told when the connection ends and when a session is up again.
+    links: Option<Arc<ShardLinks>>,
 }
 
 /// What one item from the shard's stream means for the loop.
@@ -173,7 +177,14 @@ impl GatewayShard {
             id,
             config,
             handler,
+            links: None,
         })
+    }
+
+    /// This shard, reporting its connection to `links`.
+    pub(crate) fn with_links(mut self, links: Option<Arc<ShardLinks>>) -> Self {
+        self.links = links;
+        self
     }
 
     /// A new twilight shard, resuming `from`'s session if it had one.
@@ -212,6 +223,9 @@ impl GatewayShard {
                 Next::Pause(reason) => (reason, false),
                 Next::Restart(reason) => (reason, true),
             };
+            if let Some(links) = &self.links {
+                links.down(self.id.number(), &reason);
+            }
             let delay = retries.next_delay(None);
             tracing::warn!(
                 shard = self.id.number(),
@@ -314,6 +328,9 @@ impl GatewayShard {
                     "connected to Discord (new session)"
                 );
                 self.handler.connected_as(ready.user.id);
+                if let Some(links) = &self.links {
+                    links.up(self.id.number());
+                }
                 // A new session replays nothing: fetch what was missed.
                 let handler = self.handler.clone();
                 let shutdown = shutdown.clone();
@@ -322,6 +339,9 @@ impl GatewayShard {
             (OP_DISPATCH, Some("RESUMED")) => {
                 retries.reset();
                 tracing::info!(shard = self.id.number(), "Discord session resumed");
+                if let Some(links) = &self.links {
+                    links.up(self.id.number());
+                }
             }
             (OP_DISPATCH, Some("MESSAGE_CREATE")) => {
                 match serde_json::from_str::<Payload<Message>>(text) {

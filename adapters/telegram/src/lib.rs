@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
-use switchboard_contract::{AccountId, InboundSink, PlatformSender};
+use switchboard_contract::{AccountId, InboundSink, LinkObserver, PlatformSender};
 use teloxide_core::Bot;
 use teloxide_core::payloads::SetWebhookSetters;
 use teloxide_core::prelude::Requester;
@@ -65,6 +65,8 @@ pub struct TelegramAdapter {
     inbound: Arc<Inbound>,
     sender: Arc<TelegramSender>,
     webhook_secret: Option<SecretString>,
+    /// Told when polling fails and when it works again.
+    link: Option<Arc<dyn LinkObserver>>,
 }
 
 impl std::fmt::Debug for TelegramAdapter {
@@ -79,6 +81,14 @@ impl std::fmt::Debug for TelegramAdapter {
 }
 
 impl TelegramAdapter {
+    /// Tells `observer` when polling fails (`getUpdates` erring: Telegram
+    /// unreachable, say) and when it works again.
+    #[must_use]
+    pub fn with_link_observer(mut self, observer: Arc<dyn LinkObserver>) -> Self {
+        self.link = Some(observer);
+        self
+    }
+
     /// Reads the bot token (and, when configured, the webhook secret) from
     /// the environment variables the settings name, then connects as
     /// [`TelegramAdapter::connect_with_secrets`] does.
@@ -158,6 +168,7 @@ impl TelegramAdapter {
             inbound,
             sender,
             webhook_secret,
+            link: None,
         };
         if adapter.settings.mode == Mode::Webhook && adapter.settings.set_webhook_url.is_some() {
             adapter.set_webhook().await?;
@@ -276,6 +287,7 @@ impl TelegramAdapter {
             scrubber: self.scrubber.clone(),
             timeout_secs: self.settings.poll_timeout_secs,
             shutdown,
+            link: self.link.clone(),
         };
         async move {
             if webhook_mode {

@@ -22,8 +22,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchboard_contract::SubmitError;
 use switchboard_contract::backoff::{self, Backoff, Wait};
+use switchboard_contract::{LinkObserver, SubmitError};
 use teloxide_core::payloads::GetUpdatesSetters;
 use teloxide_core::prelude::Requester;
 use teloxide_core::types::AllowedUpdate;
@@ -47,6 +47,8 @@ pub(crate) struct Poller {
     /// Cancelled at shutdown: only then is the offset confirmed when the
     /// loop stops.
     pub shutdown: CancellationToken,
+    /// Told when a `getUpdates` fails, and when one works again.
+    pub link: Option<Arc<dyn LinkObserver>>,
 }
 
 impl Poller {
@@ -60,6 +62,7 @@ impl Poller {
         tracing::info!("Telegram long polling started");
         let mut offset: Option<i32> = None;
         let mut retries = RETRY.retries();
+        let mut failing = false;
         'poll: loop {
             let mut request = self
                 .bot
@@ -79,6 +82,11 @@ impl Poller {
             let updates = match result {
                 Ok(updates) => {
                     retries.reset();
+                    if std::mem::take(&mut failing)
+                        && let Some(link) = &self.link
+                    {
+                        link.up();
+                    }
                     updates
                 }
                 Err(RequestError::Api(ApiError::TerminatedByOtherGetUpdates)) => {
@@ -88,7 +96,12 @@ impl Poller {
                     return Err(TelegramError::PollingConflict);
                 }
                 Err(error) => {
-                    tracing::warn!(detail = %self.scrubber.scrub(&error.to_string()), "getUpdates failed");
+                    let detail = self.scrubber.scrub(&error.to_string());
+                    tracing::warn!(%detail, "getUpdates failed");
+                    failing = true;
+                    if let Some(link) = &self.link {
+                        link.down(&format!("getUpdates failed: {detail}"));
+                    }
                     let delay = retries.next_delay(retry_after(&error));
                     if backoff::wait(delay, &stop).await == Wait::Cancelled {
                         break 'poll;

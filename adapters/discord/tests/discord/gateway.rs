@@ -1,8 +1,8 @@
 //! The gateway connection against the fake gateway: a message sent while
 //! the connection was down and RESUME was refused is fetched and handled; a
-//! close frame without a status code leads to a reconnect; a fatal close code
-//! stops the worker with its error; stopping returns within the shutdown
-//! deadline.
+//! close frame without a status code leads to a reconnect (reported to the
+//! link observer as down, then up once resumed); a fatal close code stops the
+//! worker with its error; stopping returns within the shutdown deadline.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,6 +143,77 @@ async fn a_close_frame_without_a_status_code_leads_to_a_reconnect() {
         closes.iter().all(|code| !matches!(code, Some(1000 | 1001))),
         "the adapter keeps its session when answering: {closes:?}"
     );
+}
+
+/// What the adapter told its link observer, in order.
+#[derive(Default)]
+struct LinkEvents(std::sync::Mutex<Vec<String>>);
+
+impl LinkEvents {
+    fn seen(&self) -> Vec<String> {
+        self.0.lock().expect("lock").clone()
+    }
+}
+
+impl switchboard_contract::LinkObserver for LinkEvents {
+    fn up(&self) {
+        self.0.lock().expect("lock").push("up".to_owned());
+    }
+
+    fn down(&self, reason: &str) {
+        self.0.lock().expect("lock").push(format!("down: {reason}"));
+    }
+}
+
+#[tokio::test]
+async fn a_connection_that_ends_is_reported_down_until_the_session_resumes() {
+    let fake = FakeDiscord::start().await;
+    let sink = Arc::new(RecordingSink::default());
+    let settings = DiscordSettings {
+        api_proxy: Some(fake.url()),
+        ..DiscordSettings::default()
+    };
+    let adapter = DiscordAdapter::new(
+        SecretString::from("test-token.not-real"),
+        &settings,
+        Arc::clone(&sink) as Arc<dyn InboundSink>,
+    )
+    .expect("adapter builds");
+    let link = Arc::new(LinkEvents::default());
+    let gateway = adapter.gateway.with_link_observer(Arc::clone(&link) as _);
+    let shutdown = CancellationToken::new();
+    let worker = tokio::spawn(gateway.run(shutdown.clone()));
+    eventually("the adapter identifies", || async { fake.connected() }).await;
+    // The first session is no change: the adapter was up already.
+    assert!(link.seen().is_empty(), "{:?}", link.seen());
+
+    fake.down();
+    eventually("the ended connection reported", || async {
+        !link.seen().is_empty()
+    })
+    .await;
+    let seen = link.seen();
+    assert!(
+        seen[0].starts_with("down: gateway connection of shard 0 ended"),
+        "{seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|event| event.contains("not-real")),
+        "{seen:?}"
+    );
+    fake.up();
+    eventually("the resumed session reported", || async {
+        link.seen().last().map(String::as_str) == Some("up")
+    })
+    .await;
+    assert_eq!(fake.gateway_ops().last(), Some(&6), "it resumed");
+
+    shutdown.cancel();
+    let ended = tokio::time::timeout(SHUTDOWN_DEADLINE + Duration::from_secs(2), worker)
+        .await
+        .expect("the adapter stops within its deadline")
+        .expect("the worker does not panic");
+    assert!(ended.is_ok(), "{ended:?}");
 }
 
 #[tokio::test]
