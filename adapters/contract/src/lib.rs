@@ -24,4 +24,4 @@ pub use message::{
     Attachment, ChatKind, ChatRef, DeliveryReceipt, InboundMessage, OutboundMessage, Sender,
 };
 pub use platform::{InboundSink, LinkObserver, PlatformSender, SendError, SubmitError, Submitted};
-pub use split::{LengthUnit, split_message};
+pub use split::{LengthUnit, split_message, split_message_fitting};

@@ -107,6 +107,44 @@ pub fn split_message(text: &str, limit: usize, unit: LengthUnit) -> Vec<String> 
     doc.plan().iter().map(|piece| doc.render(piece)).collect()
 }
 
+/// Splits `text` like [`split_message`], into chunks that also satisfy
+/// `fits`: for a platform that measures a chunk after converting it (to HTML,
+/// into a JSON request body), so each chunk is as full as the converted form
+/// allows instead of cut at a guessed smaller limit.
+///
+/// Each chunk is the one [`split_message`] would cut at the largest limit (at
+/// most `limit`, found by bisection) whose chunk `fits`; the usual preference
+/// for paragraph and line boundaries filling at least half that limit holds.
+/// When even a one-unit limit gives a chunk that does not fit, that chunk is
+/// returned anyway, so splitting always makes progress. `fits` should grow
+/// no more lenient as a chunk grows (a longer text converts to a longer
+/// form); where it does not hold, a chunk may end a little short.
+///
+/// ```
+/// use switchboard_contract::split::{LengthUnit, split_message_fitting};
+///
+/// // Every `<` costs four units once escaped as `&lt;`.
+/// let text = "a < b\n\n".repeat(200);
+/// let escaped = |chunk: &str| chunk.replace('<', "&lt;");
+/// let chunks = split_message_fitting(&text, 100, LengthUnit::Utf16, &|c| escaped(c).len() <= 100);
+/// assert!(chunks.iter().all(|c| escaped(c).len() <= 100));
+/// // All but the last are more than half full once escaped.
+/// assert!(chunks[..chunks.len() - 1].iter().all(|c| escaped(c).len() > 50));
+/// ```
+#[must_use]
+pub fn split_message_fitting(
+    text: &str,
+    limit: usize,
+    unit: LengthUnit,
+    fits: &dyn Fn(&str) -> bool,
+) -> Vec<String> {
+    let doc = Doc::new(text, limit, unit);
+    doc.plan_fitting(fits)
+        .iter()
+        .map(|piece| doc.render(piece))
+        .collect()
+}
+
 /// A fenced code block's opening line and the line that closes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Fence {
@@ -353,6 +391,38 @@ impl<'a> Doc<'a> {
     }
 
     fn plan(&self) -> Vec<Piece> {
+        self.plan_with(|start| self.next_piece(start, self.limit))
+    }
+
+    /// Plans chunks of at most `self.limit` units each that also satisfy
+    /// `fits` once rendered: each piece is the one cut at the largest limit
+    /// (found by bisection) whose rendered chunk `fits`; when not even a
+    /// one-unit limit gives such a piece, that piece is taken anyway.
+    fn plan_fitting(&self, fits: &dyn Fn(&str) -> bool) -> Vec<Piece> {
+        self.plan_with(|start| {
+            let full = self.next_piece(start, self.limit);
+            if fits(&self.render(&full)) {
+                return full;
+            }
+            // Invariant: the piece cut at `low` fits (or `low` is 1), the
+            // one cut at `high` does not.
+            let (mut low, mut high) = (1, self.limit);
+            let mut best = self.next_piece(start, 1);
+            while high > low + 1 {
+                let mid = low + (high - low) / 2;
+                let piece = self.next_piece(start, mid);
+                if fits(&self.render(&piece)) {
+                    low = mid;
+                    best = piece;
+                } else {
+                    high = mid;
+                }
+            }
+            best
+        })
+    }
+
+    fn plan_with(&self, next_piece: impl Fn(usize) -> Piece) -> Vec<Piece> {
         let mut pieces = Vec::new();
         let mut pos = 0;
         loop {
@@ -360,7 +430,7 @@ impl<'a> Doc<'a> {
             if self.text[pos..].chars().all(char::is_whitespace) {
                 break;
             }
-            let piece = self.next_piece(pos);
+            let piece = next_piece(pos);
             // Every piece advances by at least one character.
             pos = piece.next.max(pos + 1);
             while !self.text.is_char_boundary(pos) {
@@ -374,16 +444,16 @@ impl<'a> Doc<'a> {
     }
 
     /// The piece starting at `start` (not whitespace-only to the end).
-    fn next_piece(&self, start: usize) -> Piece {
+    fn next_piece(&self, start: usize, limit: usize) -> Piece {
         let reopen = self.state_at(start);
-        if let Some(piece) = self.try_piece(start, self.text.len(), reopen, true) {
+        if let Some(piece) = self.try_piece(start, self.text.len(), reopen, true, limit) {
             return piece;
         }
-        if let Some(piece) = self.search(start, reopen, true) {
+        if let Some(piece) = self.search(start, reopen, true, limit) {
             return piece;
         }
         // The limit cannot hold the fence overhead: cut without repair.
-        if let Some(piece) = self.search(start, None, false) {
+        if let Some(piece) = self.search(start, None, false, limit) {
             return piece;
         }
         // The limit is smaller than the next character: it goes alone.
@@ -398,13 +468,14 @@ impl<'a> Doc<'a> {
         }
     }
 
-    /// The piece `start..p` (trimmed), if it is non-empty and fits.
+    /// The piece `start..p` (trimmed), if it is non-empty and fits `limit`.
     fn try_piece(
         &self,
         start: usize,
         p: usize,
         reopen: Option<usize>,
         fenced: bool,
+        limit: usize,
     ) -> Option<Piece> {
         let end = start + self.text[start..p].trim_end().len();
         if end == start {
@@ -419,7 +490,7 @@ impl<'a> Doc<'a> {
         };
         let cost =
             self.opener_cost(reopen) + self.cum[end] - self.cum[start] + self.closer_cost(close);
-        (cost <= self.limit).then_some(Piece {
+        (cost <= limit).then_some(Piece {
             reopen,
             content: start..end,
             close,
@@ -427,10 +498,17 @@ impl<'a> Doc<'a> {
         })
     }
 
-    /// Finds the best cut after `start`, trying each [`Level`] in order.
-    fn search(&self, start: usize, reopen: Option<usize>, fenced: bool) -> Option<Piece> {
+    /// Finds the best cut after `start` for a chunk of at most `limit`
+    /// units, trying each [`Level`] in order.
+    fn search(
+        &self,
+        start: usize,
+        reopen: Option<usize>,
+        fenced: bool,
+        limit: usize,
+    ) -> Option<Piece> {
         let open_cost = if fenced { self.opener_cost(reopen) } else { 0 };
-        let budget = self.limit.checked_sub(open_cost)?;
+        let budget = limit.checked_sub(open_cost)?;
         let threshold = self.cum[start] + budget;
         // The furthest char boundary whose content alone fits the budget.
         let mut max_end = self
@@ -465,13 +543,13 @@ impl<'a> Doc<'a> {
                         .filter(|&p| p > start),
                 );
                 for p in candidates {
-                    if half && 2 * (open_cost + self.cum[p] - self.cum[start]) < self.limit {
+                    if half && 2 * (open_cost + self.cum[p] - self.cum[start]) < limit {
                         break;
                     }
                     if !self.is_cut(p, level) {
                         continue;
                     }
-                    if let Some(piece) = self.try_piece(start, p, reopen, fenced) {
+                    if let Some(piece) = self.try_piece(start, p, reopen, fenced, limit) {
                         return Some(piece);
                     }
                 }
@@ -644,6 +722,61 @@ mod tests {
             }
         }
         chunks
+    }
+
+    /// `chunk` with every `<` written as `&lt;`, as an HTML renderer would.
+    fn escaped(chunk: &str) -> String {
+        chunk.replace('<', "&lt;")
+    }
+
+    #[test]
+    fn fitting_chunks_fill_the_converted_limit_at_paragraphs() {
+        let paragraph = "x < y and y < z, so x < z. ".repeat(4);
+        let text = format!("{paragraph}\n\n").repeat(40);
+        let limit = 500;
+        let fits = |chunk: &str| escaped(chunk).len() <= limit;
+        let chunks = split_message_fitting(&text, limit, LengthUnit::Bytes, &fits);
+        assert!(reassembles(&text, &chunks), "{chunks:#?}");
+        let sizes: Vec<usize> = chunks.iter().map(|c| escaped(c).len()).collect();
+        assert!(sizes.iter().all(|&size| size <= limit), "{sizes:?}");
+        let (_, full) = sizes.split_last().expect("chunks");
+        assert!(full.iter().all(|&size| 2 * size >= limit), "{sizes:?}");
+        // Cut between paragraphs, never inside one.
+        assert!(
+            chunks.iter().all(|c| c.ends_with("z. ".trim_end())),
+            "{chunks:#?}"
+        );
+    }
+
+    #[test]
+    fn fitting_keeps_code_fences_balanced() {
+        let text = format!(
+            "Intro.\n\n```rust\n{}```\n\nOutro.",
+            "if a < b { go(); }\n".repeat(60)
+        );
+        let limit = 300;
+        let fits = |chunk: &str| escaped(chunk).len() <= limit;
+        let chunks = split_message_fitting(&text, limit, LengthUnit::Bytes, &fits);
+        assert!(chunks.len() > 2);
+        for chunk in &chunks {
+            assert!(escaped(chunk).len() <= limit, "{chunk:?}");
+            assert!(balanced(chunk), "{chunk:?}");
+        }
+        assert!(reassembles(&text, &chunks));
+    }
+
+    #[test]
+    fn fitting_always_makes_progress() {
+        // Nothing ever fits: each chunk is the smallest possible, and the
+        // splitting still ends with all of the text.
+        let text = "abc def\n\nghi";
+        let chunks = split_message_fitting(text, 8, LengthUnit::Chars, &|_| false);
+        assert_eq!(chunks.concat().replace([' ', '\n'], ""), "abcdefghi");
+        for limit in 0..3 {
+            let chunks = split_message_fitting(text, limit, LengthUnit::Chars, &|_| true);
+            assert!(!chunks.is_empty());
+        }
+        assert!(split_message_fitting(" \n ", 10, LengthUnit::Chars, &|_| true).is_empty());
     }
 
     /// A small deterministic generator (xorshift64*).

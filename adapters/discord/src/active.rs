@@ -88,6 +88,15 @@ impl ActiveChannels {
         }
     }
 
+    /// Whether `channel` is a DM the bot is active in (a channel not
+    /// remembered, e.g. after a restart, is not known to be one).
+    pub(crate) fn is_dm(&self, channel: ChannelId) -> bool {
+        self.lock()
+            .channels
+            .get(&channel)
+            .is_some_and(|active| active.guild_id.is_none())
+    }
+
     /// Records that `message` was seen in `channel` (no effect unless the
     /// channel is active).
     pub(crate) fn seen(&self, channel: ChannelId, message: MessageId) {

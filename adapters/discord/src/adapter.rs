@@ -71,8 +71,10 @@ impl DiscordAdapter {
         }
         let rest = Rest::new(&token, api_proxy.as_deref());
         let handler = InboundHandler::new(sink, rest.clone(), settings)?;
+        let sender = DiscordSender::new(rest.clone())
+            .with_reply_ping(settings.reply_ping, handler.active_channels());
         Ok(Self {
-            sender: Arc::new(DiscordSender::new(rest.clone())),
+            sender: Arc::new(sender),
             gateway: DiscordGateway::new(token, rest, handler),
         })
     }

@@ -67,7 +67,7 @@ struct Inner {
     rest: Rest,
     bot_id: OnceLock<UserId>,
     /// Channels with a conversation, and the last message seen in each.
-    active: ActiveChannels,
+    active: Arc<ActiveChannels>,
     free_response: HashSet<ChannelId>,
     auto_thread: bool,
     /// Threads this process opened. A std mutex: held for a set lookup or
@@ -102,12 +102,18 @@ impl InboundHandler {
                 sink,
                 rest,
                 bot_id: OnceLock::new(),
-                active: ActiveChannels::default(),
+                active: Arc::new(ActiveChannels::default()),
                 free_response: settings.free_response_channel_ids()?.into_iter().collect(),
                 auto_thread: settings.auto_thread,
                 opened_threads: Mutex::new(RecentChannels::new(REMEMBERED_THREADS)),
             }),
         })
+    }
+
+    /// The channels this handler has seen conversations in, shared with
+    /// the sender (which needs to know a DM from a server channel).
+    pub(crate) fn active_channels(&self) -> Arc<ActiveChannels> {
+        Arc::clone(&self.inner.active)
     }
 
     /// Records the bot's user id (from READY). The first id wins: a token

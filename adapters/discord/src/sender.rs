@@ -3,7 +3,8 @@
 //!
 //! A reply is split at 2,000 characters without breaking code fences and sent
 //! chunk by chunk into its chat (a channel, DM or thread id), the first chunk
-//! replying to the message that started the turn. Every chunk carries a nonce
+//! replying to the message that started the turn (without pinging its author
+//! unless `discord.reply_ping` is set, and never in a DM). Every chunk carries a nonce
 //! derived from the reply's idempotency key and the chunk's index, with
 //! `enforce_nonce`, so when a send is retried (after a 429, a timeout, or a
 //! crash between sending and marking the outbox row sent) Discord returns the
@@ -18,6 +19,7 @@
 //! `RetryAfter` with the time left). The typing indicator is skipped while
 //! its route is rate limited.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -29,6 +31,7 @@ use switchboard_contract::{
     ChatRef, DeliveryReceipt, LengthUnit, OutboundMessage, PlatformSender, SendError, split_message,
 };
 
+use crate::active::ActiveChannels;
 use crate::ids;
 use crate::rest::{Bucket, Rest, RestError};
 
@@ -51,13 +54,44 @@ pub const INLINE_RETRY_LIMIT: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone)]
 pub struct DiscordSender {
     rest: Rest,
+    /// Whether replies in server channels ping the asker.
+    reply_ping: bool,
+    /// Tells DMs (where replies never ping) from server channels.
+    channels: Option<Arc<ActiveChannels>>,
 }
 
 impl DiscordSender {
-    /// A sender over `rest` (built by [`crate::DiscordAdapter`]).
+    /// A sender over `rest` whose replies ping nobody (built by
+    /// [`crate::DiscordAdapter`], which also sets the ping setting).
     #[must_use]
     pub fn new(rest: Rest) -> Self {
-        Self { rest }
+        Self {
+            rest,
+            reply_ping: false,
+            channels: None,
+        }
+    }
+
+    /// Replies in server channels ping the asker when `reply_ping` is set;
+    /// `channels` tells which channels are DMs, whose replies never do.
+    #[must_use]
+    pub(crate) fn with_reply_ping(
+        mut self,
+        reply_ping: bool,
+        channels: Arc<ActiveChannels>,
+    ) -> Self {
+        self.reply_ping = reply_ping;
+        self.channels = Some(channels);
+        self
+    }
+
+    /// Whether a reply in `channel` notifies the person it answers.
+    fn pings(&self, channel: ChannelId) -> bool {
+        self.reply_ping
+            && !self
+                .channels
+                .as_ref()
+                .is_some_and(|channels| channels.is_dm(channel))
     }
 
     async fn send_chunk(
@@ -71,9 +105,9 @@ impl DiscordSender {
             .content(content)
             .nonce(Nonce::String(nonce))
             .enforce_nonce(true)
-            // Model output must not ping @everyone, roles or users; replying
-            // still notifies the person who asked.
-            .allowed_mentions(CreateAllowedMentions::new().replied_user(true));
+            // Model output must not ping @everyone, roles or users; whether
+            // the reply notifies the person who asked is a setting.
+            .allowed_mentions(CreateAllowedMentions::new().replied_user(self.pings(channel)));
         if let Some(original) = reply_to {
             builder = builder.reference_message(
                 MessageReference::new(MessageReferenceKind::Default, channel)

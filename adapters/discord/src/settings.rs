@@ -17,6 +17,7 @@ pub const DEFAULT_TOKEN_ENV: &str = "DISCORD_BOT_TOKEN";
 /// token_env = "DISCORD_BOT_TOKEN"     # where the bot token is read from
 /// free_response_channels = ["123456789012345678"]
 /// auto_thread = false
+/// reply_ping = false                  # replies in servers notify the asker
 /// # api_proxy = "http://127.0.0.1:3000"  # tests only
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -38,6 +39,10 @@ pub struct DiscordSettings {
     /// thread on that message and hold the conversation there. Messages in
     /// threads the bot opened (since this process started) need no mention.
     pub auto_thread: bool,
+    /// Whether a reply in a server channel or thread notifies (pings) the
+    /// person it answers, as Discord's "mention" toggle on a reply does.
+    /// Off by default; replies in DMs never ping.
+    pub reply_ping: bool,
 }
 
 impl Default for DiscordSettings {
@@ -47,6 +52,7 @@ impl Default for DiscordSettings {
             api_proxy: None,
             free_response_channels: Vec::new(),
             auto_thread: false,
+            reply_ping: false,
         }
     }
 }

@@ -1,11 +1,15 @@
 //! [`FeishuSender`]: the adapter's [`PlatformSender`], delivering the core's
 //! replies as Feishu messages.
 //!
-//! A reply with Markdown syntax goes out as an interactive card holding one
+//! A reply with Markdown syntax goes out as an interactive card in card JSON
+//! 2.0 (the version whose `markdown` element renders headings, quotes,
+//! tables and inline code; Feishu clients from 7.20 show it) holding one
 //! `markdown` element; a reply without any goes out as a plain `text`
-//! message. Long replies are split (in UTF-8 bytes, code fences kept balanced)
-//! so each request body stays under Feishu's limits (30 KB for cards, 150 KB
-//! for text). Each chunk carries a `uuid` derived from the reply's
+//! message. A reply is split across messages only when one cannot hold it:
+//! each chunk (cut in UTF-8 bytes, code fences kept balanced, at paragraph
+//! or line boundaries where they fill at least half) is as large as its
+//! request body allows under Feishu's limits (30 KB for cards, 150 KB for
+//! text). Each chunk carries a `uuid` derived from the reply's
 //! idempotency key and the chunk's index, so when the core retries a reply
 //! whose first chunks already went out, Feishu drops the repeats (for an hour).
 //!
@@ -19,7 +23,7 @@ use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use switchboard_contract::markdown::{MarkupRenderer, PlainText};
 use switchboard_contract::{
-    DeliveryReceipt, LengthUnit, OutboundMessage, PlatformSender, SendError, split_message,
+    DeliveryReceipt, LengthUnit, OutboundMessage, PlatformSender, SendError, split_message_fitting,
 };
 
 use crate::api::{ApiError, ErrorCode, OpenApi, Payload, Target};
@@ -30,10 +34,6 @@ pub const CARD_BODY_LIMIT: usize = 30 * 1024;
 pub const TEXT_BODY_LIMIT: usize = 150 * 1024;
 /// Longest `uuid` Feishu accepts.
 pub const UUID_MAX_LEN: usize = 50;
-
-/// Chunks are never split below this many bytes, whatever their escaping
-/// costs; it bounds the re-splitting of pathological text.
-const MIN_SPLIT: usize = 512;
 
 /// Sends replies through the Feishu open API. Cheap to share: the gateway
 /// registers it with the core as an `Arc<dyn PlatformSender>`.
@@ -87,7 +87,9 @@ impl PlatformSender for FeishuSender {
 }
 
 impl FeishuSender {
-    /// The reply's chunks as message payloads, each under its body limit.
+    /// The reply's chunks as message payloads, each request body under its
+    /// limit and as full as that limit allows: a reply is split across
+    /// messages only when one message cannot hold it.
     fn payloads(&self, text: &str, target: &Target<'_>) -> Vec<Payload> {
         let markdown = has_markup(text);
         let limit = if markdown {
@@ -95,35 +97,21 @@ impl FeishuSender {
         } else {
             TEXT_BODY_LIMIT
         };
-        let mut out = Vec::new();
-        // Escaping roughly doubles quote- and newline-heavy text (the content
-        // is a JSON string inside a JSON body), so start at half the limit
-        // and halve again for a chunk that still does not fit.
-        self.fit(text, limit / 2, limit, markdown, target, &mut out);
-        out
-    }
-
-    fn fit(
-        &self,
-        text: &str,
-        split_at: usize,
-        body_limit: usize,
-        markdown: bool,
-        target: &Target<'_>,
-        out: &mut Vec<Payload>,
-    ) {
-        for chunk in split_message(text, split_at, LengthUnit::Bytes) {
-            let payload = payload(&chunk, markdown);
+        let longest_uuid = "x".repeat(UUID_MAX_LEN);
+        let body_size = |chunk: &str| {
             let (_, body) = self
                 .api
-                .request_for(target, &payload, &"x".repeat(UUID_MAX_LEN));
-            let size = body.to_string().len();
-            if size > body_limit && split_at / 2 >= MIN_SPLIT {
-                self.fit(&chunk, split_at / 2, body_limit, markdown, target, out);
-            } else {
-                out.push(payload);
-            }
-        }
+                .request_for(target, &payload(chunk, markdown), &longest_uuid);
+            body.to_string().len()
+        };
+        // The content is a JSON string inside a JSON body, so escaping can
+        // double a chunk's size; the chunks are measured as sent.
+        split_message_fitting(text, limit, LengthUnit::Bytes, &|chunk| {
+            body_size(chunk) <= limit
+        })
+        .iter()
+        .map(|chunk| payload(chunk, markdown))
+        .collect()
     }
 }
 
@@ -150,8 +138,9 @@ pub fn chunk_uuid(idempotency_key: &str, index: usize) -> String {
 fn payload(chunk: &str, markdown: bool) -> Payload {
     if markdown {
         let card = serde_json::json!({
-            "config": { "wide_screen_mode": true },
-            "elements": [{ "tag": "markdown", "content": chunk }],
+            "schema": "2.0",
+            "config": { "update_multi": true, "width_mode": "fill" },
+            "body": { "elements": [{ "tag": "markdown", "content": chunk }] },
         });
         Payload {
             msg_type: "interactive",

@@ -2,17 +2,17 @@
 //! limit, rendered to Telegram HTML, with a plain-text twin per chunk for when
 //! Telegram rejects the markup.
 //!
-//! The Markdown is split first ([`split_message`] keeps code fences balanced,
-//! so each chunk renders on its own) and each chunk is rendered. Rendering can
-//! lengthen a chunk (`<` becomes `&lt;`, tags are added); a chunk whose HTML
-//! no longer fits is split again with a proportionally smaller limit, so every
-//! HTML text sent is within the limit as counted in UTF-16 units (Telegram
-//! counts after entity parsing, so this is conservative).
-
-use std::collections::VecDeque;
+//! The Markdown is split so that each chunk's HTML fits the limit
+//! ([`split_message_fitting`] keeps code fences balanced, so each chunk
+//! renders on its own, and fills each chunk as far as its rendered form
+//! allows, preferring paragraph and line boundaries). Rendering lengthens a
+//! chunk (`<` becomes `&lt;`, tags are added), so the HTML is what is
+//! measured, in UTF-16 units: Telegram counts after entity parsing, so this
+//! is conservative, and a chunk Telegram refuses as markup goes out as its
+//! plain-text twin, which fits too.
 
 use switchboard_contract::markdown::{MarkupRenderer, PlainText, TelegramHtml};
-use switchboard_contract::split::{LengthUnit, split_message};
+use switchboard_contract::split::{LengthUnit, split_message_fitting};
 
 /// Telegram's limit for one message text, in UTF-16 code units.
 pub const TELEGRAM_TEXT_LIMIT: usize = 4096;
@@ -31,23 +31,10 @@ pub(crate) struct Chunk {
 /// visible are dropped; whitespace-only input gives no chunks.
 pub(crate) fn render_chunks(markdown: &str, limit: usize) -> Vec<Chunk> {
     let unit = LengthUnit::Utf16;
-    let mut queue: VecDeque<String> = split_message(markdown, limit, unit).into();
+    let fits = |piece: &str| unit.measure(&TelegramHtml.render(piece)) <= limit;
     let mut chunks = Vec::new();
-    while let Some(piece) = queue.pop_front() {
+    for piece in split_message_fitting(markdown, limit, unit, &fits) {
         let html = TelegramHtml.render(&piece);
-        let html_len = unit.measure(&html);
-        let piece_len = unit.measure(&piece);
-        if html_len > limit && piece_len > 1 {
-            // Shrink the limit by the rendering's growth, and strictly below
-            // the piece's length so every round makes progress.
-            let scaled = piece_len.saturating_mul(limit) / html_len;
-            let sub_limit = scaled.min(piece_len - 1).max(1);
-            let parts = split_message(&piece, sub_limit, unit);
-            for part in parts.into_iter().rev() {
-                queue.push_front(part);
-            }
-            continue;
-        }
         if html.trim().is_empty() {
             continue;
         }

@@ -8,6 +8,7 @@ use switchboard_contract::{LengthUnit, PlatformSender, SendError};
 use switchboard_test_support::send::send_with_retries;
 
 use crate::support::{TestAdapter, fixture};
+use switchboard_discord::DiscordSettings;
 
 #[tokio::test]
 async fn a_dm_round_trip_replies_in_the_dm() {
@@ -42,6 +43,45 @@ async fn a_dm_round_trip_replies_in_the_dm() {
     assert_eq!(body["allowed_mentions"]["parse"], serde_json::json!([]));
     let created = app.fake.created();
     assert_eq!(receipt.message_ids, vec![created[0].id.to_string()]);
+}
+
+/// Whether the reply to `fixture_name` (sent by an adapter with
+/// `reply_ping`) would notify its author.
+async fn reply_pings(fixture_name: &str, reply_ping: bool) -> serde_json::Value {
+    let app = TestAdapter::with_settings(DiscordSettings {
+        reply_ping,
+        ..DiscordSettings::default()
+    })
+    .await;
+    app.handler.on_message(&fixture(fixture_name)).await;
+    let inbound = app.sink.submitted().remove(0);
+    let (receipt, _) = send_with_retries(
+        app.sender.as_ref(),
+        &TestAdapter::reply_to(&inbound, 1, "ok"),
+    )
+    .await;
+    receipt.expect("delivered");
+    let [created] = app.fake.created().try_into().expect("one message");
+    assert!(
+        created.body["message_reference"]["message_id"].is_string(),
+        "still a reply"
+    );
+    assert_eq!(
+        created.body["allowed_mentions"]["parse"],
+        serde_json::json!([])
+    );
+    created.body["allowed_mentions"]["replied_user"].clone()
+}
+
+#[tokio::test]
+async fn replies_ping_the_asker_only_in_servers_and_only_when_configured() {
+    // By default no reply pings, in a DM or a server thread.
+    assert_eq!(reply_pings("dm", false).await, false);
+    assert_eq!(reply_pings("thread_reply", false).await, false);
+    // `reply_ping` turns it on in servers; a DM never pings.
+    assert_eq!(reply_pings("thread_reply", true).await, true);
+    assert_eq!(reply_pings("channel_mention", true).await, true);
+    assert_eq!(reply_pings("dm", true).await, false);
 }
 
 #[tokio::test]

@@ -174,9 +174,71 @@ async fn a_markdown_reply_is_an_interactive_card() {
 
     let sent = &app.fake.messages()[0];
     assert_eq!(sent.body["msg_type"], "interactive");
-    let card = sent.content();
-    assert_eq!(card["elements"][0]["tag"], "markdown");
-    assert_eq!(card["elements"][0]["content"], "It is **391**.");
+    assert_eq!(card_markdown(&sent.content()), "It is **391**.");
+}
+
+/// The Markdown a card carries, after checking the card is valid card JSON
+/// 2.0 as Feishu documents it (which, unlike 1.0, refuses properties it does
+/// not know): `schema` "2.0", known `config` keys with `update_multi` true
+/// (the only value 2.0 allows), `elements` under `body`, one `markdown`
+/// element.
+fn card_markdown(card: &serde_json::Value) -> String {
+    let object = card.as_object().expect("a card is an object");
+    for key in object.keys() {
+        assert!(
+            ["schema", "config", "header", "body", "card_link"].contains(&key.as_str()),
+            "unknown card property {key}"
+        );
+    }
+    assert_eq!(card["schema"], "2.0");
+    let config = card["config"].as_object().expect("config");
+    for key in config.keys() {
+        assert!(
+            [
+                "streaming_mode",
+                "streaming_config",
+                "summary",
+                "locales",
+                "enable_forward",
+                "update_multi",
+                "width_mode",
+                "use_custom_translation",
+                "enable_forward_interaction",
+                "style",
+            ]
+            .contains(&key.as_str()),
+            "unknown config property {key}"
+        );
+    }
+    assert_eq!(config.get("update_multi"), Some(&json!(true)));
+    assert!(card.get("elements").is_none(), "2.0 keeps elements in body");
+    let elements = card["body"]["elements"].as_array().expect("body.elements");
+    let [element] = elements.as_slice() else {
+        panic!("one element: {elements:?}");
+    };
+    assert_eq!(element["tag"], "markdown");
+    element["content"].as_str().expect("content").to_owned()
+}
+
+#[tokio::test]
+async fn a_long_answer_with_headings_and_a_table_is_one_card_of_json_2_0() {
+    let app = spawn_app().await;
+    let mut text = String::new();
+    for section in 1..=6 {
+        text.push_str(&format!("# Section {section}\n\n"));
+        text.push_str(&"Prose with a \"quote\", **bold** and `code`. ".repeat(40));
+        text.push_str("\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n> a quote\n\n");
+    }
+    assert!(text.len() > 10_000);
+
+    send(&app, &app.outbound("sb-5", &text, Some("om_q")))
+        .await
+        .unwrap();
+
+    let sent = app.fake.messages();
+    assert_eq!(sent.len(), 1, "a card holds 10 KB: no split");
+    assert_eq!(sent[0].body["msg_type"], "interactive");
+    assert_eq!(card_markdown(&sent[0].content()), text.trim_end());
 }
 
 #[tokio::test]
@@ -298,9 +360,23 @@ async fn a_long_markdown_reply_is_split_into_cards_under_the_limit() {
     let sent = app.fake.messages();
     assert!(sent.len() > 1, "{} chunks", sent.len());
     assert_eq!(receipt.message_ids.len(), sent.len());
+    let mut rejoined = String::new();
     for (index, message) in sent.iter().enumerate() {
         assert_eq!(message.body["uuid"], format!("sb-3-{index}"));
         assert_eq!(message.body["msg_type"], "interactive");
-        assert!(message.body.to_string().len() <= CARD_BODY_LIMIT);
+        let size = message.body.to_string().len();
+        assert!(size <= CARD_BODY_LIMIT);
+        // Split only because one card cannot hold it: each card but the
+        // last is at least half full.
+        if index + 1 < sent.len() {
+            assert!(size >= CARD_BODY_LIMIT / 2, "card {index}: {size} bytes");
+        }
+        rejoined.push_str(&card_markdown(&message.content()));
+        rejoined.push_str("\n\n");
     }
+    // Only the whitespace at each cut is dropped.
+    assert!(
+        rejoined.split_whitespace().eq(text.split_whitespace()),
+        "nothing lost or repeated"
+    );
 }

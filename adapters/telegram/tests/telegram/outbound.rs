@@ -114,6 +114,78 @@ async fn a_long_reply_is_split_with_code_fences_intact() {
     }
 }
 
+/// A 10,000-character Markdown answer as models write them: six sections
+/// with headings, prose with characters HTML escapes, lists, a table and a
+/// code block each; returns it with the code lines it holds.
+fn long_markdown_answer() -> (String, Vec<String>) {
+    let mut text =
+        String::from("An overview, with **emphasis** and a [link](https://example.com).\n\n");
+    let mut code_lines = Vec::new();
+    let mut section = 0;
+    while text.chars().count() < 10_000 {
+        section += 1;
+        text.push_str(&format!("# Part {section}: the <details> & more\n\n"));
+        for paragraph in 0..3 {
+            text.push_str(&format!(
+                "Paragraph {paragraph} of part {section} explains why a < b && c > d holds, \
+                 with *italic words* and `inline code` along the way. "
+            ));
+            text.push_str(&"It goes on for a while to read like real prose. ".repeat(3));
+            text.push_str("\n\n");
+        }
+        text.push_str("- first point\n- second point with **bold**\n  - a nested point\n\n");
+        text.push_str("| key | value |\n|-----|-------|\n| a | 1 |\n| b | 2 |\n\n");
+        text.push_str("```python\n");
+        for line in 0..12 {
+            let code = format!("value_{section}_{line} = compute({line}) if x < {line} else None");
+            text.push_str(&code);
+            text.push('\n');
+            code_lines.push(code);
+        }
+        text.push_str("```\n\n");
+    }
+    (text, code_lines)
+}
+
+#[tokio::test]
+async fn a_long_markdown_answer_fills_each_message_before_starting_the_next() {
+    let app = TestApp::spawn().await;
+    let (text, code_lines) = long_markdown_answer();
+
+    app.sender()
+        .send(&outbound(CHAT, None, Some(7), &text))
+        .await
+        .expect("sent");
+
+    let calls = app.fake.calls("sendMessage");
+    let sizes: Vec<usize> = calls
+        .iter()
+        .map(|c| LengthUnit::Utf16.measure(c["text"].as_str().expect("text")))
+        .collect();
+    assert!(sizes.len() >= 3, "{sizes:?}");
+    assert!(sizes.iter().all(|&size| size <= 4096), "{sizes:?}");
+    // Every message but the last is at least half full: no fragments of a
+    // few lines between full ones.
+    let (last, full) = sizes.split_last().expect("chunks");
+    assert!(full.iter().all(|&size| size >= 2048), "{sizes:?}");
+    assert!(*last > 0);
+    // Each message is valid on its own, and no line of code is lost or
+    // repeated (reopened code blocks repeat only their fence).
+    let all: String = calls.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    for call in &calls {
+        let html = call["text"].as_str().unwrap();
+        assert_eq!(
+            html.matches("<pre>").count(),
+            html.matches("</pre>").count()
+        );
+        assert_eq!(html.matches("<b>").count(), html.matches("</b>").count());
+    }
+    for code in &code_lines {
+        let escaped = code.replace('<', "&lt;");
+        assert_eq!(all.matches(&escaped).count(), 1, "{code}");
+    }
+}
+
 #[tokio::test]
 async fn rejected_html_is_resent_as_plain_text() {
     let app = TestApp::spawn().await;
