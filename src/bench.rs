@@ -8,7 +8,10 @@
 //! overhead p50/p99, CPU time per turn, idle and peak RSS, the first turn's
 //! latency after start, one store round trip's cost, and what a turn sends to
 //! the database (statements, round trips, commits: the store's own counts,
-//! see `StoreStats`).
+//! see `StoreStats`). With `--streamed` each measured turn is followed live,
+//! as a streamed API request follows it (the model called streaming, its
+//! text published as it arrives), and the time to the reply's first text
+//! delta is reported too.
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,11 +23,12 @@ use switchboard_contract::{
 };
 
 use crate::agent::cache::ProviderFactory;
+use crate::agent::live::LiveEvent;
 use crate::config::Settings;
 use crate::gateway::Gateway;
 use crate::llm::{
-    ChatMessage, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind, StopReason,
-    ToolCall, Usage,
+    ChatMessage, LlmError, ModelRequest, ModelResponse, OnStream, Provider, ProviderKind,
+    StopReason, StreamEvent, ToolCall, Usage,
 };
 use crate::session::local::LocalPlatform;
 use crate::session::service::SubmitOptions;
@@ -55,6 +59,11 @@ pub struct BenchOptions {
     /// unset keeps the engine's default.
     #[arg(long)]
     pub flush_commits: Option<bool>,
+    /// Follow each measured turn live, as a streamed API request does: the
+    /// model is called streaming and the reply's text published as it
+    /// arrives.
+    #[arg(long)]
+    pub streamed: bool,
 }
 
 /// What the benchmark measured.
@@ -79,6 +88,9 @@ pub struct BenchReport {
     pub traffic: StoreStats,
     /// The WAL during the measured turns (SQLite files only).
     pub wal: Option<WalFigures>,
+    /// With `--streamed`: from submitting a message to the first delta of
+    /// its reply's text, p50 and p99.
+    pub first_text: Option<(Duration, Duration)>,
 }
 
 /// The SQLite WAL during the measured turns.
@@ -136,7 +148,9 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
             .map_err(|err| BenchError::Setup(err.to_string()))?,
     );
     let idle_rss_kib = rss_kib("VmRSS:");
-    let first_turn = turn(&gateway, &format!("{run_id}-first"), 0).await?;
+    let first_turn = turn(&gateway, &format!("{run_id}-first"), 0, false)
+        .await?
+        .total;
     let _startup = started.elapsed();
 
     // Each worker spreads its turns over several sessions, TURNS_PER_SESSION
@@ -150,7 +164,13 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         async move {
             for session in 0..per_worker {
                 for index in 0..seeded {
-                    turn(&gateway, &format!("{run_id}-w{worker}-s{session}"), index).await?;
+                    turn(
+                        &gateway,
+                        &format!("{run_id}-w{worker}-s{session}"),
+                        index,
+                        false,
+                    )
+                    .await?;
                 }
             }
             Ok::<(), BenchError>(())
@@ -184,23 +204,28 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let cpu_before = cpu_time();
     let wall = Instant::now();
     let turns = options.turns;
+    let streamed = options.streamed;
     let runs = (0..options.sessions).map(|worker| {
         let gateway = Arc::clone(&gateway);
         let run_id = run_id.clone();
         tokio::spawn(async move {
-            let mut latencies = Vec::with_capacity(turns);
+            let mut timings = Vec::with_capacity(turns);
             for index in 0..turns {
                 let chat = format!("{run_id}-w{worker}-s{}", index / TURNS_PER_SESSION);
                 let event = seeded + index % TURNS_PER_SESSION;
-                latencies.push(turn(&gateway, &chat, event).await?);
+                timings.push(turn(&gateway, &chat, event, streamed).await?);
             }
-            Ok::<Vec<Duration>, BenchError>(latencies)
+            Ok::<Vec<Timed>, BenchError>(timings)
         })
     });
     let mut latencies = Vec::new();
+    let mut first_texts = Vec::new();
     for handle in futures::future::join_all(runs).await {
         let measured = handle.map_err(|err| BenchError::Turn(err.to_string()))??;
-        latencies.extend(measured);
+        for timed in measured {
+            latencies.push(timed.total);
+            first_texts.extend(timed.first_text);
+        }
     }
     let elapsed = wall.elapsed();
     let cpu = cpu_time().saturating_sub(cpu_before);
@@ -227,11 +252,19 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         None => None,
     };
     latencies.sort();
+    first_texts.sort();
     let turns = latencies.len();
-    let percentile = |p: f64| {
-        let index = ((turns as f64 * p).ceil() as usize).saturating_sub(1);
-        latencies.get(index).copied().unwrap_or_default()
+    let percentile_of = |sorted: &[Duration], p: f64| {
+        let index = ((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1);
+        sorted.get(index).copied().unwrap_or_default()
     };
+    let percentile = |p: f64| percentile_of(&latencies, p);
+    let first_text = (!first_texts.is_empty()).then(|| {
+        (
+            percentile_of(&first_texts, 0.50),
+            percentile_of(&first_texts, 0.99),
+        )
+    });
     let (round_trip, round_trip_cpu) = round_trip(&gateway).await?;
     let report = BenchReport {
         options: options.clone(),
@@ -252,6 +285,7 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         },
         traffic,
         wal,
+        first_text,
     };
     gateway.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -263,7 +297,7 @@ impl fmt::Display for BenchReport {
         let secs = self.elapsed.as_secs_f64().max(f64::EPSILON);
         writeln!(
             f,
-            "switchboard bench: {} sessions x {} turns (history {} turns), one tool call per turn, {}{}",
+            "switchboard bench: {} sessions x {} turns (history {} turns), one tool call per turn, {}{}{}",
             self.options.sessions,
             self.options.turns,
             self.options.history,
@@ -272,11 +306,24 @@ impl fmt::Display for BenchReport {
                 Some(true) => ", every commit flushed",
                 Some(false) => ", commits not flushed",
                 None => "",
+            },
+            if self.options.streamed {
+                ", streamed"
+            } else {
+                ""
             }
         )?;
         writeln!(f, "  turns/s            {:.0}", self.turns as f64 / secs)?;
         writeln!(f, "  overhead p50       {:.3} ms", ms(self.p50))?;
         writeln!(f, "  overhead p99       {:.3} ms", ms(self.p99))?;
+        if let Some((p50, p99)) = self.first_text {
+            writeln!(
+                f,
+                "  first text         {:.3} ms p50, {:.3} ms p99",
+                ms(p50),
+                ms(p99)
+            )?;
+        }
         writeln!(f, "  CPU per turn       {:.3} ms", ms(self.cpu_per_turn))?;
         writeln!(f, "  first turn         {:.3} ms", ms(self.first_turn))?;
         let per_turn = |count: u64| count as f64 / self.turns.max(1) as f64;
@@ -370,8 +417,19 @@ fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }
 
-/// One turn through the session service; returns its latency.
-async fn turn(gateway: &Gateway, chat: &str, index: usize) -> Result<Duration, BenchError> {
+/// How long one turn took, and (followed live) until its first text.
+struct Timed {
+    total: Duration,
+    first_text: Option<Duration>,
+}
+
+/// One turn through the session service, followed live when `streamed`.
+async fn turn(
+    gateway: &Gateway,
+    chat: &str,
+    index: usize,
+    streamed: bool,
+) -> Result<Timed, BenchError> {
     let message = message(chat, index).map_err(BenchError::Setup)?;
     let started = Instant::now();
     let submission = gateway
@@ -384,6 +442,7 @@ async fn turn(gateway: &Gateway, chat: &str, index: usize) -> Result<Duration, B
                 // Each benchmark chat is its own session.
                 own_chat: true,
                 model: None,
+                live: streamed,
             },
         )
         .await
@@ -391,10 +450,22 @@ async fn turn(gateway: &Gateway, chat: &str, index: usize) -> Result<Duration, B
     let receiver = submission
         .reply
         .ok_or_else(|| BenchError::Turn("message not accepted".to_owned()))?;
+    let mut first_text = None;
+    if let Some(mut live) = submission.live {
+        while let Some(event) = live.next().await {
+            if matches!(event, LiveEvent::Text(_)) {
+                first_text = Some(started.elapsed());
+                break;
+            }
+        }
+    }
     receiver
         .await
         .map_err(|_| BenchError::Turn("no reply".to_owned()))?;
-    Ok(started.elapsed())
+    Ok(Timed {
+        total: started.elapsed(),
+        first_text,
+    })
 }
 
 fn message(chat: &str, index: usize) -> Result<InboundMessage, String> {
@@ -460,6 +531,22 @@ impl Provider for InstantModel {
             model: request.model.to_owned(),
             request_id: None,
         })
+    }
+
+    /// The same answer, its text passed on in three pieces.
+    async fn stream(
+        &self,
+        request: &ModelRequest<'_>,
+        on: OnStream<'_>,
+    ) -> Result<ModelResponse, LlmError> {
+        let response = self.complete(request).await?;
+        if let Some(text) = response.content.as_deref() {
+            let third = text.len() / 3;
+            for piece in [&text[..third], &text[third..2 * third], &text[2 * third..]] {
+                on(StreamEvent::Text(piece));
+            }
+        }
+        Ok(response)
     }
 }
 

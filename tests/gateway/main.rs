@@ -26,6 +26,7 @@ mod recovery;
 mod runner;
 mod serve;
 mod steps;
+mod streaming;
 mod supervision;
 mod telegram;
 mod terminal;
