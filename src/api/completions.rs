@@ -684,3 +684,80 @@ fn unix_now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn completion() -> Completion {
+        Completion {
+            id: "chatcmpl-1".to_owned(),
+            created: 0,
+            model: "m".to_owned(),
+        }
+    }
+
+    /// Feeds `events`; returns how many chunks they became.
+    fn shown_text(shown: &mut Shown, events: Vec<LiveEvent>) -> usize {
+        events
+            .into_iter()
+            .map(|event| shown.events(&completion(), event).len())
+            .sum()
+    }
+
+    #[test]
+    fn the_rest_of_a_reply_is_what_the_stream_did_not_show() {
+        // Streamed whole: nothing left.
+        let mut shown = Shown::default();
+        let sent = shown_text(
+            &mut shown,
+            vec![
+                LiveEvent::Round { round: 1 },
+                LiveEvent::Text("Let me".to_owned()),
+                LiveEvent::ToolCall {
+                    id: "c".to_owned(),
+                    name: "calculator".to_owned(),
+                    arguments: "{}".to_owned(),
+                },
+                LiveEvent::Round { round: 2 },
+                LiveEvent::Text("It is".to_owned()),
+                LiveEvent::Text(" 4.".to_owned()),
+                LiveEvent::Finished,
+            ],
+        );
+        assert_eq!(sent, 4, "three text chunks and one tool chunk");
+        assert_eq!(shown.round, "It is 4.");
+        assert_eq!(shown.rest_of("It is 4."), None);
+        // A reply longer than what was shown: its end.
+        assert_eq!(shown.rest_of("It is 4. Done.").as_deref(), Some(" Done."));
+        // A text the gateway wrote (an apology): after a blank line.
+        assert_eq!(
+            shown.rest_of("Sorry, the model failed.").as_deref(),
+            Some("\n\nSorry, the model failed.")
+        );
+        // Nothing shown (a turn run elsewhere): the whole reply.
+        assert_eq!(
+            Shown::default().rest_of("echo: hi").as_deref(),
+            Some("echo: hi")
+        );
+        assert_eq!(Shown::default().rest_of(""), None);
+    }
+
+    #[test]
+    fn a_restart_voids_the_text_of_its_model_call() {
+        let mut shown = Shown::default();
+        shown_text(
+            &mut shown,
+            vec![
+                LiveEvent::Round { round: 1 },
+                LiveEvent::Text("Hel".to_owned()),
+                LiveEvent::Restart,
+            ],
+        );
+        assert_eq!(shown.round, "");
+        let events = shown.events(&completion(), LiveEvent::Text("Hello".to_owned()));
+        assert_eq!(events.len(), 1);
+        assert_eq!(shown.round, "Hello");
+        assert_eq!(shown.rest_of("Hello"), None);
+    }
+}

@@ -1264,7 +1264,7 @@ mod tests {
         };
         invalid("event: message_start\ndata: {not json\n\n".to_owned());
         invalid(events(&[start.clone(), hi.clone(), stop.clone()]));
-        invalid(events(&[stop.clone()]));
+        invalid(events(std::slice::from_ref(&stop)));
         invalid(events(&[
             start.clone(),
             json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t", "name": "calc", "input": {}}}),
