@@ -11,7 +11,11 @@
 //! see `StoreStats`). With `--streamed` each measured turn is followed live,
 //! as a streamed API request follows it (the model called streaming, its
 //! text published as it arrives), and the time to the reply's first text
-//! delta is reported too.
+//! delta is reported too. With `--http` the measured turns go through the
+//! real HTTP server (`POST /v1/chat/completions` on a kept-alive loopback
+//! connection per session, `stream: true` with `--streamed`), so a turn's
+//! latency includes the API and the socket; streamed, the first text is the
+//! first content delta the client reads.
 
 use std::fmt;
 use std::sync::Arc;
@@ -64,6 +68,11 @@ pub struct BenchOptions {
     /// arrives.
     #[arg(long)]
     pub streamed: bool,
+    /// Send the measured turns (and their sessions' earlier turns) through
+    /// the HTTP API on a loopback socket instead of straight to the session
+    /// service.
+    #[arg(long)]
+    pub http: bool,
 }
 
 /// What the benchmark measured.
@@ -140,6 +149,8 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let run_id = run_id.get(..8).unwrap_or(&run_id).to_owned();
     settings.agent.tools = vec!["current_time".to_owned()];
     settings.runner.max_concurrent_turns = options.sessions.max(1);
+    // The `--http` server takes any caller (it listens on loopback only).
+    settings.api.keys_env = "SWITCHBOARD_BENCH_NO_API_KEYS".to_owned();
     let factory: ProviderFactory = Arc::new(|_| Arc::new(InstantModel) as Arc<dyn Provider>);
     let started = Instant::now();
     let gateway = Arc::new(
@@ -158,19 +169,22 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     // on average (a session's history grows by one turn per turn).
     let per_worker = options.turns.div_ceil(TURNS_PER_SESSION);
     let seeded = options.history.saturating_sub(TURNS_PER_SESSION / 2);
-    let warm = (0..options.sessions).map(|worker| {
-        let gateway = Arc::clone(&gateway);
+    let server = if options.http {
+        Some(HttpServer::start(&gateway).await?)
+    } else {
+        None
+    };
+    let mut drivers: Vec<Driver> = (0..options.sessions)
+        .map(|_| Driver::new(&gateway, server.as_ref()))
+        .collect();
+    let warm = drivers.iter_mut().enumerate().map(|(worker, driver)| {
         let run_id = &run_id;
         async move {
             for session in 0..per_worker {
                 for index in 0..seeded {
-                    turn(
-                        &gateway,
-                        &format!("{run_id}-w{worker}-s{session}"),
-                        index,
-                        false,
-                    )
-                    .await?;
+                    driver
+                        .turn(&format!("{run_id}-w{worker}-s{session}"), index, false)
+                        .await?;
                 }
             }
             Ok::<(), BenchError>(())
@@ -205,15 +219,14 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let wall = Instant::now();
     let turns = options.turns;
     let streamed = options.streamed;
-    let runs = (0..options.sessions).map(|worker| {
-        let gateway = Arc::clone(&gateway);
+    let runs = drivers.into_iter().enumerate().map(|(worker, mut driver)| {
         let run_id = run_id.clone();
         tokio::spawn(async move {
             let mut timings = Vec::with_capacity(turns);
             for index in 0..turns {
                 let chat = format!("{run_id}-w{worker}-s{}", index / TURNS_PER_SESSION);
                 let event = seeded + index % TURNS_PER_SESSION;
-                timings.push(turn(&gateway, &chat, event, streamed).await?);
+                timings.push(driver.turn(&chat, event, streamed).await?);
             }
             Ok::<Vec<Timed>, BenchError>(timings)
         })
@@ -287,6 +300,9 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         wal,
         first_text,
     };
+    if let Some(server) = server {
+        server.stop().await;
+    }
     gateway.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(report)
@@ -307,10 +323,11 @@ impl fmt::Display for BenchReport {
                 Some(false) => ", commits not flushed",
                 None => "",
             },
-            if self.options.streamed {
-                ", streamed"
-            } else {
-                ""
+            match (self.options.streamed, self.options.http) {
+                (true, true) => ", streamed over HTTP",
+                (false, true) => ", over HTTP",
+                (true, false) => ", streamed",
+                (false, false) => "",
             }
         )?;
         writeln!(f, "  turns/s            {:.0}", self.turns as f64 / secs)?;
@@ -415,6 +432,144 @@ fn wal_path(url: &str) -> Option<std::path::PathBuf> {
 
 fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
+}
+
+/// The gateway's HTTP server on a loopback port, as `serve` runs it.
+struct HttpServer {
+    base: String,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HttpServer {
+    async fn start(gateway: &Arc<Gateway>) -> Result<Self, BenchError> {
+        let setup = |err: std::io::Error| BenchError::Setup(err.to_string());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(setup)?;
+        let base = format!("http://{}/v1", listener.local_addr().map_err(setup)?);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (server, stopped) = (Arc::clone(gateway), stop.clone());
+        let task = tokio::spawn(async move {
+            let stopping = async move { stopped.cancelled().await };
+            if let Err(err) =
+                crate::cli::run_server(&server, listener, axum::Router::new(), stopping).await
+            {
+                tracing::error!(error = %err, "the benchmark's HTTP server failed");
+            }
+        });
+        Ok(Self { base, stop, task })
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Sends one worker's turns: to the session service, or over HTTP (one
+/// kept-alive connection, each chat's session named by `X-Session-Id` after
+/// its first turn).
+enum Driver {
+    InProcess(Arc<Gateway>),
+    Http {
+        client: reqwest::Client,
+        base: String,
+        sessions: std::collections::HashMap<String, String>,
+    },
+}
+
+impl Driver {
+    fn new(gateway: &Arc<Gateway>, server: Option<&HttpServer>) -> Self {
+        match server {
+            None => Self::InProcess(Arc::clone(gateway)),
+            Some(server) => Self::Http {
+                client: reqwest::Client::new(),
+                base: server.base.clone(),
+                sessions: std::collections::HashMap::new(),
+            },
+        }
+    }
+
+    async fn turn(
+        &mut self,
+        chat: &str,
+        index: usize,
+        streamed: bool,
+    ) -> Result<Timed, BenchError> {
+        match self {
+            Self::InProcess(gateway) => turn(gateway, chat, index, streamed).await,
+            Self::Http {
+                client,
+                base,
+                sessions,
+            } => {
+                let session = sessions.get(chat).cloned();
+                let (timed, session) =
+                    http_turn(client, base, session, chat, index, streamed).await?;
+                sessions.insert(chat.to_owned(), session);
+                Ok(timed)
+            }
+        }
+    }
+}
+
+/// One turn through the HTTP API; returns its timing and its session.
+async fn http_turn(
+    client: &reqwest::Client,
+    base: &str,
+    session: Option<String>,
+    chat: &str,
+    index: usize,
+    streamed: bool,
+) -> Result<(Timed, String), BenchError> {
+    let failed = |err: reqwest::Error| BenchError::Turn(err.to_string());
+    let body = serde_json::json!({
+        "stream": streamed,
+        "messages": [{"role": "user", "content": format!("What time is it? ({chat}, message {index})")}],
+    });
+    let started = Instant::now();
+    let mut request = client.post(format!("{base}/chat/completions")).json(&body);
+    if let Some(session) = &session {
+        request = request.header("X-Session-Id", session);
+    }
+    let mut response = request.send().await.map_err(failed)?;
+    if !response.status().is_success() {
+        return Err(BenchError::Turn(format!("HTTP {}", response.status())));
+    }
+    let session = response
+        .headers()
+        .get("x-session-id")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+        .ok_or_else(|| BenchError::Turn("no X-Session-Id".to_owned()))?;
+    let mut first_text = None;
+    let mut received = Vec::new();
+    while let Some(piece) = response.chunk().await.map_err(failed)? {
+        received.extend_from_slice(&piece);
+        if streamed && first_text.is_none() && has_text_delta(&received) {
+            first_text = Some(started.elapsed());
+        }
+    }
+    let total = started.elapsed();
+    let text = String::from_utf8_lossy(&received);
+    let complete = if streamed {
+        text.contains("data: [DONE]") && !text.contains("\"error\"")
+    } else {
+        text.contains("\"chat.completion\"")
+    };
+    if !complete {
+        return Err(BenchError::Turn(format!("unexpected answer: {text}")));
+    }
+    Ok((Timed { total, first_text }, session))
+}
+
+/// Whether a streamed body holds a chunk with text (not the opening one,
+/// whose content is empty).
+fn has_text_delta(body: &[u8]) -> bool {
+    const MARK: &[u8] = b"\"delta\":{\"content\":\"";
+    body.windows(MARK.len() + 1)
+        .any(|window| window.starts_with(MARK) && window[MARK.len()] != b'"')
 }
 
 /// How long one turn took, and (followed live) until its first text.
