@@ -1146,7 +1146,9 @@ mod tests {
     #[test]
     fn a_stream_cut_anywhere_gives_the_unstreamed_response() {
         let body = tool_stream();
-        for step in 1..=body.len() {
+        // One byte at a time cuts at every boundary; the other sizes cut
+        // events and characters at every offset among them.
+        for step in (1..=32).chain([64, 127, 512, body.len()]) {
             let (response, heard) = decode(&body, step);
             assert_eq!(
                 response.as_ref(),
