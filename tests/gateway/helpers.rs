@@ -42,6 +42,9 @@ pub enum Reply {
     Tools(Vec<(String, String, String)>),
     /// Text, then tool calls, in one answer.
     TextAndTools(String, Vec<(String, String, String)>),
+    /// To a streamed request, this text, then the end of the body before
+    /// the model finished (a dropped connection); to a plain one, a 502.
+    CutStream(String),
     /// An HTTP error status with a body.
     Status(u16, String),
 }
@@ -57,6 +60,7 @@ impl Reply {
             Self::Tools(calls) => Ok((None, calls)),
             Self::TextAndTools(text, calls) => Ok((Some(text), calls)),
             Self::Status(code, body) => Err((code, body)),
+            Self::CutStream(_) => Err((502, "stream cut".to_owned())),
         }
     }
 }
@@ -367,9 +371,23 @@ fn openai_stream(state: &FakeState, request: &Value, n: usize, prompt_tokens: us
         Value::Null,
     )];
     let mut first_text = None;
-    let (text, calls) = match (state.script)(request).parts() {
-        Ok(parts) => parts,
-        Err((code, body)) => return status(code, body),
+    let (text, calls) = match (state.script)(request) {
+        Reply::CutStream(text) => {
+            let lines = pieces(&text)
+                .into_iter()
+                .map(|piece| {
+                    format!(
+                        "data: {}\n\n",
+                        delta(json!({"content": piece}), Value::Null)
+                    )
+                })
+                .collect();
+            return event_stream(state, lines, None, ("x-request-id", format!("req-{n}")));
+        }
+        reply => match reply.parts() {
+            Ok(parts) => parts,
+            Err((code, body)) => return status(code, body),
+        },
     };
     if !calls.is_empty() {
         events.push(delta(
@@ -432,9 +450,27 @@ fn anthropic_stream(state: &FakeState, request: &Value, n: usize) -> Response {
     let delta = |index: usize, delta: Value| json!({"type": "content_block_delta", "index": index, "delta": delta});
     let stop = |index: usize| json!({"type": "content_block_stop", "index": index});
     let mut first_text = None;
-    let (text, calls) = match (state.script)(request).parts() {
-        Ok(parts) => parts,
-        Err((code, body)) => return status(code, body),
+    let (text, calls) = match (state.script)(request) {
+        Reply::CutStream(text) => {
+            events.push(start(0, json!({"type": "text", "text": ""})));
+            for piece in pieces(&text) {
+                events.push(delta(0, json!({"type": "text_delta", "text": piece})));
+            }
+            let lines = events
+                .iter()
+                .map(|event| {
+                    format!(
+                        "event: {}\ndata: {event}\n\n",
+                        event["type"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            return event_stream(state, lines, None, ("request-id", format!("req-{n}")));
+        }
+        reply => match reply.parts() {
+            Ok(parts) => parts,
+            Err((code, body)) => return status(code, body),
+        },
     };
     let reason = if calls.is_empty() {
         "end_turn"

@@ -1,7 +1,11 @@
 //! Streamed completions end to end: the model is called streaming, its text
 //! reaches the API client as it arrives (text of every round, tool activity
-//! as `switchboard` chunks), usage comes last when asked for, and what is
-//! stored is exactly what the same turn stores unstreamed.
+//! as `switchboard` chunks), usage comes last when asked for, a stream cut
+//! short is retried with a restart chunk, and what is stored is exactly what
+//! the same turn stores unstreamed.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -326,4 +330,70 @@ async fn a_failed_streamed_turn_ends_with_its_apology() {
     );
     assert_eq!(app.outcome_of_last_turn().await, "model_error");
     app.stop().await;
+}
+
+async fn a_cut_stream_is_retried(provider: ProviderKind) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let llm = FakeLlm::start(move |_| {
+        if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            Reply::CutStream("Hello wor".to_owned())
+        } else {
+            Reply::Text("Hello world.".to_owned())
+        }
+    })
+    .await;
+    let base = match provider {
+        ProviderKind::Openai => llm.openai_base(),
+        ProviderKind::Anthropic => llm.anthropic_base(),
+    };
+    let app = TestApp::spawn_with(&llm, |settings| {
+        settings.llm.provider = provider;
+        settings.llm.base_url = base;
+    })
+    .await;
+
+    let (session, chunks) = stream_chat(&app, None, "hi", false).await;
+
+    // The client saw the cut text, the restart, then the retried text.
+    assert_eq!(content(&chunks), "Hello wor\n\nHello world.");
+    let restart = chunks
+        .iter()
+        .position(|chunk| chunk["switchboard"] == json!({"type": "restart"}))
+        .expect("a restart chunk");
+    assert_eq!(content(&chunks[..restart]), "Hello wor");
+    assert_eq!(content(&chunks[restart..]), "\n\nHello world.");
+    // Stored as if the first attempt never happened; the retry sent the
+    // same request.
+    let history: Vec<_> = app
+        .wire_history(&session)
+        .await
+        .into_iter()
+        .map(|entry| entry.message)
+        .collect();
+    assert_eq!(
+        history,
+        [
+            switchboard::llm::ChatMessage::User {
+                content: "hi".to_owned()
+            },
+            switchboard::llm::ChatMessage::Assistant {
+                content: Some("Hello world.".to_owned()),
+                tool_calls: Vec::new()
+            },
+        ]
+    );
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].body, requests[1].body);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_stream_cut_short_is_retried_and_the_client_told_to_restart_openai() {
+    a_cut_stream_is_retried(ProviderKind::Openai).await;
+}
+
+#[tokio::test]
+async fn a_stream_cut_short_is_retried_and_the_client_told_to_restart_anthropic() {
+    a_cut_stream_is_retried(ProviderKind::Anthropic).await;
 }
