@@ -8,7 +8,14 @@
 //! overhead p50/p99, CPU time per turn, idle and peak RSS, the first turn's
 //! latency after start, one store round trip's cost, and what a turn sends to
 //! the database (statements, round trips, commits: the store's own counts,
-//! see `StoreStats`).
+//! see `StoreStats`). With `--streamed` each measured turn is followed live,
+//! as a streamed API request follows it (the model called streaming, its
+//! text published as it arrives), and the time to the reply's first text
+//! delta is reported too. With `--http` the measured turns go through the
+//! real HTTP server (`POST /v1/chat/completions` on a kept-alive loopback
+//! connection per session, `stream: true` with `--streamed`), so a turn's
+//! latency includes the API and the socket; streamed, the first text is the
+//! first content delta the client reads.
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,11 +27,12 @@ use switchboard_contract::{
 };
 
 use crate::agent::cache::ProviderFactory;
+use crate::agent::live::LiveEvent;
 use crate::config::Settings;
 use crate::gateway::Gateway;
 use crate::llm::{
-    ChatMessage, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind, StopReason,
-    ToolCall, Usage,
+    ChatMessage, LlmError, ModelRequest, ModelResponse, OnStream, Provider, ProviderKind,
+    StopReason, StreamEvent, ToolCall, Usage,
 };
 use crate::session::local::LocalPlatform;
 use crate::session::service::SubmitOptions;
@@ -55,6 +63,16 @@ pub struct BenchOptions {
     /// unset keeps the engine's default.
     #[arg(long)]
     pub flush_commits: Option<bool>,
+    /// Follow each measured turn live, as a streamed API request does: the
+    /// model is called streaming and the reply's text published as it
+    /// arrives.
+    #[arg(long)]
+    pub streamed: bool,
+    /// Send the measured turns (and their sessions' earlier turns) through
+    /// the HTTP API on a loopback socket instead of straight to the session
+    /// service.
+    #[arg(long)]
+    pub http: bool,
 }
 
 /// What the benchmark measured.
@@ -79,6 +97,9 @@ pub struct BenchReport {
     pub traffic: StoreStats,
     /// The WAL during the measured turns (SQLite files only).
     pub wal: Option<WalFigures>,
+    /// With `--streamed`: from submitting a message to the first delta of
+    /// its reply's text, p50 and p99.
+    pub first_text: Option<(Duration, Duration)>,
 }
 
 /// The SQLite WAL during the measured turns.
@@ -128,6 +149,8 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let run_id = run_id.get(..8).unwrap_or(&run_id).to_owned();
     settings.agent.tools = vec!["current_time".to_owned()];
     settings.runner.max_concurrent_turns = options.sessions.max(1);
+    // The `--http` server takes any caller (it listens on loopback only).
+    settings.api.keys_env = "SWITCHBOARD_BENCH_NO_API_KEYS".to_owned();
     let factory: ProviderFactory = Arc::new(|_| Arc::new(InstantModel) as Arc<dyn Provider>);
     let started = Instant::now();
     let gateway = Arc::new(
@@ -136,7 +159,9 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
             .map_err(|err| BenchError::Setup(err.to_string()))?,
     );
     let idle_rss_kib = rss_kib("VmRSS:");
-    let first_turn = turn(&gateway, &format!("{run_id}-first"), 0).await?;
+    let first_turn = turn(&gateway, &format!("{run_id}-first"), 0, false)
+        .await?
+        .total;
     let _startup = started.elapsed();
 
     // Each worker spreads its turns over several sessions, TURNS_PER_SESSION
@@ -144,13 +169,22 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     // on average (a session's history grows by one turn per turn).
     let per_worker = options.turns.div_ceil(TURNS_PER_SESSION);
     let seeded = options.history.saturating_sub(TURNS_PER_SESSION / 2);
-    let warm = (0..options.sessions).map(|worker| {
-        let gateway = Arc::clone(&gateway);
+    let server = if options.http {
+        Some(HttpServer::start(&gateway).await?)
+    } else {
+        None
+    };
+    let mut drivers: Vec<Driver> = (0..options.sessions)
+        .map(|_| Driver::new(&gateway, server.as_ref()))
+        .collect();
+    let warm = drivers.iter_mut().enumerate().map(|(worker, driver)| {
         let run_id = &run_id;
         async move {
             for session in 0..per_worker {
                 for index in 0..seeded {
-                    turn(&gateway, &format!("{run_id}-w{worker}-s{session}"), index).await?;
+                    driver
+                        .turn(&format!("{run_id}-w{worker}-s{session}"), index, false)
+                        .await?;
                 }
             }
             Ok::<(), BenchError>(())
@@ -184,23 +218,27 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let cpu_before = cpu_time();
     let wall = Instant::now();
     let turns = options.turns;
-    let runs = (0..options.sessions).map(|worker| {
-        let gateway = Arc::clone(&gateway);
+    let streamed = options.streamed;
+    let runs = drivers.into_iter().enumerate().map(|(worker, mut driver)| {
         let run_id = run_id.clone();
         tokio::spawn(async move {
-            let mut latencies = Vec::with_capacity(turns);
+            let mut timings = Vec::with_capacity(turns);
             for index in 0..turns {
                 let chat = format!("{run_id}-w{worker}-s{}", index / TURNS_PER_SESSION);
                 let event = seeded + index % TURNS_PER_SESSION;
-                latencies.push(turn(&gateway, &chat, event).await?);
+                timings.push(driver.turn(&chat, event, streamed).await?);
             }
-            Ok::<Vec<Duration>, BenchError>(latencies)
+            Ok::<Vec<Timed>, BenchError>(timings)
         })
     });
     let mut latencies = Vec::new();
+    let mut first_texts = Vec::new();
     for handle in futures::future::join_all(runs).await {
         let measured = handle.map_err(|err| BenchError::Turn(err.to_string()))??;
-        latencies.extend(measured);
+        for timed in measured {
+            latencies.push(timed.total);
+            first_texts.extend(timed.first_text);
+        }
     }
     let elapsed = wall.elapsed();
     let cpu = cpu_time().saturating_sub(cpu_before);
@@ -227,11 +265,19 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         None => None,
     };
     latencies.sort();
+    first_texts.sort();
     let turns = latencies.len();
-    let percentile = |p: f64| {
-        let index = ((turns as f64 * p).ceil() as usize).saturating_sub(1);
-        latencies.get(index).copied().unwrap_or_default()
+    let percentile_of = |sorted: &[Duration], p: f64| {
+        let index = ((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1);
+        sorted.get(index).copied().unwrap_or_default()
     };
+    let percentile = |p: f64| percentile_of(&latencies, p);
+    let first_text = (!first_texts.is_empty()).then(|| {
+        (
+            percentile_of(&first_texts, 0.50),
+            percentile_of(&first_texts, 0.99),
+        )
+    });
     let (round_trip, round_trip_cpu) = round_trip(&gateway).await?;
     let report = BenchReport {
         options: options.clone(),
@@ -252,7 +298,11 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         },
         traffic,
         wal,
+        first_text,
     };
+    if let Some(server) = server {
+        server.stop().await;
+    }
     gateway.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(report)
@@ -263,7 +313,7 @@ impl fmt::Display for BenchReport {
         let secs = self.elapsed.as_secs_f64().max(f64::EPSILON);
         writeln!(
             f,
-            "switchboard bench: {} sessions x {} turns (history {} turns), one tool call per turn, {}{}",
+            "switchboard bench: {} sessions x {} turns (history {} turns), one tool call per turn, {}{}{}",
             self.options.sessions,
             self.options.turns,
             self.options.history,
@@ -272,11 +322,25 @@ impl fmt::Display for BenchReport {
                 Some(true) => ", every commit flushed",
                 Some(false) => ", commits not flushed",
                 None => "",
+            },
+            match (self.options.streamed, self.options.http) {
+                (true, true) => ", streamed over HTTP",
+                (false, true) => ", over HTTP",
+                (true, false) => ", streamed",
+                (false, false) => "",
             }
         )?;
         writeln!(f, "  turns/s            {:.0}", self.turns as f64 / secs)?;
         writeln!(f, "  overhead p50       {:.3} ms", ms(self.p50))?;
         writeln!(f, "  overhead p99       {:.3} ms", ms(self.p99))?;
+        if let Some((p50, p99)) = self.first_text {
+            writeln!(
+                f,
+                "  first text         {:.3} ms p50, {:.3} ms p99",
+                ms(p50),
+                ms(p99)
+            )?;
+        }
         writeln!(f, "  CPU per turn       {:.3} ms", ms(self.cpu_per_turn))?;
         writeln!(f, "  first turn         {:.3} ms", ms(self.first_turn))?;
         let per_turn = |count: u64| count as f64 / self.turns.max(1) as f64;
@@ -370,8 +434,157 @@ fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }
 
-/// One turn through the session service; returns its latency.
-async fn turn(gateway: &Gateway, chat: &str, index: usize) -> Result<Duration, BenchError> {
+/// The gateway's HTTP server on a loopback port, as `serve` runs it.
+struct HttpServer {
+    base: String,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HttpServer {
+    async fn start(gateway: &Arc<Gateway>) -> Result<Self, BenchError> {
+        let setup = |err: std::io::Error| BenchError::Setup(err.to_string());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(setup)?;
+        let base = format!("http://{}/v1", listener.local_addr().map_err(setup)?);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (server, stopped) = (Arc::clone(gateway), stop.clone());
+        let task = tokio::spawn(async move {
+            let stopping = async move { stopped.cancelled().await };
+            if let Err(err) =
+                crate::cli::run_server(&server, listener, axum::Router::new(), stopping).await
+            {
+                tracing::error!(error = %err, "the benchmark's HTTP server failed");
+            }
+        });
+        Ok(Self { base, stop, task })
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Sends one worker's turns: to the session service, or over HTTP (one
+/// kept-alive connection, each chat's session named by `X-Session-Id` after
+/// its first turn).
+enum Driver {
+    InProcess(Arc<Gateway>),
+    Http {
+        client: reqwest::Client,
+        base: String,
+        sessions: std::collections::HashMap<String, String>,
+    },
+}
+
+impl Driver {
+    fn new(gateway: &Arc<Gateway>, server: Option<&HttpServer>) -> Self {
+        match server {
+            None => Self::InProcess(Arc::clone(gateway)),
+            Some(server) => Self::Http {
+                client: reqwest::Client::new(),
+                base: server.base.clone(),
+                sessions: std::collections::HashMap::new(),
+            },
+        }
+    }
+
+    async fn turn(
+        &mut self,
+        chat: &str,
+        index: usize,
+        streamed: bool,
+    ) -> Result<Timed, BenchError> {
+        match self {
+            Self::InProcess(gateway) => turn(gateway, chat, index, streamed).await,
+            Self::Http {
+                client,
+                base,
+                sessions,
+            } => {
+                let session = sessions.get(chat).cloned();
+                let (timed, session) =
+                    http_turn(client, base, session, chat, index, streamed).await?;
+                sessions.insert(chat.to_owned(), session);
+                Ok(timed)
+            }
+        }
+    }
+}
+
+/// One turn through the HTTP API; returns its timing and its session.
+async fn http_turn(
+    client: &reqwest::Client,
+    base: &str,
+    session: Option<String>,
+    chat: &str,
+    index: usize,
+    streamed: bool,
+) -> Result<(Timed, String), BenchError> {
+    let failed = |err: reqwest::Error| BenchError::Turn(err.to_string());
+    let body = serde_json::json!({
+        "stream": streamed,
+        "messages": [{"role": "user", "content": format!("What time is it? ({chat}, message {index})")}],
+    });
+    let started = Instant::now();
+    let mut request = client.post(format!("{base}/chat/completions")).json(&body);
+    if let Some(session) = &session {
+        request = request.header("X-Session-Id", session);
+    }
+    let mut response = request.send().await.map_err(failed)?;
+    if !response.status().is_success() {
+        return Err(BenchError::Turn(format!("HTTP {}", response.status())));
+    }
+    let session = response
+        .headers()
+        .get("x-session-id")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+        .ok_or_else(|| BenchError::Turn("no X-Session-Id".to_owned()))?;
+    let mut first_text = None;
+    let mut received = Vec::new();
+    while let Some(piece) = response.chunk().await.map_err(failed)? {
+        received.extend_from_slice(&piece);
+        if streamed && first_text.is_none() && has_text_delta(&received) {
+            first_text = Some(started.elapsed());
+        }
+    }
+    let total = started.elapsed();
+    let text = String::from_utf8_lossy(&received);
+    let complete = if streamed {
+        text.contains("data: [DONE]") && !text.contains("\"error\"")
+    } else {
+        text.contains("\"chat.completion\"")
+    };
+    if !complete {
+        return Err(BenchError::Turn(format!("unexpected answer: {text}")));
+    }
+    Ok((Timed { total, first_text }, session))
+}
+
+/// Whether a streamed body holds a chunk with text (not the opening one,
+/// whose content is empty).
+fn has_text_delta(body: &[u8]) -> bool {
+    const MARK: &[u8] = b"\"delta\":{\"content\":\"";
+    body.windows(MARK.len() + 1)
+        .any(|window| window.starts_with(MARK) && window[MARK.len()] != b'"')
+}
+
+/// How long one turn took, and (followed live) until its first text.
+struct Timed {
+    total: Duration,
+    first_text: Option<Duration>,
+}
+
+/// One turn through the session service, followed live when `streamed`.
+async fn turn(
+    gateway: &Gateway,
+    chat: &str,
+    index: usize,
+    streamed: bool,
+) -> Result<Timed, BenchError> {
     let message = message(chat, index).map_err(BenchError::Setup)?;
     let started = Instant::now();
     let submission = gateway
@@ -384,6 +597,7 @@ async fn turn(gateway: &Gateway, chat: &str, index: usize) -> Result<Duration, B
                 // Each benchmark chat is its own session.
                 own_chat: true,
                 model: None,
+                live: streamed,
             },
         )
         .await
@@ -391,10 +605,22 @@ async fn turn(gateway: &Gateway, chat: &str, index: usize) -> Result<Duration, B
     let receiver = submission
         .reply
         .ok_or_else(|| BenchError::Turn("message not accepted".to_owned()))?;
+    let mut first_text = None;
+    if let Some(mut live) = submission.live {
+        while let Some(event) = live.next().await {
+            if matches!(event, LiveEvent::Text(_)) {
+                first_text = Some(started.elapsed());
+                break;
+            }
+        }
+    }
     receiver
         .await
         .map_err(|_| BenchError::Turn("no reply".to_owned()))?;
-    Ok(started.elapsed())
+    Ok(Timed {
+        total: started.elapsed(),
+        first_text,
+    })
 }
 
 fn message(chat: &str, index: usize) -> Result<InboundMessage, String> {
@@ -460,6 +686,22 @@ impl Provider for InstantModel {
             model: request.model.to_owned(),
             request_id: None,
         })
+    }
+
+    /// The same answer, its text passed on in three pieces.
+    async fn stream(
+        &self,
+        request: &ModelRequest<'_>,
+        on: OnStream<'_>,
+    ) -> Result<ModelResponse, LlmError> {
+        let response = self.complete(request).await?;
+        if let Some(text) = response.content.as_deref() {
+            let third = text.len() / 3;
+            for piece in [&text[..third], &text[third..2 * third], &text[2 * third..]] {
+                on(StreamEvent::Text(piece));
+            }
+        }
+        Ok(response)
     }
 }
 

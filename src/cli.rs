@@ -208,6 +208,13 @@ pub async fn run_server(
         .merge(platform_routes);
     let local = listener.local_addr()?;
     tracing::info!(address = %local, "listening");
+    // Replies are small writes (a streamed delta, a whole answer): Nagle
+    // would hold each one back until the client's delayed ACK.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |stream| {
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(error = %err, "could not set TCP_NODELAY on a connection");
+        }
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(stop)
         .await

@@ -98,6 +98,7 @@ where
                     wait: true,
                     own_chat: false,
                     model: None,
+                    live: false,
                 },
             )
             .await

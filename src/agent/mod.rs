@@ -4,10 +4,12 @@
 //! database, so any instance can be evicted from the [`cache`] at any moment
 //! without changing a reply. The loop ([`run`]) calls the model, runs the
 //! tools it asks for, writes every step back, and stops on the model's stop
-//! reason or the task's [`wallet`].
+//! reason or the task's [`wallet`]. While it runs, it tells the turn's
+//! [`live`] subscribers what happens (text as it arrives, tool calls).
 
 pub mod cache;
 pub mod context;
+pub mod live;
 pub mod prompt;
 pub mod round;
 pub mod run;

@@ -18,6 +18,7 @@ use serde_json::{Map, Value};
 use tracing::Instrument;
 
 use super::Agent;
+use super::live::LiveEvent;
 use super::run::{InterruptedRound, LoopEnv};
 use super::subagent::SubAgentRunner;
 use super::wallet::Purse;
@@ -224,6 +225,11 @@ async fn run_started_call(
         CallStatus::Done
     };
     let content = canonical_json(&result_object(outcome));
+    env.publish(|| LiveEvent::ToolResult {
+        id: call.id.clone(),
+        name: call.name.clone(),
+        is_error: failed,
+    });
     let mut finish = Batch::new();
     finish.finish_tool_call(&request_id, &content, failed);
     tracing::info!(

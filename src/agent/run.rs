@@ -6,20 +6,27 @@
 //! model, settle its usage against the limits, then either answer or run the
 //! round of tools it asked for (see [`super::round`]). How the loop ended is
 //! one type: [`LoopEnd`] for an answer, [`LoopError`] (whose messages are
-//! what users see) otherwise.
+//! what users see) otherwise. When the turn has live subscribers
+//! ([`super::live`]), each model call is streamed and its text published as
+//! it arrives, with tool calls as they start and end; the stored steps are
+//! the same either way.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use super::Agent;
 use super::context::{self, CompactError, ContextPolicy, Summariser};
+use super::live::{LiveEvent, LiveTurn};
 use super::round::{resume_round, run_round};
 use super::step;
 use super::wallet::{Budget, CallKind, Purse};
-use crate::llm::{ChatMessage, LlmError, ModelRequest, ModelResponse, ToolCall};
+use crate::llm::{
+    ChatMessage, LlmError, ModelRequest, ModelResponse, OnStream, StreamEvent, ToolCall,
+};
 use crate::store::{
     Batch, MessageMeta, ModelCallStart, NewMessage, RoundStart, SessionId, Store, StoreError,
 };
@@ -59,12 +66,22 @@ pub struct LoopEnv {
     /// Cancelled by `/stop`, an interrupting message, or the task's time
     /// limit; sub-agents share it.
     pub cancel: CancellationToken,
+    /// Where the turn's live events go; `None` for sub-agents, whose text
+    /// is not the turn's reply.
+    pub live: Option<LiveTurn>,
 }
 
 impl LoopEnv {
     /// The transcript entry of a wire message of this loop's task and scope.
     pub fn entry(&self, message: ChatMessage) -> NewMessage {
         NewMessage::from_wire(&self.session_id, Some(self.task_id), &self.scope, message)
+    }
+
+    /// Tells the turn's live subscribers, if any, about `event`.
+    pub fn publish(&self, event: impl FnOnce() -> LiveEvent) {
+        if let Some(live) = &self.live {
+            live.publish(event());
+        }
     }
 }
 
@@ -371,6 +388,7 @@ async fn call_step(
         model: &agent.model,
         request_chars: Some(request_bytes),
     };
+    env.publish(|| LiveEvent::Round { round: iteration });
     let call = call_model(agent, env, request);
     let recorded = step::recorded(
         &env.store,
@@ -489,6 +507,13 @@ async fn run_tools(
         .copied()
         .ok_or_else(|| StoreError::Corrupt("no id for the assistant entry".to_owned()))?;
     history.push(assistant);
+    for call in &calls {
+        env.publish(|| LiveEvent::ToolCall {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+        });
+    }
     let results = run_round(agent, env, purse, assistant_id, &calls, pending).await?;
     let mut stuck = None;
     for (call, result) in calls.iter().zip(&results) {
@@ -514,28 +539,60 @@ async fn run_tools(
 
 /// Calls the model, racing the task's cancellation, and falls back to the
 /// configured fallback model once when the session's model keeps failing.
+/// Streams the call when someone follows the turn live, publishing its text
+/// (and a restart when the fallback takes over from a call that had sent
+/// some).
 async fn call_model(
     agent: &Agent,
     env: &LoopEnv,
     request: ModelRequest<'_>,
 ) -> Result<ModelResponse, LoopError> {
+    let live = env.live.as_ref().filter(|live| live.is_watched());
+    let heard = AtomicBool::new(false);
+    let publish = |event: StreamEvent<'_>| {
+        let Some(live) = live else { return };
+        match event {
+            StreamEvent::Text("") => {}
+            StreamEvent::Text(text) => {
+                heard.store(true, Ordering::Release);
+                live.publish(LiveEvent::Text(text.to_owned()));
+            }
+            StreamEvent::Restart => live.publish(LiveEvent::Restart),
+        }
+    };
+    let on: Option<OnStream<'_>> = live.map(|_| &publish as OnStream<'_>);
     let first = tokio::select! {
-        result = agent.provider.complete(&request) => result,
+        result = model_call(agent, &request, on) => result,
         () = env.cancel.cancelled() => return Err(LoopError::Cancelled),
     };
     match (first, &env.limits.fallback_model) {
         (Err(err), Some(fallback)) if err.is_retryable() && fallback != request.model => {
             tracing::warn!(error = %err, fallback, "model failing; trying the fallback model");
+            if heard.swap(false, Ordering::AcqRel) {
+                env.publish(|| LiveEvent::Restart);
+            }
             let request = ModelRequest {
                 model: fallback,
                 ..request
             };
             tokio::select! {
-                result = agent.provider.complete(&request) => Ok(result?),
+                result = model_call(agent, &request, on) => Ok(result?),
                 () = env.cancel.cancelled() => Err(LoopError::Cancelled),
             }
         }
         (result, _) => Ok(result?),
+    }
+}
+
+/// One model call: streamed to `on` when given, else plain.
+async fn model_call(
+    agent: &Agent,
+    request: &ModelRequest<'_>,
+    on: Option<OnStream<'_>>,
+) -> Result<ModelResponse, LlmError> {
+    match on {
+        Some(on) => agent.provider.stream(request, on).await,
+        None => agent.provider.complete(request).await,
     }
 }
 

@@ -2,6 +2,17 @@
 //! the request names or its resent transcript continues, see `transcript`),
 //! the turn's reply out, as a `chat.completion` object or as server-sent
 //! `chat.completion.chunk` events.
+//!
+//! A streamed request follows its turn live (`agent::live`): the text of
+//! each model call is sent as it arrives, text of a later round after a
+//! blank line (`"\n\n"`), and tool activity as chunks with an empty `delta`
+//! and a `switchboard` field (`{"type": "tool_call", "id", "name",
+//! "arguments"}`, `{"type": "tool_result", "id", "name", "is_error"}`,
+//! `{"type": "restart"}` when a failed model call that had sent text is
+//! retried). The last chunk carries the finish reason, then, with
+//! `stream_options.include_usage`, a chunk with the turn's `usage` and no
+//! choices, then `[DONE]`. A turn run by another instance sends no live
+//! text; its reply comes whole when the turn ends.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -13,19 +24,19 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Json, Response};
-use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use switchboard_contract::{
     AccountId, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender, UserId,
 };
 
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::caller::Caller;
 use super::sessions::with_session_header;
 use super::transcript::{self, RequestMessage, Transcript};
 use super::{ApiError, ApiState, SESSION_HEADER};
+use crate::agent::live::{LiveEvent, LiveSubscription};
 use crate::session::local::LocalPlatform;
 use crate::session::runner::TurnReply;
 use crate::session::service::{Admission, SubmitOptions};
@@ -41,7 +52,16 @@ pub struct ChatRequest {
     #[serde(default)]
     stream: bool,
     #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
     user: Option<String>,
+}
+
+/// `stream_options`: whether a streamed answer ends with a usage chunk.
+#[derive(Debug, Default, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
 }
 
 /// The handler: prepare the message, submit it, then answer the turn's
@@ -102,7 +122,11 @@ async fn answer(
     // The session header goes with errors too (a 504, a 503 while
     // draining), so that the client can find the conversation again.
     let mut response = if request.stream {
-        streamed(state, completion, turn)
+        let include_usage = request
+            .stream_options
+            .as_ref()
+            .is_some_and(|options| options.include_usage);
+        streamed(state, completion, turn, include_usage)
     } else {
         answered(state, completion, turn)
             .await
@@ -119,6 +143,8 @@ struct Turn {
     inbound_id: i64,
     session_id: SessionId,
     reply: oneshot::Receiver<TurnReply>,
+    /// The turn's live events, for a streamed request.
+    live: Option<LiveSubscription>,
 }
 
 /// Why no reply came.
@@ -185,6 +211,7 @@ fn prepare(
         wait: true,
         own_chat,
         model,
+        live: request.stream,
     };
     Ok((message, options))
 }
@@ -226,6 +253,7 @@ async fn submit(
         inbound_id,
         session_id,
         reply,
+        live: submission.live,
     })
 }
 
@@ -253,10 +281,12 @@ async fn retried(
         .reply_stored(Some(&[inbound_id]))
         .await
         .map_err(|err| ApiError::Internal(err.to_string()))?;
+    // A retry's stream gets the reply whole: the turn may be half done.
     Ok(Turn {
         inbound_id,
         session_id,
         reply,
+        live: None,
     })
 }
 
@@ -295,13 +325,7 @@ async fn answered(
     let reply = wait_for_reply(state, turn, state.reply_timeout)
         .await
         .map_err(|no_reply| no_reply.into_error(&session_id, inbound_id))?;
-    let usage = state
-        .store
-        .task_usage(inbound_id)
-        .await
-        .map_err(|err| ApiError::Internal(err.to_string()))?;
-    let prompt = usage.usage.input_tokens;
-    let completion_tokens = usage.usage.output_tokens;
+    let usage = usage_of(state, inbound_id).await?;
     let body = json!({
         "id": completion.id,
         "object": "chat.completion",
@@ -312,33 +336,202 @@ async fn answered(
             "message": {"role": "assistant", "content": reply.text},
             "finish_reason": finish_reason(&reply),
         }],
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": usage.usage.cache_read_tokens},
-        },
+        "usage": usage,
     });
     Ok(Json(body).into_response())
 }
 
-/// The reply as server-sent `chat.completion.chunk` events, sent once the
-/// turn ends. A turn that ends without a reply is forgotten like one that
-/// times out, and the stream ends with the timeout's error event.
-fn streamed(state: &Arc<ApiState>, completion: Completion, turn: Turn) -> Response {
+/// The turn as server-sent `chat.completion.chunk` events, sent as it runs
+/// (see the module's documentation). The events are made by a task of
+/// their own, which ends when the client hangs up; a turn that ends without
+/// a reply is forgotten like one that times out, and the stream ends with
+/// the error's event.
+fn streamed(
+    state: &Arc<ApiState>,
+    completion: Completion,
+    turn: Turn,
+    include_usage: bool,
+) -> Response {
+    let (sender, receiver) = mpsc::unbounded_channel();
     let state = Arc::clone(state);
-    let events = futures::stream::once(async move {
-        let (session_id, inbound_id) = (turn.session_id.clone(), turn.inbound_id);
-        let reply = wait_for_reply(&state, turn, state.reply_timeout)
+    tokio::spawn(async move {
+        let out = Outlet { sender };
+        stream_turn(&state, &completion, turn, include_usage, &out).await;
+    });
+    let events = futures::stream::unfold(receiver, |mut receiver| async move {
+        receiver
+            .recv()
             .await
-            .map_err(|no_reply| no_reply.into_error(&session_id, inbound_id));
-        futures::stream::iter(completion.chunks(reply))
-    })
-    .flatten()
-    .map(Ok::<Event, Infallible>);
+            .map(|event| (Ok::<Event, Infallible>(event), receiver))
+    });
     Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response()
+}
+
+/// Where a streamed answer's events go.
+struct Outlet {
+    sender: mpsc::UnboundedSender<Event>,
+}
+
+impl Outlet {
+    fn send(&self, event: Event) {
+        // A client that hung up is noticed by `closed`.
+        let _ = self.sender.send(event);
+    }
+}
+
+/// Sends the turn's events to `out` until its reply (or the error that
+/// ends the wait), then `[DONE]`.
+async fn stream_turn(
+    state: &ApiState,
+    completion: &Completion,
+    mut turn: Turn,
+    include_usage: bool,
+    out: &Outlet,
+) {
+    let (session_id, inbound_id) = (turn.session_id.clone(), turn.inbound_id);
+    let deadline = tokio::time::Instant::now() + state.reply_timeout;
+    let mut live = turn.live.take();
+    let mut shown = Shown::default();
+    out.send(completion.chunk(json!({"role": "assistant", "content": ""}), Value::Null));
+    let reply = loop {
+        tokio::select! {
+            // Live events first: those of a turn are all queued before its
+            // reply is handed out.
+            biased;
+            event = next_live(&mut live) => match event {
+                Some(event) => {
+                    for event in shown.events(completion, event) {
+                        out.send(event);
+                    }
+                }
+                None => live = None,
+            },
+            reply = &mut turn.reply => break reply.map_err(|_closed| NoReply::Closed),
+            () = tokio::time::sleep_until(deadline) => break Err(NoReply::TimedOut),
+            () = state.drain_deadline.cancelled() => break Err(NoReply::Draining),
+            () = out.sender.closed() => {
+                // The client hung up; the reply stays in the history.
+                drop(turn);
+                state.service.runner().forget(inbound_id);
+                return;
+            }
+        }
+    };
+    drop(live);
+    match reply {
+        Ok(reply) => {
+            if let Some(rest) = shown.rest_of(&reply.text) {
+                out.send(completion.chunk(json!({"content": rest}), Value::Null));
+            }
+            out.send(completion.chunk(json!({}), json!(finish_reason(&reply))));
+            if include_usage {
+                match usage_of(state, inbound_id).await {
+                    Ok(usage) => out.send(completion.usage_chunk(usage)),
+                    Err(err) => tracing::warn!(error = %err, "no usage for a streamed turn"),
+                }
+            }
+        }
+        Err(no_reply) => {
+            drop(turn);
+            state.service.runner().forget(inbound_id);
+            let err = no_reply.into_error(&session_id, inbound_id);
+            out.send(Event::default().data(
+                json!({"error": {"message": err.to_string(), "type": err.kind()}}).to_string(),
+            ));
+        }
+    }
+    out.send(Event::default().data("[DONE]"));
+}
+
+/// The next live event; never, without a subscription.
+async fn next_live(live: &mut Option<LiveSubscription>) -> Option<LiveEvent> {
+    match live {
+        Some(live) => live.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What a streamed answer has shown of its text so far.
+#[derive(Debug, Default)]
+struct Shown {
+    /// Whether any text was sent.
+    any: bool,
+    /// The text sent of the current model call.
+    round: String,
+    /// Whether the current model call's text has not begun yet.
+    fresh: bool,
+}
+
+impl Shown {
+    /// The chunks a live event becomes.
+    fn events(&mut self, completion: &Completion, event: LiveEvent) -> Vec<Event> {
+        let tool = |value: Value| vec![completion.chunk_with(json!({}), Value::Null, value)];
+        match event {
+            LiveEvent::Round { .. } => {
+                self.round.clear();
+                self.fresh = true;
+                Vec::new()
+            }
+            LiveEvent::Text(text) => {
+                let separator = if self.fresh && self.any { "\n\n" } else { "" };
+                self.fresh = false;
+                self.any = true;
+                self.round.push_str(&text);
+                vec![completion.chunk(
+                    json!({"content": format!("{separator}{text}")}),
+                    Value::Null,
+                )]
+            }
+            LiveEvent::Restart => {
+                self.round.clear();
+                self.fresh = true;
+                tool(json!({"type": "restart"}))
+            }
+            LiveEvent::ToolCall {
+                id,
+                name,
+                arguments,
+            } => tool(json!({"type": "tool_call", "id": id, "name": name, "arguments": arguments})),
+            LiveEvent::ToolResult { id, name, is_error } => {
+                tool(json!({"type": "tool_result", "id": id, "name": name, "is_error": is_error}))
+            }
+            LiveEvent::Finished => Vec::new(),
+        }
+    }
+
+    /// What is left to send of the reply `text`: nothing when the last
+    /// model call's streamed text was all of it, the missing end when it
+    /// was a beginning, else the whole reply (after a blank line when text
+    /// was shown before): a reply streamed nowhere (a turn run by another
+    /// instance) or a text the gateway wrote (a failure's apology).
+    fn rest_of(&self, text: &str) -> Option<String> {
+        let rest = match text.strip_prefix(self.round.as_str()) {
+            Some(rest) if !self.round.is_empty() => rest.to_owned(),
+            _ if text.is_empty() => String::new(),
+            _ if self.any => format!("\n\n{text}"),
+            _ => text.to_owned(),
+        };
+        (!rest.is_empty()).then_some(rest)
+    }
+}
+
+/// The turn's token counts, as a `usage` object.
+async fn usage_of(state: &ApiState, inbound_id: i64) -> Result<Value, ApiError> {
+    let usage = state
+        .store
+        .task_usage(inbound_id)
+        .await
+        .map_err(|err| ApiError::Internal(err.to_string()))?;
+    let prompt = usage.usage.input_tokens;
+    let completion_tokens = usage.usage.output_tokens;
+    Ok(json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.usage.cache_read_tokens},
+    }))
 }
 
 /// The fields every answer to one request repeats.
@@ -363,38 +556,35 @@ impl Completion {
         }
     }
 
-    /// The SSE events for a finished turn: the role, the content, the finish
-    /// reason, then `[DONE]`. A turn that timed out ends with an error event.
-    fn chunks(&self, reply: Result<TurnReply, ApiError>) -> Vec<Event> {
-        let chunk = |delta: Value, finish: Value| {
-            Event::default().data(
-                json!({
-                    "id": self.id,
-                    "object": "chat.completion.chunk",
-                    "created": self.created,
-                    "model": self.model,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-                })
-                .to_string(),
-            )
-        };
-        let mut events = vec![chunk(
-            json!({"role": "assistant", "content": ""}),
-            Value::Null,
-        )];
-        match reply {
-            Ok(reply) => {
-                events.push(chunk(json!({"content": reply.text}), Value::Null));
-                events.push(chunk(json!({}), json!(finish_reason(&reply))));
-            }
-            Err(err) => {
-                events.push(Event::default().data(
-                    json!({"error": {"message": err.to_string(), "type": err.kind()}}).to_string(),
-                ));
-            }
-        }
-        events.push(Event::default().data("[DONE]"));
-        events
+    /// The chunk JSON with the given choices.
+    fn body(&self, choices: Value) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        })
+    }
+
+    /// A chunk with one choice.
+    fn chunk(&self, delta: Value, finish: Value) -> Event {
+        let body = self.body(json!([{"index": 0, "delta": delta, "finish_reason": finish}]));
+        Event::default().data(body.to_string())
+    }
+
+    /// A chunk with one choice and the gateway's own `switchboard` field.
+    fn chunk_with(&self, delta: Value, finish: Value, switchboard: Value) -> Event {
+        let mut body = self.body(json!([{"index": 0, "delta": delta, "finish_reason": finish}]));
+        body["switchboard"] = switchboard;
+        Event::default().data(body.to_string())
+    }
+
+    /// The usage chunk: no choices, the turn's `usage`.
+    fn usage_chunk(&self, usage: Value) -> Event {
+        let mut body = self.body(json!([]));
+        body["usage"] = usage;
+        Event::default().data(body.to_string())
     }
 }
 
@@ -457,4 +647,81 @@ fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn completion() -> Completion {
+        Completion {
+            id: "chatcmpl-1".to_owned(),
+            created: 0,
+            model: "m".to_owned(),
+        }
+    }
+
+    /// Feeds `events`; returns how many chunks they became.
+    fn shown_text(shown: &mut Shown, events: Vec<LiveEvent>) -> usize {
+        events
+            .into_iter()
+            .map(|event| shown.events(&completion(), event).len())
+            .sum()
+    }
+
+    #[test]
+    fn the_rest_of_a_reply_is_what_the_stream_did_not_show() {
+        // Streamed whole: nothing left.
+        let mut shown = Shown::default();
+        let sent = shown_text(
+            &mut shown,
+            vec![
+                LiveEvent::Round { round: 1 },
+                LiveEvent::Text("Let me".to_owned()),
+                LiveEvent::ToolCall {
+                    id: "c".to_owned(),
+                    name: "calculator".to_owned(),
+                    arguments: "{}".to_owned(),
+                },
+                LiveEvent::Round { round: 2 },
+                LiveEvent::Text("It is".to_owned()),
+                LiveEvent::Text(" 4.".to_owned()),
+                LiveEvent::Finished,
+            ],
+        );
+        assert_eq!(sent, 4, "three text chunks and one tool chunk");
+        assert_eq!(shown.round, "It is 4.");
+        assert_eq!(shown.rest_of("It is 4."), None);
+        // A reply longer than what was shown: its end.
+        assert_eq!(shown.rest_of("It is 4. Done.").as_deref(), Some(" Done."));
+        // A text the gateway wrote (an apology): after a blank line.
+        assert_eq!(
+            shown.rest_of("Sorry, the model failed.").as_deref(),
+            Some("\n\nSorry, the model failed.")
+        );
+        // Nothing shown (a turn run elsewhere): the whole reply.
+        assert_eq!(
+            Shown::default().rest_of("echo: hi").as_deref(),
+            Some("echo: hi")
+        );
+        assert_eq!(Shown::default().rest_of(""), None);
+    }
+
+    #[test]
+    fn a_restart_voids_the_text_of_its_model_call() {
+        let mut shown = Shown::default();
+        shown_text(
+            &mut shown,
+            vec![
+                LiveEvent::Round { round: 1 },
+                LiveEvent::Text("Hel".to_owned()),
+                LiveEvent::Restart,
+            ],
+        );
+        assert_eq!(shown.round, "");
+        let events = shown.events(&completion(), LiveEvent::Text("Hello".to_owned()));
+        assert_eq!(events.len(), 1);
+        assert_eq!(shown.round, "Hello");
+        assert_eq!(shown.rest_of("Hello"), None);
+    }
 }

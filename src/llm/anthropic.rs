@@ -4,7 +4,11 @@
 //! a cached block, strictly alternating roles, tool results inside user
 //! messages, prompt-cache breakpoints), parsing the response into a
 //! [`ModelResponse`], and classifying HTTP failures (529 "overloaded" is
-//! treated like a rate limit).
+//! treated like a rate limit). Streamed calls read the Messages events
+//! (`message_start`, `content_block_start`/`_delta`/`_stop`,
+//! `message_delta`, `message_stop`, `ping`, `error`): text deltas are passed
+//! on as they come, and the blocks become the same [`MessagesResponse`] an
+//! unstreamed call parses, so the result is identical.
 
 use async_trait::async_trait;
 use reqwest::header::HeaderMap;
@@ -12,8 +16,12 @@ use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::http::{answering_model, log_failure, post_json, request_id};
+use super::http::{answering_model, log_failure, post_json, post_stream, request_id};
 use super::retry::with_retry;
+use super::sse::SseEvent;
+use super::stream::{
+    OnStream, Restarts, StreamDecoder, StreamEvent, bad_event, cut_short, in_stream_error,
+};
 use super::{
     ChatMessage, Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind,
     StopReason, ToolCall, Usage, canonical_json,
@@ -58,6 +66,31 @@ impl AnthropicProvider {
         )
         .await
     }
+
+    async fn attempt_stream(
+        &self,
+        body: &[u8],
+        request_model: &str,
+        restarts: &Restarts<'_>,
+    ) -> Result<ModelResponse, LlmError> {
+        restarts.begin_attempt();
+        let key = self.endpoint.api_key.expose_secret();
+        let request = self
+            .http
+            .post(self.url())
+            .header("x-api-key", key)
+            .header("anthropic-version", ANTHROPIC_VERSION);
+        post_stream(
+            request,
+            &self.endpoint,
+            body,
+            &[OVERLOADED],
+            EventDecoder::new(request_model, key),
+            restarts,
+            |bytes, headers| parse_response(bytes, headers, request_model),
+        )
+        .await
+    }
 }
 
 #[async_trait]
@@ -67,10 +100,24 @@ impl Provider for AnthropicProvider {
     }
 
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, LlmError> {
-        let body = request_body(request)?;
+        let body = request_body(request, false)?;
         with_retry(&self.endpoint.retry, || self.attempt(&body, request.model))
             .await
             .inspect_err(|error| log_failure(&self.url(), error))
+    }
+
+    async fn stream(
+        &self,
+        request: &ModelRequest<'_>,
+        on: OnStream<'_>,
+    ) -> Result<ModelResponse, LlmError> {
+        let body = request_body(request, true)?;
+        let restarts = Restarts::new(on);
+        with_retry(&self.endpoint.retry, || {
+            self.attempt_stream(&body, request.model, &restarts)
+        })
+        .await
+        .inspect_err(|error| log_failure(&self.url(), error))
     }
 }
 
@@ -84,6 +131,8 @@ struct MessagesRequest<'a> {
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -273,8 +322,9 @@ fn mark_message_breakpoints(messages: &mut [WireMessage<'_>]) {
     }
 }
 
-/// Serialises the request body once, so every retry sends the same bytes.
-fn request_body(request: &ModelRequest<'_>) -> Result<Vec<u8>, LlmError> {
+/// Serialises the request body once, so every retry sends the same bytes;
+/// `stream` asks for the event stream.
+fn request_body(request: &ModelRequest<'_>, stream: bool) -> Result<Vec<u8>, LlmError> {
     let system = if request.system.is_empty() {
         // An empty text block is rejected; no system block at all is fine.
         Vec::new()
@@ -303,6 +353,7 @@ fn request_body(request: &ModelRequest<'_>) -> Result<Vec<u8>, LlmError> {
         system,
         messages: wire_messages(request.messages),
         tools,
+        stream: stream.then_some(true),
     };
     serde_json::to_vec(&body)
         .map_err(|error| LlmError::InvalidResponse(format!("could not encode request: {error}")))
@@ -361,6 +412,16 @@ fn parse_response(
 ) -> Result<ModelResponse, LlmError> {
     let response: MessagesResponse = serde_json::from_slice(bytes)
         .map_err(|error| LlmError::InvalidResponse(format!("unexpected response body: {error}")))?;
+    Ok(response_of(response, headers, request_model))
+}
+
+/// The [`ModelResponse`] of a parsed response, however it arrived (one body,
+/// or assembled from a stream).
+fn response_of(
+    response: MessagesResponse,
+    headers: &HeaderMap,
+    request_model: &str,
+) -> ModelResponse {
     let mut texts = Vec::new();
     let mut thoughts = Vec::new();
     let mut tool_calls = Vec::new();
@@ -403,7 +464,7 @@ fn parse_response(
         cache_read_tokens: cache_read,
         cache_write_tokens: cache_write,
     };
-    Ok(ModelResponse {
+    ModelResponse {
         content,
         reasoning,
         tool_calls,
@@ -412,7 +473,284 @@ fn parse_response(
         usage,
         model: answering_model(response.model, request_model),
         request_id: request_id(headers, "request-id", response.id),
-    })
+    }
+}
+
+/// One event of a streamed Messages response, by its `type`.
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireEvent {
+    MessageStart {
+        message: StartMessage,
+    },
+    ContentBlockStart {
+        index: usize,
+        content_block: StartBlock,
+    },
+    ContentBlockDelta {
+        index: usize,
+        delta: BlockDelta,
+    },
+    MessageDelta {
+        #[serde(default)]
+        delta: Option<MessageDeltaBody>,
+        #[serde(default)]
+        usage: Option<WireUsage>,
+    },
+    MessageStop,
+    Error {
+        error: Value,
+    },
+    /// `ping`, `content_block_stop`, and whatever comes next.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct StartMessage {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum StartBlock {
+    Text {
+        #[serde(default)]
+        text: String,
+    },
+    Thinking {
+        #[serde(default)]
+        thinking: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        #[serde(default)]
+        input: Value,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum BlockDelta {
+    TextDelta {
+        text: String,
+    },
+    ThinkingDelta {
+        thinking: String,
+    },
+    InputJsonDelta {
+        partial_json: String,
+    },
+    /// Signatures, citations, and whatever comes next.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize, Default)]
+struct MessageDeltaBody {
+    #[serde(default)]
+    stop_reason: Option<String>,
+}
+
+/// A content block being assembled from its deltas.
+enum PartialBlock {
+    Text(String),
+    Thinking(String),
+    ToolUse {
+        id: String,
+        name: String,
+        /// The `input` of `content_block_start`, used when no JSON follows.
+        start: Value,
+        json: String,
+    },
+    Other,
+}
+
+/// Assembles a streamed Messages response; `message_stop` completes it.
+struct EventDecoder<'a> {
+    request_model: &'a str,
+    key: &'a str,
+    id: Option<String>,
+    model: Option<String>,
+    blocks: Vec<Option<PartialBlock>>,
+    stop_reason: Option<String>,
+    usage: WireUsage,
+    started: bool,
+    done: bool,
+}
+
+impl<'a> EventDecoder<'a> {
+    fn new(request_model: &'a str, key: &'a str) -> Self {
+        Self {
+            request_model,
+            key,
+            id: None,
+            model: None,
+            blocks: Vec::new(),
+            stop_reason: None,
+            usage: WireUsage::default(),
+            started: false,
+            done: false,
+        }
+    }
+
+    /// Later usage fields replace earlier ones (`message_delta` carries the
+    /// final output count, and may repeat the input counts).
+    fn merge_usage(&mut self, usage: WireUsage) {
+        let WireUsage {
+            input_tokens,
+            output_tokens,
+            cache_creation_input_tokens,
+            cache_read_input_tokens,
+        } = usage;
+        let target = &mut self.usage;
+        target.input_tokens = input_tokens.or(target.input_tokens);
+        target.output_tokens = output_tokens.or(target.output_tokens);
+        target.cache_creation_input_tokens =
+            cache_creation_input_tokens.or(target.cache_creation_input_tokens);
+        target.cache_read_input_tokens = cache_read_input_tokens.or(target.cache_read_input_tokens);
+    }
+}
+
+impl StreamDecoder for EventDecoder<'_> {
+    fn event(&mut self, event: &SseEvent, on: OnStream<'_>) -> Result<(), LlmError> {
+        if event.data.trim().is_empty() {
+            return Ok(());
+        }
+        let wire: WireEvent =
+            serde_json::from_str(&event.data).map_err(|error| bad_event(&error))?;
+        match wire {
+            WireEvent::MessageStart { message } => {
+                self.started = true;
+                self.id = message.id;
+                self.model = message.model;
+                if let Some(usage) = message.usage {
+                    self.merge_usage(usage);
+                }
+            }
+            WireEvent::ContentBlockStart {
+                index,
+                content_block,
+            } => {
+                let block = match content_block {
+                    StartBlock::Text { text } => {
+                        if !text.is_empty() {
+                            on(StreamEvent::Text(&text));
+                        }
+                        PartialBlock::Text(text)
+                    }
+                    StartBlock::Thinking { thinking } => PartialBlock::Thinking(thinking),
+                    StartBlock::ToolUse { id, name, input } => PartialBlock::ToolUse {
+                        id,
+                        name,
+                        start: input,
+                        json: String::new(),
+                    },
+                    StartBlock::Other => PartialBlock::Other,
+                };
+                if self.blocks.len() <= index {
+                    self.blocks.resize_with(index + 1, || None);
+                }
+                self.blocks[index] = Some(block);
+            }
+            WireEvent::ContentBlockDelta { index, delta } => {
+                let Some(Some(block)) = self.blocks.get_mut(index) else {
+                    return Err(LlmError::InvalidResponse(format!(
+                        "the response stream sent a delta for block {index}, which never started"
+                    )));
+                };
+                match (block, delta) {
+                    (PartialBlock::Text(text), BlockDelta::TextDelta { text: piece }) => {
+                        on(StreamEvent::Text(&piece));
+                        text.push_str(&piece);
+                    }
+                    (PartialBlock::Thinking(text), BlockDelta::ThinkingDelta { thinking }) => {
+                        text.push_str(&thinking);
+                    }
+                    (
+                        PartialBlock::ToolUse { json, .. },
+                        BlockDelta::InputJsonDelta { partial_json },
+                    ) => json.push_str(&partial_json),
+                    (_, BlockDelta::Other) | (PartialBlock::Other, _) => {}
+                    _ => {
+                        return Err(LlmError::InvalidResponse(format!(
+                            "the response stream sent a delta that does not fit block {index}"
+                        )));
+                    }
+                }
+            }
+            WireEvent::MessageDelta { delta, usage } => {
+                if let Some(reason) = delta.and_then(|delta| delta.stop_reason) {
+                    self.stop_reason = Some(reason);
+                }
+                if let Some(usage) = usage {
+                    self.merge_usage(usage);
+                }
+            }
+            WireEvent::MessageStop => self.done = true,
+            WireEvent::Error { error } => {
+                return Err(in_stream_error(&error, &[OVERLOADED], self.key));
+            }
+            WireEvent::Other => {}
+        }
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    fn finish(self, headers: &HeaderMap) -> Result<ModelResponse, LlmError> {
+        if !self.done {
+            return Err(cut_short());
+        }
+        if !self.started {
+            return Err(LlmError::InvalidResponse(
+                "the response stream never started a message".to_owned(),
+            ));
+        }
+        let mut content = Vec::with_capacity(self.blocks.len());
+        for block in self.blocks.into_iter().flatten() {
+            content.push(match block {
+                PartialBlock::Text(text) => ResponseBlock::Text { text },
+                PartialBlock::Thinking(thinking) => ResponseBlock::Thinking { thinking },
+                PartialBlock::ToolUse {
+                    id,
+                    name,
+                    start,
+                    json,
+                } => {
+                    let input = if json.trim().is_empty() {
+                        start
+                    } else {
+                        serde_json::from_str(&json).map_err(|error| {
+                            LlmError::InvalidResponse(format!(
+                                "the streamed input of tool call {id} is not JSON: {error}"
+                            ))
+                        })?
+                    };
+                    ResponseBlock::ToolUse { id, name, input }
+                }
+                PartialBlock::Other => ResponseBlock::Other,
+            });
+        }
+        let response = MessagesResponse {
+            id: self.id,
+            model: self.model,
+            content,
+            stop_reason: self.stop_reason,
+            usage: Some(self.usage),
+        };
+        Ok(response_of(response, headers, self.request_model))
+    }
 }
 
 fn stop_reason(stop_reason: &str, has_tool_calls: bool) -> StopReason {
@@ -802,5 +1140,228 @@ mod tests {
         assert!(matches!(errors[0], LlmError::Rejected { status: 401, .. }));
         assert!(matches!(errors[1], LlmError::Rejected { status: 403, .. }));
         assert!(matches!(errors[2], LlmError::Network(_)));
+    }
+
+    // Streamed calls.
+
+    fn events(events: &[Value]) -> String {
+        let named: Vec<(Option<&str>, String)> = events
+            .iter()
+            .map(|event| (event["type"].as_str(), event.to_string()))
+            .collect();
+        test_support::sse_body(&named)
+    }
+
+    /// The stream of the response in `response_is_parsed_field_by_field`,
+    /// with pings, a signature, and tool input cut across deltas.
+    fn tool_stream() -> String {
+        let delta = |index: u32, delta: Value| json!({"type": "content_block_delta", "index": index, "delta": delta});
+        let start = |index: u32, block: Value| json!({"type": "content_block_start", "index": index, "content_block": block});
+        let stop = |index: u32| json!({"type": "content_block_stop", "index": index});
+        events(&[
+            json!({"type": "message_start", "message": {"id": "msg_9", "type": "message", "role": "assistant",
+                   "model": "claude-test-2025", "content": [], "stop_reason": null,
+                   "usage": {"input_tokens": 50, "output_tokens": 1,
+                             "cache_creation_input_tokens": 200, "cache_read_input_tokens": 1000}}}),
+            start(0, json!({"type": "thinking", "thinking": ""})),
+            delta(
+                0,
+                json!({"type": "thinking_delta", "thinking": "Need the "}),
+            ),
+            json!({"type": "ping"}),
+            delta(
+                0,
+                json!({"type": "thinking_delta", "thinking": "calculator."}),
+            ),
+            delta(0, json!({"type": "signature_delta", "signature": "sig"})),
+            stop(0),
+            start(1, json!({"type": "redacted_thinking", "data": "xyz"})),
+            stop(1),
+            start(2, json!({"type": "text", "text": ""})),
+            delta(2, json!({"type": "text_delta", "text": "Let "})),
+            delta(2, json!({"type": "text_delta", "text": "me "})),
+            stop(2),
+            start(3, json!({"type": "text", "text": ""})),
+            delta(3, json!({"type": "text_delta", "text": "chéck."})),
+            stop(3),
+            start(
+                4,
+                json!({"type": "tool_use", "id": "toolu_9", "name": "calc", "input": {}}),
+            ),
+            delta(4, json!({"type": "input_json_delta", "partial_json": ""})),
+            delta(
+                4,
+                json!({"type": "input_json_delta", "partial_json": "{\"b\": 1, "}),
+            ),
+            delta(
+                4,
+                json!({"type": "input_json_delta", "partial_json": "\"a\": 2}"}),
+            ),
+            stop(4),
+            start(
+                5,
+                json!({"type": "tool_use", "id": "toolu_10", "name": "now", "input": {}}),
+            ),
+            stop(5),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null},
+                   "usage": {"output_tokens": 30}}),
+            json!({"type": "message_stop"}),
+        ])
+    }
+
+    fn tool_response() -> ModelResponse {
+        ModelResponse {
+            content: Some("Let me chéck.".to_owned()),
+            reasoning: Some("Need the calculator.".to_owned()),
+            tool_calls: vec![
+                call("toolu_9", "calc", r#"{"a":2,"b":1}"#),
+                call("toolu_10", "now", "{}"),
+            ],
+            stop_reason: StopReason::ToolUse,
+            finish_reason: "tool_use".to_owned(),
+            usage: Usage {
+                input_tokens: 1250,
+                output_tokens: 30,
+                cache_read_tokens: 1000,
+                cache_write_tokens: 200,
+            },
+            model: "claude-test-2025".to_owned(),
+            request_id: Some("req_011".to_owned()),
+        }
+    }
+
+    fn decode(body: &str, step: usize) -> (Result<ModelResponse, LlmError>, String) {
+        let mut headers = HeaderMap::new();
+        headers.insert("request-id", "req_011".parse().expect("value"));
+        test_support::decode_in_pieces(EventDecoder::new("claude-test", KEY), body, step, &headers)
+    }
+
+    #[test]
+    fn a_stream_cut_anywhere_gives_the_unstreamed_response() {
+        let body = tool_stream();
+        // One byte at a time cuts at every boundary; the other sizes cut
+        // events and characters at every offset among them.
+        for step in (1..=32).chain([64, 127, 512, body.len()]) {
+            let (response, heard) = decode(&body, step);
+            assert_eq!(
+                response.as_ref(),
+                Ok(&tool_response()),
+                "cut every {step} bytes"
+            );
+            assert_eq!(heard, "Let me chéck.");
+        }
+    }
+
+    #[test]
+    fn malformed_streams_are_clear_errors() {
+        let start =
+            json!({"type": "message_start", "message": {"id": "m", "model": "x", "usage": {}}});
+        let text = json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}});
+        let hi = json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}});
+        let stop = json!({"type": "message_stop"});
+        let invalid = |body: String| {
+            let (response, _) = decode(&body, 3);
+            let error = response.expect_err("fails");
+            assert!(
+                matches!(error, LlmError::InvalidResponse(_)),
+                "{body}: {error:?}"
+            );
+        };
+        invalid("event: message_start\ndata: {not json\n\n".to_owned());
+        invalid(events(&[start.clone(), hi.clone(), stop.clone()]));
+        invalid(events(std::slice::from_ref(&stop)));
+        invalid(events(&[
+            start.clone(),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t", "name": "calc", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"a\": "}}),
+            stop.clone(),
+        ]));
+        invalid(events(&[
+            start.clone(),
+            text.clone(),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{}"}}),
+        ]));
+        // Cut short: like a dropped connection, retried.
+        let (response, heard) = decode(&events(&[start.clone(), text.clone(), hi.clone()]), 5);
+        assert_eq!(response, Err(cut_short()));
+        assert_eq!(heard, "hi");
+        // An error event: overloaded is retried like a 529, key scrubbed.
+        let overloaded = json!({"type": "error", "error": {"type": "overloaded_error", "message": format!("Overloaded {KEY}")}});
+        let (response, _) = decode(&events(&[start.clone(), text.clone(), overloaded]), 7);
+        assert_eq!(
+            response,
+            Err(LlmError::RateLimited {
+                status: 529,
+                retry_after: None
+            })
+        );
+        let invalid_request = json!({"type": "error", "error": {"type": "invalid_request_error", "message": format!("bad {KEY}")}});
+        let (response, _) = decode(&events(&[invalid_request]), 7);
+        assert_eq!(
+            response,
+            Err(LlmError::Rejected {
+                status: 400,
+                message: "bad [redacted]".to_owned()
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_streamed_call_asks_for_a_stream_after_the_same_messages() {
+        let (server, provider) = FIXTURE
+            .start(vec![
+                Reply::json(200, ok_body()),
+                Reply::sse(tool_stream()).header("request-id", "req_011"),
+            ])
+            .await;
+        let messages = history();
+        let tools = tools();
+        let request = FIXTURE.request(&messages, &tools);
+        provider.complete(&request).await.expect("plain");
+        let heard = test_support::Heard::default();
+        let response = provider
+            .stream(&request, &|event: StreamEvent<'_>| heard.on(event))
+            .await
+            .expect("streamed");
+        assert_eq!(response, tool_response());
+        assert_eq!(heard.text(), "Let me chéck.");
+        let requests = server.requests();
+        let (plain, streamed) = (requests[0].text(), requests[1].text());
+        assert_eq!(
+            streamed,
+            format!(
+                "{},\"stream\":true}}",
+                plain.strip_suffix('}').expect("object")
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn an_overloaded_stream_is_retried_and_its_text_restarted() {
+        let overloaded = events(&[
+            json!({"type": "message_start", "message": {"id": "m", "model": "x", "usage": {}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Let"}}),
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        ]);
+        let (server, provider) = FIXTURE
+            .start(vec![
+                Reply::sse(overloaded),
+                Reply::sse(tool_stream()).header("request-id", "req_011"),
+            ])
+            .await;
+        let messages = history();
+        let heard = test_support::Heard::default();
+        let response = provider
+            .stream(&FIXTURE.request(&messages, &[]), &|event: StreamEvent<
+                '_,
+            >| {
+                heard.on(event);
+            })
+            .await
+            .expect("streamed");
+        assert_eq!(response, tool_response());
+        assert_eq!(heard.text(), "Let<restart>Let me chéck.");
+        assert_eq!(server.requests().len(), 2);
     }
 }

@@ -1,12 +1,16 @@
 //! The HTTP side both providers share: one attempt (POST the body, turn
 //! transport failures and error statuses into [`LlmError`]s that never carry
-//! the key) and the metadata every response has (request id, model).
+//! the key), one streamed attempt (the same, then the event stream read
+//! piece by piece into a provider's [`StreamDecoder`]), and the metadata
+//! every response has (request id, model).
 
-use reqwest::header::{CONTENT_TYPE, HeaderMap};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
 use secrecy::ExposeSecret;
 
 use super::retry::retry_after_from_headers;
-use super::{Endpoint, LlmError};
+use super::sse::SseParser;
+use super::stream::{Restarts, StreamDecoder, StreamEvent};
+use super::{Endpoint, LlmError, ModelResponse};
 
 /// Longest provider error message we keep, in characters.
 const MAX_MESSAGE_CHARS: usize = 300;
@@ -88,6 +92,84 @@ pub(crate) fn loggable_url(url: &str) -> String {
         }
         Err(_) => "(unparseable URL)".to_owned(),
     }
+}
+
+/// Makes one streamed attempt: POSTs `body` (which asks for a stream) like
+/// [`post_json`], then reads the event stream into `decoder` as it arrives,
+/// its text passed on through `restarts`. A server that answers with one
+/// JSON body instead (some compatible servers ignore `stream`) is read with
+/// `unstreamed`, and its whole text passed on at once.
+///
+/// # Errors
+/// As [`post_json`]; a transport failure while the stream is read; what the
+/// decoder finds wrong with the stream.
+pub(crate) async fn post_stream<D: StreamDecoder + Send>(
+    request: reqwest::RequestBuilder,
+    endpoint: &Endpoint,
+    body: &[u8],
+    busy: &[u16],
+    mut decoder: D,
+    restarts: &Restarts<'_>,
+    unstreamed: impl FnOnce(&[u8], &HeaderMap) -> Result<ModelResponse, LlmError>,
+) -> Result<ModelResponse, LlmError> {
+    let key = endpoint.api_key.expose_secret();
+    let mut response = request
+        .timeout(endpoint.timeout)
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "text/event-stream")
+        .body(body.to_vec())
+        .send()
+        .await
+        .map_err(|error| transport_error(error, key))?;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let is_json = headers
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/json"));
+    if !status.is_success() || is_json {
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|error| transport_error(error, key))?;
+        if !status.is_success() {
+            return Err(status_error(status, &headers, &bytes, key, busy));
+        }
+        let answer = unstreamed(&bytes, &headers)?;
+        if let Some(text) = answer.content.as_deref() {
+            restarts.pass(StreamEvent::Text(text));
+        }
+        return Ok(answer);
+    }
+    let on = |event: StreamEvent<'_>| restarts.pass(event);
+    let mut parser = SseParser::default();
+    while !decoder.done() {
+        let Some(piece) = response
+            .chunk()
+            .await
+            .map_err(|error| transport_error(error, key))?
+        else {
+            if let Some(event) = parser.finish()? {
+                decoder.event(&event, &on)?;
+            }
+            break;
+        };
+        for event in parser.feed(&piece)? {
+            decoder.event(&event, &on)?;
+            if decoder.done() {
+                break;
+            }
+        }
+    }
+    decoder.finish(&headers)
+}
+
+/// The error an HTTP `status` with `body` stands for, when it comes without
+/// headers (an error sent inside a stream): see [`status_error`].
+pub(crate) fn error_status(status: u16, body: &str, secret: &str, busy: &[u16]) -> LlmError {
+    let status =
+        reqwest::StatusCode::from_u16(status).unwrap_or(reqwest::StatusCode::INTERNAL_SERVER_ERROR);
+    status_error(status, &HeaderMap::new(), body.as_bytes(), secret, busy)
 }
 
 /// The request id: the provider's `header` when it sends one, else the id in

@@ -6,6 +6,9 @@
 //! the shared retry policy (the contract crate's capped, jittered backoff,
 //! honouring `Retry-After`) and the HTTP attempt both providers make; the
 //! providers' tests share their fake server and scenarios in `test_support`.
+//! A call can also be streamed ([`Provider::stream`]): [`sse`] parses the
+//! event stream, [`stream`] holds what both providers' stream decoders share,
+//! and the result is the very [`ModelResponse`] the unstreamed call returns.
 //! Errors never carry an API key.
 
 pub mod anthropic;
@@ -13,6 +16,8 @@ pub mod canonical;
 mod http;
 pub mod openai;
 pub mod retry;
+mod sse;
+pub mod stream;
 #[cfg(test)]
 mod test_support;
 
@@ -26,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 pub use canonical::canonical_json;
 pub use retry::RetryPolicy;
+pub use stream::{OnStream, StreamEvent};
 
 /// Which wire protocol a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -257,6 +263,30 @@ pub trait Provider: Send + Sync {
     /// # Errors
     /// The last failure once retries are spent, or the first non-retryable one.
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, LlmError>;
+
+    /// Calls the model like [`Provider::complete`], streaming: `on` hears
+    /// each piece of the answer's text as it arrives, and
+    /// [`StreamEvent::Restart`] when an attempt that had already sent text
+    /// failed and is retried (the text heard so far is void). Returns the
+    /// same response the unstreamed call would, so what is stored does not
+    /// depend on whether the call was streamed.
+    ///
+    /// The default, for providers that cannot stream, makes the unstreamed
+    /// call and reports its whole text at once.
+    ///
+    /// # Errors
+    /// As [`Provider::complete`].
+    async fn stream(
+        &self,
+        request: &ModelRequest<'_>,
+        on: OnStream<'_>,
+    ) -> Result<ModelResponse, LlmError> {
+        let response = self.complete(request).await?;
+        if let Some(text) = response.content.as_deref() {
+            on(StreamEvent::Text(text));
+        }
+        Ok(response)
+    }
 }
 
 /// How to reach one provider endpoint.

@@ -3,8 +3,15 @@
 //! Owns the Chat Completions wire format: building the request body (in a
 //! fixed field order, so that each turn's `messages` bytes extend the previous
 //! turn's and the provider's prompt cache keeps hitting), parsing the response
-//! into a [`ModelResponse`], and classifying HTTP failures. Also serves every
-//! server that speaks the same protocol (OpenRouter, DeepSeek, vLLM, Ollama).
+//! into a [`ModelResponse`], and classifying HTTP failures. Streamed calls
+//! (`stream: true` with `stream_options.include_usage`) read the
+//! `chat.completion.chunk` events: text deltas are passed on as they come,
+//! tool-call deltas are joined by their index into whole calls, and the
+//! pieces become the same [`ChatResponse`] an unstreamed call parses, so the
+//! result is identical. Also serves every server that speaks the same
+//! protocol (OpenRouter, DeepSeek, vLLM, Ollama).
+
+use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
@@ -12,8 +19,14 @@ use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::http::{answering_model, error_message, log_failure, post_json, request_id};
+use super::http::{
+    answering_model, error_message, log_failure, post_json, post_stream, request_id,
+};
 use super::retry::with_retry;
+use super::sse::SseEvent;
+use super::stream::{
+    OnStream, Restarts, StreamDecoder, StreamEvent, bad_event, cut_short, in_stream_error,
+};
 use super::{
     ChatMessage, Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind,
     StopReason, ToolCall, Usage, canonical_json,
@@ -48,6 +61,31 @@ impl OpenAiProvider {
         })
         .await
     }
+
+    async fn attempt_stream(
+        &self,
+        body: &[u8],
+        request_model: &str,
+        restarts: &Restarts<'_>,
+    ) -> Result<ModelResponse, LlmError> {
+        restarts.begin_attempt();
+        let key = self.endpoint.api_key.expose_secret();
+        let request = self
+            .http
+            .post(self.url())
+            .header(AUTHORIZATION, format!("Bearer {key}"));
+        let decoder = ChunkDecoder::new(request_model, key);
+        post_stream(
+            request,
+            &self.endpoint,
+            body,
+            &[],
+            decoder,
+            restarts,
+            |bytes, headers| parse_response(bytes, headers, request_model, key),
+        )
+        .await
+    }
 }
 
 #[async_trait]
@@ -57,10 +95,24 @@ impl Provider for OpenAiProvider {
     }
 
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, LlmError> {
-        let body = request_body(request)?;
+        let body = request_body(request, false)?;
         with_retry(&self.endpoint.retry, || self.attempt(&body, request.model))
             .await
             .inspect_err(|error| log_failure(&self.url(), error))
+    }
+
+    async fn stream(
+        &self,
+        request: &ModelRequest<'_>,
+        on: OnStream<'_>,
+    ) -> Result<ModelResponse, LlmError> {
+        let body = request_body(request, true)?;
+        let restarts = Restarts::new(on);
+        with_retry(&self.endpoint.retry, || {
+            self.attempt_stream(&body, request.model, &restarts)
+        })
+        .await
+        .inspect_err(|error| log_failure(&self.url(), error))
     }
 }
 
@@ -74,6 +126,17 @@ struct ChatRequest<'a> {
     tools: Vec<WireTool<'a>>,
     max_tokens: u32,
     prompt_cache_key: &'a str,
+    // Last, so a streamed request's `messages` bytes are those of an
+    // unstreamed one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
 }
 
 #[derive(Serialize)]
@@ -172,8 +235,9 @@ fn wire_message(message: &ChatMessage) -> WireMessage<'_> {
     }
 }
 
-/// Serialises the request body once, so every retry sends the same bytes.
-fn request_body(request: &ModelRequest<'_>) -> Result<Vec<u8>, LlmError> {
+/// Serialises the request body once, so every retry sends the same bytes;
+/// `stream` asks for the event stream, with usage in its last chunk.
+fn request_body(request: &ModelRequest<'_>, stream: bool) -> Result<Vec<u8>, LlmError> {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     // An empty system prompt is left out rather than sent as an empty message;
     // it is the same on every turn of a session, so the prefix stays stable.
@@ -201,6 +265,10 @@ fn request_body(request: &ModelRequest<'_>) -> Result<Vec<u8>, LlmError> {
             .collect(),
         max_tokens: request.max_tokens,
         prompt_cache_key: request.cache_key,
+        stream: stream.then_some(true),
+        stream_options: stream.then_some(StreamOptions {
+            include_usage: true,
+        }),
     };
     serde_json::to_vec(&body)
         .map_err(|error| LlmError::InvalidResponse(format!("could not encode request: {error}")))
@@ -292,16 +360,28 @@ fn parse_response(
     request_model: &str,
     key: &str,
 ) -> Result<ModelResponse, LlmError> {
-    let response: ChatResponse = serde_json::from_slice(bytes)
+    let mut response: ChatResponse = serde_json::from_slice(bytes)
         .map_err(|error| LlmError::InvalidResponse(format!("unexpected response body: {error}")))?;
-    let Some(choice) = response.choices.into_iter().next() else {
+    if response.choices.is_empty() {
         // Some compatible servers report upstream failures as a 200 with an
         // `error` object instead of choices.
         return Err(LlmError::InvalidResponse(format!(
             "no choices in the response: {}",
             error_message(bytes, key)
         )));
-    };
+    }
+    let choice = response.choices.swap_remove(0);
+    Ok(response_of(response, choice, headers, request_model))
+}
+
+/// The [`ModelResponse`] of a parsed response and its first choice, however
+/// the response arrived (one body, or assembled from a stream).
+fn response_of(
+    response: ChatResponse,
+    choice: Choice,
+    headers: &HeaderMap,
+    request_model: &str,
+) -> ModelResponse {
     let message = choice.message;
     let tool_calls: Vec<ToolCall> = message
         .tool_calls
@@ -330,7 +410,7 @@ fn parse_response(
             .unwrap_or(0),
         cache_write_tokens: 0,
     };
-    Ok(ModelResponse {
+    ModelResponse {
         content: non_empty(message.content),
         reasoning: non_empty(message.reasoning_content).or_else(|| non_empty(message.reasoning)),
         tool_calls,
@@ -339,7 +419,222 @@ fn parse_response(
         usage,
         model: answering_model(response.model, request_model),
         request_id: request_id(headers, "x-request-id", response.id),
-    })
+    }
+}
+
+/// One `chat.completion.chunk` (or an error object sent in its place).
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    choices: Vec<ChunkChoice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice {
+    #[serde(default)]
+    index: u32,
+    #[serde(default)]
+    delta: Option<ChunkDelta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct ChunkDelta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ChunkToolCall>>,
+}
+
+#[derive(Deserialize)]
+struct ChunkToolCall {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<ChunkFunction>,
+}
+
+#[derive(Deserialize)]
+struct ChunkFunction {
+    #[serde(default)]
+    name: Option<String>,
+    // Pieces of a string per the spec; an object from some servers.
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+/// A tool call being assembled from its deltas.
+#[derive(Default)]
+struct PartialCall {
+    id: Option<String>,
+    name: String,
+    arguments: String,
+}
+
+/// Assembles a streamed Chat Completion: `[DONE]` (or, from servers that
+/// omit it, the end of the body after a finish reason) completes it.
+struct ChunkDecoder<'a> {
+    request_model: &'a str,
+    key: &'a str,
+    id: Option<String>,
+    model: Option<String>,
+    content: String,
+    reasoning_content: String,
+    reasoning: String,
+    calls: BTreeMap<u32, PartialCall>,
+    finish_reason: Option<String>,
+    usage: Option<WireUsage>,
+    chunks: usize,
+    done: bool,
+}
+
+impl<'a> ChunkDecoder<'a> {
+    fn new(request_model: &'a str, key: &'a str) -> Self {
+        Self {
+            request_model,
+            key,
+            id: None,
+            model: None,
+            content: String::new(),
+            reasoning_content: String::new(),
+            reasoning: String::new(),
+            calls: BTreeMap::new(),
+            finish_reason: None,
+            usage: None,
+            chunks: 0,
+            done: false,
+        }
+    }
+
+    /// Joins a tool-call delta into its call: by its `index`, or, from
+    /// servers that send none, by its position in the chunk.
+    fn tool_call_delta(&mut self, position: usize, delta: ChunkToolCall) {
+        let index = delta
+            .index
+            .unwrap_or_else(|| u32::try_from(position).unwrap_or(u32::MAX));
+        let call = self.calls.entry(index).or_default();
+        if let Some(id) = delta.id.filter(|id| !id.is_empty()) {
+            call.id = Some(id);
+        }
+        if let Some(function) = delta.function {
+            if let Some(name) = function.name {
+                call.name.push_str(&name);
+            }
+            match function.arguments {
+                None | Some(Value::Null) => {}
+                Some(Value::String(piece)) => call.arguments.push_str(&piece),
+                Some(other) => call.arguments.push_str(&canonical_json(&other)),
+            }
+        }
+    }
+}
+
+impl StreamDecoder for ChunkDecoder<'_> {
+    fn event(&mut self, event: &SseEvent, on: OnStream<'_>) -> Result<(), LlmError> {
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let chunk: Chunk = serde_json::from_str(data).map_err(|error| bad_event(&error))?;
+        if let Some(error) = chunk.error {
+            return Err(in_stream_error(&error, &[], self.key));
+        }
+        self.chunks += 1;
+        if chunk.id.is_some() {
+            self.id = chunk.id;
+        }
+        if chunk.model.is_some() {
+            self.model = chunk.model;
+        }
+        if chunk.usage.is_some() {
+            self.usage = chunk.usage;
+        }
+        for choice in chunk.choices.into_iter().filter(|choice| choice.index == 0) {
+            let delta = choice.delta.unwrap_or_default();
+            if let Some(text) = delta.content.filter(|text| !text.is_empty()) {
+                on(StreamEvent::Text(&text));
+                self.content.push_str(&text);
+            }
+            if let Some(text) = delta.reasoning_content {
+                self.reasoning_content.push_str(&text);
+            }
+            if let Some(text) = delta.reasoning {
+                self.reasoning.push_str(&text);
+            }
+            for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
+                self.tool_call_delta(position, call);
+            }
+            if let Some(reason) = choice.finish_reason.filter(|reason| !reason.is_empty()) {
+                self.finish_reason = Some(reason);
+            }
+        }
+        Ok(())
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    fn finish(self, headers: &HeaderMap) -> Result<ModelResponse, LlmError> {
+        if !self.done && self.finish_reason.is_none() {
+            return Err(cut_short());
+        }
+        if self.chunks == 0 {
+            return Err(LlmError::InvalidResponse(
+                "the response stream carried no chunks".to_owned(),
+            ));
+        }
+        let mut tool_calls = Vec::with_capacity(self.calls.len());
+        for call in self.calls.into_values() {
+            if call.name.is_empty() {
+                return Err(LlmError::InvalidResponse(
+                    "a streamed tool call has no name".to_owned(),
+                ));
+            }
+            tool_calls.push(ResponseToolCall {
+                id: call.id,
+                function: ResponseFunction {
+                    name: call.name,
+                    arguments: Some(Value::String(call.arguments)),
+                },
+            });
+        }
+        let choice = Choice {
+            message: ResponseMessage {
+                content: Some(self.content),
+                reasoning_content: Some(self.reasoning_content),
+                reasoning: Some(self.reasoning),
+                tool_calls: Some(tool_calls),
+            },
+            finish_reason: self.finish_reason,
+        };
+        let response = ChatResponse {
+            id: self.id,
+            model: self.model,
+            choices: Vec::new(),
+            usage: self.usage,
+        };
+        Ok(response_of(response, choice, headers, self.request_model))
+    }
 }
 
 fn stop_reason(finish_reason: &str, has_tool_calls: bool) -> StopReason {
@@ -774,5 +1069,277 @@ mod tests {
         assert!(matches!(errors[1], LlmError::Server { status: 500, .. }));
         assert!(matches!(errors[2], LlmError::InvalidResponse(_)));
         assert!(matches!(errors[3], LlmError::Network(_)));
+    }
+
+    // Streamed calls.
+
+    fn data(events: &[Value]) -> String {
+        let mut events: Vec<(Option<&str>, String)> = events
+            .iter()
+            .map(|event| (None, event.to_string()))
+            .collect();
+        events.push((None, "[DONE]".to_owned()));
+        test_support::sse_body(&events)
+    }
+
+    /// The stream of the response in `response_is_parsed_field_by_field`,
+    /// text and tool calls cut across chunks, calls interleaved.
+    fn tool_stream() -> String {
+        let delta = |delta: Value| json!({"choices": [{"index": 0, "delta": delta, "finish_reason": null}]});
+        let call = |call: Value| delta(json!({"tool_calls": [call]}));
+        data(&[
+            json!({"id": "chatcmpl-9", "model": "gpt-test-2024-06", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Let "}, "finish_reason": null}]}),
+            delta(json!({"content": "me ché", "reasoning_content": "The user "})),
+            delta(json!({"content": "ck.", "reasoning_content": "wants numbers."})),
+            call(
+                json!({"index": 0, "id": "call_a", "type": "function", "function": {"name": "calc", "arguments": ""}}),
+            ),
+            call(json!({"index": 0, "function": {"arguments": "{\"b\":1, "}})),
+            call(
+                json!({"index": 1, "id": "call_b", "type": "function", "function": {"name": "calc", "arguments": "{not json"}}),
+            ),
+            call(json!({"index": 0, "function": {"arguments": "\"a\":2}"}})),
+            call(
+                json!({"index": 2, "id": "call_c", "type": "function", "function": {"name": "now"}}),
+            ),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 1200, "completion_tokens": 40, "total_tokens": 1240,
+                   "prompt_tokens_details": {"cached_tokens": 1024}}}),
+        ])
+    }
+
+    fn tool_response() -> ModelResponse {
+        ModelResponse {
+            content: Some("Let me chéck.".to_owned()),
+            reasoning: Some("The user wants numbers.".to_owned()),
+            tool_calls: vec![
+                ToolCall {
+                    id: "call_a".to_owned(),
+                    name: "calc".to_owned(),
+                    arguments: r#"{"a":2,"b":1}"#.to_owned(),
+                },
+                ToolCall {
+                    id: "call_b".to_owned(),
+                    name: "calc".to_owned(),
+                    arguments: "{not json".to_owned(),
+                },
+                ToolCall {
+                    id: "call_c".to_owned(),
+                    name: "now".to_owned(),
+                    arguments: "{}".to_owned(),
+                },
+            ],
+            stop_reason: StopReason::ToolUse,
+            finish_reason: "tool_calls".to_owned(),
+            usage: Usage {
+                input_tokens: 1200,
+                output_tokens: 40,
+                cache_read_tokens: 1024,
+                cache_write_tokens: 0,
+            },
+            model: "gpt-test-2024-06".to_owned(),
+            request_id: Some("req_abc".to_owned()),
+        }
+    }
+
+    fn decode(body: &str, step: usize) -> (Result<ModelResponse, LlmError>, String) {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-request-id", "req_abc".parse().expect("value"));
+        test_support::decode_in_pieces(ChunkDecoder::new("gpt-test", KEY), body, step, &headers)
+    }
+
+    #[test]
+    fn a_stream_cut_anywhere_gives_the_unstreamed_response() {
+        let body = tool_stream();
+        // One byte at a time cuts at every boundary; the other sizes cut
+        // events and characters at every offset among them.
+        for step in (1..=32).chain([64, 127, 512, body.len()]) {
+            let (response, heard) = decode(&body, step);
+            assert_eq!(
+                response.as_ref(),
+                Ok(&tool_response()),
+                "cut every {step} bytes"
+            );
+            assert_eq!(heard, "Let me chéck.");
+        }
+    }
+
+    #[test]
+    fn the_same_answer_parses_alike_streamed_or_not() {
+        let unstreamed = json!({
+            "id": "chatcmpl-9",
+            "model": "gpt-test-2024-06",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Let me chéck.",
+                "reasoning_content": "The user wants numbers.", "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": "calc", "arguments": "{\"b\":1, \"a\":2}"}},
+                {"id": "call_b", "type": "function", "function": {"name": "calc", "arguments": "{not json"}},
+                {"id": "call_c", "type": "function", "function": {"name": "now", "arguments": ""}}
+            ]}, "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": 1200, "completion_tokens": 40,
+                      "prompt_tokens_details": {"cached_tokens": 1024}}
+        });
+        let mut headers = HeaderMap::new();
+        headers.insert("x-request-id", "req_abc".parse().expect("value"));
+        let parsed = parse_response(unstreamed.to_string().as_bytes(), &headers, "gpt-test", KEY)
+            .expect("parses");
+        assert_eq!(parsed, decode(&tool_stream(), 7).0.expect("decodes"));
+    }
+
+    #[test]
+    fn a_text_stream_without_usage_or_done_after_its_finish_reason() {
+        let body = test_support::sse_body(&[
+            (
+                None,
+                json!({"choices": [{"index": 0, "delta": {"content": "hi"}}]}).to_string(),
+            ),
+            (
+                None,
+                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                    .to_string(),
+            ),
+        ]);
+        let (response, heard) = decode(&body, 5);
+        let response = response.expect("a finish reason completes it");
+        assert_eq!(response.content.as_deref(), Some("hi"));
+        assert_eq!(response.stop_reason, StopReason::EndTurn);
+        assert_eq!(response.usage, Usage::default());
+        assert_eq!(response.model, "gpt-test");
+        assert_eq!(heard, "hi");
+    }
+
+    #[test]
+    fn malformed_streams_are_clear_errors() {
+        let text = json!({"choices": [{"index": 0, "delta": {"content": "hi"}}]}).to_string();
+        let invalid = |body: &str| {
+            let (response, _) = decode(body, 3);
+            let error = response.expect_err("fails");
+            assert!(
+                matches!(error, LlmError::InvalidResponse(_)),
+                "{body}: {error:?}"
+            );
+        };
+        invalid("data: {not json\n\n");
+        invalid("data: [DONE]\n\n");
+        invalid("data: \"just a string\"\n\n");
+        invalid(&data(&[
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}, "finish_reason": "tool_calls"}]}),
+        ]));
+        // Cut short: like a dropped connection, retried.
+        let (response, heard) = decode(&format!("data: {text}\n\n"), 4);
+        assert_eq!(response, Err(cut_short()));
+        assert_eq!(heard, "hi");
+        assert!(cut_short().is_retryable());
+        // An error sent in the stream, key scrubbed.
+        let error =
+            json!({"error": {"message": format!("upstream failed for {KEY}"), "code": 502}});
+        let (response, _) = decode(&format!("data: {text}\n\ndata: {error}\n\n"), 9);
+        assert_eq!(
+            response,
+            Err(LlmError::Server {
+                status: 502,
+                message: "upstream failed for [redacted]".to_owned()
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_streamed_call_asks_for_a_stream_with_usage_after_the_same_messages() {
+        let (server, provider) = FIXTURE
+            .start(vec![
+                Reply::json(200, ok_body()),
+                Reply::sse(tool_stream()).header("x-request-id", "req_abc"),
+            ])
+            .await;
+        let messages = history();
+        let tools = tools();
+        provider
+            .complete(&request(&messages, &tools))
+            .await
+            .expect("plain");
+        let heard = test_support::Heard::default();
+        let response = provider
+            .stream(&request(&messages, &tools), &|event: StreamEvent<'_>| {
+                heard.on(event)
+            })
+            .await
+            .expect("streamed");
+        assert_eq!(response, tool_response());
+        assert_eq!(heard.text(), "Let me chéck.");
+
+        let requests = server.requests();
+        let (plain, streamed) = (requests[0].text(), requests[1].text());
+        assert_eq!(
+            streamed,
+            format!(
+                "{},\"stream\":true,\"stream_options\":{{\"include_usage\":true}}}}",
+                plain.strip_suffix('}').expect("object")
+            ),
+            "the streamed request is the plain one plus the stream fields"
+        );
+        assert_eq!(
+            requests[1].header("accept").as_deref(),
+            Some("text/event-stream")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_fails_midway_is_retried_and_its_text_restarted() {
+        let partial = test_support::sse_body(&[(
+            None,
+            json!({"choices": [{"index": 0, "delta": {"content": "Let me"}}]}).to_string(),
+        )]);
+        let (server, provider) = FIXTURE
+            .start(vec![
+                Reply::json(503, r#"{"error":{"message":"busy"}}"#),
+                Reply::sse(partial),
+                Reply::sse(tool_stream()).header("x-request-id", "req_abc"),
+            ])
+            .await;
+        let messages = history();
+        let heard = test_support::Heard::default();
+        let response = provider
+            .stream(&request(&messages, &[]), &|event: StreamEvent<'_>| {
+                heard.on(event)
+            })
+            .await
+            .expect("streamed");
+        assert_eq!(response, tool_response());
+        // The failure before any text is invisible; the one after is not.
+        assert_eq!(heard.text(), "Let me<restart>Let me chéck.");
+        let requests = server.requests();
+        assert_eq!(requests.len(), 3);
+        assert_eq!(requests[0].body, requests[2].body);
+    }
+
+    #[tokio::test]
+    async fn a_server_that_ignores_stream_is_read_whole() {
+        let (_server, provider) = FIXTURE.start(vec![Reply::json(200, ok_body())]).await;
+        let messages = history();
+        let heard = test_support::Heard::default();
+        let response = provider
+            .stream(&request(&messages, &[]), &|event: StreamEvent<'_>| {
+                heard.on(event)
+            })
+            .await
+            .expect("read whole");
+        assert_eq!(response.content.as_deref(), Some("hi"));
+        assert_eq!(heard.text(), "hi");
+    }
+
+    #[tokio::test]
+    async fn stream_errors_never_show_the_key() {
+        let (_server, provider) = FIXTURE
+            .start(vec![Reply::json(
+                401,
+                format!(r#"{{"error":{{"message":"Incorrect API key provided: {KEY}"}}}}"#),
+            )])
+            .await;
+        let messages = history();
+        let error = provider
+            .stream(&request(&messages, &[]), &|_: StreamEvent<'_>| {})
+            .await
+            .expect_err("rejected");
+        assert!(matches!(error, LlmError::Rejected { status: 401, .. }));
+        assert!(!format!("{error} {error:?}").contains(KEY));
     }
 }

@@ -4,6 +4,9 @@
 //! history), and the failure scenarios every provider must handle alike:
 //! rate limits and server errors retried, rejections not, the last error kept
 //! once retries are spent, slow servers timed out, and no key in any error.
+//! For streamed calls: [`Reply::sse`] answers with an event stream,
+//! [`decode_in_pieces`] runs a stream decoder over a body cut anywhere, and
+//! [`Heard`] records what a streamed call passed on.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -15,10 +18,74 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use secrecy::SecretString;
 
+use super::sse::SseParser;
+use super::stream::{StreamDecoder, StreamEvent};
 use super::{
     ChatMessage, Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind,
     RetryPolicy, ToolSpec, build_provider,
 };
+
+/// What a streamed call passed on: its text, `<restart>` for each restart.
+#[derive(Debug, Default)]
+pub struct Heard(Mutex<String>);
+
+impl Heard {
+    pub fn on(&self, event: StreamEvent<'_>) {
+        let mut heard = self.0.lock().expect("lock");
+        match event {
+            StreamEvent::Text(text) => heard.push_str(text),
+            StreamEvent::Restart => heard.push_str("<restart>"),
+        }
+    }
+
+    pub fn text(&self) -> String {
+        self.0.lock().expect("lock").clone()
+    }
+}
+
+/// Runs a fresh decoder over `body` fed in pieces of `step` bytes, as the
+/// streamed attempt does; returns its response (response headers: `headers`)
+/// and what it passed on.
+pub fn decode_in_pieces<D: StreamDecoder>(
+    decoder: D,
+    body: &str,
+    step: usize,
+    headers: &HeaderMap,
+) -> (Result<ModelResponse, LlmError>, String) {
+    let heard = Heard::default();
+    let on = |event: StreamEvent<'_>| heard.on(event);
+    let result = (|| {
+        let mut decoder = decoder;
+        let mut parser = SseParser::default();
+        for piece in body.as_bytes().chunks(step.max(1)) {
+            for event in parser.feed(piece)? {
+                if decoder.done() {
+                    break;
+                }
+                decoder.event(&event, &on)?;
+            }
+        }
+        if let Some(event) = parser.finish()?
+            && !decoder.done()
+        {
+            decoder.event(&event, &on)?;
+        }
+        decoder.finish(headers)
+    })();
+    (result, heard.text())
+}
+
+/// `events` as an event stream body: each JSON value a `data:` event (with
+/// its `event:` name when given).
+pub fn sse_body(events: &[(Option<&str>, String)]) -> String {
+    events
+        .iter()
+        .map(|(name, data)| match name {
+            Some(name) => format!("event: {name}\ndata: {data}\n\n"),
+            None => format!("data: {data}\n\n"),
+        })
+        .collect()
+}
 
 /// The API key the provider tests use (and check never leaks).
 pub const KEY: &str = "sk-secret-123";
@@ -237,6 +304,16 @@ impl Reply {
         Self {
             status,
             headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+            body: body.into(),
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// A 200 event stream.
+    pub fn sse(body: impl Into<String>) -> Self {
+        Self {
+            status: 200,
+            headers: vec![("content-type".to_owned(), "text/event-stream".to_owned())],
             body: body.into(),
             delay: Duration::ZERO,
         }

@@ -30,6 +30,7 @@ use tracing::Instrument;
 
 use super::local::LocalPlatform;
 use super::turn::{StopCause, TurnControl, TurnExecutor};
+use crate::agent::live::LiveHub;
 use crate::store::{
     Batch, Claim, Fence, InboundRow, InboundStatus, OutboxRow, Renewal, SessionId, Store,
     StoreError,
@@ -133,6 +134,9 @@ struct Inner {
     /// Callers waiting for a turn's reply, by inbound id: any number per
     /// turn (a completion, its retry, readers of the turn).
     waiters: Mutex<HashMap<i64, Vec<Waiter>>>,
+    /// Subscribers following turns live; every turn run here publishes to
+    /// it, and closes it before its reply is handed out.
+    live: LiveHub,
     /// Woken when a session's lease is handed back, so that workers waiting
     /// on a busy session try again at once.
     handed_back: Notify,
@@ -170,6 +174,7 @@ impl Runner {
                 workers: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
                 waiters: Mutex::new(HashMap::new()),
+                live: LiveHub::default(),
                 handed_back: Notify::new(),
                 senders: Mutex::new(HashMap::new()),
                 shutdown,
@@ -184,6 +189,12 @@ impl Runner {
 
     fn ttl_ms(&self) -> i64 {
         self.inner.store.instance().lease_ttl_ms
+    }
+
+    /// The live events of turns run here (subscribe before queuing a turn
+    /// to hear all of it).
+    pub fn live(&self) -> &LiveHub {
+        &self.inner.live
     }
 
     /// Registers the sender that delivers replies for a platform.
@@ -595,7 +606,7 @@ impl Runner {
         let store = &self.inner.store;
         let session_id = &fence.session_id;
         loop {
-            let control = Arc::new(TurnControl::default());
+            let control = Arc::new(TurnControl::with_live(self.inner.live.open(inbound.id)));
             // A stop requested before the turn (re)started applies to it.
             if let Some(cause) = &inbound.stop_cause {
                 control.stop(StopCause::parse(cause));
@@ -604,6 +615,8 @@ impl Runner {
                 .insert(session_id.clone(), (Arc::clone(&control), fence.clone()));
             let result = self.run_turn(fence, &inbound, &control).await;
             lock(&self.inner.running).remove(session_id);
+            // Subscribers hear the end before the reply is handed out.
+            self.inner.live.close(inbound.id);
             let Some((row, status, span)) = result? else {
                 return Ok(Drained::Stopped);
             };

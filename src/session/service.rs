@@ -19,6 +19,7 @@ use super::commands::{Answer, Command, CommandSettings, Commands, Context, Dispa
 use super::routing::{Place, Routing};
 use super::runner::{Runner, TurnReply};
 use super::turn::StopCause;
+use crate::agent::live::LiveSubscription;
 use crate::config::{BusyMode, Settings};
 use crate::store::{InboundStatus, NewInbound, PrincipalId, SessionId, Store, StoreError, TurnEnd};
 use crate::tools::ToolRegistry;
@@ -59,13 +60,18 @@ pub struct SubmitOptions {
     /// Switch the session to this model first (one of the configured
     /// models, checked by the caller), as `/model NAME` does.
     pub model: Option<String>,
+    /// Follow the turn live (see `agent::live`): subscribed before the turn
+    /// is queued, so nothing of it is missed.
+    pub live: bool,
 }
 
-/// A submitted message and, when asked for, its reply to come.
+/// A submitted message and, when asked for, its reply to come and its live
+/// events.
 #[derive(Debug)]
 pub struct Submission {
     pub admission: Admission,
     pub reply: Option<oneshot::Receiver<TurnReply>>,
+    pub live: Option<LiveSubscription>,
 }
 
 /// Why a message could not be taken.
@@ -214,6 +220,9 @@ impl SessionService {
             return Ok(Submission::without_reply(Admission::Duplicate));
         };
         let reply = options.wait.then(|| self.runner.wait_for(inbound_id));
+        let live = options
+            .live
+            .then(|| self.runner.live().subscribe(inbound_id));
         let dispatched = match (pairing, command) {
             (Some(text), _) => Dispatched::Answer {
                 session_id: place.session_id.clone(),
@@ -231,7 +240,11 @@ impl SessionService {
             (None, None) => Dispatched::Queue,
         };
         let admission = self.settle(inbound_id, place, dispatched).await?;
-        Ok(Submission { admission, reply })
+        Ok(Submission {
+            admission,
+            reply,
+            live,
+        })
     }
 
     /// The command handlers, over this service's parts.
@@ -326,6 +339,7 @@ impl Submission {
         Self {
             admission,
             reply: None,
+            live: None,
         }
     }
 }

@@ -13,6 +13,7 @@ use super::texts;
 use crate::agent::Agent;
 use crate::agent::cache::AgentCache;
 use crate::agent::context::{self, CompactError, ContextPolicy, Summariser};
+use crate::agent::live::LiveTurn;
 use crate::agent::run::{
     InterruptedRound, LoopEnd, LoopEnv, LoopError, LoopOutcome, SpendLimit, TaskLimits, run_loop,
     warn_at_80_percent,
@@ -81,9 +82,19 @@ pub struct TurnControl {
     cause: std::sync::Mutex<Option<StopCause>>,
     /// The running task's purse, once the turn has opened it (for `/status`).
     purse: std::sync::OnceLock<Arc<Purse>>,
+    /// Where the turn's live events go.
+    live: Option<LiveTurn>,
 }
 
 impl TurnControl {
+    /// The control of a turn whose live events go to `live`.
+    pub fn with_live(live: LiveTurn) -> Self {
+        Self {
+            live: Some(live),
+            ..Self::default()
+        }
+    }
+
     /// Stops the turn; the first cause given is the one reported.
     pub fn stop(&self, cause: StopCause) {
         self.cause
@@ -517,6 +528,7 @@ impl TurnExecutor {
             },
             cancel: control.token.clone(),
             context: Some(policy),
+            live: control.live.clone(),
         }
     }
 

@@ -62,6 +62,36 @@ results.stream = {
   ids: ids.size,
 };
 
+// A streamed turn with a tool round: the tool activity arrives as chunks with
+// an empty delta and a `switchboard` field, the usage chunk last.
+const toolStream = await client.chat.completions.create({
+  model: MODEL,
+  messages: user("calculate: 6*7"),
+  stream: true,
+  stream_options: { include_usage: true },
+});
+const toolDeltas = [];
+const toolEvents = [];
+let toolFinish = null;
+let usage = null;
+for await (const chunk of toolStream) {
+  if (chunk.switchboard) toolEvents.push(chunk.switchboard);
+  if (chunk.usage) usage = chunk.usage;
+  for (const choice of chunk.choices) {
+    if (choice.delta.content) toolDeltas.push(choice.delta.content);
+    if (choice.delta.tool_calls) toolEvents.push({ client_tool_calls: true });
+    if (choice.finish_reason) toolFinish = choice.finish_reason;
+  }
+}
+results.stream_tools = {
+  deltas: toolDeltas.length,
+  text: toolDeltas.join(""),
+  events: toolEvents,
+  finish_reason: toolFinish,
+  prompt_tokens: usage?.prompt_tokens ?? null,
+  completion_tokens: usage?.completion_tokens ?? null,
+};
+
 const first = await client.chat.completions
   .create({ model: MODEL, messages: user("my name is Py") })
   .withResponse();

@@ -4,7 +4,8 @@ client, unchanged, and prints what it saw as one JSON object.
 Usage: python3 openai_client.py BASE_URL   (e.g. http://127.0.0.1:8080/v1)
 
 Run by tests/gateway/openai_client.rs, which asserts on the output:
-a plain completion, a streamed one (its deltas), a conversation continued
+a plain completion, a streamed one (its deltas), a streamed one with a tool
+round (its text, tool events and usage), a conversation continued
 with the X-Session-Id header (read back from the raw response), an unknown
 session id that cannot name a new session (the client's error type), and the
 model list.
@@ -59,6 +60,37 @@ def main():
         "roles": roles,
         "finish_reason": finish,
         "ids": len(ids),
+    }
+
+    # A streamed turn with a tool round: the tool activity arrives as chunks
+    # with an empty delta and a `switchboard` field, the usage chunk last.
+    tool_stream = client.chat.completions.create(
+        model=MODEL,
+        messages=user("calculate: 6*7"),
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    tool_deltas, tool_events, tool_finish, usage = [], [], None, None
+    for chunk in tool_stream:
+        extra = (chunk.model_extra or {}).get("switchboard")
+        if extra:
+            tool_events.append(extra)
+        if chunk.usage:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if choice.delta.content:
+                tool_deltas.append(choice.delta.content)
+            if choice.delta.tool_calls:
+                tool_events.append({"client_tool_calls": True})
+            if choice.finish_reason:
+                tool_finish = choice.finish_reason
+    results["stream_tools"] = {
+        "deltas": len(tool_deltas),
+        "text": "".join(tool_deltas),
+        "events": tool_events,
+        "finish_reason": tool_finish,
+        "prompt_tokens": usage.prompt_tokens if usage else None,
+        "completion_tokens": usage.completion_tokens if usage else None,
     }
 
     first = client.chat.completions.with_raw_response.create(

@@ -2,8 +2,9 @@
 //! behave as one gateway: conversations routed at random, concurrent turns
 //! of one session on two instances, a lease holder killed or frozen mid-turn,
 //! an instance drained with SIGTERM, `/stop` and `/status` sent to other
-//! instances than the one running the turn, and a reply whose delivering
-//! instance dies between failed platform attempts.
+//! instances than the one running the turn, a reply whose delivering
+//! instance dies between failed platform attempts, and a streamed request to
+//! another instance than the one running its turn.
 //!
 //! Every case checks the same invariants at the end: each message answered
 //! exactly once to its own caller, no tool run twice, the history rows a
@@ -969,5 +970,89 @@ async fn a_reply_whose_deliverer_dies_is_delivered_once_by_another_instance() {
             "another instance delivered it"
         );
     }
+    cluster.stop_all().await;
+}
+
+/// The content deltas of a streamed completion sent to `base`.
+async fn stream_deltas(base: &str, session: &str, key: &str, text: &str) -> Vec<String> {
+    let response = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .timeout(REQUEST_TIMEOUT)
+        .header("X-Session-Id", session)
+        .header("Idempotency-Key", key)
+        .json(&json!({"stream": true, "messages": [{"role": "user", "content": text}]}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status().as_u16(), 200);
+    let body = response.text().await.expect("body");
+    let data: Vec<&str> = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{body}");
+    data.iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|chunk| {
+            chunk["choices"][0]["delta"]["content"]
+                .as_str()
+                .filter(|text| !text.is_empty())
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_streamed_request_to_another_instance_than_the_turns_gets_the_whole_reply() {
+    let _serial = SERIAL.lock().await;
+    let llm = FakeLlm::start(echo).await;
+    let Some(mut cluster) = Cluster::start(&llm).await else {
+        return;
+    };
+    let session = open_session(&cluster.base(0)).await;
+    // Node 0 runs the first turn, held in its model's stream after the
+    // first delta, so it still holds the session when the second message
+    // reaches node 1: node 0 runs that turn too, once the first is done.
+    llm.hold_streams();
+    let first = {
+        let (base, session) = (cluster.base(0), session.clone());
+        tokio::spawn(async move { stream_deltas(&base, &session, "first-key", "first").await })
+    };
+    model_asked(&llm, "first", false).await;
+    let second = {
+        let (base, session) = (cluster.base(1), session.clone());
+        tokio::spawn(async move { stream_deltas(&base, &session, "second-key", "second").await })
+    };
+    let recorded = within(TAKEOVER_BOUND, || async {
+        cluster.inbound("second-key").await.map(|_| ())
+    })
+    .await;
+    assert!(recorded.is_some(), "the second message was recorded");
+    assert_eq!(cluster.holder(&session).await, Some(0));
+    llm.release_streams();
+
+    let first = first.await.expect("task");
+    let second = second.await.expect("task");
+    assert_eq!(first.concat(), "echo: first");
+    assert!(
+        first.len() > 1,
+        "streamed live where the turn ran: {first:?}"
+    );
+    assert_eq!(
+        second,
+        ["echo: second"],
+        "no live text on another instance; the reply whole at the end"
+    );
+    let asked_second = llm
+        .requests()
+        .iter()
+        .map(|request| request.json())
+        .find(|body| last_user_text(body) == "second")
+        .expect("the model was asked about the second message");
+    assert!(
+        asked_second.get("stream").is_none(),
+        "a turn nobody follows where it runs is not streamed: {asked_second}"
+    );
+    cluster.assert_settled().await;
     cluster.stop_all().await;
 }

@@ -1,5 +1,8 @@
 //! The test harness: a fake LLM server on 127.0.0.1 that records every
-//! request and answers from a script, a `TestApp` running the real gateway
+//! request and answers from a script (as one JSON body, or, to a request
+//! with `"stream": true`, as an event stream that cuts the scripted text and
+//! tool arguments into several deltas, and can be held after its first text
+//! delta), a `TestApp` running the real gateway
 //! (HTTP server included) on a fresh database (a SQLite file, or a fresh
 //! PostgreSQL database when `TEST_DATABASE_URL` is set), the settings that
 //! point the gateway at the shared fake platforms, and the real binary.
@@ -10,7 +13,7 @@ use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -24,6 +27,7 @@ use switchboard_telegram::TelegramSettings;
 use switchboard_test_support::eventually;
 use switchboard_test_support::telegram::{self, FakeTelegram};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// The variable holding the fake Telegram bot's token, set once per test
@@ -36,8 +40,29 @@ pub enum Reply {
     Text(String),
     /// Tool calls: (id, name, raw JSON arguments).
     Tools(Vec<(String, String, String)>),
+    /// Text, then tool calls, in one answer.
+    TextAndTools(String, Vec<(String, String, String)>),
+    /// To a streamed request, this text, then the end of the body before
+    /// the model finished (a dropped connection); to a plain one, a 502.
+    CutStream(String),
     /// An HTTP error status with a body.
     Status(u16, String),
+}
+
+/// A tool call as scripted: (id, name, raw JSON arguments).
+type Call = (String, String, String);
+
+impl Reply {
+    /// The answer's text and tool calls, or the error status to send.
+    fn parts(self) -> Result<(Option<String>, Vec<Call>), (u16, String)> {
+        match self {
+            Self::Text(text) => Ok((Some(text), Vec::new())),
+            Self::Tools(calls) => Ok((None, calls)),
+            Self::TextAndTools(text, calls) => Ok((Some(text), calls)),
+            Self::Status(code, body) => Err((code, body)),
+            Self::CutStream(_) => Err((502, "stream cut".to_owned())),
+        }
+    }
 }
 
 /// Decides the reply from the parsed request body.
@@ -77,6 +102,8 @@ struct FakeState {
     /// Report prompt tokens as a quarter of the request's bytes (like a real
     /// tokenizer would, roughly) instead of a constant.
     counting: bool,
+    /// While true, event streams stop after their first text delta.
+    hold: Arc<watch::Sender<bool>>,
 }
 
 /// Requests in flight, overall and per prompt-cache key (session).
@@ -125,6 +152,7 @@ pub struct FakeLlm {
     pub addr: SocketAddr,
     requests: Arc<Mutex<Vec<Recorded>>>,
     load: Arc<Mutex<Load>>,
+    hold: Arc<watch::Sender<bool>>,
 }
 
 impl FakeLlm {
@@ -154,12 +182,14 @@ impl FakeLlm {
     ) -> Self {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let load = Arc::new(Mutex::new(Load::default()));
+        let hold = Arc::new(watch::Sender::new(false));
         let state = FakeState {
             script: Arc::new(script),
             requests: Arc::clone(&requests),
             delay,
             load: Arc::clone(&load),
             counting,
+            hold: Arc::clone(&hold),
         };
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
@@ -172,7 +202,19 @@ impl FakeLlm {
             addr,
             requests,
             load,
+            hold,
         }
+    }
+
+    /// From now on, event streams stop after their first text delta until
+    /// [`FakeLlm::release_streams`].
+    pub fn hold_streams(&self) {
+        self.hold.send_replace(true);
+    }
+
+    /// Lets held event streams go on.
+    pub fn release_streams(&self) {
+        self.hold.send_replace(false);
     }
 
     /// A model that answers `echo: <last user text>`.
@@ -231,21 +273,26 @@ async fn openai(State(state): State<FakeState>, headers: HeaderMap, body: Bytes)
     let request = record(&state, "/v1/chat/completions", headers, &body).await;
     let prompt_tokens = if state.counting { body.len() / 4 } else { 120 };
     let n = state.requests.lock().expect("lock").len();
-    let (message, finish) = match (state.script)(&request) {
-        Reply::Status(code, body) => return status(code, body),
-        Reply::Text(text) => (json!({"role": "assistant", "content": text}), "stop"),
-        Reply::Tools(calls) => {
-            let calls: Vec<Value> = calls
-                .into_iter()
-                .map(|(id, name, args)| {
-                    json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
-                })
-                .collect();
-            (
-                json!({"role": "assistant", "content": null, "tool_calls": calls, "reasoning_content": "thinking about tools"}),
-                "tool_calls",
-            )
-        }
+    if request["stream"] == true {
+        return openai_stream(&state, &request, n, prompt_tokens);
+    }
+    let (text, calls) = match (state.script)(&request).parts() {
+        Ok(parts) => parts,
+        Err((code, body)) => return status(code, body),
+    };
+    let (message, finish) = if calls.is_empty() {
+        (json!({"role": "assistant", "content": text}), "stop")
+    } else {
+        let calls: Vec<Value> = calls
+            .into_iter()
+            .map(|(id, name, args)| {
+                json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
+            })
+            .collect();
+        (
+            json!({"role": "assistant", "content": text, "tool_calls": calls, "reasoning_content": "thinking about tools"}),
+            "tool_calls",
+        )
     };
     let body = json!({
         "id": format!("chatcmpl-fake-{n}"),
@@ -262,22 +309,28 @@ async fn openai(State(state): State<FakeState>, headers: HeaderMap, body: Bytes)
 async fn anthropic(State(state): State<FakeState>, headers: HeaderMap, body: Bytes) -> Response {
     let request = record(&state, "/v1/messages", headers, &body).await;
     let n = state.requests.lock().expect("lock").len();
-    let (content, stop) = match (state.script)(&request) {
-        Reply::Status(code, body) => return status(code, body),
-        Reply::Text(text) => (
+    if request["stream"] == true {
+        return anthropic_stream(&state, &request, n);
+    }
+    let (text, calls) = match (state.script)(&request).parts() {
+        Ok(parts) => parts,
+        Err((code, body)) => return status(code, body),
+    };
+    let (content, stop) = if calls.is_empty() {
+        (
             json!([{"type": "thinking", "thinking": "pondering"}, {"type": "text", "text": text}]),
             "end_turn",
-        ),
-        Reply::Tools(calls) => {
-            let blocks: Vec<Value> = calls
-                .into_iter()
-                .map(|(id, name, args)| {
-                    let input: Value = serde_json::from_str(&args).unwrap_or(json!({}));
-                    json!({"type": "tool_use", "id": id, "name": name, "input": input})
-                })
-                .collect();
-            (Value::Array(blocks), "tool_use")
-        }
+        )
+    } else {
+        let mut blocks: Vec<Value> = text
+            .into_iter()
+            .map(|text| json!({"type": "text", "text": text}))
+            .collect();
+        blocks.extend(calls.into_iter().map(|(id, name, args)| {
+            let input: Value = serde_json::from_str(&args).unwrap_or(json!({}));
+            json!({"type": "tool_use", "id": id, "name": name, "input": input})
+        }));
+        (Value::Array(blocks), "tool_use")
     };
     let body = json!({
         "id": format!("msg_fake_{n}"),
@@ -290,6 +343,218 @@ async fn anthropic(State(state): State<FakeState>, headers: HeaderMap, body: Byt
                   "cache_read_input_tokens": 100, "cache_creation_input_tokens": 5}
     });
     ([("request-id", format!("req-{n}"))], axum::Json(body)).into_response()
+}
+
+/// `text` cut into three pieces (fewer when it is shorter), at character
+/// boundaries.
+fn pieces(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let size = chars.len().div_ceil(3).max(1);
+    chars
+        .chunks(size)
+        .map(|piece| piece.iter().collect())
+        .collect()
+}
+
+/// The streamed form of the OpenAI answer: the same reply as the plain one,
+/// its text and each call's arguments cut into several chunks.
+fn openai_stream(state: &FakeState, request: &Value, n: usize, prompt_tokens: usize) -> Response {
+    let base = |choices: Value| {
+        json!({"id": format!("chatcmpl-fake-{n}"), "object": "chat.completion.chunk",
+               "model": request["model"], "choices": choices})
+    };
+    let delta = |delta: Value, finish: Value| {
+        base(json!([{"index": 0, "delta": delta, "finish_reason": finish}]))
+    };
+    let mut events = vec![delta(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
+    let mut first_text = None;
+    let (text, calls) = match (state.script)(request) {
+        Reply::CutStream(text) => {
+            let lines = pieces(&text)
+                .into_iter()
+                .map(|piece| {
+                    format!(
+                        "data: {}\n\n",
+                        delta(json!({"content": piece}), Value::Null)
+                    )
+                })
+                .collect();
+            return event_stream(state, lines, None, ("x-request-id", format!("req-{n}")));
+        }
+        reply => match reply.parts() {
+            Ok(parts) => parts,
+            Err((code, body)) => return status(code, body),
+        },
+    };
+    if !calls.is_empty() {
+        events.push(delta(
+            json!({"reasoning_content": "thinking about tools"}),
+            Value::Null,
+        ));
+    }
+    for piece in pieces(text.as_deref().unwrap_or_default()) {
+        first_text.get_or_insert(events.len());
+        events.push(delta(json!({"content": piece}), Value::Null));
+    }
+    let finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    for (index, (id, name, args)) in calls.into_iter().enumerate() {
+        events.push(delta(
+            json!({"tool_calls": [{"index": index, "id": id, "type": "function",
+                                    "function": {"name": name, "arguments": ""}}]}),
+            Value::Null,
+        ));
+        for piece in pieces(&args) {
+            events.push(delta(
+                json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
+                Value::Null,
+            ));
+        }
+    }
+    events.push(delta(json!({}), json!(finish)));
+    if request["stream_options"]["include_usage"] == true {
+        let mut usage = base(json!([]));
+        usage["usage"] = json!({"prompt_tokens": prompt_tokens, "completion_tokens": 7,
+                                "total_tokens": prompt_tokens + 7,
+                                "prompt_tokens_details": {"cached_tokens": 100}});
+        events.push(usage);
+    }
+    let mut lines: Vec<String> = events
+        .iter()
+        .map(|event| format!("data: {event}\n\n"))
+        .collect();
+    lines.push("data: [DONE]\n\n".to_owned());
+    event_stream(
+        state,
+        lines,
+        first_text,
+        ("x-request-id", format!("req-{n}")),
+    )
+}
+
+/// The streamed form of the Anthropic answer: the same blocks as the plain
+/// one, text and tool input cut into several deltas.
+fn anthropic_stream(state: &FakeState, request: &Value, n: usize) -> Response {
+    let mut events = vec![json!({"type": "message_start", "message": {
+        "id": format!("msg_fake_{n}"), "type": "message", "role": "assistant",
+        "model": request["model"], "content": [], "stop_reason": null,
+        "usage": {"input_tokens": 20, "output_tokens": 1,
+                  "cache_read_input_tokens": 100, "cache_creation_input_tokens": 5}}})];
+    let start = |index: usize, block: Value| json!({"type": "content_block_start", "index": index, "content_block": block});
+    let delta = |index: usize, delta: Value| json!({"type": "content_block_delta", "index": index, "delta": delta});
+    let stop = |index: usize| json!({"type": "content_block_stop", "index": index});
+    let mut first_text = None;
+    let (text, calls) = match (state.script)(request) {
+        Reply::CutStream(text) => {
+            events.push(start(0, json!({"type": "text", "text": ""})));
+            for piece in pieces(&text) {
+                events.push(delta(0, json!({"type": "text_delta", "text": piece})));
+            }
+            let lines = events
+                .iter()
+                .map(|event| {
+                    format!(
+                        "event: {}\ndata: {event}\n\n",
+                        event["type"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            return event_stream(state, lines, None, ("request-id", format!("req-{n}")));
+        }
+        reply => match reply.parts() {
+            Ok(parts) => parts,
+            Err((code, body)) => return status(code, body),
+        },
+    };
+    let reason = if calls.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
+    let mut index = 0;
+    if calls.is_empty() {
+        events.push(start(0, json!({"type": "thinking", "thinking": ""})));
+        events.push(delta(
+            0,
+            json!({"type": "thinking_delta", "thinking": "pondering"}),
+        ));
+        events.push(stop(0));
+        index = 1;
+    }
+    if let Some(text) = text {
+        events.push(start(index, json!({"type": "text", "text": ""})));
+        for piece in pieces(&text) {
+            first_text.get_or_insert(events.len());
+            events.push(delta(index, json!({"type": "text_delta", "text": piece})));
+        }
+        events.push(stop(index));
+        index += 1;
+    }
+    for (id, name, args) in calls {
+        events.push(start(
+            index,
+            json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+        ));
+        for piece in pieces(&args) {
+            events.push(delta(
+                index,
+                json!({"type": "input_json_delta", "partial_json": piece}),
+            ));
+        }
+        events.push(stop(index));
+        index += 1;
+    }
+    events.push(
+        json!({"type": "message_delta", "delta": {"stop_reason": reason},
+                       "usage": {"output_tokens": 7}}),
+    );
+    events.push(json!({"type": "message_stop"}));
+    let lines = events
+        .iter()
+        .map(|event| {
+            format!(
+                "event: {}\ndata: {event}\n\n",
+                event["type"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    event_stream(state, lines, first_text, ("request-id", format!("req-{n}")))
+}
+
+/// An event stream of `lines`; while streams are held, the lines after the
+/// `first_text` one wait for the release.
+fn event_stream(
+    state: &FakeState,
+    lines: Vec<String>,
+    first_text: Option<usize>,
+    (header, value): (&'static str, String),
+) -> Response {
+    let held_from = first_text.map(|index| index + 1);
+    let hold = state.hold.subscribe();
+    let body = futures::stream::unfold(
+        (0, lines, hold),
+        move |(next, lines, mut hold)| async move {
+            let line = lines.get(next)?.clone();
+            if Some(next) == held_from {
+                let _ = hold.wait_for(|held| !*held).await;
+            }
+            Some((
+                Ok::<_, std::convert::Infallible>(Bytes::from(line)),
+                (next + 1, lines, hold),
+            ))
+        },
+    );
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .header(header, value)
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 fn status(code: u16, body: String) -> Response {

@@ -29,6 +29,7 @@ mod runner;
 mod serve;
 mod stateless;
 mod steps;
+mod streaming;
 mod supervision;
 mod telegram;
 mod terminal;

@@ -1,8 +1,10 @@
 //! The official OpenAI clients (Python and Node), unchanged, against the
 //! gateway's API: `tests/clients/openai_client.{py,mjs}` make plain and
-//! streamed completions, continue a conversation with `X-Session-Id`, send
-//! an unknown session id that cannot name a new session and list the models;
-//! these tests check what the client saw and what the model received.
+//! streamed completions (one with a tool round: its `switchboard` tool
+//! chunks and final usage chunk), continue a conversation with
+//! `X-Session-Id`, send an unknown session id that cannot name a new session
+//! and list the models; these tests check what the client saw and what the
+//! model received.
 //!
 //! They need `python3` with the `openai` package, and `node` with the
 //! `openai` package in `tests/clients/node_modules`. Without them a test
@@ -15,7 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::process::Command;
 
-use crate::helpers::{FakeLlm, TestApp};
+use crate::helpers::{FakeLlm, Reply, TestApp, last_is_tool_result, last_user_text};
 use crate::identity::user_texts;
 
 /// `tests/clients`, found through the package folder `cargo test` names at
@@ -94,7 +96,23 @@ async fn works_unchanged(client: Client) {
         println!("skipped: {client:?} openai package not installed");
         return;
     }
-    let llm = FakeLlm::echo().await;
+    // Echoes, except that `calculate: EXPR` gets a tool round first.
+    let llm = FakeLlm::start(|body| {
+        let text = last_user_text(body);
+        match text.strip_prefix("calculate: ") {
+            Some(_) if last_is_tool_result(body) => Reply::Text("The result is 42.".to_owned()),
+            Some(expression) => Reply::TextAndTools(
+                "Calculating.".to_owned(),
+                vec![(
+                    "calc-1".to_owned(),
+                    "calculator".to_owned(),
+                    serde_json::json!({"expression": expression}).to_string(),
+                )],
+            ),
+            None => Reply::Text(format!("echo: {text}")),
+        }
+    })
+    .await;
     let app = TestApp::spawn(&llm).await;
 
     let results = run_script(client, &app).await;
@@ -129,6 +147,25 @@ async fn works_unchanged(client: Client) {
     assert_eq!(stream["finish_reason"], "stop", "{stream}");
     assert_eq!(stream["ids"], 1, "every chunk carries one id: {stream}");
 
+    let tools = &results["stream_tools"];
+    assert_eq!(
+        tools["text"], "Calculating.\n\nThe result is 42.",
+        "{tools}"
+    );
+    assert!(tools["deltas"].as_u64().is_some_and(|n| n > 2), "{tools}");
+    assert_eq!(
+        tools["events"],
+        serde_json::json!([
+            {"type": "tool_call", "id": "calc-1", "name": "calculator",
+             "arguments": "{\"expression\":\"6*7\"}"},
+            {"type": "tool_result", "id": "calc-1", "name": "calculator", "is_error": false},
+        ]),
+        "shown as the gateway's own field, never as calls for the client: {tools}"
+    );
+    assert_eq!(tools["finish_reason"], "stop", "{tools}");
+    assert_eq!(tools["prompt_tokens"], 240, "{tools}");
+    assert_eq!(tools["completion_tokens"], 14, "{tools}");
+
     let session = &results["session"];
     let id = session["first"].as_str().expect("X-Session-Id read back");
     assert_eq!(session["second"], id, "{session}");
@@ -153,8 +190,8 @@ async fn works_unchanged(client: Client) {
     assert_eq!(results["models"], serde_json::json!(["fake-model"]));
     assert_eq!(
         llm.requests().len(),
-        4,
-        "one model call per completion, none for the unknown session"
+        6,
+        "one model call per completion (two for the tool round), none for the unknown session"
     );
     app.stop().await;
 }
