@@ -10,7 +10,8 @@
 //! turn: load the session and its history from the database, run the loop,
 //! end the turn atomically with its reply; [`local`] names the platforms
 //! served inside this process. [`texts`] holds every text the
-//! gateway writes to a chat itself.
+//! gateway writes to a chat itself; [`speaker`] names group members to the
+//! model.
 
 pub mod access;
 pub mod commands;
@@ -20,5 +21,6 @@ pub mod local;
 pub mod routing;
 pub mod runner;
 pub mod service;
+pub mod speaker;
 pub mod texts;
 pub mod turn;

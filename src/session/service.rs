@@ -369,6 +369,7 @@ fn new_inbound(
         message_id: message.message_id.clone(),
         sender_id: message.sender.id.clone(),
         sender_name: message.sender.display_name.clone(),
+        speaker: super::speaker::label(message.chat_kind, &message.sender),
         text: Command::recorded_text(command, &message.text).to_owned(),
         status,
         principal_id: Some(principal.get()),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::commands::Task;
-use super::texts;
+use super::{speaker, texts};
 use crate::agent::Agent;
 use crate::agent::cache::AgentCache;
 use crate::agent::context::{self, CompactError, ContextPolicy, Summariser};
@@ -466,7 +466,7 @@ impl TurnExecutor {
         let mut first_writes = Batch::new();
         if !asked {
             let user = ChatMessage::User {
-                content: inbound.text.clone(),
+                content: speaker::content(inbound.speaker.as_deref(), &inbound.text),
             };
             first_writes.append_message(&NewMessage::from_wire(
                 &session.id,

@@ -66,6 +66,9 @@ pub struct NewInbound {
     pub message_id: Option<String>,
     pub sender_id: UserId,
     pub sender_name: Option<String>,
+    /// In a group chat, the sender as the model is told it (see
+    /// `session::speaker`); `None` elsewhere.
+    pub speaker: Option<String>,
     pub text: String,
     pub status: InboundStatus,
     /// The sender's principal (usage and spend limits are counted per
@@ -86,6 +89,8 @@ pub struct InboundRow {
     pub message_id: Option<String>,
     pub sender_id: UserId,
     pub sender_name: Option<String>,
+    /// In a group chat, the sender as the model is told it.
+    pub speaker: Option<String>,
     pub text: String,
     pub status: InboundStatus,
     pub outcome: Option<String>,
@@ -97,8 +102,8 @@ pub struct InboundRow {
 }
 
 const INBOUND_COLUMNS: &str = "id, platform, account, event_id, session_id, chat_id, thread_id, \
-    message_id, sender_id, sender_name, text, status, outcome, received_at, principal_id, \
-    stop_cause";
+    message_id, sender_id, sender_name, speaker, text, status, outcome, received_at, \
+    principal_id, stop_cause";
 
 impl Store {
     /// Records an inbound message. Returns its id, or `None` when the same
@@ -109,8 +114,8 @@ impl Store {
     pub async fn record_inbound(&self, inbound: &NewInbound) -> Result<Option<i64>, StoreError> {
         let id = sqlx::query_scalar::<_, i64>(
             "INSERT INTO inbound (platform, account, event_id, session_id, chat_id, thread_id, \
-             message_id, sender_id, sender_name, text, status, received_at, principal_id) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             message_id, sender_id, sender_name, speaker, text, status, received_at, principal_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
              ON CONFLICT (platform, account, event_id) DO NOTHING RETURNING id",
         )
         .bind(inbound.platform.as_str())
@@ -122,6 +127,7 @@ impl Store {
         .bind(inbound.message_id.as_deref())
         .bind(inbound.sender_id.as_str())
         .bind(inbound.sender_name.as_deref())
+        .bind(inbound.speaker.as_deref())
         .bind(&inbound.text)
         .bind(inbound.status.as_str())
         .bind(now_ms())
@@ -397,6 +403,7 @@ pub(super) fn inbound_from_row(row: &AnyRow) -> Result<InboundRow, StoreError> {
         message_id: row.try_get("message_id")?,
         sender_id: id_from_row(row, "sender_id", UserId::parse)?,
         sender_name: row.try_get("sender_name")?,
+        speaker: row.try_get("speaker")?,
         text: row.try_get("text")?,
         status: InboundStatus::parse(&status)?,
         outcome: row.try_get("outcome")?,

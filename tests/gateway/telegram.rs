@@ -58,3 +58,57 @@ async fn a_telegram_update_is_answered_once_through_the_gateway() {
     .await;
     gateway.stop().await;
 }
+
+#[tokio::test]
+async fn group_members_reach_the_model_by_name_and_direct_chats_stay_bare() {
+    use switchboard_test_support::telegram::{BOT_USERNAME, TgUser};
+    const ADA: TgUser = TgUser {
+        id: 777,
+        first_name: "Ada",
+    };
+    const BOB: TgUser = TgUser {
+        id: 888,
+        first_name: "Bob",
+    };
+    const GROUP: i64 = -100_123;
+    let telegram = FakeTelegram::start().await;
+    let llm = FakeLlm::echo().await;
+    let gateway =
+        TestApp::spawn_with(&llm, |s| s.telegram = Some(telegram_settings(&telegram))).await;
+
+    telegram
+        .ask_in_group(
+            GROUP,
+            ADA,
+            &format!("@{BOT_USERNAME} remember the number 7"),
+        )
+        .await;
+    telegram
+        .ask_in_group(
+            GROUP,
+            BOB,
+            &format!("@{BOT_USERNAME} who asked about the number?"),
+        )
+        .await;
+    telegram.ask(ADA, "just us now").await;
+
+    let requests = llm.requests();
+    let users = |index: usize| -> Vec<String> {
+        requests[index].json()["messages"]
+            .as_array()
+            .expect("messages")
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .map(|m| m["content"].as_str().expect("text").to_owned())
+            .collect()
+    };
+    let group = users(1);
+    assert_eq!(group.len(), 2, "{group:?}");
+    assert!(group[0].starts_with("[Ada] "), "{group:?}");
+    assert!(group[0].ends_with("remember the number 7"), "{group:?}");
+    assert!(group[1].starts_with("[Bob] "), "{group:?}");
+    // The first turn's entry is replayed as it was sent: the prefix holds.
+    assert_eq!(users(0)[0], group[0]);
+    assert_eq!(users(2), ["just us now"], "a direct chat is not labelled");
+    gateway.stop().await;
+}
