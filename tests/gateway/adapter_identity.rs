@@ -192,10 +192,11 @@ async fn a_telegram_group_never_lists_or_resumes_private_sessions() {
         assert!(reply.contains("direct chat"), "{reply}");
         assert!(!reply.contains(&private[..8]), "{reply}");
     }
-    assert_eq!(answered, "echo: hi all");
+    // Group messages reach the model with their sender's name.
+    assert_eq!(answered, "echo: [Ada] hi all");
     assert_eq!(
         user_texts(&llm),
-        ["hi all"],
+        ["[Ada] hi all"],
         "the group has its own session"
     );
     app.stop().await;
@@ -267,10 +268,10 @@ async fn an_unauthorised_sender_in_a_telegram_group_is_ignored_silently() {
 
     assert_eq!(recorded, 0, "Bob's group messages were not even recorded");
     assert_eq!(requested, 0, "no pairing code is offered in a group");
-    assert_eq!(answered, "echo: hello from Ada");
+    assert_eq!(answered, "echo: [Ada] hello from Ada");
     let sent = telegram.sent();
     assert_eq!(sent.len(), 1, "only Ada got an answer: {sent:?}");
-    assert_eq!(user_texts(&llm), ["hello from Ada"]);
+    assert_eq!(user_texts(&llm), ["[Ada] hello from Ada"]);
     assert_eq!(llm.requests().len(), 1);
     app.stop().await;
 }

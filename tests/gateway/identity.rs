@@ -267,7 +267,8 @@ async fn group_chats_never_list_or_resume_private_sessions() {
         assert!(reply.contains("direct chat"), "{reply}");
         assert!(!reply.contains(&private[..8]), "{reply}");
     }
-    assert_eq!(user_texts(&llm), ["hi all"]);
+    // A sender without a display name is named by id.
+    assert_eq!(user_texts(&llm), ["[user alice] hi all"]);
     app.stop().await;
 }
 
