@@ -28,7 +28,7 @@ pub use canonical::canonical_json;
 pub use retry::RetryPolicy;
 
 /// Which wire protocol a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderKind {
     /// OpenAI Chat Completions (also OpenRouter, DeepSeek, vLLM, Ollama, ...).

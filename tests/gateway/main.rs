@@ -11,6 +11,7 @@ mod budget;
 mod budget_warnings;
 mod cluster;
 mod compaction;
+mod config_check;
 mod crash;
 mod feishu;
 mod helpers;

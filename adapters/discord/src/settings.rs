@@ -19,8 +19,8 @@ pub const DEFAULT_TOKEN_ENV: &str = "DISCORD_BOT_TOKEN";
 /// auto_thread = false
 /// # api_proxy = "http://127.0.0.1:3000"  # tests only
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
 pub struct DiscordSettings {
     /// Name of the environment variable holding the bot token (never the
     /// token itself: committed configuration holds no secrets).
