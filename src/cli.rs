@@ -117,7 +117,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     )
                 })?;
             store.close().await;
-            tracing::info!("migrations applied");
+            tracing::info!(
+                database = %crate::check::shown_url(&settings.database.url),
+                "migrations applied"
+            );
             Ok(())
         }
         Command::Usage => {
@@ -280,9 +283,10 @@ pub async fn run_server(
 
 async fn chat(settings: Settings, session: Option<String>) -> anyhow::Result<()> {
     let reply_timeout = Duration::from_secs(settings.api.reply_timeout_secs);
+    let database = crate::check::shown_url(&settings.database.url);
     let gateway = Gateway::build(settings)
         .await
-        .context("starting the gateway")?;
+        .with_context(|| format!("starting the gateway (database {database})"))?;
     gateway
         .recover()
         .await
