@@ -925,6 +925,56 @@ mod tests {
     }
 
     #[test]
+    fn every_section_refuses_unknown_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        for section in [
+            "server",
+            "database",
+            "llm",
+            "agent",
+            "agent_cache",
+            "sessions",
+            "access",
+            "runner",
+            "limits",
+            "context",
+            "api",
+            "tools",
+            "tools.http_get",
+            "log",
+            "telegram",
+            "discord",
+            "feishu",
+            "prices.\"some-model\"",
+            "api.keys.web",
+        ] {
+            std::fs::write(&path, format!("[{section}]\nbogus_key = 1\n")).expect("write");
+            let err = Settings::load_from(Some(&path), vars(&[]))
+                .expect_err(section)
+                .to_string();
+            let shown = section.replace('"', "");
+            assert!(
+                err.contains(&format!("unknown key `bogus_key` in [{shown}]")),
+                "{section}: {err}"
+            );
+            let var = format!(
+                "SWITCHBOARD__{}__BOGUS_KEY",
+                shown.replace('.', "__").to_ascii_uppercase()
+            );
+            let err = Settings::load_from(None, vars(&[(var.as_str(), "1")]))
+                .expect_err(&var)
+                .to_string();
+            assert!(
+                err.starts_with(&format!(
+                    "environment variable {var}: unknown key `bogus_key`"
+                )),
+                "{var}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn a_host_name_bind_address_is_resolved() {
         let mut settings = Settings::default();
         settings.server.bind = "localhost:8080".to_owned();
