@@ -1,4 +1,5 @@
-//! The command line: `serve`, `chat`, `migrate`, `pairing`, `bench`.
+//! The command line: `serve`, `chat`, `migrate`, `usage`, `pairing`,
+//! `check`, `bench`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, ApiState};
 use crate::bench::{self, BenchOptions};
-use crate::config::Settings;
+use crate::config::{self, Settings};
 use crate::gateway::Gateway;
 use crate::platforms::Platforms;
 use crate::store::{PairingStatus, Store, StoreError, StoreOptions};
@@ -52,6 +53,9 @@ pub enum Command {
     },
     /// Measure the gateway's own overhead with an instant in-process model.
     Bench(BenchOptions),
+    /// Validate the configuration and reach the database, the model
+    /// endpoint and each enabled platform; exits non-zero on a problem.
+    Check,
 }
 
 #[derive(Debug, Subcommand)]
@@ -69,30 +73,59 @@ pub enum PairingAction {
 /// # Errors
 /// Whatever stopped the command, with context.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    let settings = Settings::load(cli.config.as_deref()).context("loading the configuration")?;
+    // The error names the file or variable, the key and what is valid.
+    let settings = Settings::load(cli.config.as_deref())?;
     match cli.command {
         Command::Serve => {
             telemetry::init(&settings.log, None);
+            warn_if_no_llm_key(&settings);
             serve(settings).await
         }
         Command::Chat { session } => {
             telemetry::init(&settings.log, Some("warn"));
+            warn_if_no_llm_key(&settings);
             chat(settings, session).await
+        }
+        Command::Check => {
+            telemetry::init(&settings.log, Some("error"));
+            let source = match config::file_in_use(cli.config.as_deref()) {
+                Some(file) => format!("{} is valid", file.display()),
+                None => "valid (no file: built-in defaults and the environment)".to_owned(),
+            };
+            let findings = crate::check::run(&settings, &source).await;
+            for finding in &findings {
+                println!("{finding}");
+            }
+            let problems = findings
+                .iter()
+                .filter(|finding| finding.verdict == crate::check::Verdict::Problem)
+                .count();
+            match problems {
+                0 => Ok(()),
+                1 => anyhow::bail!("1 problem found"),
+                n => anyhow::bail!("{n} problems found"),
+            }
         }
         Command::Migrate => {
             telemetry::init(&settings.log, None);
             let store = Store::connect(&StoreOptions::new(&settings.database.url))
                 .await
-                .context("migrating the database")?;
+                .with_context(|| {
+                    format!(
+                        "migrating the database {}",
+                        crate::check::shown_url(&settings.database.url)
+                    )
+                })?;
             store.close().await;
-            tracing::info!("migrations applied");
+            tracing::info!(
+                database = %crate::check::shown_url(&settings.database.url),
+                "migrations applied"
+            );
             Ok(())
         }
         Command::Usage => {
             telemetry::init(&settings.log, Some("warn"));
-            let store = Store::connect(&StoreOptions::new(&settings.database.url))
-                .await
-                .context("opening the database")?;
+            let store = open_existing(&settings).await?;
             let rows = store.usage_report().await.context("reading usage")?;
             store.close().await;
             println!("{}", crate::usage::render(&rows, &settings.prices));
@@ -113,14 +146,48 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// Opens the database for a command that only reads or answers what is
+/// there: a SQLite file that does not exist is not created.
+async fn open_existing(settings: &Settings) -> anyhow::Result<Store> {
+    let url = &settings.database.url;
+    let shown = crate::check::shown_url(url);
+    if let Some((path, _)) = config::sqlite_path(url)
+        && !std::path::Path::new(path).exists()
+    {
+        anyhow::bail!(
+            "no database at {shown} (database.url): run `switchboard serve` or `switchboard \
+             migrate` first, or point database.url (or --config) at the gateway's database"
+        );
+    }
+    Store::connect(&StoreOptions::new(url))
+        .await
+        .with_context(|| format!("opening the database {shown}"))
+}
+
+/// Warns when the variable that should hold the model's key is unset (local
+/// model servers often need none). Names the variable, never a value.
+fn warn_if_no_llm_key(settings: &Settings) {
+    let var = &settings.llm.api_key_env;
+    if !std::env::var(var).is_ok_and(|key| !key.trim().is_empty()) {
+        tracing::warn!(
+            variable = %var,
+            base_url = %settings.llm.base_url,
+            "the model's key variable {var} (llm.api_key_env) is unset or empty: model calls \
+             go without a key; set it unless the endpoint needs none"
+        );
+    }
+}
+
 async fn serve(settings: Settings) -> anyhow::Result<()> {
     let addr: SocketAddr = settings.bind_addr()?;
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
+    let database = crate::check::shown_url(&settings.database.url);
     let gateway = Gateway::build(settings)
         .await
-        .context("starting the gateway")?;
+        .with_context(|| format!("starting the gateway (database {database})"))?;
+    tracing::info!(database = %database, "database open");
     let shutdown = gateway.shutdown.clone();
     tokio::spawn(watch_signals(shutdown.clone()));
     let mut platforms = Platforms::start(&gateway, &shutdown).await;
@@ -224,9 +291,10 @@ pub async fn run_server(
 
 async fn chat(settings: Settings, session: Option<String>) -> anyhow::Result<()> {
     let reply_timeout = Duration::from_secs(settings.api.reply_timeout_secs);
+    let database = crate::check::shown_url(&settings.database.url);
     let gateway = Gateway::build(settings)
         .await
-        .context("starting the gateway")?;
+        .with_context(|| format!("starting the gateway (database {database})"))?;
     gateway
         .recover()
         .await
@@ -246,9 +314,7 @@ async fn chat(settings: Settings, session: Option<String>) -> anyhow::Result<()>
 
 /// `switchboard pairing list|approve|deny`.
 async fn pairing(settings: &Settings, action: PairingAction) -> anyhow::Result<()> {
-    let store = Store::connect(&StoreOptions::new(&settings.database.url))
-        .await
-        .context("opening the database")?;
+    let store = open_existing(settings).await?;
     let result = match action {
         PairingAction::List => {
             let requests = store.pairing_requests(PairingStatus::Pending).await;

@@ -9,31 +9,38 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use secrecy::SecretString;
 use serde::Deserialize;
 
 use crate::llm::{Endpoint, ProviderKind, RetryPolicy};
 use crate::tools::http_get::HttpGetConfig;
 
-/// Why the settings could not be loaded.
+mod layers;
+
+pub use layers::{ACCESS_PLATFORMS, ENV_PREFIX, closest};
+
+/// The tools `agent.tools` may name.
+pub const BUILT_IN_TOOLS: [&str; 4] = ["calculator", "current_time", "delegate", "http_get"];
+
+/// Why the settings could not be loaded. Each message is complete (where,
+/// which key, what would be valid); none has a `source()` to repeat.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("could not read the configuration: {0}")]
-    Load(config::ConfigError),
+    /// The file could not be read or is not TOML.
+    #[error("cannot read the configuration file {path}: {reason}")]
+    Read { path: String, reason: String },
+    /// A key or value of the file (or of an environment variable, named in
+    /// `origin`) is wrong.
+    #[error("{origin}: {problem}")]
+    At { origin: String, problem: String },
+    /// A value that parses but makes no sense.
     #[error("invalid setting `{key}`: {reason}")]
     Invalid { key: &'static str, reason: String },
 }
 
-// Not `#[from]`: the message already carries the cause, and a report that
-// walked `source()` too would print it twice.
-impl From<config::ConfigError> for ConfigError {
-    fn from(err: config::ConfigError) -> Self {
-        Self::Load(err)
-    }
-}
-
 /// All settings.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     pub server: ServerSettings,
@@ -59,7 +66,7 @@ pub struct Settings {
     pub feishu: Option<switchboard_feishu::FeishuSettings>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerSettings {
     /// Address the HTTP server listens on.
@@ -87,7 +94,7 @@ impl Default for ServerSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct DatabaseSettings {
     /// `sqlite://path/to/file.db` (created on first run) or `postgres://…`.
@@ -114,7 +121,7 @@ impl Default for DatabaseSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct LlmSettings {
     /// `openai` (any Chat Completions server) or `anthropic`.
@@ -171,7 +178,7 @@ impl LlmSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentSettings {
     /// Who the agent is; the first part of every new session's system prompt.
@@ -214,7 +221,7 @@ impl Default for AgentSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentCacheSettings {
     /// Most agent instances kept.
@@ -233,7 +240,7 @@ impl Default for AgentCacheSettings {
 }
 
 /// How group chats map to sessions.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum GroupSessions {
     /// One session per group chat (or thread).
@@ -243,7 +250,7 @@ pub enum GroupSessions {
     PerUser,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ContextSettings {
     /// Context window in tokens for models not listed in `windows`.
@@ -268,7 +275,7 @@ impl Default for ContextSettings {
 }
 
 /// What a message does when its session is busy with a turn.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BusyMode {
     /// Wait for the running turn, then run.
@@ -279,7 +286,7 @@ pub enum BusyMode {
 }
 
 /// How a principal's direct chats map to sessions.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DmSessions {
     /// One conversation across all the principal's linked identities: start
@@ -290,7 +297,7 @@ pub enum DmSessions {
     PerPlatform,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct SessionSettings {
     pub group_sessions: GroupSessions,
@@ -300,7 +307,7 @@ pub struct SessionSettings {
 
 /// Who may talk to the agent on the chat platforms. The HTTP API (its own
 /// bearer keys) and the terminal (local) are not restricted.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct AccessSettings {
     /// `"platform:user_id"` or `"principal:ID"` entries; a principal is
@@ -319,7 +326,7 @@ pub struct AccessSettings {
     pub platforms: std::collections::BTreeMap<String, Vec<String>>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitSettings {
     /// Longest one task (one user message) may run, in seconds.
@@ -349,7 +356,7 @@ impl Default for LimitSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunnerSettings {
     /// Turns running at once across all sessions; others wait in order.
@@ -381,7 +388,7 @@ impl Default for RunnerSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ApiSettings {
     /// Serve the OpenAI-compatible API.
@@ -414,7 +421,7 @@ impl Default for ApiSettings {
 }
 
 /// One named API key (`[api.keys.NAME]`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NamedKeySettings {
     /// The environment variable holding the key.
@@ -517,13 +524,13 @@ impl ApiSettings {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ToolSettings {
     pub http_get: HttpGetConfig,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogSettings {
     /// A `tracing` filter (`RUST_LOG` overrides it).
@@ -544,37 +551,66 @@ impl Default for LogSettings {
 impl Settings {
     /// Loads the settings: defaults, then `file` (required when given;
     /// otherwise `config/switchboard.toml` if it exists), then the
-    /// environment.
+    /// environment. A relative SQLite path is resolved against the folder of
+    /// the file that sets it, or else the working directory; the URL kept is
+    /// absolute.
     ///
     /// # Errors
-    /// An unreadable file, a value of the wrong type, an unknown key, or an
-    /// invalid value (the error names the key).
+    /// An unreadable file, an unknown key, a value of the wrong type, or an
+    /// invalid value: the message names the key, the file or environment
+    /// variable it came from, and what would be valid.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        let mut builder = config::Config::builder();
-        match file {
-            Some(path) => builder = builder.add_source(config::File::from(path).required(true)),
-            None => {
-                builder = builder
-                    .add_source(config::File::with_name("config/switchboard").required(false));
+        Self::load_from(file, std::env::vars())
+    }
+
+    /// [`Settings::load`] with the environment given.
+    ///
+    /// # Errors
+    /// As [`Settings::load`].
+    pub fn load_from(
+        file: Option<&Path>,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let file = file_in_use(file);
+        let file = file.as_deref();
+        let layers = layers::read(file, vars)?;
+        let mut settings: Self = serde_path_to_error::deserialize(toml::Value::Table(
+            layers.tree.clone(),
+        ))
+        .map_err(|err| {
+            let key = err.path().to_string();
+            let key = if key == "." { String::new() } else { key };
+            ConfigError::At {
+                origin: layers.origin_of(&key),
+                // The message alone: the error's `Display` repeats
+                // the key on lines of its own.
+                problem: if key.is_empty() {
+                    err.inner().message().to_owned()
+                } else {
+                    format!("`{key}`: {}", err.inner().message())
+                },
             }
-        }
-        let settings: Self = builder
-            .add_source(
-                config::Environment::with_prefix("SWITCHBOARD")
-                    .prefix_separator("__")
-                    .separator("__")
-                    .try_parsing(true)
-                    .list_separator(",")
-                    .with_list_parse_key("agent.tools")
-                    .with_list_parse_key("access.allowlist")
-                    .with_list_parse_key("access.admins")
-                    .with_list_parse_key("llm.extra_models")
-                    .with_list_parse_key("tools.http_get.allow_hosts")
-                    .with_list_parse_key("tools.http_get.deny_hosts"),
-            )
-            .build()?
-            .try_deserialize()?;
-        settings.validate()?;
+        })?;
+        let database_base = match (layers.from_env.contains_key("database.url"), file) {
+            (false, Some(file))
+                if layers
+                    .tree
+                    .get("database")
+                    .is_some_and(|db| db.get("url").is_some()) =>
+            {
+                file.parent().map(Path::to_path_buf)
+            }
+            _ => None,
+        };
+        settings.database.url =
+            absolute_sqlite_url(&settings.database.url, database_base.as_deref());
+        settings.validate().map_err(|err| match err {
+            ConfigError::Invalid { key, reason } => ConfigError::At {
+                origin: layers.origin_of(key),
+                problem: format!("invalid setting `{key}`: {reason}"),
+            },
+            other => other,
+        })?;
         Ok(settings)
     }
 
@@ -587,28 +623,51 @@ impl Settings {
             key,
             reason: reason.to_owned(),
         };
-        self.server
-            .bind
-            .parse::<SocketAddr>()
-            .map_err(|err| invalid("server.bind", &err.to_string()))?;
+        self.bind_addr()?;
         if !(self.database.url.starts_with("sqlite:")
             || self.database.url.starts_with("postgres://")
             || self.database.url.starts_with("postgresql://"))
         {
-            return Err(invalid("database.url", "use sqlite://… or postgres://…"));
+            return Err(invalid(
+                "database.url",
+                "use sqlite://PATH (a file) or postgres://USER@HOST/DATABASE",
+            ));
         }
         if !(self.llm.base_url.starts_with("http://") || self.llm.base_url.starts_with("https://"))
         {
-            return Err(invalid("llm.base_url", "must be an http(s) URL"));
+            return Err(invalid(
+                "llm.base_url",
+                "must be an http(s) URL, like https://api.openai.com/v1",
+            ));
         }
         if self.llm.model.trim().is_empty() {
             return Err(invalid("llm.model", "must not be empty"));
+        }
+        if let Some(unknown) = self
+            .agent
+            .tools
+            .iter()
+            .find(|tool| !BUILT_IN_TOOLS.contains(&tool.as_str()))
+        {
+            let hint = closest(unknown, BUILT_IN_TOOLS.iter().copied())
+                .map(|best| format!(" (did you mean `{best}`?)"))
+                .unwrap_or_default();
+            return Err(invalid(
+                "agent.tools",
+                &format!(
+                    "unknown tool `{unknown}`{hint}; known tools: {}",
+                    BUILT_IN_TOOLS.join(", ")
+                ),
+            ));
         }
         if self.agent.max_iterations == 0 {
             return Err(invalid("agent.max_iterations", "must be at least 1"));
         }
         if !(self.context.compact_threshold > 0.0 && self.context.compact_threshold <= 1.0) {
-            return Err(invalid("context.compact_threshold", "must be in (0, 1]"));
+            return Err(invalid(
+                "context.compact_threshold",
+                "must be more than 0 and at most 1",
+            ));
         }
         if self.runner.dedup_retention_hours < 72 {
             return Err(invalid(
@@ -633,14 +692,80 @@ impl Settings {
         self.api.validate()
     }
 
+    /// The address to listen on: `server.bind` as an IP address and port,
+    /// or a host name (resolved) and port.
+    ///
+    /// # Errors
+    /// Neither form, or a host name that does not resolve.
     pub fn bind_addr(&self) -> Result<SocketAddr, ConfigError> {
-        self.server
-            .bind
-            .parse()
-            .map_err(|err: std::net::AddrParseError| ConfigError::Invalid {
-                key: "server.bind",
-                reason: err.to_string(),
-            })
+        let bind = self.server.bind.trim();
+        if let Ok(addr) = bind.parse::<SocketAddr>() {
+            return Ok(addr);
+        }
+        let invalid = |why: String| ConfigError::Invalid {
+            key: "server.bind",
+            reason: format!(
+                "\"{bind}\" {why}; expected HOST:PORT, like 127.0.0.1:8080, [::1]:8080 or localhost:8080"
+            ),
+        };
+        if bind
+            .rsplit_once(':')
+            .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+        {
+            return Err(invalid("has no valid port".to_owned()));
+        }
+        let mut addrs = std::net::ToSocketAddrs::to_socket_addrs(bind)
+            .map_err(|err| invalid(format!("does not resolve ({err})")))?
+            .collect::<Vec<_>>();
+        // Prefer IPv4 (what `localhost` means to most clients).
+        addrs.sort_by_key(|addr| !addr.is_ipv4());
+        addrs
+            .into_iter()
+            .next()
+            .ok_or_else(|| invalid("resolves to no address".to_owned()))
+    }
+}
+
+/// The file read when no `--config` is given, if it exists.
+pub const DEFAULT_FILE: &str = "config/switchboard.toml";
+
+/// The file [`Settings::load`] reads for `file`: it, or the default file if
+/// that exists.
+#[must_use]
+pub fn file_in_use(file: Option<&Path>) -> Option<PathBuf> {
+    let default_file = Path::new(DEFAULT_FILE);
+    file.map(Path::to_path_buf)
+        .or_else(|| default_file.is_file().then(|| default_file.to_path_buf()))
+}
+
+/// The path of a `sqlite:` URL, and its query (without `?`), if it names a
+/// file.
+pub fn sqlite_path(url: &str) -> Option<(&str, &str)> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    (!path.is_empty() && path != ":memory:").then_some((path, query))
+}
+
+/// `url` with a relative SQLite path made absolute against `base` (or the
+/// working directory).
+fn absolute_sqlite_url(url: &str, base: Option<&Path>) -> String {
+    let Some((path, query)) = sqlite_path(url) else {
+        return url.to_owned();
+    };
+    if Path::new(path).is_absolute() {
+        return url.to_owned();
+    }
+    let joined = match base {
+        Some(base) if !base.as_os_str().is_empty() => base.join(path),
+        _ => PathBuf::from(path),
+    };
+    let absolute = std::path::absolute(&joined).unwrap_or(joined);
+    let absolute = absolute.display();
+    if query.is_empty() {
+        format!("sqlite://{absolute}")
+    } else {
+        format!("sqlite://{absolute}?{query}")
     }
 }
 
@@ -686,9 +811,185 @@ mod tests {
         let root = std::env::var("CARGO_MANIFEST_DIR")
             .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
         let path = Path::new(&root).join("config/switchboard.example.toml");
-        let example = Settings::load(Some(&path)).expect("example parses");
+        let mut example = Settings::load(Some(&path)).expect("example parses");
+        // Its relative database path is resolved against its folder.
+        assert_eq!(
+            example.database.url,
+            format!("sqlite://{root}/config/data/switchboard.db")
+        );
         let defaults = Settings::default();
+        example.database.url.clone_from(&defaults.database.url);
         assert_eq!(format!("{example:?}"), format!("{defaults:?}"));
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn every_list_key_takes_comma_separated_values_from_the_environment() {
+        let settings = Settings::load_from(
+            None,
+            vars(&[
+                ("SWITCHBOARD__ACCESS__PLATFORMS__TELEGRAM", "123"),
+                ("SWITCHBOARD__ACCESS__PLATFORMS__DISCORD", "7, 8"),
+                ("SWITCHBOARD__ACCESS__ALLOWLIST", "telegram:1,principal:2"),
+                ("SWITCHBOARD__TELEGRAM__FREE_RESPONSE_CHATS", "-100123,42"),
+                ("SWITCHBOARD__DISCORD__FREE_RESPONSE_CHANNELS", "55"),
+                ("SWITCHBOARD__AGENT__TOOLS", "calculator"),
+                ("SWITCHBOARD__LLM__EXTRA_MODELS", ""),
+                (
+                    "SWITCHBOARD__TOOLS__HTTP_GET__ALLOW_HOSTS",
+                    "example.com,example.org",
+                ),
+                ("SWITCHBOARD__LLM__MODEL", "42"),
+                ("SWITCHBOARD__LOG__JSON", "TRUE"),
+                ("SWITCHBOARD__CONTEXT__COMPACT_THRESHOLD", "0.5"),
+                ("SWITCHBOARD_CONFIG_UNRELATED", "x"),
+            ]),
+        )
+        .expect("loads");
+        assert_eq!(settings.access.platforms["telegram"], ["123"]);
+        assert_eq!(settings.access.platforms["discord"], ["7", "8"]);
+        assert_eq!(settings.access.allowlist, ["telegram:1", "principal:2"]);
+        let telegram = settings.telegram.expect("the section is enabled");
+        assert_eq!(telegram.free_response_chats, [-100_123, 42]);
+        assert_eq!(
+            settings.discord.expect("enabled").free_response_channels,
+            ["55"]
+        );
+        assert_eq!(settings.agent.tools, ["calculator"]);
+        assert!(settings.llm.extra_models.is_empty());
+        assert_eq!(
+            settings.tools.http_get.allow_hosts,
+            ["example.com", "example.org"]
+        );
+        assert_eq!(settings.llm.model, "42");
+        assert!(settings.log.json);
+        assert!((settings.context.compact_threshold - 0.5).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn the_environment_overrides_the_file_key_by_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        std::fs::write(
+            &path,
+            "[llm]\nmodel = \"m-file\"\nextra_models = [\"a\"]\n[access.platforms]\ntelegram = [\"1\"]\n",
+        )
+        .expect("write");
+        let settings = Settings::load_from(
+            Some(&path),
+            vars(&[("SWITCHBOARD__LLM__EXTRA_MODELS", "b,c")]),
+        )
+        .expect("loads");
+        assert_eq!(settings.llm.model, "m-file");
+        assert_eq!(settings.llm.extra_models, ["b", "c"]);
+        assert_eq!(settings.access.platforms["telegram"], ["1"]);
+    }
+
+    #[test]
+    fn relative_database_paths_follow_the_file_that_sets_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        std::fs::write(
+            &path,
+            "[database]\nurl = \"sqlite://state/x.db?mode=rwc\"\n",
+        )
+        .expect("write");
+        let settings = Settings::load_from(Some(&path), vars(&[])).expect("loads");
+        assert_eq!(
+            settings.database.url,
+            format!("sqlite://{}/state/x.db?mode=rwc", dir.path().display())
+        );
+        // Set from the environment: the working directory's.
+        let settings = Settings::load_from(
+            Some(&path),
+            vars(&[("SWITCHBOARD__DATABASE__URL", "sqlite://y.db")]),
+        )
+        .expect("loads");
+        let cwd = std::env::current_dir().expect("cwd");
+        assert_eq!(
+            settings.database.url,
+            format!("sqlite://{}", cwd.join("y.db").display())
+        );
+        // Absolute paths, memory and PostgreSQL stay as they are.
+        for url in [
+            "sqlite:///srv/gw.db",
+            "sqlite::memory:",
+            "postgres://u@h/db",
+        ] {
+            let settings = Settings::load_from(None, vars(&[("SWITCHBOARD__DATABASE__URL", url)]))
+                .expect("loads");
+            assert_eq!(settings.database.url, url);
+        }
+    }
+
+    #[test]
+    fn every_section_refuses_unknown_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        for section in [
+            "server",
+            "database",
+            "llm",
+            "agent",
+            "agent_cache",
+            "sessions",
+            "access",
+            "runner",
+            "limits",
+            "context",
+            "api",
+            "tools",
+            "tools.http_get",
+            "log",
+            "telegram",
+            "discord",
+            "feishu",
+            "prices.\"some-model\"",
+            "api.keys.web",
+        ] {
+            std::fs::write(&path, format!("[{section}]\nbogus_key = 1\n")).expect("write");
+            let err = Settings::load_from(Some(&path), vars(&[]))
+                .expect_err(section)
+                .to_string();
+            let shown = section.replace('"', "");
+            assert!(
+                err.contains(&format!("unknown key `bogus_key` in [{shown}]")),
+                "{section}: {err}"
+            );
+            let var = format!(
+                "SWITCHBOARD__{}__BOGUS_KEY",
+                shown.replace('.', "__").to_ascii_uppercase()
+            );
+            let err = Settings::load_from(None, vars(&[(var.as_str(), "1")]))
+                .expect_err(&var)
+                .to_string();
+            assert!(
+                err.starts_with(&format!(
+                    "environment variable {var}: unknown key `bogus_key`"
+                )),
+                "{var}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_host_name_bind_address_is_resolved() {
+        let mut settings = Settings::default();
+        settings.server.bind = "localhost:8080".to_owned();
+        let addr = settings.bind_addr().expect("resolves");
+        assert!(addr.ip().is_loopback());
+        assert_eq!(addr.port(), 8080);
+        for bad in ["localhost", "127.0.0.1:http", ":8080"] {
+            settings.server.bind = bad.to_owned();
+            let err = settings.bind_addr().expect_err(bad).to_string();
+            assert!(err.contains("expected HOST:PORT"), "{err}");
+        }
     }
 
     #[test]

@@ -28,7 +28,9 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("could not build the HTTP client: {0}")]
     Http(String),
-    #[error("unknown tool `{0}` in agent.tools")]
+    #[error(
+        "unknown tool `{0}` in agent.tools; known tools: calculator, current_time, delegate, http_get"
+    )]
     UnknownTool(String),
 }
 

@@ -8,12 +8,14 @@
 //! (wiring it all together), [`platforms`] (starting and supervising the
 //! adapters), [`platform_status`] (their states, for `/readyz`),
 //! [`platform_lease`] (one instance per platform connection), [`metrics`]
-//! (what `/metrics` serves),
-//! [`bench`](mod@bench) (the throughput benchmark).
+//! (what `/metrics` serves), [`bench`](mod@bench) (the throughput
+//! benchmark), [`check`] (`switchboard check`: reaching what the
+//! configuration names).
 
 pub mod agent;
 pub mod api;
 pub mod bench;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod gateway;

@@ -10,7 +10,7 @@ use crate::llm::Usage;
 use crate::store::UsageRow;
 
 /// Prices of one model, in US dollars per million tokens.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Price {
     /// Input tokens not read from or written to the cache.

@@ -34,7 +34,7 @@ pub use retry::RetryPolicy;
 pub use stream::{OnStream, StreamEvent};
 
 /// Which wire protocol a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderKind {
     /// OpenAI Chat Completions (also OpenRouter, DeepSeek, vLLM, Ollama, ...).

@@ -674,7 +674,15 @@ impl Runner {
             return Ok(None);
         }
         let trace_id = uuid::Uuid::now_v7().to_string();
-        let span = tracing::info_span!("turn", trace_id = %trace_id, inbound_id = inbound.id);
+        // Every log line of the turn carries these (the JSON log flattens
+        // them into each line).
+        let span = tracing::info_span!(
+            "turn",
+            trace_id = %trace_id,
+            session_id = %inbound.session_id,
+            platform = %inbound.platform,
+            inbound_id = inbound.id
+        );
         // The reply goes back to the chat the message came from.
         let typing = self.typing_indicator(&chat_of(inbound));
         let turn = self

@@ -479,6 +479,7 @@ mod tests {
     struct Scratch {
         store: Store,
         _dir: Option<tempfile::TempDir>,
+        _database: Option<switchboard_test_support::postgres::TestDatabase>,
     }
 
     impl Scratch {
@@ -492,11 +493,15 @@ mod tests {
     /// sees whatever state a batch leaves that connection in); `None`, with
     /// a note, when it is not set.
     async fn postgres_store() -> Option<Scratch> {
-        let url = super::super::test_support::fresh_postgres_url().await?;
-        let mut options = StoreOptions::new(url);
+        let database = super::super::test_support::fresh_postgres().await?;
+        let mut options = StoreOptions::new(database.url());
         options.max_connections = 1;
         let store = Store::connect(&options).await.expect("store");
-        Some(Scratch { store, _dir: None })
+        Some(Scratch {
+            store,
+            _dir: None,
+            _database: Some(database),
+        })
     }
 
     /// A scratch store on SQLite, and one on PostgreSQL when there is one,
@@ -507,6 +512,7 @@ mod tests {
         let mut stores = vec![Scratch {
             store: sqlite,
             _dir: Some(dir),
+            _database: None,
         }];
         stores.extend(postgres_store().await);
         for scratch in &stores {
@@ -715,7 +721,10 @@ mod tests {
 
     #[tokio::test]
     async fn text_with_a_nul_byte_is_refused_on_postgres_and_nothing_is_written() {
-        let Some(Scratch { store, .. }) = postgres_store().await else {
+        let Some(Scratch {
+            store, _database, ..
+        }) = postgres_store().await
+        else {
             return;
         };
         sqlx::raw_sql("CREATE TABLE t (id BIGSERIAL PRIMARY KEY, v TEXT NOT NULL)")
@@ -740,7 +749,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_returning_statement_that_gives_no_row_is_an_error_on_postgres() {
-        let Some(Scratch { store, .. }) = postgres_store().await else {
+        let Some(Scratch {
+            store, _database, ..
+        }) = postgres_store().await
+        else {
             return;
         };
         sqlx::raw_sql("CREATE TABLE t (id BIGSERIAL PRIMARY KEY, v TEXT NOT NULL)")
@@ -795,7 +807,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_abandoned_on_postgres_is_all_or_nothing_and_the_pool_stays_usable() {
-        let Some(Scratch { store, .. }) = postgres_store().await else {
+        let Some(Scratch {
+            store, _database, ..
+        }) = postgres_store().await
+        else {
             return;
         };
         sqlx::raw_sql("CREATE TABLE t (id BIGSERIAL PRIMARY KEY, v TEXT NOT NULL)")

@@ -702,10 +702,10 @@ mod tests {
 
     #[tokio::test]
     async fn postgres_ends_transactions_a_frozen_instance_left_open() {
-        let Some(url) = test_support::fresh_postgres_url().await else {
+        let Some(database) = test_support::fresh_postgres().await else {
             return;
         };
-        let store = Store::connect(&StoreOptions::new(url))
+        let store = Store::connect(&StoreOptions::new(database.url()))
             .await
             .expect("store");
         let timeout: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")

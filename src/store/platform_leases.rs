@@ -124,22 +124,18 @@ mod tests {
 
     /// The stores to run each test on: a scratch SQLite file, and a fresh
     /// PostgreSQL database when `TEST_DATABASE_URL` is set.
-    async fn stores() -> Vec<(Store, Option<tempfile::TempDir>)> {
+    /// Each store with what keeps its database (the SQLite file's folder,
+    /// the PostgreSQL database's guard).
+    async fn stores() -> Vec<(Store, Box<dyn std::any::Any>)> {
         let (sqlite, dir) = scratch_store().await;
-        let mut stores = vec![(sqlite, Some(dir))];
-        if let Some(postgres) = fresh_postgres().await {
-            stores.push((postgres, None));
+        let mut stores: Vec<(Store, Box<dyn std::any::Any>)> = vec![(sqlite, Box::new(dir))];
+        if let Some(database) = super::super::test_support::fresh_postgres().await {
+            let store = Store::connect(&StoreOptions::new(database.url()))
+                .await
+                .expect("store");
+            stores.push((store, Box::new(database)));
         }
         stores
-    }
-
-    async fn fresh_postgres() -> Option<Store> {
-        let url = super::super::test_support::fresh_postgres_url().await?;
-        Some(
-            Store::connect(&StoreOptions::new(url))
-                .await
-                .expect("store"),
-        )
     }
 
     /// Moves the lease's expiry `by_ms` into the past, as if its holder had

@@ -32,10 +32,10 @@ pub(super) async fn scratch_instance(
         })
 }
 
-/// The URL of a new, empty database on the PostgreSQL server that
-/// `TEST_DATABASE_URL` names; `None`, with a note, when it names none.
-pub(super) async fn fresh_postgres_url() -> Option<String> {
-    use sqlx::{Connection, Executor};
+/// A new, empty database on the PostgreSQL server that `TEST_DATABASE_URL`
+/// names (dropped with the guard, whose `url()` names it); `None`, with a
+/// note, when it names none.
+pub(super) async fn fresh_postgres() -> Option<switchboard_test_support::postgres::TestDatabase> {
     let Some(base) = std::env::var("TEST_DATABASE_URL")
         .ok()
         .filter(|url| url.starts_with("postgres"))
@@ -43,18 +43,7 @@ pub(super) async fn fresh_postgres_url() -> Option<String> {
         println!("TEST_DATABASE_URL is not a PostgreSQL URL: PostgreSQL not tested");
         return None;
     };
-    let name = format!("sb_test_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = sqlx::PgConnection::connect(&base)
-        .await
-        .expect("connect to TEST_DATABASE_URL");
-    admin
-        .execute(format!("CREATE DATABASE {name}").as_str())
-        .await
-        .expect("create the test database");
-    let _ = admin.close().await;
-    let mut url = url::Url::parse(&base).expect("TEST_DATABASE_URL is a URL");
-    url.set_path(&name);
-    Some(url.to_string())
+    Some(switchboard_test_support::postgres::TestDatabase::create(&base).await)
 }
 
 /// Runs hand-written statements on the writer with foreign keys off: the

@@ -32,8 +32,8 @@ use url::{Host, Url};
 use super::{Tool, ToolContext, ToolError, arguments_schema};
 
 /// Limits and host rules for [`HttpGet`].
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
 pub struct HttpGetConfig {
     /// If non-empty, only these hosts and their subdomains may be fetched
     /// (case-insensitive; IP literals match exactly).

@@ -23,8 +23,8 @@ use switchboard_test_support::wait::within;
 use tokio::task::JoinHandle;
 
 use crate::helpers::{
-    FakeLlm, Reply, ServeProcess, delegate_and_calculate, fresh_database, is_sub_agent,
-    last_user_text,
+    FakeLlm, FreshDatabase, Reply, ServeProcess, delegate_and_calculate, fresh_database,
+    is_sub_agent, last_user_text,
 };
 
 /// Lease time-to-live of every instance, short so that takeovers happen
@@ -58,6 +58,8 @@ struct Cluster {
     _dir: tempfile::TempDir,
     db: PgPool,
     nodes: Vec<Option<ServeProcess>>,
+    /// Dropped last: drops the database.
+    _database: FreshDatabase,
 }
 
 impl Cluster {
@@ -87,6 +89,7 @@ impl Cluster {
             _dir: dir,
             db,
             nodes,
+            _database: database,
         })
     }
 

@@ -86,7 +86,7 @@ async fn kill_9_at_many_points_loses_nothing_and_repeats_nothing() {
     }
 
     // Let the last process finish everything it resumed.
-    let store = Store::connect_without_migrating(&StoreOptions::new(&database))
+    let store = Store::connect_without_migrating(&StoreOptions::new(&*database))
         .await
         .expect("store");
     // Generous: under a loaded CI machine a restart and a lease expiry take

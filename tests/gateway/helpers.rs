@@ -17,7 +17,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 use switchboard::config::Settings;
 use switchboard::gateway::Gateway;
@@ -25,6 +25,7 @@ use switchboard::platforms::Platforms;
 use switchboard::store::{SessionId, SessionRow, StoredMessage, WireEntry};
 use switchboard_telegram::TelegramSettings;
 use switchboard_test_support::eventually;
+use switchboard_test_support::postgres::TestDatabase;
 use switchboard_test_support::telegram::{self, FakeTelegram};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -194,6 +195,7 @@ impl FakeLlm {
         let app = Router::new()
             .route("/v1/chat/completions", post(openai))
             .route("/v1/messages", post(anthropic))
+            .route("/v1/models", get(models))
             .with_state(state);
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
@@ -557,6 +559,17 @@ fn event_stream(
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
+/// The model list (`GET /v1/models`, both wire formats): `fake-model`,
+/// what the gateway's test settings name. Answered 401 without a key.
+async fn models(headers: HeaderMap) -> Response {
+    let keyed = headers.contains_key("authorization") || headers.contains_key("x-api-key");
+    if !keyed {
+        return status(401, r#"{"error":{"message":"no key"}}"#.to_owned());
+    }
+    axum::Json(json!({"object": "list", "data": [{"id": "fake-model", "object": "model"}]}))
+        .into_response()
+}
+
 fn status(code: u16, body: String) -> Response {
     let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (code, [("retry-after", "0")], body).into_response()
@@ -649,25 +662,53 @@ pub fn delegate_and_calculate(body: &Value) -> Reply {
     ])
 }
 
-/// A fresh database URL: a new PostgreSQL database when
-/// `TEST_DATABASE_URL` is set, else a SQLite file in `dir`.
-pub async fn fresh_database(dir: &std::path::Path) -> String {
+/// A fresh database for one test: a new PostgreSQL database when
+/// `TEST_DATABASE_URL` is set (dropped again with this guard), else a SQLite
+/// file in `dir`. Reads as its URL.
+pub struct FreshDatabase {
+    url: String,
+    _postgres: Option<TestDatabase>,
+}
+
+impl std::ops::Deref for FreshDatabase {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.url
+    }
+}
+
+impl std::fmt::Display for FreshDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.url)
+    }
+}
+
+/// A fresh database (see [`FreshDatabase`]); keep it until the test is done.
+pub async fn fresh_database(dir: &std::path::Path) -> FreshDatabase {
     match std::env::var("TEST_DATABASE_URL") {
         Ok(base) if !base.is_empty() => {
-            use sqlx::Connection;
-            let name = format!("sb_test_{}", uuid::Uuid::new_v4().simple());
-            let mut conn = sqlx::PgConnection::connect(&base)
-                .await
-                .expect("connect to TEST_DATABASE_URL");
-            sqlx::Executor::execute(&mut conn, format!("CREATE DATABASE {name}").as_str())
-                .await
-                .expect("create test database");
-            let mut url = url::Url::parse(&base).expect("TEST_DATABASE_URL is a URL");
-            url.set_path(&name);
-            url.to_string()
+            let database = TestDatabase::create(&base).await;
+            FreshDatabase {
+                url: database.url().to_owned(),
+                _postgres: Some(database),
+            }
         }
-        _ => format!("sqlite://{}/switchboard.db", dir.display()),
+        _ => FreshDatabase {
+            url: format!("sqlite://{}/switchboard.db", dir.display()),
+            _postgres: None,
+        },
     }
+}
+
+/// The databases of [`test_settings`], by URL, until the [`TestApp`] started
+/// with those settings takes theirs.
+static UNCLAIMED: Mutex<Vec<FreshDatabase>> = Mutex::new(Vec::new());
+
+/// The database guard of settings made by [`test_settings`], if any.
+fn claim_database(url: &str) -> Option<FreshDatabase> {
+    let mut unclaimed = UNCLAIMED.lock().expect("lock");
+    let index = unclaimed.iter().position(|database| database.url == url)?;
+    Some(unclaimed.swap_remove(index))
 }
 
 /// The gateway running on 127.0.0.1 with its HTTP API.
@@ -677,6 +718,8 @@ pub struct TestApp {
     pub gateway: Arc<Gateway>,
     /// Keeps the SQLite file (and anything a test puts there) alive.
     _dir: tempfile::TempDir,
+    /// Drops a PostgreSQL test database with the app.
+    _database: Option<FreshDatabase>,
     stop: CancellationToken,
     platforms: Platforms,
 }
@@ -719,6 +762,7 @@ impl TestApp {
     /// Starts the gateway with exactly these settings; its platform
     /// adapters come up in the background.
     pub async fn start_unready(settings: Settings, dir: tempfile::TempDir) -> Self {
+        let database = claim_database(&settings.database.url);
         let gateway = Arc::new(Gateway::build(settings).await.expect("gateway builds"));
         let mut platforms = Platforms::start(&gateway, &gateway.shutdown).await;
         let routes = std::mem::take(&mut platforms.routes);
@@ -742,6 +786,7 @@ impl TestApp {
             http: reqwest::Client::new(),
             gateway,
             _dir: dir,
+            _database: database,
             stop,
             platforms,
         }
@@ -876,7 +921,9 @@ fn reply_text(body: &Value) -> String {
 /// fast retries, the calculator, clock and delegate tools, no API keys.
 pub async fn test_settings(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {
     let mut settings = Settings::default();
-    settings.database.url = fresh_database(dir.path()).await;
+    let database = fresh_database(dir.path()).await;
+    settings.database.url = database.url.clone();
+    UNCLAIMED.lock().expect("lock").push(database);
     settings.llm.base_url = llm.openai_base();
     settings.llm.model = "fake-model".to_owned();
     settings.llm.api_key_env = "SWITCHBOARD_TEST_LLM_KEY".to_owned();

@@ -11,6 +11,7 @@ mod budget;
 mod budget_warnings;
 mod cluster;
 mod compaction;
+mod config_check;
 mod crash;
 mod failure_texts;
 mod feishu;

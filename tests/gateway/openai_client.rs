@@ -8,10 +8,12 @@
 //!
 //! They need `python3` with the `openai` package, and `node` with the
 //! `openai` package in `tests/clients/node_modules`. Without them a test
-//! says it is skipped and passes, unless `SWITCHBOARD_REQUIRE_OPENAI_CLIENT=1`
+//! prints `SKIPPED: …` to the test run's stderr (not captured, so it shows
+//! in `cargo test`'s output) and passes, unless `SWITCHBOARD_REQUIRE_OPENAI_CLIENT=1`
 //! (Python) or `SWITCHBOARD_REQUIRE_OPENAI_NODE_CLIENT=1` (Node) makes that a
 //! failure; CI sets them after installing the packages.
 
+use std::io::Write;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -93,7 +95,14 @@ async fn works_unchanged(client: Client) {
             std::env::var(required).as_deref() != Ok("1"),
             "{required}=1 but the {client:?} openai package cannot be loaded"
         );
-        println!("skipped: {client:?} openai package not installed");
+        // Written to the process's stderr directly: libtest captures
+        // `println!`/`eprintln!` of passing tests, not this, so the notice
+        // shows in `cargo test`'s output.
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: the official OpenAI {client:?} client test: its `openai` package is not \
+             installed (see the README; {required}=1 makes this a failure)"
+        );
         return;
     }
     // Echoes, except that `calculate: EXPR` gets a tool round first.

@@ -13,7 +13,7 @@ use switchboard::store::{Store, StoreOptions};
 use switchboard_test_support::telegram::{BOT_ID, FakeTelegram, TgUser};
 use switchboard_test_support::{eventually, eventually_some};
 
-use crate::helpers::{FakeLlm, ServeProcess, fresh_database};
+use crate::helpers::{FakeLlm, FreshDatabase, ServeProcess, fresh_database};
 
 /// The lease TTL given to both instances.
 const LEASE_TTL_SECS: &str = "2";
@@ -90,6 +90,8 @@ struct Cluster {
     second: ServeProcess,
     _llm: FakeLlm,
     _dir: tempfile::TempDir,
+    /// Dropped last: drops the database.
+    _database: FreshDatabase,
 }
 
 async fn cluster() -> Cluster {
@@ -101,7 +103,7 @@ async fn cluster() -> Cluster {
     let database = fresh_database(dir.path()).await;
 
     let first = start(dir.path(), &database, &llm, &telegram, true).await;
-    let store = Store::connect_without_migrating(&StoreOptions::new(&database))
+    let store = Store::connect_without_migrating(&StoreOptions::new(&*database))
         .await
         .expect("store");
     let first_id = eventually_some("the first instance to take the lease", || async {
@@ -120,6 +122,7 @@ async fn cluster() -> Cluster {
         second,
         _llm: llm,
         _dir: dir,
+        _database: database,
     }
 }
 
@@ -193,6 +196,7 @@ async fn one_instance_polls_telegram_and_another_takes_over_when_it_is_killed() 
         second,
         _llm,
         _dir,
+        _database,
     } = cluster().await;
 
     // The second stands by while the first renews its lease: every message
@@ -240,6 +244,7 @@ async fn a_stalled_holder_is_replaced_and_stands_by_when_it_resumes() {
         second,
         _llm,
         _dir,
+        _database,
     } = cluster().await;
     let mut asked = Vec::new();
     ask(&telegram, &mut asked, "before the stall").await;

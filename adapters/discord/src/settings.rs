@@ -20,8 +20,8 @@ pub const DEFAULT_TOKEN_ENV: &str = "DISCORD_BOT_TOKEN";
 /// reply_ping = false                  # replies in servers notify the asker
 /// # api_proxy = "http://127.0.0.1:3000"  # tests only
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
 pub struct DiscordSettings {
     /// Name of the environment variable holding the bot token (never the
     /// token itself: committed configuration holds no secrets).

@@ -10,7 +10,8 @@ use serde::{Deserialize, Deserializer};
 
 /// Feishu/Lark adapter settings, usually the `[feishu]` table of the gateway's
 /// configuration. Every field but `app_id` has a default.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct FeishuSettings {
     /// The app's App ID (`cli_…`), from the developer console. Also the
     /// account id of every message this adapter submits.
@@ -30,6 +31,7 @@ pub struct FeishuSettings {
     /// `feishu` (open.feishu.cn), `lark` (open.larksuite.com), or a base URL
     /// such as `http://127.0.0.1:9000` (tests, proxies). Default `feishu`.
     #[serde(default)]
+    #[schemars(with = "String")]
     pub domain: Domain,
     /// The path the webhook route is served at, as entered in the console's
     /// request URL. Default `/feishu/events`.

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use url::Url;
 
 /// How updates reach the adapter.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// The adapter asks Telegram for updates (`getUpdates`); works behind
@@ -24,14 +24,15 @@ pub enum Mode {
 }
 
 /// The `[telegram]` settings table.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
 pub struct TelegramSettings {
     /// Name of the environment variable that holds the bot token from
     /// BotFather. Default `TELEGRAM_BOT_TOKEN`.
     pub token_env: String,
     /// Base URL of the Bot API, for a local Bot API server or a test fake.
     /// Default: Telegram's (`https://api.telegram.org`).
+    #[schemars(with = "Option<String>")]
     pub api_url: Option<Url>,
     /// `polling` (default) or `webhook`.
     pub mode: Mode,
@@ -45,6 +46,7 @@ pub struct TelegramSettings {
     pub webhook_secret_env: Option<String>,
     /// The public HTTPS URL of the webhook route. When set in webhook mode,
     /// the adapter calls `setWebhook` with it (and the secret) on start.
+    #[schemars(with = "Option<String>")]
     pub set_webhook_url: Option<Url>,
     /// Chats (Telegram chat ids, e.g. `-1001234567890`) where the bot answers
     /// every message, not only those that address it.

@@ -4,13 +4,15 @@
 //! through a `PlatformSender` the way the core's runner does ([`send`]), and
 //! the contract seen from the core's side: messages as an adapter submits
 //! them ([`inbound`]) and a platform that records what it is sent
-//! ([`sender`]).
+//! ([`sender`]), and scratch PostgreSQL databases dropped after the test
+//! ([`postgres`]).
 //!
 //! It depends on the contract crate only, never on the core, so the
 //! adapters' tests can use it.
 
 pub mod feishu;
 pub mod inbound;
+pub mod postgres;
 pub mod send;
 pub mod sender;
 pub mod telegram;

@@ -1,0 +1,312 @@
+//! `switchboard check`: with the configuration already loaded (and so
+//! validated), reaches everything the gateway depends on — the database, the
+//! model endpoint (its model list) and each enabled platform (Telegram
+//! `getMe`, Discord `GET /users/@me`, Feishu's tenant token and bot info) —
+//! and reports each, without changing anything: no migration is run, no
+//! database is created, no webhook is registered.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use secrecy::ExposeSecret;
+use switchboard_contract::{InboundMessage, InboundSink, SubmitError, Submitted};
+
+use crate::config::{Settings, sqlite_path};
+use crate::llm::ProviderKind;
+use crate::store::{Store, StoreOptions};
+
+/// How long each reach may take.
+const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How one check went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    /// Works, but likely not as meant.
+    Warning,
+    Problem,
+}
+
+/// One line of the report.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    pub verdict: Verdict,
+    /// What was checked (`database`, `model endpoint`, `telegram`, …).
+    pub subject: String,
+    pub detail: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tag = match self.verdict {
+            Verdict::Ok => "ok     ",
+            Verdict::Warning => "warning",
+            Verdict::Problem => "PROBLEM",
+        };
+        write!(f, "{tag} {}: {}", self.subject, self.detail)
+    }
+}
+
+fn finding(verdict: Verdict, subject: &str, detail: impl Into<String>) -> Finding {
+    Finding {
+        verdict,
+        subject: subject.to_owned(),
+        detail: detail.into(),
+    }
+}
+
+/// Runs every check; `source` names where the configuration came from.
+pub async fn run(settings: &Settings, source: &str) -> Vec<Finding> {
+    let mut findings = vec![finding(Verdict::Ok, "configuration", source)];
+    findings.push(database(settings).await);
+    findings.extend(model(settings).await);
+    findings.extend(platforms(settings).await);
+    findings
+}
+
+/// `database.url` with any password left out, for messages.
+#[must_use]
+pub fn shown_url(url: &str) -> String {
+    if let Some((path, _)) = sqlite_path(url) {
+        return path.to_owned();
+    }
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+            }
+            parsed.to_string()
+        }
+        Err(_) => "(an unparsable URL)".to_owned(),
+    }
+}
+
+async fn database(settings: &Settings) -> Finding {
+    let url = &settings.database.url;
+    let shown = shown_url(url);
+    if let Some((path, _)) = sqlite_path(url)
+        && !std::path::Path::new(path).exists()
+    {
+        return finding(
+            Verdict::Warning,
+            "database",
+            format!(
+                "no database at {shown} yet: `switchboard serve` or `switchboard migrate` \
+                 creates it there"
+            ),
+        );
+    }
+    let options = StoreOptions {
+        max_connections: 1,
+        ..StoreOptions::new(url)
+    };
+    let reached = tokio::time::timeout(TIMEOUT, async {
+        let store = Store::connect_without_migrating(&options).await?;
+        let pinged = store.ping().await;
+        store.close().await;
+        pinged
+    })
+    .await;
+    match reached {
+        Ok(Ok(())) => finding(Verdict::Ok, "database", format!("reached {shown}")),
+        Ok(Err(err)) => finding(
+            Verdict::Problem,
+            "database",
+            format!("cannot open {shown}: {err}"),
+        ),
+        Err(_) => finding(
+            Verdict::Problem,
+            "database",
+            format!("no answer from {shown} within {}s", TIMEOUT.as_secs()),
+        ),
+    }
+}
+
+/// Lists the endpoint's models (`GET {base_url}/models`, Anthropic
+/// `GET {base_url}/v1/models`) with the configured key.
+async fn model(settings: &Settings) -> Vec<Finding> {
+    let llm = &settings.llm;
+    let subject = "model endpoint";
+    let mut findings = Vec::new();
+    let key = std::env::var(&llm.api_key_env).unwrap_or_default();
+    if key.trim().is_empty() {
+        findings.push(finding(
+            Verdict::Warning,
+            subject,
+            format!(
+                "the environment variable {} (llm.api_key_env) is unset: calls go without a key",
+                llm.api_key_env
+            ),
+        ));
+    }
+    let base = llm.base_url.trim_end_matches('/');
+    let url = match llm.provider {
+        ProviderKind::Openai => format!("{base}/models"),
+        ProviderKind::Anthropic => format!("{base}/v1/models"),
+    };
+    let http = reqwest::Client::new();
+    let mut request = http.get(&url).timeout(TIMEOUT);
+    let secret = secrecy::SecretString::from(key.trim().to_owned());
+    if !secret.expose_secret().is_empty() {
+        request = match llm.provider {
+            ProviderKind::Openai => request.bearer_auth(secret.expose_secret()),
+            ProviderKind::Anthropic => request.header("x-api-key", secret.expose_secret()),
+        };
+    }
+    if llm.provider == ProviderKind::Anthropic {
+        request = request.header("anthropic-version", "2023-06-01");
+    }
+    let response = match request.send().await {
+        Ok(response) => response,
+        Err(err) => {
+            findings.push(finding(
+                Verdict::Problem,
+                subject,
+                format!(
+                    "GET {url} failed: {} (check llm.base_url)",
+                    err.without_url()
+                ),
+            ));
+            return findings;
+        }
+    };
+    let status = response.status();
+    if !status.is_success() {
+        let hint = match status.as_u16() {
+            401 | 403 => format!("check the key in {}", llm.api_key_env),
+            404 => "check llm.base_url (OpenAI-compatible: up to and including /v1)".to_owned(),
+            _ => "the endpoint may be down".to_owned(),
+        };
+        findings.push(finding(
+            Verdict::Problem,
+            subject,
+            format!("GET {url} answered HTTP {}: {hint}", status.as_u16()),
+        ));
+        return findings;
+    }
+    let listed: Vec<String> = response
+        .json::<serde_json::Value>()
+        .await
+        .ok()
+        .and_then(|body| {
+            body.get("data")
+                .and_then(|data| data.as_array())
+                .map(|data| {
+                    data.iter()
+                        .filter_map(|model| model.get("id").and_then(|id| id.as_str()))
+                        .map(str::to_owned)
+                        .collect()
+                })
+        })
+        .unwrap_or_default();
+    let mut configured = vec![llm.model.clone()];
+    configured.extend(llm.extra_models.iter().cloned());
+    configured.extend(settings.limits.fallback_model.iter().cloned());
+    let missing: Vec<&String> = configured
+        .iter()
+        .filter(|model| !listed.contains(model))
+        .collect();
+    if !listed.is_empty() && !missing.is_empty() {
+        let names: Vec<String> = missing.iter().map(|m| format!("`{m}`")).collect();
+        findings.push(finding(
+            Verdict::Warning,
+            subject,
+            format!(
+                "{url} does not list {} (check llm.model, llm.extra_models, limits.fallback_model)",
+                names.join(", ")
+            ),
+        ));
+    } else {
+        findings.push(finding(
+            Verdict::Ok,
+            subject,
+            format!("GET {url} answered ({} models listed)", listed.len()),
+        ));
+    }
+    findings
+}
+
+/// A sink for adapters built only to be reached: nothing is submitted.
+struct NoSink;
+
+#[async_trait]
+impl InboundSink for NoSink {
+    async fn submit(&self, _message: InboundMessage) -> Result<Submitted, SubmitError> {
+        Err(SubmitError::Unavailable(
+            "switchboard check takes no messages".to_owned(),
+        ))
+    }
+}
+
+async fn platforms(settings: &Settings) -> Vec<Finding> {
+    let sink: Arc<dyn InboundSink> = Arc::new(NoSink);
+    let mut findings = Vec::new();
+    if let Some(telegram) = &settings.telegram {
+        // `getMe` only: registering the webhook is the running gateway's.
+        let telegram = switchboard_telegram::TelegramSettings {
+            set_webhook_url: None,
+            ..telegram.clone()
+        };
+        let reached = tokio::time::timeout(
+            TIMEOUT,
+            switchboard_telegram::TelegramAdapter::connect(telegram, Arc::clone(&sink)),
+        )
+        .await;
+        findings.push(match reached {
+            Ok(Ok(adapter)) => finding(
+                Verdict::Ok,
+                "telegram",
+                format!("getMe answered: bot @{}", adapter.username()),
+            ),
+            Ok(Err(err)) => finding(Verdict::Problem, "telegram", err.to_string()),
+            Err(_) => timed_out("telegram"),
+        });
+    }
+    if let Some(discord) = &settings.discord {
+        let finding_ =
+            match switchboard_discord::DiscordAdapter::from_settings(discord, Arc::clone(&sink)) {
+                Ok(adapter) => match tokio::time::timeout(TIMEOUT, adapter.gateway.account()).await
+                {
+                    Ok(Ok(account)) => finding(
+                        Verdict::Ok,
+                        "discord",
+                        format!("GET /users/@me answered: bot user {account}"),
+                    ),
+                    Ok(Err(err)) => finding(Verdict::Problem, "discord", err.to_string()),
+                    Err(_) => timed_out("discord"),
+                },
+                Err(err) => finding(Verdict::Problem, "discord", err.to_string()),
+            };
+        findings.push(finding_);
+    }
+    if let Some(feishu) = &settings.feishu {
+        let reached = tokio::time::timeout(
+            TIMEOUT,
+            switchboard_feishu::FeishuAdapter::connect(feishu.clone(), Arc::clone(&sink)),
+        )
+        .await;
+        findings.push(match reached {
+            Ok(Ok(adapter)) => finding(
+                Verdict::Ok,
+                "feishu",
+                format!(
+                    "tenant token and bot info fetched: bot {}",
+                    adapter.bot_open_id()
+                ),
+            ),
+            Ok(Err(err)) => finding(Verdict::Problem, "feishu", err.to_string()),
+            Err(_) => timed_out("feishu"),
+        });
+    }
+    findings
+}
+
+fn timed_out(subject: &str) -> Finding {
+    finding(
+        Verdict::Problem,
+        subject,
+        format!("no answer within {}s", TIMEOUT.as_secs()),
+    )
+}
