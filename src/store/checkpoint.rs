@@ -62,6 +62,11 @@ pub(super) const WAL_LIMIT: u64 = 4 * 1024 * 1024;
 /// turn 10 → 20 ms in `switchboard bench`).
 pub(super) const FILE_LIMIT: u64 = 4 * WAL_LIMIT;
 
+/// The size past which a growing WAL file is checkpointed by the writer
+/// itself ([`Checkpointer::before_write`]): room for the background task's
+/// restart at [`WAL_LIMIT`] first, and for one large commit after it.
+pub(super) const BACKSTOP: u64 = 3 * WAL_LIMIT;
+
 /// How long a restarting checkpoint waits for the writer's batch in hand
 /// and for readers to leave the old log before giving up until the next
 /// poll. Commits wait behind it meanwhile, so it is short.
@@ -87,6 +92,36 @@ struct Counters {
     frame_bytes: AtomicU64,
     peak_file_bytes: AtomicU64,
     restarts: AtomicU64,
+    /// The WAL file's size when the writer last looked (see
+    /// [`Checkpointer::before_write`]).
+    writer_seen_bytes: AtomicU64,
+    /// Where the frame count stood at the last checkpoint, whoever ran it.
+    /// A std mutex: held to add up one checkpoint, never across an await.
+    tally: std::sync::Mutex<Tally>,
+}
+
+impl Counters {
+    /// Counts the frames a checkpoint found in the log (`log` frames long,
+    /// the WAL header's sequence number `sequence` read before it) that
+    /// no earlier checkpoint counted.
+    fn count(&self, sequence: Option<u32>, log: u64) {
+        let mut tally = self
+            .tally
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The log starts again only once everything in it was copied back
+        // with no frame appended since, so no frame goes uncounted across a
+        // restart.
+        let restarted = sequence.is_some() && sequence != tally.sequence;
+        let new = if restarted || log < tally.log {
+            log
+        } else {
+            log - tally.log
+        };
+        self.frames.fetch_add(new, Ordering::Relaxed);
+        tally.log = log;
+        tally.sequence = sequence;
+    }
 }
 
 /// The background checkpointing task of one store.
@@ -94,6 +129,7 @@ pub(super) struct Checkpointer {
     stop: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
     counters: Arc<Counters>,
+    wal: PathBuf,
 }
 
 impl Checkpointer {
@@ -122,7 +158,7 @@ impl Checkpointer {
         let task = tokio::spawn(run(
             Task {
                 conn,
-                wal,
+                wal: wal.clone(),
                 writer,
                 reader,
                 counters: Arc::clone(&counters),
@@ -133,7 +169,44 @@ impl Checkpointer {
             stop,
             task: Mutex::new(Some(task)),
             counters,
+            wal,
         })
+    }
+
+    /// The writer's backstop, called with the writer connection before each
+    /// write (one `stat`). Should the background task fall behind (a slow
+    /// disk can make its passive checkpoint take longer than the writer
+    /// needs to append megabytes), a WAL file that has grown past
+    /// [`BACKSTOP`] since the writer last looked is checkpointed here, on the
+    /// writer: no frame can be appended meanwhile, so even a passive
+    /// checkpoint copies the whole log back (unless a reader still reads an
+    /// older snapshot) and the next commit starts the log again. The file
+    /// thus stays within [`BACKSTOP`] and one commit, under
+    /// [`FILE_LIMIT`], whatever the background task manages.
+    pub(super) async fn before_write(&self, writer: &mut AnyConnection) {
+        let size = std::fs::metadata(&self.wal).map_or(0, |m| m.len());
+        let seen = self
+            .counters
+            .writer_seen_bytes
+            .swap(size, Ordering::Relaxed);
+        if size <= BACKSTOP || size <= seen {
+            return;
+        }
+        let sequence = wal_sequence(&self.wal);
+        match sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(&mut *writer)
+            .await
+        {
+            Ok(row) => {
+                let log = u64::try_from(row.try_get::<i64, _>(1).unwrap_or(-1)).unwrap_or(0);
+                self.counters.count(sequence, log);
+                self.counters.restarts.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(size, "the writer checkpointed a WAL the background had not");
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "the writer's WAL checkpoint failed");
+            }
+        }
     }
 
     /// Ends the task and closes its connection (before the store's last
@@ -200,7 +273,6 @@ const READER_WAIT: Duration = Duration::from_millis(5);
 async fn run(mut task: Task, stop: CancellationToken) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + POLL, POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut tally = Tally::default();
     let mut last_modified = None;
     let mut last_size = 0;
     let mut last_passive = tokio::time::Instant::now();
@@ -226,7 +298,7 @@ async fn run(mut task: Task, stop: CancellationToken) {
         let growing_past_limit = size > WAL_LIMIT && size > last_size;
         last_size = size;
         if growing_past_limit {
-            if restart(&mut task, &mut tally).await {
+            if restart(&mut task).await {
                 task.counters.restarts.fetch_add(1, Ordering::Relaxed);
                 last_passive = tokio::time::Instant::now();
                 continue;
@@ -235,10 +307,11 @@ async fn run(mut task: Task, stop: CancellationToken) {
             continue;
         }
         last_passive = tokio::time::Instant::now();
-        checkpoint(&mut task, "PASSIVE", &mut tally).await;
+        let log = checkpoint(&mut task, "PASSIVE")
+            .await
+            .map_or(0, |(_, log)| log);
         let frame_bytes = task.counters.frame_bytes.load(Ordering::Relaxed);
-        if tally.log.saturating_mul(frame_bytes) > WAL_LIMIT && restart(&mut task, &mut tally).await
-        {
+        if log.saturating_mul(frame_bytes) > WAL_LIMIT && restart(&mut task).await {
             task.counters.restarts.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -249,20 +322,22 @@ async fn run(mut task: Task, stop: CancellationToken) {
 
 /// A `RESTART` checkpoint with the store's connections held (see the module
 /// comment); true when the next commit starts the log again.
-async fn restart(task: &mut Task, tally: &mut Tally) -> bool {
+async fn restart(task: &mut Task) -> bool {
     let writer = Arc::clone(&task.writer);
     let reader = Arc::clone(&task.reader);
     let _writer = writer.lock().await;
     let Ok(_reader) = tokio::time::timeout(READER_WAIT, reader.lock()).await else {
         return false;
     };
-    checkpoint(task, "RESTART", tally).await
+    checkpoint(task, "RESTART")
+        .await
+        .is_some_and(|(finished, _)| finished)
 }
 
 /// Runs one checkpoint in `mode` and counts the frames written since the
-/// last; true when it finished (for `RESTART`: the next commit starts the
-/// log again).
-async fn checkpoint(task: &mut Task, mode: &str, tally: &mut Tally) -> bool {
+/// last; returns whether it finished (for `RESTART`: the next commit starts
+/// the log again) and how long the log is, or `None` when it failed.
+async fn checkpoint(task: &mut Task, mode: &str) -> Option<(bool, u64)> {
     // Read before the checkpoint: a restart after it is counted next time.
     let sequence = wal_sequence(&task.wal);
     let row = match sqlx::query(&format!("PRAGMA wal_checkpoint({mode})"))
@@ -272,29 +347,19 @@ async fn checkpoint(task: &mut Task, mode: &str, tally: &mut Tally) -> bool {
         Ok(row) => row,
         Err(err) => {
             tracing::warn!(error = %err, mode, "WAL checkpoint failed; retrying later");
-            return false;
+            return None;
         }
     };
     let busy: i64 = row.try_get(0).unwrap_or(1);
     let log = u64::try_from(row.try_get::<i64, _>(1).unwrap_or(-1)).unwrap_or(0);
-    // The log starts again only once everything in it was copied back with
-    // no frame appended since, so no frame goes uncounted across a restart.
-    let restarted = sequence.is_some() && sequence != tally.sequence;
-    let new = if restarted || log < tally.log {
-        log
-    } else {
-        log - tally.log
-    };
-    task.counters.frames.fetch_add(new, Ordering::Relaxed);
-    tally.log = log;
-    tally.sequence = sequence;
+    task.counters.count(sequence, log);
     if busy != 0 && mode != "PASSIVE" {
         tracing::debug!(
             mode,
             "WAL checkpoint could not finish; retrying at the next poll"
         );
     }
-    busy == 0
+    Some((busy == 0, log))
 }
 
 /// The checkpoint sequence number in the WAL file's header (bytes 12..16,

@@ -485,12 +485,19 @@ impl Store {
     /// [`Store::write`], which counts its batch itself.
     async fn writer(&self) -> Result<Conn<'_>, StoreError> {
         match &self.connections {
-            Connections::Shared { writer, .. } => {
+            Connections::Shared {
+                writer,
+                checkpointer,
+                ..
+            } => {
                 let mut conn = lock_shared(writer).await?;
                 if self.unfinished_batch.swap(false, Ordering::SeqCst) {
                     tracing::warn!("rolling back a batch that was abandoned half-way");
                     // Fails harmlessly when the batch had committed.
                     let _ = conn.execute("ROLLBACK").await;
+                }
+                if let Some(checkpointer) = checkpointer {
+                    checkpointer.before_write(&mut conn).await;
                 }
                 Ok(conn)
             }
