@@ -33,7 +33,7 @@ fn clients_dir() -> String {
 
 /// One official client and how to run it.
 #[derive(Debug, Clone, Copy)]
-enum Client {
+pub(crate) enum Client {
     Python,
     Node,
 }
@@ -46,10 +46,11 @@ impl Client {
         }
     }
 
-    fn script(self) -> String {
+    /// The path of the client's script named `name` (without extension).
+    fn script(self, name: &str) -> String {
         match self {
-            Self::Python => format!("{}/openai_client.py", clients_dir()),
-            Self::Node => format!("{}/openai_client.mjs", clients_dir()),
+            Self::Python => format!("{}/{name}.py", clients_dir()),
+            Self::Node => format!("{}/{name}.mjs", clients_dir()),
         }
     }
 
@@ -88,21 +89,31 @@ async fn the_official_openai_node_client_works_unchanged() {
     works_unchanged(Client::Node).await;
 }
 
+/// Whether `client`'s `openai` package can be loaded; when it cannot, the
+/// test is skipped with a notice (a failure when its `SWITCHBOARD_REQUIRE_…`
+/// variable is 1).
+pub(crate) async fn available(client: Client) -> bool {
+    if installed(client).await {
+        return true;
+    }
+    let required = client.required_by();
+    assert!(
+        std::env::var(required).as_deref() != Ok("1"),
+        "{required}=1 but the {client:?} openai package cannot be loaded"
+    );
+    // Written to the process's stderr directly: libtest captures
+    // `println!`/`eprintln!` of passing tests, not this, so the notice
+    // shows in `cargo test`'s output.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: an official OpenAI {client:?} client test: its `openai` package is not \
+         installed (see the README; {required}=1 makes this a failure)"
+    );
+    false
+}
+
 async fn works_unchanged(client: Client) {
-    if !installed(client).await {
-        let required = client.required_by();
-        assert!(
-            std::env::var(required).as_deref() != Ok("1"),
-            "{required}=1 but the {client:?} openai package cannot be loaded"
-        );
-        // Written to the process's stderr directly: libtest captures
-        // `println!`/`eprintln!` of passing tests, not this, so the notice
-        // shows in `cargo test`'s output.
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: the official OpenAI {client:?} client test: its `openai` package is not \
-             installed (see the README; {required}=1 makes this a failure)"
-        );
+    if !available(client).await {
         return;
     }
     // Echoes, except that `calculate: EXPR` gets a tool round first.
@@ -124,7 +135,7 @@ async fn works_unchanged(client: Client) {
     .await;
     let app = TestApp::spawn(&llm).await;
 
-    let results = run_script(client, &app).await;
+    let results = run_script(client, "openai_client", &app).await;
 
     let plain = &results["plain"];
     assert!(
@@ -216,14 +227,15 @@ async fn installed(client: Client) -> bool {
         .is_ok_and(|output| output.status.success())
 }
 
-/// Runs the client script against the app and parses what it printed.
-async fn run_script(client: Client, app: &TestApp) -> Value {
+/// Runs the client's script `name` against the app and parses what it
+/// printed.
+pub(crate) async fn run_script(client: Client, name: &str, app: &TestApp) -> Value {
     let no_proxy = match std::env::var("NO_PROXY") {
         Ok(hosts) if !hosts.is_empty() => format!("{hosts},127.0.0.1"),
         _ => "127.0.0.1".to_owned(),
     };
     let run = Command::new(client.program())
-        .arg(client.script())
+        .arg(client.script(name))
         .arg(app.url("/v1"))
         .current_dir(clients_dir())
         .env("NO_PROXY", no_proxy)

@@ -3,8 +3,8 @@
 //! as a client naming it would cause), fork into a seeded session when the
 //! transcript was edited, and are refused when malformed; a client-chosen
 //! id creates a session seeded with the transcript it carries; and the
-//! official Python client keeps a conversation in each of the three styles
-//! (`tests/clients/openai_styles.py`).
+//! official Python and Node clients keep a conversation in each of the three
+//! styles (`tests/clients/openai_styles.{py,mjs}`).
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -13,6 +13,7 @@ use switchboard::llm::ChatMessage;
 use crate::helpers::{
     FakeLlm, Recorded, Reply, TestApp, last_is_tool_result, last_user_text, session_id,
 };
+use crate::openai_client::{Client, available, run_script};
 
 /// What one completion request got back.
 struct Answer {
@@ -490,57 +491,31 @@ async fn a_retried_transcript_request_with_an_idempotency_key_runs_once() {
     app.stop().await;
 }
 
-/// `tests/clients`, found through the package folder `cargo test` names at
-/// run time.
-fn clients_dir() -> String {
-    let root = std::env::var("CARGO_MANIFEST_DIR")
-        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_owned());
-    format!("{root}/tests/clients")
-}
-
 /// The official Python client in the three styles (`tests/clients/openai_styles.py`).
 /// Skipped, like the other client tests, when the `openai` package is
 /// missing, unless `SWITCHBOARD_REQUIRE_OPENAI_CLIENT=1`.
 #[tokio::test]
 async fn the_official_python_client_keeps_conversations_in_all_three_styles() {
-    let installed = tokio::process::Command::new("python3")
-        .args(["-c", "import openai"])
-        .kill_on_drop(true)
-        .output()
-        .await
-        .is_ok_and(|output| output.status.success());
-    if !installed {
-        assert!(
-            std::env::var("SWITCHBOARD_REQUIRE_OPENAI_CLIENT").as_deref() != Ok("1"),
-            "SWITCHBOARD_REQUIRE_OPENAI_CLIENT=1 but the openai package cannot be loaded"
-        );
-        println!("skipped: the Python openai package is not installed");
+    keeps_conversations_in_all_three_styles(Client::Python, "Py").await;
+}
+
+/// The official Node client likewise (`tests/clients/openai_styles.mjs`),
+/// unless its package is missing (`SWITCHBOARD_REQUIRE_OPENAI_NODE_CLIENT=1`
+/// makes that a failure).
+#[tokio::test]
+async fn the_official_node_client_keeps_conversations_in_all_three_styles() {
+    keeps_conversations_in_all_three_styles(Client::Node, "Node").await;
+}
+
+/// Runs `client`'s styles script (whose first message says "my name is
+/// `name`") and checks each style kept one conversation.
+async fn keeps_conversations_in_all_three_styles(client: Client, name: &str) {
+    if !available(client).await {
         return;
     }
     let llm = FakeLlm::echo().await;
     let app = TestApp::spawn(&llm).await;
-    let no_proxy = match std::env::var("NO_PROXY") {
-        Ok(hosts) if !hosts.is_empty() => format!("{hosts},127.0.0.1"),
-        _ => "127.0.0.1".to_owned(),
-    };
-    let run = tokio::process::Command::new("python3")
-        .arg(format!("{}/openai_styles.py", clients_dir()))
-        .arg(app.url("/v1"))
-        .env("NO_PROXY", no_proxy)
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(std::time::Duration::from_secs(120), run)
-        .await
-        .expect("the client script finishes")
-        .expect("the client runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the client script failed:\n{}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let results: Value =
-        serde_json::from_str(&stdout).unwrap_or_else(|err| panic!("not JSON ({err}): {stdout}"));
+    let results = run_script(client, "openai_styles", &app).await;
 
     for style in ["header", "user", "transcript"] {
         let sessions = results[style]["sessions"].as_array().expect("sessions");
@@ -572,7 +547,7 @@ async fn the_official_python_client_keeps_conversations_in_all_three_styles() {
         assert_eq!(
             users,
             [
-                format!("{style}: my name is Py"),
+                format!("{style}: my name is {name}"),
                 format!("{style}: what is my name?"),
                 format!("{style}: and again?"),
             ]
