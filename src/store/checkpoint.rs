@@ -67,6 +67,11 @@ pub(super) const FILE_LIMIT: u64 = 4 * WAL_LIMIT;
 /// restart at [`WAL_LIMIT`] first, and for one large commit after it.
 pub(super) const BACKSTOP: u64 = 3 * WAL_LIMIT;
 
+/// How long the writer's backstop checkpoint is retried while another
+/// checkpoint runs, and how often.
+const BACKSTOP_PATIENCE: Duration = Duration::from_secs(10);
+const BACKSTOP_RETRY: Duration = Duration::from_millis(2);
+
 /// How long a restarting checkpoint waits for the writer's batch in hand
 /// and for readers to leave the old log before giving up until the next
 /// poll. Commits wait behind it meanwhile, so it is short.
@@ -176,12 +181,13 @@ impl Checkpointer {
     /// The writer's backstop, called with the writer connection before each
     /// write (one `stat`). Should the background task fall behind (a slow
     /// disk can make its passive checkpoint take longer than the writer
-    /// needs to append megabytes), a WAL file that has grown past
-    /// [`BACKSTOP`] since the writer last looked is checkpointed here, on the
-    /// writer: no frame can be appended meanwhile, so even a passive
-    /// checkpoint copies the whole log back (unless a reader still reads an
-    /// older snapshot) and the next commit starts the log again. The file
-    /// thus stays within [`BACKSTOP`] and one commit, under
+    /// needs to append megabytes, and while it runs no other checkpoint
+    /// can), a WAL file that has grown past [`BACKSTOP`] since the writer
+    /// last looked gets a `RESTART` checkpoint here, on the writer: it waits
+    /// (within the writer's busy timeout) for a running checkpoint and for
+    /// readers of the old log to finish, copies the whole log back, and
+    /// makes the next commit start the log again. This write waits for it;
+    /// the file stays within [`BACKSTOP`] and one commit, under
     /// [`FILE_LIMIT`], whatever the background task manages.
     pub(super) async fn before_write(&self, writer: &mut AnyConnection) {
         let size = std::fs::metadata(&self.wal).map_or(0, |m| m.len());
@@ -192,20 +198,38 @@ impl Checkpointer {
         if size <= BACKSTOP || size <= seen {
             return;
         }
-        let sequence = wal_sequence(&self.wal);
-        match sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .fetch_one(&mut *writer)
-            .await
-        {
-            Ok(row) => {
-                let log = u64::try_from(row.try_get::<i64, _>(1).unwrap_or(-1)).unwrap_or(0);
-                self.counters.count(sequence, log);
+        // A checkpoint already running (the background's, slowed by the
+        // disk) makes this one return busy at once: hold the writer and try
+        // again until the log is copied back, so the file cannot grow
+        // meanwhile; the write waits, which is the backpressure wanted.
+        let deadline = tokio::time::Instant::now() + BACKSTOP_PATIENCE;
+        loop {
+            let sequence = wal_sequence(&self.wal);
+            let finished = match sqlx::query("PRAGMA wal_checkpoint(RESTART)")
+                .fetch_one(&mut *writer)
+                .await
+            {
+                Ok(row) => {
+                    let busy: i64 = row.try_get(0).unwrap_or(1);
+                    let log = u64::try_from(row.try_get::<i64, _>(1).unwrap_or(-1)).unwrap_or(0);
+                    self.counters.count(sequence, log);
+                    busy == 0
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "the writer's WAL checkpoint failed");
+                    return;
+                }
+            };
+            if finished {
                 self.counters.restarts.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(size, "the writer checkpointed a WAL the background had not");
+                return;
             }
-            Err(err) => {
-                tracing::warn!(error = %err, "the writer's WAL checkpoint failed");
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(size, "the WAL could not be checkpointed; writing on");
+                return;
             }
+            tokio::time::sleep(BACKSTOP_RETRY).await;
         }
     }
 
