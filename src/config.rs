@@ -274,6 +274,9 @@ impl Default for ContextSettings {
     }
 }
 
+/// The longest `sessions.burst_window_ms`: every reply waits that long.
+pub const MAX_BURST_WINDOW_MS: u64 = 10_000;
+
 /// What a message does when its session is busy with a turn.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -297,12 +300,28 @@ pub enum DmSessions {
     PerPlatform,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct SessionSettings {
     pub group_sessions: GroupSessions,
     pub dm_sessions: DmSessions,
     pub busy: BusyMode,
+    /// Messages from one sender arriving within this many milliseconds of
+    /// the first, while no turn runs in their session, become one turn
+    /// (their texts joined by newlines). A session's next turn waits until
+    /// its first waiting message is this old. 0 turns merging off.
+    pub burst_window_ms: u64,
+}
+
+impl Default for SessionSettings {
+    fn default() -> Self {
+        Self {
+            group_sessions: GroupSessions::default(),
+            dm_sessions: DmSessions::default(),
+            busy: BusyMode::default(),
+            burst_window_ms: 300,
+        }
+    }
 }
 
 /// Who may talk to the agent on the chat platforms. The HTTP API (its own
@@ -685,6 +704,12 @@ impl Settings {
                     &format!("`{bad}` is neither `platform:user_id` nor `principal:ID`"),
                 ));
             }
+        }
+        if self.sessions.burst_window_ms > MAX_BURST_WINDOW_MS {
+            return Err(invalid(
+                "sessions.burst_window_ms",
+                &format!("must be at most {MAX_BURST_WINDOW_MS} (every reply waits this long)"),
+            ));
         }
         if self.runner.max_concurrent_turns == 0 {
             return Err(invalid("runner.max_concurrent_turns", "must be at least 1"));

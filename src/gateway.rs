@@ -110,6 +110,7 @@ impl Gateway {
             store.clone(),
             turns,
             settings.runner.max_concurrent_turns,
+            Duration::from_millis(settings.sessions.burst_window_ms),
             shutdown.clone(),
         );
         let service = Arc::new(SessionService::new(

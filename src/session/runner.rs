@@ -16,6 +16,12 @@
 //! Nothing a caller waits on lives only here: a reply is found in the
 //! database when [`Runner::reply_stored`] is signalled (PostgreSQL
 //! `NOTIFY`) or by polling, and a stop is a row any instance can set.
+//!
+//! Bursts (`sessions.burst_window_ms`): the claim takes a waiting message
+//! only once it is as old as the window, and marks the later messages of
+//! the same sender's burst merged into it (see `store::inbound`); the turn
+//! is asked their texts joined by newlines, and its reply, which answers
+//! the burst's first message, reaches the callers waiting on any of them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -32,8 +38,8 @@ use super::local::LocalPlatform;
 use super::turn::{StopCause, TurnControl, TurnExecutor};
 use crate::agent::live::LiveHub;
 use crate::store::{
-    Batch, Claim, Fence, InboundRow, InboundStatus, OutboxRow, Renewal, SessionId, Store,
-    StoreError,
+    Batch, Burst, Claim, Fence, InboundRow, InboundStatus, Next, OutboxRow, Renewal, SessionId,
+    Store, StoreError,
 };
 
 /// How a turn ended, for whoever waits on it.
@@ -51,6 +57,9 @@ enum Drained {
     /// The queue was empty and the lease was given up in the same write (or
     /// the lease had passed to another instance, which goes on).
     LeaseReleased,
+    /// The lease was given up while messages wait that are younger than
+    /// the burst window: look again after this long.
+    Early(Duration),
     /// Shutting down; the lease is still held, to be handed back.
     Stopped,
 }
@@ -119,6 +128,8 @@ struct Inner {
     store: Store,
     turns: TurnExecutor,
     lease_ttl: Duration,
+    /// How waiting messages are merged into turns.
+    burst: Burst,
     /// The task budget, for `/status` about a turn another instance runs.
     max_iterations: u32,
     permits: Semaphore,
@@ -159,6 +170,7 @@ impl Runner {
         store: Store,
         turns: TurnExecutor,
         max_concurrent_turns: usize,
+        burst_window: Duration,
         shutdown: CancellationToken,
     ) -> Self {
         let lease_ttl =
@@ -169,6 +181,9 @@ impl Runner {
                 store,
                 turns,
                 lease_ttl,
+                burst: Burst {
+                    window_ms: i64::try_from(burst_window.as_millis()).unwrap_or(i64::MAX),
+                },
                 permits: Semaphore::new(max_concurrent_turns),
                 max_turns: max_concurrent_turns,
                 workers: Mutex::new(HashMap::new()),
@@ -548,45 +563,63 @@ impl Runner {
         }
     }
 
-    /// Runs every waiting message of the session, in order, under its lease.
+    /// Runs every waiting message of the session, in order, under its lease;
+    /// messages younger than the burst window are waited for.
     async fn drain(&self, session_id: &SessionId) -> Result<(), StoreError> {
+        loop {
+            let early = match self.drain_once(session_id).await? {
+                Some(early) => early,
+                None => return Ok(()),
+            };
+            tokio::select! {
+                () = tokio::time::sleep(early) => {}
+                () = self.inner.shutdown.cancelled() => return Ok(()),
+            }
+        }
+    }
+
+    /// Runs the session's waiting messages under one lease; `Some(wait)`
+    /// when messages younger than the burst window are left to look at after
+    /// `wait`.
+    async fn drain_once(&self, session_id: &SessionId) -> Result<Option<Duration>, StoreError> {
         let store = &self.inner.store;
         let busy_retry = (self.inner.lease_ttl / 4).min(BUSY_RETRY_MAX);
         let (first, fence) = loop {
             if self.inner.shutdown.is_cancelled() {
-                return Ok(());
+                return Ok(None);
             }
             // Registered before the attempt, so a hand-back signalled
             // between the attempt and the wait is not missed.
             let handed_back = self.inner.handed_back.notified();
             match store
-                .lease_and_claim(session_id, self.owner(), self.ttl_ms())
+                .lease_and_claim(session_id, self.owner(), self.ttl_ms(), self.inner.burst)
                 .await?
             {
                 Claim::Claimed { inbound, fence } => break (*inbound, fence),
-                Claim::Released => return Ok(()),
+                Claim::Released { retry_in } => return Ok(retry_in),
                 // Another instance runs this session; it drains the queue
                 // too, but keep checking in case it dies before reaching
                 // our message.
                 Claim::Busy => tokio::select! {
                     () = tokio::time::sleep(busy_retry) => {}
                     () = handed_back => {}
-                    () = self.inner.shutdown.cancelled() => return Ok(()),
+                    () = self.inner.shutdown.cancelled() => return Ok(None),
                 },
             }
         };
         match self.drain_leased(&fence, first).await {
-            Ok(Drained::LeaseReleased) => Ok(()),
+            Ok(Drained::LeaseReleased) => Ok(None),
+            Ok(Drained::Early(wait)) => Ok(Some(wait)),
             Ok(Drained::Stopped) => {
                 tracing::info!("draining: the session is handed back");
-                store.release_lease(&fence, true).await
+                store.release_lease(&fence, true).await.map(|()| None)
             }
             Err(StoreError::LeaseLost) => {
                 tracing::warn!(
                     "the session's lease passed to another instance; this turn stopped \
                      and wrote nothing more (the other instance resumes it)"
                 );
-                Ok(())
+                Ok(None)
             }
             Err(err) => {
                 if let Err(release) = store.release_lease(&fence, true).await {
@@ -606,6 +639,20 @@ impl Runner {
         let store = &self.inner.store;
         let session_id = &fence.session_id;
         loop {
+            // The later messages of its burst, merged into it by the claim.
+            let merged = store.burst_of(inbound.id).await?;
+            let merged_ids: Vec<i64> = merged.iter().map(|row| row.id).collect();
+            if !merged.is_empty() {
+                tracing::info!(
+                    inbound_id = inbound.id,
+                    merged = merged.len(),
+                    "a burst of messages runs as one turn"
+                );
+                inbound.text = std::iter::once(inbound.text.as_str())
+                    .chain(merged.iter().map(|row| row.text.as_str()))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+            }
             let control = Arc::new(TurnControl::with_live(self.inner.live.open(inbound.id)));
             // A stop requested before the turn (re)started applies to it.
             if let Some(cause) = &inbound.stop_cause {
@@ -615,11 +662,23 @@ impl Runner {
                 .insert(session_id.clone(), (Arc::clone(&control), fence.clone()));
             let result = self.run_turn(fence, &inbound, &control).await;
             lock(&self.inner.running).remove(session_id);
-            // Subscribers hear the end before the reply is handed out.
+            // Subscribers hear the end before the reply is handed out (those
+            // following a merged message too: its turn is this one).
             self.inner.live.close(inbound.id);
+            for id in &merged_ids {
+                self.inner.live.close(*id);
+            }
             let Some((row, status, span)) = result? else {
                 return Ok(Drained::Stopped);
             };
+            for id in &merged_ids {
+                self.answer_waiter(TurnReply {
+                    inbound_id: *id,
+                    session_id: row.session_id.clone(),
+                    text: row.text.clone(),
+                    status,
+                });
+            }
             // The reply's delivery status, committed with the next claim.
             // The lease is renewed while the platform is slow, but a send in
             // flight is never cut short: the row's own claim guards it.
@@ -634,7 +693,10 @@ impl Runner {
                 store.write(delivered).await?;
                 return Ok(Drained::Stopped);
             }
-            let next = match store.claim_next_or_release(fence, delivered.clone()).await {
+            let next = match store
+                .claim_next_or_release(fence, delivered.clone(), self.inner.burst)
+                .await
+            {
                 Ok(next) => next,
                 // The session passed to another instance meanwhile; the
                 // reply's status is this instance's to record all the same,
@@ -645,10 +707,13 @@ impl Runner {
                 }
                 Err(err) => return Err(err),
             };
-            let Some(next) = next else {
-                return Ok(Drained::LeaseReleased);
+            inbound = match next {
+                Next::Claimed(next) => *next,
+                Next::Released { retry_in: None } => return Ok(Drained::LeaseReleased),
+                Next::Released {
+                    retry_in: Some(wait),
+                } => return Ok(Drained::Early(wait)),
             };
-            inbound = next;
         }
     }
 

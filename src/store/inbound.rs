@@ -99,11 +99,37 @@ pub struct InboundRow {
     /// A stop requested for this message's turn (`/stop`, an interrupting
     /// message), by any instance.
     pub stop_cause: Option<String>,
+    /// The first message of the burst this one was merged into (its turn
+    /// answers both), if it was.
+    pub burst_of: Option<i64>,
 }
 
 const INBOUND_COLUMNS: &str = "id, platform, account, event_id, session_id, chat_id, thread_id, \
     message_id, sender_id, sender_name, speaker, text, status, outcome, received_at, \
-    principal_id, stop_cause";
+    principal_id, stop_cause, burst_of";
+
+/// The outcome of a message merged into an earlier one's turn.
+pub const MERGED_OUTCOME: &str = "merged";
+
+/// How a session's waiting messages are taken: those from one sender within
+/// `window_ms` of the first become one turn, and the first waits until it is
+/// `window_ms` old (on the clock of [`now_ms`], the one `received_at` is
+/// recorded with). 0: one turn per message, taken at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Burst {
+    pub window_ms: i64,
+}
+
+impl Burst {
+    /// The newest `received_at` a message may have to be taken now.
+    fn cutoff(self) -> i64 {
+        if self.window_ms <= 0 {
+            i64::MAX
+        } else {
+            now_ms().saturating_sub(self.window_ms)
+        }
+    }
+}
 
 impl Store {
     /// Records an inbound message. Returns its id, or `None` when the same
@@ -148,25 +174,26 @@ impl Store {
         session_id: &SessionId,
         owner: &str,
         ttl_ms: i64,
+        burst: Burst,
     ) -> Result<Claim, StoreError> {
         let mut batch = Batch::new();
         batch.acquire_lease(self.clock_sql(), session_id, owner, ttl_ms);
         // In the same transaction as the grant: `owner` holds it only if
         // the grant went through.
-        push_claim(&mut batch, session_id, "owner = $2", owner.into());
+        push_claim(&mut batch, session_id, "owner = $2", owner.into(), burst);
         let rows = self.unfenced().write(batch).await?;
         let Some(token) = granted_token(rows.first())? else {
             return Ok(Claim::Busy);
         };
-        Ok(match rows.get(1).map(inbound_from_row).transpose()? {
-            Some(inbound) => Claim::Claimed {
-                inbound: Box::new(inbound),
+        Ok(match read_claim(&rows, 1, burst)? {
+            Next::Claimed(inbound) => Claim::Claimed {
+                inbound,
                 fence: Fence {
                     session_id: session_id.clone(),
                     token,
                 },
             },
-            None => Claim::Released,
+            Next::Released { retry_in } => Claim::Released { retry_in },
         })
     }
 
@@ -174,8 +201,9 @@ impl Store {
     /// `fence` is still the session's current grant, takes the oldest
     /// unfinished message of the session and marks it `running` (a
     /// `running` one first: a turn interrupted by a crash; then `pending`
-    /// ones in arrival order), or, when there is none, gives the lease up;
-    /// all in one write.
+    /// ones in arrival order, each once it is as old as `burst`'s window,
+    /// with the later messages of its burst marked merged into it), or,
+    /// when there is none, gives the lease up; all in one write.
     ///
     /// # Errors
     /// A database failure or a corrupt row.
@@ -183,16 +211,33 @@ impl Store {
         &self,
         fence: &Fence,
         mut before: Batch,
-    ) -> Result<Option<InboundRow>, StoreError> {
+        burst: Burst,
+    ) -> Result<Next, StoreError> {
         let skip = before.returning_rows();
         push_claim(
             &mut before,
             &fence.session_id,
             "token = $2",
             Arg::from(fence.token),
+            burst,
         );
         let rows = self.unfenced().write(before).await?;
-        rows.get(skip).map(inbound_from_row).transpose()
+        read_claim(&rows, skip, burst)
+    }
+
+    /// The messages merged into the burst that `first_id` begins, in
+    /// arrival order (empty when it is a message of its own).
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn burst_of(&self, first_id: i64) -> Result<Vec<InboundRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {INBOUND_COLUMNS} FROM inbound WHERE burst_of = $1 ORDER BY id"
+        ))
+        .bind(first_id)
+        .fetch_all(&mut *self.conn().await?)
+        .await?;
+        rows.iter().map(inbound_from_row).collect()
     }
 
     /// Sessions with unfinished messages and no live lease: the instance
@@ -353,17 +398,69 @@ impl Store {
 /// Claims the session's next message, if the lease is ours (`holder` is
 /// the SQL condition on the lease row naming us, with `$2` bound to
 /// `holder_arg`): a `running` one first, then `pending` ones in arrival
-/// order; or gives the lease up when there is none. The claim gives at most
-/// one row.
-fn push_claim(batch: &mut Batch, session_id: &SessionId, holder: &str, holder_arg: Arg) {
+/// order, a pending one only once it is as old as `burst`'s window (a
+/// command at once); or gives the lease up when there is none. Gives one
+/// row (when the first message younger than the window was received, for
+/// a claim that has to wait for it), then at most one (the claimed one).
+///
+/// With a window, the pending messages that follow the claimed one from
+/// the same sender, within the window of it and with no other sender's
+/// message or command between, are marked `done`, outcome
+/// [`MERGED_OUTCOME`], `burst_of` the claimed one: in the same write, so a
+/// crash leaves either all of the burst waiting or all of it claimed. A
+/// resumed turn (its message claimed before) takes nothing more in.
+fn push_claim(
+    batch: &mut Batch,
+    session_id: &SessionId,
+    holder: &str,
+    holder_arg: Arg,
+    burst: Burst,
+) {
+    let cutoff = burst.cutoff();
+    batch.push_returning(
+        "SELECT MIN(received_at) FROM inbound WHERE session_id = $1 AND status = 'pending' \
+         AND received_at > $2",
+        vec![session_id.into(), Arg::from(cutoff)],
+    );
+    if burst.window_ms > 0 {
+        // Before the claim, while the burst's first message is the
+        // session's oldest waiting one, still `pending` (a resumed turn,
+        // already `running`, takes nothing more in).
+        let first = "(SELECT f.id FROM inbound f WHERE f.session_id = $1 \
+                     AND f.status IN ('pending', 'running') ORDER BY f.id LIMIT 1)";
+        batch.push(
+            format!(
+                "UPDATE inbound SET status = 'done', outcome = '{MERGED_OUTCOME}', \
+                 burst_of = {first} \
+                 WHERE session_id = $1 AND status = 'pending' AND text NOT LIKE '/%' \
+                 AND EXISTS (SELECT 1 FROM session_leases WHERE session_id = $1 AND {holder}) \
+                 AND EXISTS (SELECT 1 FROM inbound p WHERE p.id = {first} \
+                 AND p.status = 'pending' AND p.received_at <= $4 AND p.text NOT LIKE '/%' \
+                 AND p.id < inbound.id AND p.platform = inbound.platform \
+                 AND p.account = inbound.account AND p.sender_id = inbound.sender_id \
+                 AND inbound.received_at <= p.received_at + $3 \
+                 AND NOT EXISTS (SELECT 1 FROM inbound o WHERE o.session_id = $1 \
+                 AND o.id > p.id AND o.id < inbound.id AND (o.platform <> p.platform \
+                 OR o.account <> p.account OR o.sender_id <> p.sender_id \
+                 OR o.text LIKE '/%')))"
+            ),
+            vec![
+                session_id.into(),
+                holder_arg.clone(),
+                Arg::from(burst.window_ms),
+                Arg::from(cutoff),
+            ],
+        );
+    }
     batch.push_returning_optional(
         format!(
             "UPDATE inbound SET status = 'running' WHERE id = (SELECT id FROM inbound \
              WHERE session_id = $1 AND status IN ('pending', 'running') ORDER BY id LIMIT 1) \
+             AND (status = 'running' OR received_at <= $3 OR text LIKE '/%') \
              AND EXISTS (SELECT 1 FROM session_leases WHERE session_id = $1 AND {holder}) \
              RETURNING {INBOUND_COLUMNS}"
         ),
-        vec![session_id.into(), holder_arg.clone()],
+        vec![session_id.into(), holder_arg.clone(), Arg::from(cutoff)],
     );
     // A claimed message is `running` now, so the lease is kept then. The
     // row stays, expired, so its token keeps growing.
@@ -376,13 +473,50 @@ fn push_claim(batch: &mut Batch, session_id: &SessionId, holder: &str, holder_ar
     );
 }
 
+/// Reads what [`push_claim`] gave, its rows from `at` on.
+fn read_claim(rows: &[AnyRow], at: usize, burst: Burst) -> Result<Next, StoreError> {
+    let young: Option<i64> = rows
+        .get(at)
+        .ok_or_else(|| StoreError::Corrupt("no claim row".to_owned()))?
+        .try_get(0)?;
+    if let Some(inbound) = rows.get(at + 1).map(inbound_from_row).transpose()? {
+        return Ok(Next::Claimed(Box::new(inbound)));
+    }
+    // Nothing claimed while a message waits: it is younger than the window.
+    // Looked at again once it is as old (at the latest after one window,
+    // whatever the clocks say).
+    let retry_in = young.map(|received_at| {
+        let left = received_at
+            .saturating_add(burst.window_ms)
+            .saturating_sub(now_ms())
+            .clamp(1, burst.window_ms.max(1));
+        std::time::Duration::from_millis(u64::try_from(left).unwrap_or(1))
+    });
+    Ok(Next::Released { retry_in })
+}
+
+/// What [`Store::claim_next_or_release`] found.
+#[derive(Debug)]
+pub enum Next {
+    /// The next message, now `running`.
+    Claimed(Box<InboundRow>),
+    /// Nothing to run now; the lease is given up. `retry_in`: messages wait
+    /// that are younger than the burst window; look again after it.
+    Released {
+        retry_in: Option<std::time::Duration>,
+    },
+}
+
 /// What [`Store::lease_and_claim`] found.
 #[derive(Debug)]
 pub enum Claim {
     /// Another process holds the session's lease.
     Busy,
-    /// The lease was ours but the queue empty; it is given up.
-    Released,
+    /// The lease was ours but nothing can run now; it is given up.
+    /// `retry_in` as in [`Next::Released`].
+    Released {
+        retry_in: Option<std::time::Duration>,
+    },
     /// The next message, now `running`, under our lease's new grant.
     Claimed {
         inbound: Box<InboundRow>,
@@ -410,5 +544,102 @@ pub(super) fn inbound_from_row(row: &AnyRow) -> Result<InboundRow, StoreError> {
         received_at: row.try_get("received_at")?,
         principal_id: row.try_get("principal_id")?,
         stop_cause: row.try_get("stop_cause")?,
+        burst_of: row.try_get("burst_of")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The burst claim on a SQLite file: what it takes, what it merges, and
+    //! that a restart between the claim and the turn finds the same burst.
+
+    use super::*;
+    use crate::store::test_support::{scratch_instance, scratch_store, write_unchecked};
+
+    const TTL_MS: i64 = 60_000;
+    const WINDOW: Burst = Burst { window_ms: 1_000 };
+
+    fn session() -> SessionId {
+        SessionId::parse("s-1").expect("id")
+    }
+
+    /// A pending message of the session (foreign keys off: no session row).
+    async fn plant(store: &Store, n: usize, sender: &str, text: &str, received_at: i64) {
+        write_unchecked(
+            store,
+            &[&format!(
+                "INSERT INTO inbound (platform, account, event_id, session_id, chat_id, \
+                 sender_id, text, status, received_at) VALUES ('api', 'default', 'e{n}', \
+                 's-1', 'c', '{sender}', '{text}', 'pending', {received_at})"
+            )],
+        )
+        .await;
+    }
+
+    async fn claim(store: &Store, burst: Burst) -> Claim {
+        let owner = store.instance().id.clone();
+        store
+            .lease_and_claim(&session(), &owner, TTL_MS, burst)
+            .await
+            .expect("claim")
+    }
+
+    fn claimed(claim: Claim) -> InboundRow {
+        match claim {
+            Claim::Claimed { inbound, .. } => *inbound,
+            other => panic!("expected a claim, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_claim_merges_one_senders_burst_and_a_restart_finds_it_again() {
+        let (base, dir) = scratch_store().await;
+        plant(&base, 1, "u", "a", 10).await;
+        plant(&base, 2, "u", "b", 500).await;
+        plant(&base, 3, "u", "/compact", 600).await;
+        plant(&base, 4, "u", "c", 700).await;
+        let a = scratch_instance(&dir, "a", TTL_MS).await;
+
+        let first = claimed(claim(&a, WINDOW).await);
+        assert_eq!(first.text, "a");
+        let merged = a.burst_of(first.id).await.expect("burst");
+        assert_eq!(
+            merged.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(),
+            ["b"],
+            "a command is never merged and ends the burst"
+        );
+        assert_eq!(merged[0].status, InboundStatus::Done);
+        assert_eq!(merged[0].outcome.as_deref(), Some(MERGED_OUTCOME));
+        assert_eq!(merged[0].burst_of, Some(first.id));
+
+        // The process dies before the turn: its restart resumes the same
+        // message, with the same burst, and nothing is claimed twice.
+        let restarted = scratch_instance(&dir, "a", TTL_MS).await;
+        let again = claimed(claim(&restarted, WINDOW).await);
+        assert_eq!(again.id, first.id);
+        assert_eq!(again.status, InboundStatus::Running);
+        assert_eq!(restarted.burst_of(first.id).await.expect("burst"), merged);
+        let waiting: Vec<String> =
+            sqlx::query_scalar("SELECT text FROM inbound WHERE status = 'pending' ORDER BY id")
+                .fetch_all(&mut *base.conn().await.expect("conn"))
+                .await
+                .expect("rows");
+        assert_eq!(waiting, ["/compact", "c"]);
+    }
+
+    #[tokio::test]
+    async fn a_message_younger_than_the_window_waits_and_says_how_long() {
+        let (base, dir) = scratch_store().await;
+        plant(&base, 1, "u", "a", now_ms()).await;
+        let a = scratch_instance(&dir, "a", TTL_MS).await;
+
+        let burst = Burst { window_ms: 60_000 };
+        match claim(&a, burst).await {
+            Claim::Released {
+                retry_in: Some(wait),
+            } => assert!(wait <= std::time::Duration::from_secs(60), "{wait:?}"),
+            other => panic!("expected a wait, got {other:?}"),
+        }
+        assert_eq!(claimed(claim(&a, Burst::default()).await).text, "a");
+    }
 }

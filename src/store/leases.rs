@@ -215,7 +215,7 @@ mod tests {
     async fn claim(store: &Store) -> Claim {
         let owner = store.instance().id.clone();
         store
-            .lease_and_claim(&session(), &owner, TTL_MS)
+            .lease_and_claim(&session(), &owner, TTL_MS, crate::store::Burst::default())
             .await
             .expect("claim")
     }

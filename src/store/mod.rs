@@ -122,7 +122,7 @@ pub use batch::{Arg, Batch};
 pub use checkpoint::WalStats;
 pub use compactions::{Compaction, tokens_per_char};
 pub use edits::HiddenExchange;
-pub use inbound::{Claim, InboundRow, InboundStatus, NewInbound};
+pub use inbound::{Burst, Claim, InboundRow, InboundStatus, MERGED_OUTCOME, NewInbound, Next};
 pub use leases::{Fence, Renewal};
 pub use literal::LiteralError;
 pub use messages::{MessageMeta, NewMessage, Role, StoredMessage};

@@ -237,8 +237,9 @@ impl Store {
     }
 
     /// The stored replies of these messages, for callers waiting on them:
-    /// the outbox text and the message's final status. Messages not
-    /// finished yet are left out.
+    /// the outbox text and the message's final status (a message merged
+    /// into a burst gets the burst's). Messages not finished yet are left
+    /// out.
     ///
     /// # Errors
     /// A database failure or a corrupt row.
@@ -251,8 +252,9 @@ impl Store {
         }
         let placeholders: Vec<String> = (1..=inbound_ids.len()).map(|n| format!("${n}")).collect();
         let sql = format!(
-            "SELECT o.inbound_id, o.session_id, o.text, i.status FROM outbox o \
-             JOIN inbound i ON i.id = o.inbound_id WHERE o.inbound_id IN ({})",
+            "SELECT i.id AS inbound_id, o.session_id, o.text, p.status FROM inbound i \
+             JOIN outbox o ON o.inbound_id = COALESCE(i.burst_of, i.id) \
+             JOIN inbound p ON p.id = o.inbound_id WHERE i.id IN ({})",
             placeholders.join(", ")
         );
         let rows = inbound_ids

@@ -937,6 +937,9 @@ pub async fn test_settings(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {
     ];
     settings.api.keys_env = "SWITCHBOARD_TEST_API_KEYS_UNSET".to_owned();
     settings.api.reply_timeout_secs = 60;
+    // One turn per message, at once: the tests send messages faster than a
+    // burst window and count turns (the burst tests set their own window).
+    settings.sessions.burst_window_ms = 0;
     settings
 }
 
@@ -982,6 +985,8 @@ impl ServeProcess {
             .arg("serve")
             .current_dir(dir)
             .env("SWITCHBOARD__SERVER__BIND", format!("127.0.0.1:{port}"))
+            // As in `test_settings`: one turn per message (`env` may differ).
+            .env("SWITCHBOARD__SESSIONS__BURST_WINDOW_MS", "0")
             .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(stderr)

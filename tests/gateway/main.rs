@@ -9,6 +9,7 @@ mod api;
 mod api_sessions;
 mod budget;
 mod budget_warnings;
+mod burst;
 mod cluster;
 mod compaction;
 mod config_check;
