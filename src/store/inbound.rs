@@ -395,6 +395,11 @@ impl Store {
     }
 }
 
+/// The platforms whose messages are never held for a burst: the HTTP API
+/// and the terminal send whole messages, and a caller waits on each (the
+/// names of [`crate::session::local::LocalPlatform`]).
+const UNDEBOUNCED: &str = "'api', 'terminal'";
+
 /// Claims the session's next message, if the lease is ours (`holder` is
 /// the SQL condition on the lease row naming us, with `$2` bound to
 /// `holder_arg`): a `running` one first, then `pending` ones in arrival
@@ -418,8 +423,10 @@ fn push_claim(
 ) {
     let cutoff = burst.cutoff();
     batch.push_returning(
-        "SELECT MIN(received_at) FROM inbound WHERE session_id = $1 AND status = 'pending' \
-         AND received_at > $2",
+        format!(
+            "SELECT MIN(received_at) FROM inbound WHERE session_id = $1 AND status = 'pending' \
+             AND received_at > $2 AND platform NOT IN ({UNDEBOUNCED})"
+        ),
         vec![session_id.into(), Arg::from(cutoff)],
     );
     if burst.window_ms > 0 {
@@ -436,6 +443,7 @@ fn push_claim(
                  AND EXISTS (SELECT 1 FROM session_leases WHERE session_id = $1 AND {holder}) \
                  AND EXISTS (SELECT 1 FROM inbound p WHERE p.id = {first} \
                  AND p.status = 'pending' AND p.received_at <= $4 AND p.text NOT LIKE '/%' \
+                 AND p.platform NOT IN ({UNDEBOUNCED}) \
                  AND p.id < inbound.id AND p.platform = inbound.platform \
                  AND p.account = inbound.account AND p.sender_id = inbound.sender_id \
                  AND inbound.received_at <= p.received_at + $3 \
@@ -456,7 +464,8 @@ fn push_claim(
         format!(
             "UPDATE inbound SET status = 'running' WHERE id = (SELECT id FROM inbound \
              WHERE session_id = $1 AND status IN ('pending', 'running') ORDER BY id LIMIT 1) \
-             AND (status = 'running' OR received_at <= $3 OR text LIKE '/%') \
+             AND (status = 'running' OR received_at <= $3 OR text LIKE '/%' \
+             OR platform IN ({UNDEBOUNCED})) \
              AND EXISTS (SELECT 1 FROM session_leases WHERE session_id = $1 AND {holder}) \
              RETURNING {INBOUND_COLUMNS}"
         ),
@@ -563,13 +572,22 @@ mod tests {
         SessionId::parse("s-1").expect("id")
     }
 
+    #[test]
+    fn the_undebounced_platforms_are_the_local_ones() {
+        let names: Vec<String> = crate::session::local::LocalPlatform::ALL
+            .iter()
+            .map(|local| format!("'{}'", local.name()))
+            .collect();
+        assert_eq!(UNDEBOUNCED, names.join(", "));
+    }
+
     /// A pending message of the session (foreign keys off: no session row).
     async fn plant(store: &Store, n: usize, sender: &str, text: &str, received_at: i64) {
         write_unchecked(
             store,
             &[&format!(
                 "INSERT INTO inbound (platform, account, event_id, session_id, chat_id, \
-                 sender_id, text, status, received_at) VALUES ('api', 'default', 'e{n}', \
+                 sender_id, text, status, received_at) VALUES ('telegram', 'default', 'e{n}', \
                  's-1', 'c', '{sender}', '{text}', 'pending', {received_at})"
             )],
         )
