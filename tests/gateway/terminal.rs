@@ -180,8 +180,13 @@ async fn a_pasted_message_is_one_turn_and_history_is_kept() {
     let last = messages.last().expect("a message");
     assert_eq!(last["role"], "user");
     assert_eq!(last["content"], "first line\nsecond line\nthird line");
-    let history =
-        std::fs::read_to_string(dir.path().join("switchboard-chat.history")).unwrap_or_default();
+    // Next to a SQLite database; in the data folder with PostgreSQL.
+    let history = ["", "switchboard"]
+        .iter()
+        .filter_map(|folder| {
+            std::fs::read_to_string(dir.path().join(folder).join("switchboard-chat.history")).ok()
+        })
+        .collect::<String>();
     assert!(history.contains("third line"), "history kept: {history:?}");
 }
 
