@@ -6,7 +6,7 @@ use std::process::Stdio;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use crate::helpers::{FakeLlm, FreshDatabase, fresh_database};
+use crate::helpers::{FakeLlm, FreshDatabase, Reply, fresh_database, last_is_tool_result};
 
 async fn run_chat(config: &std::path::Path, session: Option<&str>, input: &str) -> String {
     run_chat_as("tester", config, session, input).await
@@ -300,4 +300,36 @@ async fn list_shows_this_users_sessions_and_another_users_session_is_refused_wit
         !messages.iter().any(|m| m["content"] == "alice's plan"),
         "bob's turn does not see alice's session"
     );
+}
+
+#[tokio::test]
+async fn a_running_tool_is_shown_then_the_streamed_answer() {
+    let llm = FakeLlm::start(|body| {
+        if last_is_tool_result(body) {
+            Reply::Text("It is 42.".to_owned())
+        } else {
+            Reply::Tools(vec![(
+                "call_1".to_owned(),
+                "calculator".to_owned(),
+                r#"{"expression":"6*7"}"#.to_owned(),
+            )])
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (config, _database) = chat_config(&llm, dir.path()).await;
+    tokio::task::spawn_blocking(move || {
+        let mut chat = pty_chat("reckoner", &config);
+        type_keys(&mut chat, "what is 6 times 7\r");
+        // The session reads each byte as a character: ASCII needles only.
+        chat.exp_string("running calculator").expect("tool spinner");
+        chat.exp_string(" calculator\r\n").expect("tool done line");
+        chat.exp_string("It is 42.").expect("answer");
+        chat.exp_string("> ").expect("prompt again");
+        type_keys(&mut chat, "\x04");
+        chat.exp_eof().expect("chat ends");
+    })
+    .await
+    .expect("pty script");
+    assert_eq!(llm.requests().len(), 2);
 }
