@@ -301,22 +301,41 @@ async fn show_unshown(
 ) -> Result<(), ChatError> {
     let mut left = Vec::new();
     for (session, turn) in std::mem::take(unshown) {
-        // Waited for before it is read, so that a turn ending in between
-        // is not missed.
-        let waiting = service.runner().wait_for(turn);
-        let live = service.runner().live().subscribe(turn);
-        let Some(record) = service.store().api_turn(&session, turn).await? else {
+        let Some(mut record) = service.store().api_turn(&session, turn).await? else {
             continue;
         };
+        let mut following = None;
+        if record.reply.is_none()
+            && matches!(
+                record.status,
+                InboundStatus::Pending | InboundStatus::Running
+            )
+        {
+            // Waited for, then read again, so that a turn ending in
+            // between is not missed.
+            let waiting = service.runner().wait_for(turn);
+            let live = service.runner().live().subscribe(turn);
+            following = Some((waiting, live));
+            record = match service.store().api_turn(&session, turn).await? {
+                Some(record) => record,
+                None => continue,
+            };
+            if !matches!(
+                record.status,
+                InboundStatus::Pending | InboundStatus::Running
+            ) {
+                following = None;
+            }
+        }
         let asked = shortened(&record.text, 60);
-        match (record.reply, record.status) {
+        match (record.reply, following) {
             (Some(reply), _) => {
                 say(&format!(
                     "Reply to “{asked}” (written while this chat was away):"
                 ));
                 say(reply.trim_end());
             }
-            (None, InboundStatus::Pending | InboundStatus::Running) => {
+            (None, Some((waiting, live))) => {
                 say(&format!("Finishing “{asked}” (started before this chat):"));
                 let followed = follow::follow(
                     service.runner(),
@@ -332,7 +351,7 @@ async fn show_unshown(
                 }
             }
             // Ended without a reply: nothing to show.
-            (None, _) => {}
+            (None, None) => {}
         }
     }
     *unshown = left;
