@@ -37,9 +37,12 @@ pub enum Command {
     Serve,
     /// Chat with the agent in this terminal.
     Chat {
-        /// Continue this session (from any platform).
-        #[arg(long)]
+        /// Continue this session (any platform's, when it is this user's).
+        #[arg(long, conflicts_with = "list")]
         session: Option<String>,
+        /// List the sessions this terminal user may continue, and exit.
+        #[arg(long)]
+        list: bool,
     },
     /// Apply database migrations and exit.
     Migrate,
@@ -81,10 +84,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             warn_if_no_llm_key(&settings);
             serve(settings).await
         }
-        Command::Chat { session } => {
-            telemetry::init(&settings.log, Some("warn"));
+        Command::Chat { session, list } => {
+            // The log goes to a file: lines printed into the chat would
+            // break it up.
+            let files = terminal::ChatFiles::for_database(&settings.database.url);
+            let logged = files
+                .create_folder()
+                .and_then(|()| terminal::log_to_file(&settings.log, &files.log()));
+            if let Err(err) = logged {
+                telemetry::init(&settings.log, Some("error"));
+                eprintln!(
+                    "switchboard: cannot write the chat log {}: {err}",
+                    files.log().display()
+                );
+            }
             warn_if_no_llm_key(&settings);
-            chat(settings, session).await
+            chat(settings, session, list, files).await
         }
         Command::Check => {
             telemetry::init(&settings.log, Some("error"));
@@ -289,7 +304,12 @@ pub async fn run_server(
     Ok(())
 }
 
-async fn chat(settings: Settings, session: Option<String>) -> anyhow::Result<()> {
+async fn chat(
+    settings: Settings,
+    session: Option<String>,
+    list: bool,
+    files: terminal::ChatFiles,
+) -> anyhow::Result<()> {
     let reply_timeout = Duration::from_secs(settings.api.reply_timeout_secs);
     let database = crate::check::shown_url(&settings.database.url);
     let gateway = Gateway::build(settings)
@@ -299,15 +319,18 @@ async fn chat(settings: Settings, session: Option<String>) -> anyhow::Result<()>
         .recover()
         .await
         .context("recovering unfinished work")?;
-    let stdin = tokio::io::BufReader::new(tokio::io::stdin());
-    let result = terminal::run_chat(
-        &gateway.service,
-        session,
-        stdin,
-        tokio::io::stdout(),
-        reply_timeout,
-    )
-    .await;
+    let result = if list {
+        terminal::list_sessions(&gateway.service)
+            .await
+            .map(|text| print!("{text}"))
+    } else {
+        let options = terminal::ChatOptions {
+            session,
+            reply_timeout,
+            files,
+        };
+        terminal::run_chat(&gateway.service, options).await
+    };
     gateway.shutdown().await;
     result.context("chat")
 }
