@@ -75,6 +75,23 @@ pub fn decode_in_pieces<D: StreamDecoder>(
     (result, heard.text())
 }
 
+/// Scenario: `body` decoded (by `decode`, given the body and a piece
+/// size) cut one byte at a time (every boundary) and at other sizes (events
+/// and characters cut at every offset among them) always gives `expected`
+/// and passes on `heard`.
+pub fn a_stream_cut_anywhere_decodes_alike(
+    decode: impl Fn(&str, usize) -> (Result<ModelResponse, LlmError>, String),
+    body: &str,
+    expected: &ModelResponse,
+    heard: &str,
+) {
+    for step in (1..=32).chain([64, 127, 512, body.len()]) {
+        let (response, passed_on) = decode(body, step);
+        assert_eq!(response.as_ref(), Ok(expected), "cut every {step} bytes");
+        assert_eq!(passed_on, heard);
+    }
+}
+
 /// `events` as an event stream body: each JSON value a `data:` event (with
 /// its `event:` name when given).
 pub fn sse_body(events: &[(Option<&str>, String)]) -> String {

@@ -96,13 +96,14 @@ async fn gated_app(llm: &GatedLlm) -> TestApp {
 }
 
 /// An API response: status, `X-Session-Id`, JSON body.
-struct Answer {
-    status: StatusCode,
-    session: Option<String>,
-    body: Value,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) session: Option<String>,
+    pub(crate) body: Value,
 }
 
-async fn answer_of(response: reqwest::Response) -> Answer {
+/// Reads `response` into an [`Answer`] (a body that is not JSON is `null`).
+pub(crate) async fn answer_of(response: reqwest::Response) -> Answer {
     let status = StatusCode::from_u16(response.status().as_u16()).expect("status");
     let session = response
         .headers()

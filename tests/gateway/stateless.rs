@@ -10,17 +10,11 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use switchboard::llm::ChatMessage;
 
+use crate::api_sessions::{Answer, answer_of};
 use crate::helpers::{
     FakeLlm, Recorded, Reply, TestApp, last_is_tool_result, last_user_text, session_id,
 };
 use crate::openai_client::{Client, available, run_script};
-
-/// What one completion request got back.
-struct Answer {
-    status: StatusCode,
-    session: Option<String>,
-    body: Value,
-}
 
 impl Answer {
     fn text(&self) -> String {
@@ -50,19 +44,7 @@ async fn send(
     if let Some(header) = header {
         request = request.header("X-Session-Id", header);
     }
-    let response = request.send().await.expect("sent");
-    let status = response.status();
-    let session = response
-        .headers()
-        .get("x-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let body = response.json().await.unwrap_or(Value::Null);
-    Answer {
-        status,
-        session,
-        body,
-    }
+    answer_of(request.send().await.expect("sent")).await
 }
 
 fn user(text: &str) -> Value {
