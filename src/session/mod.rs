@@ -6,7 +6,8 @@
 //! codes join identities into one principal), and the message is either
 //! answered as one of the [`commands`] or queued. [`runner`] runs one turn
 //! at a time per session (a database lease makes that hold across
-//! processes) and delivers replies through the outbox. [`turn`] is one
+//! processes) and delivers replies through the outbox, showing them growing
+//! on chat platforms meanwhile ([`drafts`]). [`turn`] is one
 //! turn: load the session and its history from the database, run the loop,
 //! end the turn atomically with its reply; [`local`] names the platforms
 //! served inside this process. [`texts`] holds every text the
@@ -15,6 +16,7 @@
 
 pub mod access;
 pub mod commands;
+pub mod drafts;
 pub mod key;
 pub mod link;
 pub mod local;

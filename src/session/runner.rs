@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use super::drafts::DraftWriter;
 use super::local::LocalPlatform;
 use super::turn::{StopCause, TurnControl, TurnExecutor};
 use crate::agent::live::LiveHub;
@@ -654,6 +655,7 @@ impl Runner {
                     .join("\n");
             }
             let control = Arc::new(TurnControl::with_live(self.inner.live.open(inbound.id)));
+            let drafts = self.draft_writer(fence, &inbound);
             // A stop requested before the turn (re)started applies to it.
             if let Some(cause) = &inbound.stop_cause {
                 control.stop(StopCause::parse(cause));
@@ -668,9 +670,16 @@ impl Runner {
             for id in &merged_ids {
                 self.inner.live.close(*id);
             }
-            let Some((row, status, span)) = result? else {
+            let draft_message = match drafts {
+                Some(drafts) => finish_drafts(drafts).await,
+                None => None,
+            };
+            let Some((mut row, status, span)) = result? else {
                 return Ok(Drained::Stopped);
             };
+            // The writer's word is the newest (it may have replaced a draft
+            // message deleted meanwhile).
+            row.replaces = draft_message.or(row.replaces);
             for id in &merged_ids {
                 self.answer_waiter(TurnReply {
                     inbound_id: *id,
@@ -763,6 +772,30 @@ impl Runner {
         }
         let (row, status) = result?;
         Ok(Some((row, status, span)))
+    }
+
+    /// Starts showing the turn of `inbound` growing in its chat, when its
+    /// platform shows drafts there.
+    fn draft_writer(
+        &self,
+        fence: &Fence,
+        inbound: &InboundRow,
+    ) -> Option<tokio::task::JoinHandle<Option<String>>> {
+        let sender = lock(&self.inner.senders)
+            .get(inbound.platform.as_str())
+            .cloned()?;
+        let writer = DraftWriter::new(
+            sender,
+            self.inner.store.fenced(fence.clone()),
+            inbound.id,
+            chat_of(inbound),
+            inbound.message_id.clone(),
+            inbound.draft_message_id.clone(),
+        )?;
+        // Subscribed before the turn starts, so the model is called
+        // streaming and every event is heard.
+        let events = self.inner.live.subscribe(inbound.id);
+        Some(tokio::spawn(writer.run(events).in_current_span()))
     }
 
     /// Repeats the platform's typing indicator while a turn runs; the caller
@@ -981,6 +1014,28 @@ pub struct Running {
     pub budget_left: Option<u32>,
 }
 
+/// How long the reply waits for a draft being shown as its turn ended: the
+/// reply must not go out before it (or the draft would overwrite it).
+const DRAFT_SETTLE_MAX: Duration = Duration::from_secs(15);
+
+/// Waits for a turn's draft writer to finish (its turn has ended, so it
+/// ends after the draft it may be showing); the draft's message, if any.
+async fn finish_drafts(writer: tokio::task::JoinHandle<Option<String>>) -> Option<String> {
+    let abort = writer.abort_handle();
+    match tokio::time::timeout(DRAFT_SETTLE_MAX, writer).await {
+        Ok(Ok(message_id)) => message_id,
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, "draft writer failed");
+            None
+        }
+        Err(_) => {
+            tracing::warn!("draft writer still busy; the reply goes out without it");
+            abort.abort();
+            None
+        }
+    }
+}
+
 /// The chat an inbound message came from, which its reply goes back to.
 fn chat_of(inbound: &InboundRow) -> ChatRef {
     ChatRef {
@@ -995,6 +1050,7 @@ fn chat_of(inbound: &InboundRow) -> ChatRef {
 fn outbound_of(row: &OutboxRow) -> OutboundMessage {
     OutboundMessage {
         idempotency_key: row.idempotency_key(),
+        replaces: row.replaces.clone(),
         platform: row.platform.clone(),
         account: row.account.clone(),
         chat: row.chat_id.clone(),

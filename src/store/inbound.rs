@@ -102,11 +102,14 @@ pub struct InboundRow {
     /// The first message of the burst this one was merged into (its turn
     /// answers both), if it was.
     pub burst_of: Option<i64>,
+    /// The platform message showing this turn's reply as it is written, if
+    /// a draft message was created (see migration 0011).
+    pub draft_message_id: Option<String>,
 }
 
 const INBOUND_COLUMNS: &str = "id, platform, account, event_id, session_id, chat_id, thread_id, \
     message_id, sender_id, sender_name, speaker, text, status, outcome, received_at, \
-    principal_id, stop_cause, burst_of";
+    principal_id, stop_cause, burst_of, draft_message_id";
 
 /// The outcome of a message merged into an earlier one's turn.
 pub const MERGED_OUTCOME: &str = "merged";
@@ -309,6 +312,28 @@ impl Store {
         .fetch_all(&mut *self.conn().await?)
         .await?;
         Ok(!stopped.is_empty())
+    }
+
+    /// Records the platform message showing the draft of the turn of
+    /// `inbound_id`, and hands it to the turn's reply if that is already
+    /// written and not yet delivered (the turn may end while the draft's
+    /// message is being created). Through a fenced store, an instance that
+    /// lost the session's lease records nothing.
+    ///
+    /// # Errors
+    /// A database failure, or [`StoreError::LeaseLost`].
+    pub async fn record_draft(&self, inbound_id: i64, message_id: &str) -> Result<(), StoreError> {
+        let mut batch = Batch::new();
+        batch.push(
+            "UPDATE inbound SET draft_message_id = $1 WHERE id = $2",
+            vec![message_id.into(), Arg::from(inbound_id)],
+        );
+        batch.push(
+            "UPDATE outbox SET replaces = $1 \
+             WHERE inbound_id = $2 AND status = 'pending' AND replaces IS NULL",
+            vec![message_id.into(), Arg::from(inbound_id)],
+        );
+        self.write(batch).await.map(drop)
     }
 
     /// The stop request recorded for the session's running turn, if any.
@@ -554,6 +579,7 @@ pub(super) fn inbound_from_row(row: &AnyRow) -> Result<InboundRow, StoreError> {
         principal_id: row.try_get("principal_id")?,
         stop_cause: row.try_get("stop_cause")?,
         burst_of: row.try_get("burst_of")?,
+        draft_message_id: row.try_get("draft_message_id")?,
     })
 }
 

@@ -276,6 +276,8 @@ pub struct Store {
     /// The process's metrics: every part that owns a fact holds the store
     /// (see [`crate::metrics`]).
     metrics: Metrics,
+    /// The database's random id, once read (see [`Store::database_id`]).
+    database_id: Arc<tokio::sync::OnceCell<Option<String>>>,
 }
 
 #[derive(Clone)]
@@ -443,6 +445,7 @@ impl Store {
             instance: Arc::new(Instance::ephemeral()),
             stats: Arc::default(),
             metrics: Metrics::default(),
+            database_id: Arc::default(),
         })
     }
 

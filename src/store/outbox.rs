@@ -64,6 +64,9 @@ pub struct OutboxRow {
     /// The database's random id (`database_id.random_id`, made by migration
     /// 0007); `None` only if that row was deleted by hand.
     pub database_id: Option<String>,
+    /// The platform message showing this reply's draft, which the reply's
+    /// first part replaces (see migration 0011).
+    pub replaces: Option<String>,
 }
 
 impl OutboxRow {
@@ -104,7 +107,7 @@ pub struct TurnEnd<'a> {
 }
 
 const OUTBOX_COLUMNS: &str = "id, session_id, inbound_id, platform, account, chat_id, thread_id, \
-    reply_to, text, status, platform_message_id, attempts, \
+    reply_to, text, status, platform_message_id, attempts, replaces, \
     (SELECT random_id FROM database_id) AS database_id";
 
 impl Store {
@@ -136,9 +139,10 @@ impl Store {
         batch.push_returning(
             format!(
                 "INSERT INTO outbox (session_id, inbound_id, platform, account, chat_id, \
-                 thread_id, reply_to, text, status, created_at, claimed_by, claim_expires_at) \
+                 thread_id, reply_to, text, status, created_at, claimed_by, claim_expires_at, \
+                 replaces) \
                  SELECT session_id, id, platform, account, chat_id, thread_id, message_id, $1, \
-                 'pending', $2, $4, {} + $5 FROM inbound WHERE id = $3 RETURNING {OUTBOX_COLUMNS}",
+                 'pending', $2, $4, {} + $5, draft_message_id FROM inbound WHERE id = $3 RETURNING {OUTBOX_COLUMNS}",
                 self.clock_sql()
             ),
             vec![
@@ -174,6 +178,24 @@ impl Store {
             .get(skip)
             .ok_or_else(|| StoreError::Corrupt(format!("inbound {} missing", end.inbound_id)))?;
         outbox_from_row(row)
+    }
+
+    /// The database's random id (made by migration 0007), which keys
+    /// sent to platforms carry so that they never repeat across databases;
+    /// `None` only if that row was deleted by hand. Read once, then kept.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn database_id(&self) -> Result<Option<String>, StoreError> {
+        self.database_id
+            .get_or_try_init(|| async {
+                let id = sqlx::query_scalar::<_, String>("SELECT random_id FROM database_id")
+                    .fetch_optional(&mut *self.read_conn().await?)
+                    .await?;
+                Ok(id)
+            })
+            .await
+            .cloned()
     }
 
     /// Claims up to `limit` replies waiting for delivery, oldest first:
@@ -368,6 +390,7 @@ fn outbox_from_row(row: &AnyRow) -> Result<OutboxRow, StoreError> {
         platform_message_id: row.try_get("platform_message_id")?,
         attempts: row.try_get("attempts")?,
         database_id: row.try_get("database_id")?,
+        replaces: row.try_get("replaces")?,
     })
 }
 

@@ -14,6 +14,7 @@ mod cluster;
 mod compaction;
 mod config_check;
 mod crash;
+mod drafts;
 mod failure_texts;
 mod feishu;
 mod helpers;

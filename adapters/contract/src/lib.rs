@@ -6,18 +6,21 @@
 //! This crate also holds what every adapter shares: newtype identifiers,
 //! splitting text to a platform's length limit without breaking code fences
 //! ([`split`]), Markdown conversion hooks ([`markdown`]), and the one backoff
-//! policy of every retry loop ([`backoff`]).
+//! policy of every retry loop ([`backoff`]), and the drafts a reply shows
+//! while it is written ([`draft`]).
 //!
 //! The core depends on this crate and on the adapters; nothing here depends on
 //! the core.
 
 pub mod backoff;
+pub mod draft;
 pub mod ids;
 pub mod markdown;
 pub mod message;
 pub mod platform;
 pub mod split;
 
+pub use draft::Draft;
 pub use ids::{AccountId, ChatId, EventId, IdError, PlatformName, ThreadId, UserId};
 pub use markdown::{MarkupRenderer, PlainText, TelegramHtml, escape_html};
 pub use message::{

@@ -77,6 +77,13 @@ pub struct OutboundMessage {
     /// A stable key derived from the reply's identity (its outbox row), for
     /// platforms with idempotent sends (Feishu `uuid`, Discord `nonce`).
     pub idempotency_key: String,
+    /// The platform message that showed this reply's draft while it was
+    /// written ([`crate::Draft`]), if one did: the reply's first part
+    /// replaces its content (an edit), so no partial copy is left behind.
+    /// Should the edit be refused (the message was deleted), the part goes
+    /// out as a new message instead.
+    #[serde(default)]
+    pub replaces: Option<String>,
 }
 
 impl OutboundMessage {

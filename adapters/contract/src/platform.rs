@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::draft::Draft;
 use crate::message::{ChatRef, DeliveryReceipt, InboundMessage, OutboundMessage};
 
 /// The result of submitting an inbound message to the core.
@@ -83,5 +84,21 @@ pub trait PlatformSender: Send + Sync {
     /// platform has no indicator.
     fn typing_interval(&self) -> Option<Duration> {
         None
+    }
+
+    /// How often a draft of a reply may change in `chat`
+    /// ([`PlatformSender::draft`]), under the platform's rate limits.
+    /// `None` (the default): no drafts there, because the platform has none
+    /// or streaming is turned off.
+    fn draft_interval(&self, _chat: &ChatRef) -> Option<Duration> {
+        None
+    }
+
+    /// Shows the reply written so far. Returns the platform message that
+    /// shows it, if it is a message (created now, or `draft.message_id`
+    /// edited); `None` when the draft is ephemeral and the final reply
+    /// replaces it by itself. Best effort: the caller skips a failed draft.
+    async fn draft(&self, _draft: &Draft) -> Result<Option<String>, SendError> {
+        Ok(None)
     }
 }

@@ -4,6 +4,7 @@
 //! run.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use secrecy::SecretString;
 use switchboard_contract::InboundSink;
@@ -72,7 +73,12 @@ impl DiscordAdapter {
         let rest = Rest::new(&token, api_proxy.as_deref());
         let handler = InboundHandler::new(sink, rest.clone(), settings)?;
         let sender = DiscordSender::new(rest.clone())
-            .with_reply_ping(settings.reply_ping, handler.active_channels());
+            .with_reply_ping(settings.reply_ping, handler.active_channels())
+            .with_drafts(
+                settings
+                    .stream_replies
+                    .then(|| Duration::from_millis(settings.edit_interval_ms)),
+            );
         Ok(Self {
             sender: Arc::new(sender),
             gateway: DiscordGateway::new(token, rest, handler),

@@ -47,6 +47,8 @@ pub(crate) enum Bucket {
     CreateThread,
     /// `GET /channels/{id}/messages`.
     GetMessages,
+    /// `PATCH /channels/{id}/messages/{id}`.
+    EditMessage,
 }
 
 /// Why a REST call failed. Never carries the token or message content.

@@ -11,6 +11,13 @@
 //! message it already created instead of posting it again. Discord only
 //! remembers nonces for a few minutes; a retry after that may duplicate.
 //!
+//! While a turn runs, [`PlatformSender::draft`] shows the reply growing in
+//! one message: sent with the first words (replying to the asker like the
+//! reply will), then edited in place (`PATCH`) at most once per
+//! `edit_interval_ms`. The reply edits that message into its first chunk
+//! ([`OutboundMessage::replaces`]) and sends the rest as new messages; a
+//! draft longer than 2,000 characters shows its newest chunk.
+//!
 //! A 429 is read in full by [`Rest`]: a wait of at most
 //! [`INLINE_RETRY_LIMIT`] is slept here and the chunk sent once more; a
 //! longer one (or a second 429) goes back to the core as
@@ -28,7 +35,8 @@ use serenity::http::{LightMethod, Request, Route};
 use serenity::model::channel::{MessageReference, MessageReferenceKind, Nonce};
 use serenity::model::id::{ChannelId, MessageId};
 use switchboard_contract::{
-    ChatRef, DeliveryReceipt, LengthUnit, OutboundMessage, PlatformSender, SendError, split_message,
+    ChatRef, DeliveryReceipt, Draft, LengthUnit, OutboundMessage, PlatformSender, SendError,
+    split_message,
 };
 
 use crate::active::ActiveChannels;
@@ -58,6 +66,8 @@ pub struct DiscordSender {
     reply_ping: bool,
     /// Tells DMs (where replies never ping) from server channels.
     channels: Option<Arc<ActiveChannels>>,
+    /// How often a draft's message is edited; `None`: no drafts.
+    drafts: Option<Duration>,
 }
 
 impl DiscordSender {
@@ -69,7 +79,38 @@ impl DiscordSender {
             rest,
             reply_ping: false,
             channels: None,
+            drafts: None,
         }
+    }
+
+    /// Shows replies growing, editing their message at most once per
+    /// `interval` (`None`: not at all).
+    #[must_use]
+    pub(crate) fn with_drafts(mut self, interval: Option<Duration>) -> Self {
+        self.drafts = interval;
+        self
+    }
+
+    /// Replaces the content of the bot's message `id` in `channel`.
+    async fn edit(
+        &self,
+        channel: ChannelId,
+        id: MessageId,
+        content: String,
+    ) -> Result<(), RestError> {
+        let body = serde_json::to_vec(&serde_json::json!({ "content": content }))
+            .map_err(|err| RestError::Invalid(format!("invalid edit: {err}")))?;
+        let request = Request::new(
+            Route::ChannelMessage {
+                channel_id: channel,
+                message_id: id,
+            },
+            LightMethod::Patch,
+        )
+        .body(Some(body));
+        self.rest
+            .call_empty(Bucket::EditMessage, channel, request)
+            .await
     }
 
     /// Replies in server channels ping the asker when `reply_ping` is set;
@@ -164,7 +205,19 @@ impl PlatformSender for DiscordSender {
             });
         }
         let mut message_ids = Vec::with_capacity(chunks.len());
+        let mut draft = message.replaces.as_deref().and_then(ids::message_id);
         for (index, chunk) in chunks.into_iter().enumerate() {
+            if let Some(id) = draft.take() {
+                match self.edit(channel, id, chunk.clone()).await {
+                    Ok(()) => {
+                        message_ids.push(id.to_string());
+                        continue;
+                    }
+                    // The draft's message was deleted: a new one stands in.
+                    Err(RestError::Status { status: 404, .. }) => {}
+                    Err(err) => return Err(send_error(err)),
+                }
+            }
             let nonce = nonce(&message.idempotency_key, index);
             let reply = if index == 0 { reply_to } else { None };
             let id = self.send_chunk(channel, reply, nonce, chunk).await?;
@@ -192,6 +245,36 @@ impl PlatformSender for DiscordSender {
 
     fn typing_interval(&self) -> Option<Duration> {
         Some(TYPING_INTERVAL)
+    }
+
+    fn draft_interval(&self, _chat: &ChatRef) -> Option<Duration> {
+        self.drafts
+    }
+
+    async fn draft(&self, draft: &Draft) -> Result<Option<String>, SendError> {
+        let channel = ids::channel_id(draft.chat.chat.as_str()).ok_or_else(|| {
+            SendError::Permanent(format!(
+                "{:?} is not a Discord channel id",
+                draft.chat.chat.as_str()
+            ))
+        })?;
+        let Some(content) = split_message(&draft.text, MESSAGE_LIMIT, LengthUnit::Chars).pop()
+        else {
+            return Ok(draft.message_id.clone());
+        };
+        if let Some(id) = draft.message_id.as_deref().and_then(ids::message_id) {
+            match self.edit(channel, id, content.clone()).await {
+                Ok(()) => return Ok(Some(id.to_string())),
+                Err(RestError::Status { status: 404, .. }) => {}
+                Err(err) => return Err(send_error(err)),
+            }
+        }
+        let reply_to = draft.reply_to.as_deref().and_then(ids::message_id);
+        // The turn's key: created again after a crash, before its id was
+        // recorded, the draft is the message Discord already made.
+        let nonce = nonce(&draft.key, 0);
+        let id = self.send_chunk(channel, reply_to, nonce, content).await?;
+        Ok(Some(id.to_string()))
     }
 }
 

@@ -18,6 +18,8 @@ pub const DEFAULT_TOKEN_ENV: &str = "DISCORD_BOT_TOKEN";
 /// free_response_channels = ["123456789012345678"]
 /// auto_thread = false
 /// reply_ping = false                  # replies in servers notify the asker
+/// stream_replies = true               # show replies growing, edited in place
+/// edit_interval_ms = 1500             # at most one edit this often
 /// # api_proxy = "http://127.0.0.1:3000"  # tests only
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
@@ -43,6 +45,13 @@ pub struct DiscordSettings {
     /// person it answers, as Discord's "mention" toggle on a reply does.
     /// Off by default; replies in DMs never ping.
     pub reply_ping: bool,
+    /// Show replies growing while the model writes them: one message,
+    /// edited in place, becomes the reply. Default true.
+    pub stream_replies: bool,
+    /// How often that message is edited while the reply grows, in
+    /// milliseconds (Discord allows about five edits per five seconds in a
+    /// channel). Default 1500.
+    pub edit_interval_ms: u64,
 }
 
 impl Default for DiscordSettings {
@@ -53,6 +62,8 @@ impl Default for DiscordSettings {
             free_response_channels: Vec::new(),
             auto_thread: false,
             reply_ping: false,
+            stream_replies: true,
+            edit_interval_ms: 1500,
         }
     }
 }

@@ -199,6 +199,27 @@ impl OpenApi {
         Ok(sent.data.message_id)
     }
 
+    /// Replaces the content of the bot's card message `message_id`
+    /// (`PATCH /open-apis/im/v1/messages/{id}`; the card must have been
+    /// sent with `update_multi`).
+    pub async fn update_card(&self, message_id: &str, card: &str) -> Result<(), ApiError> {
+        let url = format!(
+            "{}/open-apis/im/v1/messages/{}",
+            self.base_url,
+            encode_path_segment(message_id)
+        );
+        let body = serde_json::json!({ "content": card });
+        let _: serde::de::IgnoredAny = self
+            .authorised(|token| {
+                self.http
+                    .patch(url.as_str())
+                    .bearer_auth(token.expose_secret())
+                    .json(&body)
+            })
+            .await?;
+        Ok(())
+    }
+
     /// The URL and JSON body of a send; also used to measure a chunk.
     pub fn request_for(
         &self,

@@ -210,7 +210,7 @@ impl FeishuAdapterBuilder {
             signature_max_age: settings.signature_max_age(),
         });
         Ok(FeishuAdapter {
-            sender: Arc::new(FeishuSender::new(api)),
+            sender: Arc::new(FeishuSender::new(api, settings.card_updates())),
             router: webhook::router(state, &settings.webhook_path, settings.max_body_bytes),
             tasks,
             bot_open_id,

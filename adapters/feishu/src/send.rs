@@ -13,17 +13,26 @@
 //! idempotency key and the chunk's index, so when the core retries a reply
 //! whose first chunks already went out, Feishu drops the repeats (for an hour).
 //!
+//! While a turn runs, [`PlatformSender::draft`] shows the reply growing in
+//! one card: sent with the first words, then updated in place (`PATCH` of
+//! the card message) at most once per `card_update_interval_ms`. The reply
+//! replaces that card's content with its first chunk (as a card, whatever
+//! its Markdown; [`OutboundMessage::replaces`]) and sends the rest as new
+//! messages; a recalled draft card is replaced by a new message.
+//!
 //! With a reply target the chunks are replies to it (`reply_in_thread` when
 //! the reply belongs to a Feishu thread, whose ids start with `omt_`); without
 //! one they are new messages in the chat.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use switchboard_contract::markdown::{MarkupRenderer, PlainText};
 use switchboard_contract::{
-    DeliveryReceipt, LengthUnit, OutboundMessage, PlatformSender, SendError, split_message_fitting,
+    ChatRef, DeliveryReceipt, Draft, LengthUnit, OutboundMessage, PlatformSender, SendError,
+    split_message_fitting,
 };
 
 use crate::api::{ApiError, ErrorCode, OpenApi, Payload, Target};
@@ -39,11 +48,13 @@ pub const UUID_MAX_LEN: usize = 50;
 /// registers it with the core as an `Arc<dyn PlatformSender>`.
 pub struct FeishuSender {
     api: Arc<OpenApi>,
+    /// How often a draft's card is updated; `None`: no drafts.
+    drafts: Option<Duration>,
 }
 
 impl FeishuSender {
-    pub(crate) fn new(api: Arc<OpenApi>) -> Self {
-        Self { api }
+    pub(crate) fn new(api: Arc<OpenApi>, drafts: Option<Duration>) -> Self {
+        Self { api, drafts }
     }
 }
 
@@ -55,20 +66,25 @@ impl PlatformSender for FeishuSender {
         fields(chat = %message.chat, key = %message.idempotency_key)
     )]
     async fn send(&self, message: &OutboundMessage) -> Result<DeliveryReceipt, SendError> {
-        let in_thread = message
-            .thread
-            .as_ref()
-            .is_some_and(|thread| thread.as_str().starts_with("omt_"));
-        let target = match message.reply_to.as_deref() {
-            Some(message_id) if !message_id.is_empty() => Target::Reply {
-                message_id,
-                in_thread,
-            },
-            _ => Target::Chat(message.chat.as_str()),
-        };
-        let payloads = self.payloads(&message.text, &target);
+        let chat = message.chat_ref();
+        let target = target(&chat, message.reply_to.as_deref());
+        let mut draft = message.replaces.as_deref();
+        // A reply replacing a draft's card is a card itself.
+        let markdown = draft.is_some() || has_markup(&message.text);
+        let payloads = self.payloads(&message.text, &target, markdown);
         let mut message_ids = Vec::with_capacity(payloads.len());
         for (index, payload) in payloads.iter().enumerate() {
+            if let Some(card) = draft.take() {
+                match self.api.update_card(card, &payload.content).await {
+                    Ok(()) => {
+                        message_ids.push(card.to_owned());
+                        continue;
+                    }
+                    // The draft's card was recalled: a new message stands in.
+                    Err(err) if err.code() == Some(ErrorCode::MessageRecalled) => {}
+                    Err(err) => return Err(send_error(&err)),
+                }
+            }
             let uuid = chunk_uuid(&message.idempotency_key, index);
             let id = match self.api.send(&target, payload, &uuid).await {
                 // The message replied to is gone: say it in the chat instead.
@@ -84,14 +100,57 @@ impl PlatformSender for FeishuSender {
         tracing::info!(chunks = message_ids.len(), "reply delivered to Feishu");
         Ok(DeliveryReceipt { message_ids })
     }
+
+    fn draft_interval(&self, _chat: &ChatRef) -> Option<Duration> {
+        self.drafts
+    }
+
+    async fn draft(&self, draft: &Draft) -> Result<Option<String>, SendError> {
+        let target = target(&draft.chat, draft.reply_to.as_deref());
+        let Some(card) = self.payloads(&draft.text, &target, true).pop() else {
+            return Ok(draft.message_id.clone());
+        };
+        if let Some(id) = draft.message_id.as_deref() {
+            match self.api.update_card(id, &card.content).await {
+                Ok(()) => return Ok(Some(id.to_owned())),
+                Err(err) if err.code() == Some(ErrorCode::MessageRecalled) => {}
+                Err(err) => return Err(draft_error(&err)),
+            }
+        }
+        // The turn's key: created again after a crash, before its id was
+        // recorded, the card is the one already posted (Feishu keeps a
+        // `uuid` for an hour).
+        let uuid = chunk_uuid(&draft.key, 0);
+        let id = self
+            .api
+            .send(&target, &card, &uuid)
+            .await
+            .map_err(|err| draft_error(&err))?;
+        Ok(Some(id))
+    }
+}
+
+/// Where a reply to `chat` goes: a reply to `reply_to` (in its thread when
+/// the chat is a Feishu thread, whose ids start with `omt_`), or the chat.
+fn target<'a>(chat: &'a ChatRef, reply_to: Option<&'a str>) -> Target<'a> {
+    let in_thread = chat
+        .thread
+        .as_ref()
+        .is_some_and(|thread| thread.as_str().starts_with("omt_"));
+    match reply_to {
+        Some(message_id) if !message_id.is_empty() => Target::Reply {
+            message_id,
+            in_thread,
+        },
+        _ => Target::Chat(chat.chat.as_str()),
+    }
 }
 
 impl FeishuSender {
-    /// The reply's chunks as message payloads, each request body under its
-    /// limit and as full as that limit allows: a reply is split across
-    /// messages only when one message cannot hold it.
-    fn payloads(&self, text: &str, target: &Target<'_>) -> Vec<Payload> {
-        let markdown = has_markup(text);
+    /// The reply's chunks as message payloads (cards when `markdown`), each
+    /// request body under its limit and as full as that limit allows: a
+    /// reply is split across messages only when one message cannot hold it.
+    fn payloads(&self, text: &str, target: &Target<'_>, markdown: bool) -> Vec<Payload> {
         let limit = if markdown {
             CARD_BODY_LIMIT
         } else {
@@ -151,6 +210,15 @@ fn payload(chunk: &str, markdown: bool) -> Payload {
             msg_type: "text",
             content: serde_json::json!({ "text": chunk }).to_string(),
         }
+    }
+}
+
+/// A failed draft: only a rate limit's wait matters (drafts are not
+/// retried), and it is not worth more than a debug line.
+fn draft_error(err: &ApiError) -> SendError {
+    match err {
+        ApiError::RateLimited { retry_after, .. } => SendError::RetryAfter(*retry_after),
+        other => SendError::Transient(other.to_string()),
     }
 }
 

@@ -62,6 +62,15 @@ pub struct FeishuSettings {
     /// Timeout of one request to the Feishu open API, in seconds. Default 10.
     #[serde(default = "default_request_timeout_secs")]
     pub request_timeout_secs: u64,
+    /// Show replies growing while the model writes them: one card, updated
+    /// in place, becomes the reply. Default true.
+    #[serde(default = "default_stream_replies")]
+    pub stream_replies: bool,
+    /// How often that card is updated while the reply grows, in
+    /// milliseconds (Feishu allows 5 requests a second per chat). Default
+    /// 1000.
+    #[serde(default = "default_card_update_interval_ms")]
+    pub card_update_interval_ms: u64,
 }
 
 impl FeishuSettings {
@@ -80,6 +89,8 @@ impl FeishuSettings {
             signature_max_age_secs: default_signature_max_age_secs(),
             max_in_flight: default_max_in_flight(),
             request_timeout_secs: default_request_timeout_secs(),
+            stream_replies: default_stream_replies(),
+            card_update_interval_ms: default_card_update_interval_ms(),
         }
     }
 
@@ -137,6 +148,13 @@ impl FeishuSettings {
 
     pub(crate) fn signature_max_age(&self) -> Duration {
         Duration::from_secs(self.signature_max_age_secs)
+    }
+
+    /// How often a growing reply's card is updated; `None` when replies
+    /// are not streamed.
+    pub(crate) fn card_updates(&self) -> Option<Duration> {
+        self.stream_replies
+            .then(|| Duration::from_millis(self.card_update_interval_ms))
     }
 
     pub(crate) fn request_timeout(&self) -> Duration {
@@ -275,6 +293,14 @@ fn default_max_in_flight() -> usize {
 
 fn default_request_timeout_secs() -> u64 {
     10
+}
+
+fn default_stream_replies() -> bool {
+    true
+}
+
+fn default_card_update_interval_ms() -> u64 {
+    1000
 }
 
 #[cfg(test)]

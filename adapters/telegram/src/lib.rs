@@ -160,7 +160,9 @@ impl TelegramAdapter {
             },
             sink,
         });
-        let sender = Arc::new(TelegramSender::new(bot.clone(), scrubber.clone()));
+        let sender = Arc::new(
+            TelegramSender::new(bot.clone(), scrubber.clone()).with_drafts(settings.drafts()),
+        );
         let adapter = Self {
             bot,
             scrubber,

@@ -8,6 +8,15 @@
 //! [`SendError::RetryAfter`] with Telegram's `retry_after`, so the core's
 //! retry loop waits and sends again.
 //!
+//! While a turn runs, [`PlatformSender::draft`] shows the reply growing: in
+//! a private chat as a draft (`sendMessageDraft`, Bot API 9.3: an animated
+//! preview the final message replaces), in a group as one message sent
+//! with the first words and edited in place (`editMessageText`) at most once
+//! per `group_edit_interval_ms`. The reply then edits that message into its
+//! first chunk ([`OutboundMessage::replaces`]) and sends the rest as new
+//! messages, so the chat ends up with the reply once. A draft longer than
+//! one message shows its newest chunk.
+//!
 //! Retrying a reply must neither lose nor duplicate chunks. When a chunk
 //! fails after earlier chunks went out, the ids of those sent are remembered
 //! under the reply's idempotency key; the retry sends only what is left. The
@@ -19,14 +28,21 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use switchboard_contract::{ChatRef, DeliveryReceipt, OutboundMessage, PlatformSender, SendError};
-use teloxide_core::payloads::{SendChatActionSetters, SendMessageSetters};
+use serde::Serialize;
+use switchboard_contract::{
+    ChatRef, DeliveryReceipt, Draft, OutboundMessage, PlatformSender, SendError,
+};
+use teloxide_core::payloads::{EditMessageTextSetters, SendChatActionSetters, SendMessageSetters};
 use teloxide_core::prelude::Requester;
-use teloxide_core::types::{ChatAction, ChatId, MessageId, ParseMode, ReplyParameters, ThreadId};
+use teloxide_core::requests::{JsonRequest, Payload};
+use teloxide_core::types::{
+    ChatAction, ChatId, MessageId, ParseMode, ReplyParameters, ThreadId, True,
+};
 use teloxide_core::{ApiError, Bot, RequestError};
 
 use crate::error::Scrubber;
 use crate::format::{Chunk, TELEGRAM_TEXT_LIMIT, render_chunks};
+use crate::settings::DraftPace;
 
 /// How often the core should repeat the typing indicator: Telegram shows it
 /// for up to 5 s.
@@ -44,6 +60,8 @@ pub struct TelegramSender {
     /// Chunk ids already sent per idempotency key. A `std` mutex: each
     /// critical section is one map operation and never spans an `.await`.
     partial: Mutex<Partial>,
+    /// How often drafts change; `None`: replies are not streamed.
+    drafts: Option<DraftPace>,
 }
 
 impl std::fmt::Debug for TelegramSender {
@@ -66,7 +84,26 @@ impl PlatformSender for TelegramSender {
         }
         let mut sent = self.take_partial(&message.idempotency_key);
         let mut chat = target.chat;
+        let draft = message
+            .replaces
+            .as_deref()
+            .and_then(|id| id.parse().ok())
+            .map(MessageId);
         for (index, chunk) in chunks.iter().enumerate().skip(sent.len()) {
+            if index == 0
+                && let Some(draft) = draft
+            {
+                match self.edit_chunk(chat, draft, chunk).await {
+                    Ok(()) => {
+                        sent.push(draft.0.to_string());
+                        continue;
+                    }
+                    // The draft's message was deleted (or is too old to
+                    // edit): the chunk goes out as a new message.
+                    Err(error) if draft_gone(&error) => {}
+                    Err(error) => return Err(self.fail(&message.idempotency_key, sent, &error)),
+                }
+            }
             let reply_to = if index == 0 { target.reply_to } else { None };
             match self.send_chunk(chat, target.thread, reply_to, chunk).await {
                 Ok(id) => sent.push(id),
@@ -108,6 +145,33 @@ impl PlatformSender for TelegramSender {
     fn typing_interval(&self) -> Option<Duration> {
         Some(TYPING_INTERVAL)
     }
+
+    fn draft_interval(&self, chat: &ChatRef) -> Option<Duration> {
+        let pace = self.drafts?;
+        let chat = chat.chat.as_str().parse::<i64>().ok()?;
+        Some(if is_private(ChatId(chat)) {
+            pace.private
+        } else {
+            pace.group
+        })
+    }
+
+    async fn draft(&self, draft: &Draft) -> Result<Option<String>, SendError> {
+        let target = Target::of_chat(&draft.chat, draft.reply_to.as_deref())?;
+        let Some(chunk) = render_chunks(&draft.text, TELEGRAM_TEXT_LIMIT).pop() else {
+            return Ok(draft.message_id.clone());
+        };
+        let shown = if is_private(target.chat) {
+            self.send_draft(&target, draft.draft_id, &chunk)
+                .await
+                .map(|()| None)
+        } else {
+            self.group_draft(&target, draft.message_id.as_deref(), &chunk)
+                .await
+                .map(Some)
+        };
+        shown.map_err(|error| self.draft_error(&error))
+    }
 }
 
 impl TelegramSender {
@@ -116,6 +180,104 @@ impl TelegramSender {
             bot,
             scrubber,
             partial: Mutex::new(Partial::default()),
+            drafts: None,
+        }
+    }
+
+    /// Shows replies growing at this pace (`None`: not at all).
+    #[must_use]
+    pub(crate) fn with_drafts(mut self, drafts: Option<DraftPace>) -> Self {
+        self.drafts = drafts;
+        self
+    }
+
+    /// Shows a private chat's draft (`sendMessageDraft`), as HTML, and as
+    /// plain text if the HTML is refused.
+    async fn send_draft(
+        &self,
+        target: &Target,
+        draft_id: i64,
+        chunk: &Chunk,
+    ) -> Result<(), RequestError> {
+        let request = |text: &str, parse_mode| {
+            JsonRequest::new(
+                self.bot.clone(),
+                SendMessageDraft {
+                    chat_id: target.chat.0,
+                    draft_id,
+                    text: text.to_owned(),
+                    message_thread_id: target.thread.map(|thread| thread.0.0),
+                    parse_mode,
+                },
+            )
+        };
+        match request(&chunk.html, Some(ParseMode::Html)).await {
+            Err(RequestError::Api(ApiError::CantParseEntities(_))) => {
+                request(&chunk.plain, None).await?;
+            }
+            other => {
+                other?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Shows a group's draft: edits the message showing it, or sends one
+    /// (again, if it was deleted). Returns the message's id.
+    async fn group_draft(
+        &self,
+        target: &Target,
+        message_id: Option<&str>,
+        chunk: &Chunk,
+    ) -> Result<String, RequestError> {
+        if let Some(id) = message_id.and_then(|id| id.parse().ok()).map(MessageId) {
+            match self.edit_chunk(target.chat, id, chunk).await {
+                Ok(()) => return Ok(id.0.to_string()),
+                Err(error) if draft_gone(&error) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        self.send_chunk(target.chat, target.thread, target.reply_to, chunk)
+            .await
+    }
+
+    /// Replaces a sent message's text with `chunk`, as HTML, and as plain
+    /// text if the HTML is refused. A message already showing it is fine.
+    async fn edit_chunk(
+        &self,
+        chat: ChatId,
+        message: MessageId,
+        chunk: &Chunk,
+    ) -> Result<(), RequestError> {
+        let html = self
+            .bot
+            .edit_message_text(chat, message, &chunk.html)
+            .parse_mode(ParseMode::Html)
+            .await;
+        let edited = match html {
+            Err(RequestError::Api(ApiError::CantParseEntities(reason))) => {
+                tracing::warn!(%reason, "Telegram refused the HTML; editing as plain text");
+                self.bot
+                    .edit_message_text(chat, message, &chunk.plain)
+                    .await
+            }
+            other => other,
+        };
+        match edited {
+            Ok(_) | Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// A failed draft as the core's retry classes (only a rate limit's wait
+    /// matters: drafts are not retried).
+    fn draft_error(&self, error: &RequestError) -> SendError {
+        let detail = self.scrubber.scrub(&error.to_string());
+        match error {
+            RequestError::RetryAfter(wait) => {
+                SendError::RetryAfter(Duration::from_secs(u64::from(wait.seconds())))
+            }
+            _ => SendError::Transient(detail),
         }
     }
 
@@ -200,10 +362,14 @@ struct Target {
 
 impl Target {
     fn of(message: &OutboundMessage) -> Result<Self, SendError> {
-        let chat = message.chat.as_str().parse::<i64>().map_err(|_| {
-            SendError::Permanent(format!("not a Telegram chat id: {}", message.chat))
+        Self::of_chat(&message.chat_ref(), message.reply_to.as_deref())
+    }
+
+    fn of_chat(chat_ref: &ChatRef, reply_to: Option<&str>) -> Result<Self, SendError> {
+        let chat = chat_ref.chat.as_str().parse::<i64>().map_err(|_| {
+            SendError::Permanent(format!("not a Telegram chat id: {}", chat_ref.chat))
         })?;
-        let thread = match &message.thread {
+        let thread = match &chat_ref.thread {
             Some(thread) => Some(ThreadId(MessageId(thread.as_str().parse().map_err(
                 |_| SendError::Permanent(format!("not a Telegram topic id: {thread}")),
             )?))),
@@ -211,17 +377,49 @@ impl Target {
         };
         // A reply_to that is not a Telegram message id (it came from another
         // platform) is dropped rather than failing the reply.
-        let reply_to = message
-            .reply_to
-            .as_deref()
-            .and_then(|id| id.parse().ok())
-            .map(MessageId);
+        let reply_to = reply_to.and_then(|id| id.parse().ok()).map(MessageId);
         Ok(Self {
             chat: ChatId(chat),
             thread,
             reply_to,
         })
     }
+}
+
+/// Whether `chat` is a private chat with one person (whose ids are
+/// positive; groups' and channels' are negative).
+fn is_private(chat: ChatId) -> bool {
+    chat.0 > 0
+}
+
+/// Whether an edit failed because the message cannot be edited any more
+/// (deleted, or otherwise out of reach): a new message stands in for it.
+fn draft_gone(error: &RequestError) -> bool {
+    matches!(
+        error,
+        RequestError::Api(
+            ApiError::MessageToEditNotFound
+                | ApiError::MessageCantBeEdited
+                | ApiError::MessageIdInvalid
+        )
+    )
+}
+
+/// `sendMessageDraft` (Bot API 9.3), which teloxide does not have yet.
+#[derive(Debug, Clone, Serialize)]
+struct SendMessageDraft {
+    chat_id: i64,
+    draft_id: i64,
+    text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message_thread_id: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parse_mode: Option<ParseMode>,
+}
+
+impl Payload for SendMessageDraft {
+    type Output = True;
+    const NAME: &'static str = "SendMessageDraft";
 }
 
 /// Chunk ids of partly delivered replies, oldest first.

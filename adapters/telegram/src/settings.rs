@@ -55,6 +55,15 @@ pub struct TelegramSettings {
     pub poll_timeout_secs: u32,
     /// Largest webhook request body accepted, in bytes. Default 1 MiB.
     pub webhook_max_body_bytes: usize,
+    /// Show replies growing while the model writes them. Default true.
+    pub stream_replies: bool,
+    /// In private chats, how often the draft (`sendMessageDraft`) changes,
+    /// in milliseconds. Default 1000.
+    pub draft_interval_ms: u64,
+    /// In groups, how often the reply's message is edited while it grows,
+    /// in milliseconds; Telegram allows a bot about 20 messages a minute in
+    /// a group. Default 3000.
+    pub group_edit_interval_ms: u64,
 }
 
 impl Default for TelegramSettings {
@@ -69,6 +78,9 @@ impl Default for TelegramSettings {
             free_response_chats: Vec::new(),
             poll_timeout_secs: 25,
             webhook_max_body_bytes: 1024 * 1024,
+            stream_replies: true,
+            draft_interval_ms: 1000,
+            group_edit_interval_ms: 3000,
         }
     }
 }
@@ -79,6 +91,24 @@ impl TelegramSettings {
     pub fn poll_timeout(&self) -> Duration {
         Duration::from_secs(u64::from(self.poll_timeout_secs))
     }
+
+    /// How often replies' drafts change, when they are shown.
+    #[must_use]
+    pub fn drafts(&self) -> Option<DraftPace> {
+        self.stream_replies.then(|| DraftPace {
+            private: Duration::from_millis(self.draft_interval_ms),
+            group: Duration::from_millis(self.group_edit_interval_ms),
+        })
+    }
+}
+
+/// How often a reply's draft may change, by kind of chat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DraftPace {
+    /// Private chats (`sendMessageDraft`).
+    pub private: Duration,
+    /// Groups (an edited message).
+    pub group: Duration,
 }
 
 #[cfg(test)]

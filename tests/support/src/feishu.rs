@@ -17,7 +17,7 @@ use axum::Router;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use serde_json::{Value, json};
 
 /// The app id the fake issues tokens for.
@@ -42,6 +42,18 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    fn new(path: String, query: Option<String>, headers: &HeaderMap, body: Value) -> Self {
+        Self {
+            path,
+            query,
+            authorization: headers
+                .get("authorization")
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned),
+            body,
+        }
+    }
+
     /// The `content` field, parsed (it is a JSON string).
     ///
     /// # Panics
@@ -89,6 +101,7 @@ impl FakeFeishu {
             .route("/open-apis/bot/v3/info", get(fake_bot_info))
             .route("/open-apis/im/v1/messages", post(fake_send))
             .route("/open-apis/im/v1/messages/{id}/reply", post(fake_reply))
+            .route("/open-apis/im/v1/messages/{id}", patch(fake_update))
             .with_state(Arc::clone(&state));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -111,6 +124,12 @@ impl FakeFeishu {
     /// Every message request so far (scripted ones included), oldest first.
     pub fn messages(&self) -> Vec<Recorded> {
         self.state.messages.lock().expect("lock").clone()
+    }
+
+    /// The card updates (`PATCH …/messages/{id}`) accepted, oldest first:
+    /// (message id, request).
+    pub fn updates(&self) -> Vec<(String, Recorded)> {
+        self.state.updates.lock().expect("lock").clone()
     }
 
     /// Answers the next message requests with these, in order.
@@ -193,6 +212,8 @@ struct FakeState {
     deduplicated: AtomicUsize,
     /// `Authorization` header → the token error code it is refused with.
     revoked: Mutex<HashMap<String, i64>>,
+    /// Accepted card updates: (message id, request).
+    updates: Mutex<Vec<(String, Recorded)>>,
 }
 
 async fn fake_token(State(state): State<Arc<FakeState>>, Json(body): Json<Value>) -> Json<Value> {
@@ -243,34 +264,10 @@ fn record(
     headers: &HeaderMap,
     body: Value,
 ) -> Response {
-    let recorded = Recorded {
-        path,
-        query,
-        authorization: headers
-            .get("authorization")
-            .and_then(|value| value.to_str().ok())
-            .map(str::to_owned),
-        body,
-    };
+    let recorded = Recorded::new(path, query, headers, body);
     state.messages.lock().expect("lock").push(recorded.clone());
-    let revoked = recorded
-        .authorization
-        .as_ref()
-        .and_then(|auth| state.revoked.lock().expect("lock").get(auth).copied());
-    if let Some(code) = revoked {
-        let body = json!({"code": code, "msg": "Authentication token expired."});
-        return (StatusCode::BAD_REQUEST, Json(body)).into_response();
-    }
-    let scripted = state.script.lock().expect("lock").pop_front();
-    if let Some(answer) = scripted {
-        let status = StatusCode::from_u16(answer.status).expect("an HTTP status");
-        let mut response = (status, Json(answer.body)).into_response();
-        for (name, value) in answer.headers {
-            response
-                .headers_mut()
-                .insert(name, HeaderValue::from_static(value));
-        }
-        return response;
+    if let Some(refused) = refusal(state, &recorded) {
+        return refused;
     }
     let uuid = recorded.body["uuid"].as_str().map(str::to_owned);
     let mut uuids = state.uuids.lock().expect("lock");
@@ -290,4 +287,49 @@ fn record(
         }
     };
     Json(json!({"code": 0, "msg": "success", "data": {"message_id": message_id}})).into_response()
+}
+
+/// The answer to a request Feishu refuses: a revoked token, or the next
+/// scripted answer; `None` to go on.
+fn refusal(state: &FakeState, recorded: &Recorded) -> Option<Response> {
+    let revoked = recorded
+        .authorization
+        .as_ref()
+        .and_then(|auth| state.revoked.lock().expect("lock").get(auth).copied());
+    if let Some(code) = revoked {
+        let body = json!({"code": code, "msg": "Authentication token expired."});
+        return Some((StatusCode::BAD_REQUEST, Json(body)).into_response());
+    }
+    let scripted = state.script.lock().expect("lock").pop_front();
+    if let Some(answer) = scripted {
+        let status = StatusCode::from_u16(answer.status).expect("an HTTP status");
+        let mut response = (status, Json(answer.body)).into_response();
+        for (name, value) in answer.headers {
+            response
+                .headers_mut()
+                .insert(name, HeaderValue::from_static(value));
+        }
+        return Some(response);
+    }
+    None
+}
+
+async fn fake_update(
+    State(state): State<Arc<FakeState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let recorded = Recorded::new(
+        format!("/open-apis/im/v1/messages/{id}"),
+        None,
+        &headers,
+        body,
+    );
+    state.messages.lock().expect("lock").push(recorded.clone());
+    if let Some(refused) = refusal(&state, &recorded) {
+        return refused;
+    }
+    state.updates.lock().expect("lock").push((id, recorded));
+    Json(json!({"code": 0, "msg": "success", "data": {}})).into_response()
 }

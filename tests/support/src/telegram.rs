@@ -188,6 +188,35 @@ impl FakeTelegram {
             .collect()
     }
 
+    /// The bot's messages in `chat` as its members see them now: each
+    /// accepted `sendMessage` with every later accepted `editMessageText`
+    /// of it applied (text with HTML entities decoded), oldest first.
+    pub fn chat_view(&self, chat: i64) -> Vec<String> {
+        let calls = self.api.calls.lock().expect("lock");
+        let mut messages: Vec<String> = Vec::new();
+        let mut index_of = HashMap::new();
+        for call in calls.iter().filter(|call| call.delivered) {
+            if call.body["chat_id"].as_i64() != Some(chat) {
+                continue;
+            }
+            let text = unescape_html(call.body["text"].as_str().unwrap_or_default());
+            match (call.method.as_str(), call.message_id) {
+                ("sendmessage", Some(id)) => {
+                    index_of.insert(id, messages.len());
+                    messages.push(text);
+                }
+                ("editmessagetext", _) => {
+                    let id = call.body["message_id"].as_i64().unwrap_or_default();
+                    if let Some(&index) = index_of.get(&id) {
+                        messages[index] = text;
+                    }
+                }
+                _ => {}
+            }
+        }
+        messages
+    }
+
     /// The texts Telegram accepted through `sendMessage`, as sent (HTML).
     pub fn delivered_texts(&self) -> Vec<String> {
         self.sent()
@@ -306,6 +335,8 @@ struct Call {
     body: Value,
     /// Answered by the default (success), not by a script.
     delivered: bool,
+    /// The id of the message a successful `sendMessage` created.
+    message_id: Option<i64>,
 }
 
 #[derive(Default)]
@@ -384,10 +415,14 @@ async fn handle(
         .get_mut(&method)
         .and_then(VecDeque::pop_front);
     let mut delivered = scripted.is_none();
+    let mut message_id = None;
     let response = match scripted {
         Some((status, answer)) => (status, Json(answer)).into_response(),
         None => match default_result(&api, &method, &body).await {
-            Some(result) => Json(json!({"ok": true, "result": result})).into_response(),
+            Some(result) => {
+                message_id = result["message_id"].as_i64();
+                Json(json!({"ok": true, "result": result})).into_response()
+            }
             None => {
                 delivered = false;
                 (StatusCode::CONFLICT, Json(conflict())).into_response()
@@ -398,6 +433,7 @@ async fn handle(
         method,
         body,
         delivered,
+        message_id,
     });
     response
 }
@@ -417,11 +453,7 @@ async fn default_result(api: &BotApi, method: &str, body: &Value) -> Option<Valu
         }
         "sendmessage" => {
             let chat_id = body["chat_id"].as_i64().unwrap_or_default();
-            let chat = if chat_id < 0 {
-                json!({"id": chat_id, "type": "supergroup", "title": "Test group"})
-            } else {
-                json!({"id": chat_id, "type": "private", "first_name": "User"})
-            };
+            let chat = chat_of(chat_id);
             let message_id = {
                 let mut queue = api.queue.lock().expect("lock");
                 queue.sent += 1;
@@ -430,9 +462,24 @@ async fn default_result(api: &BotApi, method: &str, body: &Value) -> Option<Valu
             json!({"message_id": message_id, "date": 1_700_000_000, "chat": chat,
                    "from": me(), "text": body["text"]})
         }
+        "editmessagetext" => {
+            let chat_id = body["chat_id"].as_i64().unwrap_or_default();
+            json!({"message_id": body["message_id"], "date": 1_700_000_000,
+                   "edit_date": 1_700_000_001, "chat": chat_of(chat_id),
+                   "from": me(), "text": body["text"]})
+        }
         _ => json!(true),
     };
     Some(result)
+}
+
+/// The chat object of `chat_id`: a group when negative, else a private chat.
+fn chat_of(chat_id: i64) -> Value {
+    if chat_id < 0 {
+        json!({"id": chat_id, "type": "supergroup", "title": "Test group"})
+    } else {
+        json!({"id": chat_id, "type": "private", "first_name": "User"})
+    }
 }
 
 /// One `getUpdates`: what is queued, or (after up to `hold` with nothing

@@ -21,7 +21,7 @@ use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -280,6 +280,10 @@ fn router(shared: Shared) -> Router {
             "/api/v10/channels/{channel_id}/messages/{message_id}/threads",
             post(create_thread),
         )
+        .route(
+            "/api/v10/channels/{channel_id}/messages/{message_id}",
+            patch(edit_message),
+        )
         .with_state(shared)
 }
 
@@ -397,6 +401,34 @@ async fn create_message(
         inner.nonces.insert((channel_id, nonce), index);
     }
     Json(message_json(&created)).into_response()
+}
+
+/// `PATCH` of a message: the bot's own messages get their content
+/// replaced (and the edit recorded); any other id is 404 Unknown Message.
+async fn edit_message(
+    State(shared): State<Shared>,
+    Path((channel_id, message_id)): Path<(String, String)>,
+    Json(body): Json<Value>,
+) -> Response {
+    let mut inner = shared.lock();
+    inner.requests.push(Recorded {
+        path: format!("/api/v10/channels/{channel_id}/messages/{message_id}"),
+        body: body.clone(),
+        at: Instant::now(),
+    });
+    let Some(message) = inner
+        .created
+        .iter_mut()
+        .find(|m| m.id.to_string() == message_id && m.channel_id == channel_id)
+    else {
+        let body = json!({"message": "Unknown Message", "code": 10008});
+        return (StatusCode::NOT_FOUND, Json(body)).into_response();
+    };
+    if let Some(content) = body["content"].as_str() {
+        content.clone_into(&mut message.content);
+    }
+    let edited = message.clone();
+    Json(message_json(&edited)).into_response()
 }
 
 async fn typing(State(shared): State<Shared>, Path(channel_id): Path<String>) -> StatusCode {

@@ -274,3 +274,99 @@ async fn the_typing_indicator_repeats_every_eight_seconds() {
         Some(std::time::Duration::from_secs(8))
     );
 }
+
+/// A draft of the reply to `inbound`, showing `text`.
+fn draft(
+    inbound: &switchboard_contract::InboundMessage,
+    text: &str,
+    message_id: Option<&str>,
+) -> switchboard_contract::Draft {
+    let reply = TestAdapter::reply_to(inbound, 1, text);
+    switchboard_contract::Draft {
+        chat: reply.chat_ref(),
+        reply_to: reply.reply_to,
+        draft_id: 7,
+        key: "sb-test-d7".to_owned(),
+        message_id: message_id.map(str::to_owned),
+        text: text.to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn a_draft_grows_in_one_message_that_the_reply_completes() {
+    let app = TestAdapter::start().await;
+    app.handler.on_message(&fixture("channel_mention")).await;
+    let inbound = app.sink.submitted().remove(0);
+    assert_eq!(
+        app.sender.draft_interval(&inbound_chat(&inbound)),
+        Some(Duration::from_millis(1500)),
+        "streaming is on by default, under Discord's five edits per five seconds"
+    );
+
+    let shown = app
+        .sender
+        .draft(&draft(&inbound, "Sure, ", None))
+        .await
+        .expect("shown")
+        .expect("a message shows the draft");
+    let again = app
+        .sender
+        .draft(&draft(&inbound, "Sure, one", Some(&shown)))
+        .await
+        .expect("edited");
+    assert_eq!(again.as_deref(), Some(shown.as_str()));
+    let mut reply = TestAdapter::reply_to(&inbound, 1, "Sure, one moment.");
+    reply.replaces = Some(shown.clone());
+    let (receipt, _) = send_with_retries(app.sender.as_ref(), &reply).await;
+
+    assert_eq!(receipt.expect("delivered").message_ids, [shown.as_str()]);
+    let created = app.fake.created();
+    assert_eq!(created.len(), 1, "one message: {created:?}");
+    assert_eq!(created[0].content, "Sure, one moment.");
+    assert_eq!(
+        created[0].body["message_reference"]["message_id"],
+        inbound.message_id.clone().expect("an id"),
+        "the draft replies to the asker like the reply"
+    );
+    let edits: Vec<_> = app
+        .fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with(&format!("/messages/{shown}")))
+        .collect();
+    assert_eq!(edits.len(), 2);
+}
+
+#[tokio::test]
+async fn a_reply_whose_draft_was_deleted_goes_out_as_new_messages() {
+    let app = TestAdapter::start().await;
+    app.handler.on_message(&fixture("dm")).await;
+    let inbound = app.sink.submitted().remove(0);
+    let long = format!("{}\n\n{}", "a".repeat(1500), "b".repeat(1500));
+    let mut reply = TestAdapter::reply_to(&inbound, 2, &long);
+    reply.replaces = Some("1999999999999999999".to_owned());
+
+    let (receipt, _) = send_with_retries(app.sender.as_ref(), &reply).await;
+
+    assert_eq!(receipt.expect("delivered").message_ids.len(), 2);
+    let created = app.fake.created();
+    assert_eq!(created.len(), 2, "both chunks posted anew");
+    assert!(created[0].content.starts_with('a'));
+    assert!(created[1].content.starts_with('b'));
+}
+
+#[tokio::test]
+async fn streaming_off_means_no_drafts() {
+    let app = TestAdapter::with_settings(DiscordSettings {
+        stream_replies: false,
+        ..DiscordSettings::default()
+    })
+    .await;
+    app.handler.on_message(&fixture("dm")).await;
+    let inbound = app.sink.submitted().remove(0);
+    assert_eq!(app.sender.draft_interval(&inbound_chat(&inbound)), None);
+}
+
+fn inbound_chat(inbound: &switchboard_contract::InboundMessage) -> switchboard_contract::ChatRef {
+    TestAdapter::reply_to(inbound, 0, "").chat_ref()
+}

@@ -109,6 +109,7 @@ impl TestAdapter {
             reply_to: inbound.message_id.clone(),
             text: text.to_owned(),
             idempotency_key: format!("sb-{row_id}"),
+            replaces: None,
         }
     }
 }

@@ -195,6 +195,7 @@ impl TestApp {
             reply_to: reply_to.map(str::to_owned),
             text: text.to_owned(),
             idempotency_key: key.to_owned(),
+            replaces: None,
         }
     }
 

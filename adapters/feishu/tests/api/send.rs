@@ -380,3 +380,120 @@ async fn a_long_markdown_reply_is_split_into_cards_under_the_limit() {
         "nothing lost or repeated"
     );
 }
+
+fn draft(app: &TestApp, text: &str, message_id: Option<&str>) -> switchboard_contract::Draft {
+    let reply = app.outbound("unused", text, Some("om_q"));
+    switchboard_contract::Draft {
+        chat: reply.chat_ref(),
+        reply_to: Some("om_q".to_owned()),
+        draft_id: 7,
+        key: "sb-test-d7".to_owned(),
+        message_id: message_id.map(str::to_owned),
+        text: text.to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn a_draft_is_one_card_updated_in_place_that_the_reply_completes() {
+    let app = spawn_app().await;
+    let sender = app.adapter.sender();
+    let chat = app.outbound("k", "x", None).chat_ref();
+    assert_eq!(
+        sender.draft_interval(&chat),
+        Some(Duration::from_millis(1000)),
+        "streaming is on by default, one card update a second"
+    );
+
+    let first = sender
+        .draft(&draft(&app, "The answer", None))
+        .await
+        .unwrap()
+        .expect("a card message shows the draft");
+    let again = sender
+        .draft(&draft(&app, "The answer is", Some(&first)))
+        .await
+        .unwrap();
+    assert_eq!(again.as_deref(), Some(first.as_str()), "updated in place");
+
+    let mut reply = app.outbound("sb-db-1", "The answer is **42**.", Some("om_q"));
+    reply.replaces = Some(first.clone());
+    let receipt = send(&app, &reply).await.unwrap();
+    assert_eq!(receipt.message_ids, [first.as_str()]);
+
+    let delivered = app.fake.delivered();
+    assert_eq!(delivered.len(), 1, "one card posted, for the draft");
+    assert_eq!(delivered[0].reply_target(), Some("om_q"));
+    assert_eq!(delivered[0].body["msg_type"], "interactive");
+    let updates = app.fake.updates();
+    assert_eq!(updates.len(), 2);
+    assert!(updates.iter().all(|(id, _)| *id == first));
+    let last = &updates[1].1;
+    let card: serde_json::Value =
+        serde_json::from_str(last.body["content"].as_str().unwrap()).unwrap();
+    assert_eq!(card["schema"], "2.0");
+    assert_eq!(card["config"]["update_multi"], true);
+    assert_eq!(
+        card["body"]["elements"][0]["content"],
+        "The answer is **42**."
+    );
+}
+
+#[tokio::test]
+async fn a_reply_whose_draft_card_was_recalled_goes_out_as_a_new_message() {
+    let app = spawn_app().await;
+    app.fake.script([Scripted {
+        status: 400,
+        body: json!({"code": 230_011, "msg": "The message was recalled."}),
+        headers: vec![],
+    }]);
+    let mut reply = app.outbound("sb-db-2", "Plain words.", Some("om_q"));
+    reply.replaces = Some("om_gone".to_owned());
+
+    let receipt = send(&app, &reply).await.unwrap();
+
+    assert_eq!(receipt.message_ids.len(), 1);
+    assert_ne!(receipt.message_ids[0], "om_gone");
+    assert_eq!(app.fake.delivered().len(), 1);
+    assert!(app.fake.updates().is_empty());
+}
+
+#[tokio::test]
+async fn a_long_draft_shows_its_newest_part_within_one_card() {
+    let app = spawn_app().await;
+    let paragraph = "word ".repeat(400);
+    let text = (0..20)
+        .map(|n| format!("## Part {n}\n\n{paragraph}"))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+
+    app.adapter
+        .sender()
+        .draft(&draft(&app, &text, None))
+        .await
+        .unwrap();
+    let posted = &app.fake.delivered()[0];
+    assert!(posted.body.to_string().len() <= CARD_BODY_LIMIT);
+    let shown = posted.content()["body"]["elements"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(shown.contains("## Part 19"), "the newest part is shown");
+    assert!(!shown.contains("## Part 0\n"), "the oldest is not");
+}
+
+#[tokio::test]
+async fn a_draft_created_again_after_a_crash_is_the_same_card() {
+    let app = spawn_app().await;
+    let sender = app.adapter.sender();
+
+    // The first instance's draft card, its id lost in a crash: the next
+    // instance creates the draft again, with the turn's key.
+    let first = sender.draft(&draft(&app, "The", None)).await.unwrap();
+    let again = sender
+        .draft(&draft(&app, "The answer", None))
+        .await
+        .unwrap();
+
+    assert_eq!(first, again, "Feishu returns the card the key already made");
+    assert_eq!(app.fake.delivered().len(), 1);
+}

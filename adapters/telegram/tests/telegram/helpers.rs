@@ -145,6 +145,7 @@ pub fn outbound(
         reply_to: reply_to.map(|id| id.to_string()),
         text: text.to_owned(),
         idempotency_key: format!("outbox-{chat}-{}", text.len()),
+        replaces: None,
     }
 }
 
