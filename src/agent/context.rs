@@ -21,6 +21,7 @@ use crate::llm::{ChatMessage, ModelRequest, Provider};
 use crate::store::{Batch, Compaction, ModelCallStart, SessionId, Store, StoreError, WireEntry};
 use crate::usage::Price;
 
+use super::prompt::refreshed_prompt;
 use super::run::wire_bytes;
 use super::step;
 
@@ -51,6 +52,11 @@ pub struct ContextPolicy {
     pub threshold: f64,
     /// Turns kept verbatim after a compaction.
     pub keep_recent_turns: usize,
+    /// Whether a compaction also refreshes the facts about the session's
+    /// person in its stored system prompt (a direct-chat session offering
+    /// the `memory` tool). The compaction changes the request's prefix
+    /// anyway, so the refresh costs no extra cache miss.
+    pub person_memory: bool,
 }
 
 /// Why a compaction did not happen or failed.
@@ -126,6 +132,7 @@ impl ContextPolicy {
                 .unwrap_or(settings.window_tokens),
             threshold: settings.compact_threshold,
             keep_recent_turns: settings.keep_recent_turns,
+            person_memory: false,
         }
     }
 
@@ -167,7 +174,9 @@ impl ContextPolicy {
         view: &[WireEntry],
     ) -> Result<Option<Compaction>, CompactError> {
         match split(view, self.keep_recent_turns.max(1)) {
-            Some(split) => summarise(by, view, split).await.map(Some),
+            Some(split) => summarise(by, view, split, self.person_memory)
+                .await
+                .map(Some),
             None => Ok(None),
         }
     }
@@ -187,7 +196,9 @@ impl ContextPolicy {
         task_id: i64,
     ) -> Result<Option<Compaction>, CompactError> {
         match split_task(view, task_id, self.keep_recent_turns.max(1)) {
-            Some(split) => summarise(by, view, split).await.map(Some),
+            Some(split) => summarise(by, view, split, self.person_memory)
+                .await
+                .map(Some),
             None => Ok(None),
         }
     }
@@ -205,11 +216,13 @@ struct Split {
 }
 
 /// Summarises `view[pinned + 1..cut]` (less the kept goal) and records the
-/// compaction.
+/// compaction, with the session's stored system prompt refreshed when
+/// `person_memory` (see [`ContextPolicy::person_memory`]).
 async fn summarise(
     by: &Summariser<'_>,
     view: &[WireEntry],
     split: Split,
+    person_memory: bool,
 ) -> Result<Compaction, CompactError> {
     let Split { pinned, kept, cut } = split;
     let replaced: Vec<WireEntry> = view[pinned + 1..cut]
@@ -258,6 +271,16 @@ async fn summarise(
     let mut batch = Batch::new();
     recorded.finish(&mut batch);
     batch.record_compaction(by.session_id, &compaction);
+    if person_memory && let Some(prompt) = refreshed_prompt(by.store, by.session_id).await? {
+        tracing::info!(
+            session_id = by.session_id.as_str(),
+            "remembered facts refreshed in the system prompt"
+        );
+        batch.push(
+            "UPDATE sessions SET system_prompt = $1 WHERE id = $2",
+            vec![prompt.into(), by.session_id.into()],
+        );
+    }
     by.store.write(batch).await?;
     tracing::info!(
         session_id = by.session_id.as_str(),

@@ -14,6 +14,7 @@ use crate::agent::Agent;
 use crate::agent::cache::AgentCache;
 use crate::agent::context::{self, CompactError, ContextPolicy, Summariser};
 use crate::agent::live::LiveTurn;
+use crate::agent::prompt::offers_memory;
 use crate::agent::run::{
     InterruptedRound, LoopEnd, LoopEnv, LoopError, LoopOutcome, SpendLimit, TaskLimits, run_loop,
     warn_at_80_percent,
@@ -26,6 +27,7 @@ use crate::store::{
     StoreError, TurnEnd, WireEntry,
 };
 use crate::tools::ToolRegistry;
+use crate::tools::memory::MEMORY;
 use crate::usage::Price;
 
 /// Tokens per character no real tokenizer exceeds for ordinary text; a view
@@ -360,7 +362,12 @@ impl TurnExecutor {
             })?;
         let toolset = self.registry.toolset(&session.toolset);
         let agent = self.cache.get(&session.model, &toolset).await;
-        let policy = ContextPolicy::for_model(&self.context, &session.model);
+        let mut policy = ContextPolicy::for_model(&self.context, &session.model);
+        // Facts are refreshed only while the tool is still offered
+        // (`memory.enabled` may have been turned off since).
+        policy.person_memory = session.principal.is_some()
+            && offers_memory(&session.toolset)
+            && self.registry.get(MEMORY).is_some();
         let stored = context::apply(entries, compaction.as_ref());
         let spend = self.spend_limit(inbound.principal_id).await?;
         Ok(Prepared {
@@ -424,6 +431,12 @@ impl TurnExecutor {
         };
         if let Some(Some(compaction)) = &compacted {
             turn.stored = context::apply(std::mem::take(&mut turn.stored), Some(compaction));
+            if turn.policy.person_memory
+                && let Some(session) = self.store.session(&turn.session.id).await?
+            {
+                // The compaction may have refreshed the remembered facts.
+                turn.session.system_prompt = session.system_prompt;
+            }
         }
         Ok(forced.then_some(match compacted {
             Some(Some(_)) => TurnOutcome::Compacted,
