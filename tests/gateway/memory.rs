@@ -12,6 +12,7 @@ use crate::helpers::{
     FakeLlm, Recorded, Reply, TestApp, last_is_tool_result, last_user_text, telegram_settings,
 };
 use crate::identity::code_in;
+use crate::terminal::run_chat_as;
 
 const ADA: TgUser = TgUser {
     id: 777,
@@ -124,6 +125,71 @@ async fn a_fact_remembered_on_telegram_shapes_a_new_conversation_on_the_api_afte
     // The Telegram conversation began before the fact was kept: its prompt
     // stayed as it was.
     assert!(!system(&llm.requests()[0]).contains("metric"));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_fact_remembered_on_telegram_shapes_a_new_conversation_in_the_terminal_after_linking() {
+    let telegram = FakeTelegram::start().await;
+    let llm = FakeLlm::start(memory_model).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.telegram = Some(telegram_settings(&telegram));
+        with_memory(s);
+    })
+    .await;
+    telegram
+        .ask(ADA, "please remember: Ada prefers metric units.")
+        .await;
+    let link = telegram.ask(ADA, "/link").await;
+
+    // `switchboard chat` on the same database (its default tools include
+    // `memory`), as the local user "ada".
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("switchboard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[database]\nurl = \"{}\"\n[llm]\nbase_url = \"{}\"\nmodel = \"fake-model\"\n\
+             api_key_env = \"SB_TEST_NO_KEY\"\n",
+            app.gateway.settings.database.url,
+            llm.openai_base()
+        ),
+    )
+    .expect("config");
+    let input = format!("/link {}\n/new\nhow far is Lyon?\n", code_in(&link));
+    let output = run_chat_as("ada", &config, None, &input).await;
+
+    assert!(output.contains("Linked"), "{output}");
+    assert!(output.contains("echo: how far is Lyon?"), "{output}");
+    let prompt = last_system(&llm);
+    assert!(prompt.contains(": Ada prefers metric units."), "{prompt}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn linking_away_from_an_account_takes_its_facts_along() {
+    let telegram = FakeTelegram::start().await;
+    let llm = FakeLlm::start(memory_model).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.telegram = Some(telegram_settings(&telegram));
+        with_memory(s);
+    })
+    .await;
+
+    // The Telegram account keeps a fact, then joins the API account's
+    // principal: its own principal is left without identities.
+    telegram.ask(ADA, "remember: Ada cycles to work.").await;
+    let (_, link) = app.say_as("ada-laptop", "/link").await;
+    let linked = telegram
+        .ask(ADA, &format!("/link {}", code_in(&link)))
+        .await;
+    assert!(linked.starts_with("Linked"), "{linked}");
+    let (_, listed) = app.say_as("ada-laptop", "/memory").await;
+    assert!(listed.contains("1. Ada cycles to work."), "{listed}");
+    app.say_as("ada-laptop", "/new").await;
+    app.say_as("ada-laptop", "how do I get to work?").await;
+
+    assert!(last_system(&llm).contains(": Ada cycles to work."));
     app.stop().await;
 }
 
