@@ -580,6 +580,10 @@ pub struct MemorySettings {
     pub max_entries: u32,
     /// Longest fact, in characters; the tool refuses longer ones.
     pub max_entry_chars: u32,
+    /// Whether a compaction of a direct-chat session also asks the model
+    /// for the person's facts in the turns it summarises (one more model
+    /// call per compaction) and keeps the new ones.
+    pub extract_at_compaction: bool,
 }
 
 impl Default for MemorySettings {
@@ -588,6 +592,7 @@ impl Default for MemorySettings {
             enabled: true,
             max_entries: 50,
             max_entry_chars: 500,
+            extract_at_compaction: false,
         }
     }
 }
@@ -1081,6 +1086,24 @@ mod tests {
         settings.access.allowlist = vec!["telegram:42".to_owned(), "principal:x".to_owned()];
         let err = settings.validate().expect_err("invalid");
         assert!(err.to_string().contains("access.allowlist"));
+    }
+
+    #[test]
+    fn memory_limits_are_checked() {
+        let mut settings = Settings::default();
+        settings.memory.max_entries = 0;
+        let err = settings.validate().expect_err("invalid").to_string();
+        assert!(err.contains("memory.max_entries"), "{err}");
+
+        for chars in [0, MAX_MEMORY_ENTRY_CHARS + 1] {
+            let mut settings = Settings::default();
+            settings.memory.max_entry_chars = chars;
+            let err = settings.validate().expect_err("invalid").to_string();
+            assert!(err.contains("memory.max_entry_chars"), "{err}");
+        }
+        let mut settings = Settings::default();
+        settings.memory.max_entry_chars = MAX_MEMORY_ENTRY_CHARS;
+        settings.validate().expect("the largest allowed");
     }
 
     #[test]

@@ -104,6 +104,7 @@ impl Gateway {
             agent: settings.agent.clone(),
             limits: settings.limits.clone(),
             context: settings.context.clone(),
+            memory: settings.memory.clone(),
             max_tokens: settings.llm.max_tokens,
             prices: Arc::new(settings.prices.clone()),
         };

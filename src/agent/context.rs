@@ -16,11 +16,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::ContextSettings;
+use crate::config::{ContextSettings, MemorySettings};
 use crate::llm::{ChatMessage, ModelRequest, Provider};
 use crate::store::{Batch, Compaction, ModelCallStart, SessionId, Store, StoreError, WireEntry};
 use crate::usage::Price;
 
+use super::extract::extract_facts;
 use super::prompt::refreshed_prompt;
 use super::run::wire_bytes;
 use super::step;
@@ -52,11 +53,12 @@ pub struct ContextPolicy {
     pub threshold: f64,
     /// Turns kept verbatim after a compaction.
     pub keep_recent_turns: usize,
-    /// Whether a compaction also refreshes the facts about the session's
-    /// person in its stored system prompt (a direct-chat session offering
-    /// the `memory` tool). The compaction changes the request's prefix
-    /// anyway, so the refresh costs no extra cache miss.
-    pub person_memory: bool,
+    /// For a direct-chat session offering the `memory` tool: a compaction
+    /// also refreshes the facts about its person in its stored system
+    /// prompt (the compaction changes the request's prefix anyway, so the
+    /// refresh costs no extra cache miss), after extracting new ones from
+    /// the summarised turns when `extract_at_compaction` is on.
+    pub person_memory: Option<MemorySettings>,
 }
 
 /// Why a compaction did not happen or failed.
@@ -132,7 +134,7 @@ impl ContextPolicy {
                 .unwrap_or(settings.window_tokens),
             threshold: settings.compact_threshold,
             keep_recent_turns: settings.keep_recent_turns,
-            person_memory: false,
+            person_memory: None,
         }
     }
 
@@ -174,7 +176,7 @@ impl ContextPolicy {
         view: &[WireEntry],
     ) -> Result<Option<Compaction>, CompactError> {
         match split(view, self.keep_recent_turns.max(1)) {
-            Some(split) => summarise(by, view, split, self.person_memory)
+            Some(split) => summarise(by, view, split, self.person_memory.as_ref())
                 .await
                 .map(Some),
             None => Ok(None),
@@ -196,7 +198,7 @@ impl ContextPolicy {
         task_id: i64,
     ) -> Result<Option<Compaction>, CompactError> {
         match split_task(view, task_id, self.keep_recent_turns.max(1)) {
-            Some(split) => summarise(by, view, split, self.person_memory)
+            Some(split) => summarise(by, view, split, self.person_memory.as_ref())
                 .await
                 .map(Some),
             None => Ok(None),
@@ -216,13 +218,14 @@ struct Split {
 }
 
 /// Summarises `view[pinned + 1..cut]` (less the kept goal) and records the
-/// compaction, with the session's stored system prompt refreshed when
-/// `person_memory` (see [`ContextPolicy::person_memory`]).
+/// compaction, with the person's facts extracted and the session's stored
+/// system prompt refreshed as `person_memory` says (see
+/// [`ContextPolicy::person_memory`]).
 async fn summarise(
     by: &Summariser<'_>,
     view: &[WireEntry],
     split: Split,
-    person_memory: bool,
+    person_memory: Option<&MemorySettings>,
 ) -> Result<Compaction, CompactError> {
     let Split { pinned, kept, cut } = split;
     let replaced: Vec<WireEntry> = view[pinned + 1..cut]
@@ -271,7 +274,16 @@ async fn summarise(
     let mut batch = Batch::new();
     recorded.finish(&mut batch);
     batch.record_compaction(by.session_id, &compaction);
-    if person_memory && let Some(prompt) = refreshed_prompt(by.store, by.session_id).await? {
+    if let Some(memory) = person_memory
+        && memory.extract_at_compaction
+    {
+        // The pinned first message is read too: it stays verbatim, but it
+        // often says the most about the person.
+        extract_facts(by, &render(&view[pinned..cut]), memory).await?;
+    }
+    if person_memory.is_some()
+        && let Some(prompt) = refreshed_prompt(by.store, by.session_id).await?
+    {
         tracing::info!(
             session_id = by.session_id.as_str(),
             "remembered facts refreshed in the system prompt"

@@ -20,7 +20,7 @@ use crate::agent::run::{
     warn_at_80_percent,
 };
 use crate::agent::wallet::{Budget, Purse, Wallet};
-use crate::config::{AgentSettings, ContextSettings, LimitSettings};
+use crate::config::{AgentSettings, ContextSettings, LimitSettings, MemorySettings};
 use crate::llm::{ChatMessage, ModelFailure};
 use crate::store::{
     Batch, Fence, InboundRow, InboundStatus, NewMessage, OutboxRow, SessionRow, SessionView, Store,
@@ -42,6 +42,8 @@ pub struct TurnExecutor {
     pub agent: AgentSettings,
     pub limits: LimitSettings,
     pub context: ContextSettings,
+    /// Long-term memory: its limits, and whether compaction extracts facts.
+    pub memory: MemorySettings,
     pub max_tokens: u32,
     pub prices: Arc<BTreeMap<String, Price>>,
 }
@@ -365,9 +367,10 @@ impl TurnExecutor {
         let mut policy = ContextPolicy::for_model(&self.context, &session.model);
         // Facts are refreshed only while the tool is still offered
         // (`memory.enabled` may have been turned off since).
-        policy.person_memory = session.principal.is_some()
+        let person_memory = session.principal.is_some()
             && offers_memory(&session.toolset)
             && self.registry.get(MEMORY).is_some();
+        policy.person_memory = person_memory.then(|| self.memory.clone());
         let stored = context::apply(entries, compaction.as_ref());
         let spend = self.spend_limit(inbound.principal_id).await?;
         Ok(Prepared {
@@ -431,7 +434,7 @@ impl TurnExecutor {
         };
         if let Some(Some(compaction)) = &compacted {
             turn.stored = context::apply(std::mem::take(&mut turn.stored), Some(compaction));
-            if turn.policy.person_memory
+            if turn.policy.person_memory.is_some()
                 && let Some(session) = self.store.session(&turn.session.id).await?
             {
                 // The compaction may have refreshed the remembered facts.

@@ -124,7 +124,7 @@ impl Memory {
         principal: PrincipalId,
         text: Option<String>,
     ) -> Result<Value, ToolError> {
-        let text = normalise(text.as_deref().unwrap_or_default());
+        let text = normalise_fact(text.as_deref().unwrap_or_default());
         if text.is_empty() {
             return Err(ToolError::InvalidArguments(
                 "`remember` needs `text`: the fact, one short sentence".to_owned(),
@@ -204,7 +204,7 @@ impl Memory {
 }
 
 /// A fact as kept: one line, runs of white space made one space, trimmed.
-fn normalise(text: &str) -> String {
+pub fn normalise_fact(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -233,10 +233,10 @@ mod tests {
     #[test]
     fn facts_are_one_trimmed_line() {
         assert_eq!(
-            normalise("  likes\n\n tea\tand  cake "),
+            normalise_fact("  likes\n\n tea\tand  cake "),
             "likes tea and cake"
         );
-        assert_eq!(normalise(" \n "), "");
+        assert_eq!(normalise_fact(" \n "), "");
     }
 
     struct Fixture {
@@ -253,6 +253,7 @@ mod tests {
                 enabled: true,
                 max_entries,
                 max_entry_chars,
+                extract_at_compaction: false,
             },
         );
         Fixture {

@@ -6,12 +6,13 @@
 //! changes mid-way (only `/new` and compaction bring the facts up to date).
 
 use serde_json::{Value, json};
+use switchboard_contract::ChatKind;
 use switchboard_test_support::telegram::{BOT_USERNAME, FakeTelegram, TgUser};
 
 use crate::helpers::{
     FakeLlm, Recorded, Reply, TestApp, last_is_tool_result, last_user_text, telegram_settings,
 };
-use crate::identity::code_in;
+use crate::identity::{Fake, code_in};
 use crate::terminal::run_chat_as;
 
 const ADA: TgUser = TgUser {
@@ -30,6 +31,12 @@ fn is_summary_request(body: &Value) -> bool {
         .is_some_and(|s| s.starts_with("You compress conversations"))
 }
 
+fn is_extraction_request(body: &Value) -> bool {
+    body["messages"][0]["content"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("You pick out what is worth remembering"))
+}
+
 /// A model that uses the memory tool as the user's message says —
 /// `remember: FACT`, `remember personally: FACT` (with `personal`),
 /// `forget #ID`, `list memory` — and then reports the tool's result:
@@ -37,6 +44,11 @@ fn is_summary_request(body: &Value) -> bool {
 fn memory_model(body: &Value) -> Reply {
     if is_summary_request(body) {
         return Reply::Text("Summary: small talk.".to_owned());
+    }
+    if is_extraction_request(body) {
+        return Reply::Text(
+            "- The user is vegetarian.\n- The user rejected Lisbon: too hot in August.".to_owned(),
+        );
     }
     let n = body["messages"].as_array().map_or(0, Vec::len);
     if last_is_tool_result(body) {
@@ -63,7 +75,11 @@ fn memory_model(body: &Value) -> Reply {
     } else {
         return Reply::Text(format!("echo: {text}"));
     };
-    Reply::Tools(vec![(format!("m{n}"), "memory".to_owned(), args.to_string())])
+    Reply::Tools(vec![(
+        format!("m{n}"),
+        "memory".to_owned(),
+        args.to_string(),
+    )])
 }
 
 /// The test settings with the memory tool offered.
@@ -112,7 +128,10 @@ async fn a_fact_remembered_on_telegram_shapes_a_new_conversation_on_the_api_afte
         .await;
     assert!(linked.starts_with("Linked"), "{linked}");
     let (_, started) = app.say_as("ada-laptop", "/new").await;
-    assert!(started.starts_with("Started a new conversation"), "{started}");
+    assert!(
+        started.starts_with("Started a new conversation"),
+        "{started}"
+    );
     let (_, reply) = app.say_as("ada-laptop", "how far is Lyon?").await;
 
     assert_eq!(reply, "echo: how far is Lyon?");
@@ -242,7 +261,10 @@ async fn memory_forget_removes_the_fact_from_the_next_sessions_prompt() {
         "no facts, no section: {prompt}"
     );
     let (_, empty) = app.say_as("ada", "/memory").await;
-    assert!(empty.starts_with("I remember nothing about you yet."), "{empty}");
+    assert!(
+        empty.starts_with("I remember nothing about you yet."),
+        "{empty}"
+    );
     app.stop().await;
 }
 
@@ -251,7 +273,8 @@ async fn another_person_never_sees_the_fact_nor_can_forget_it() {
     let llm = FakeLlm::start(memory_model).await;
     let app = TestApp::spawn_with(&llm, with_memory).await;
 
-    app.say_as("ada", "remember: Ada's door code is 4711.").await;
+    app.say_as("ada", "remember: Ada's door code is 4711.")
+        .await;
     let id: i64 = sqlx::query_scalar("SELECT id FROM memories")
         .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
         .await
@@ -266,7 +289,10 @@ async fn another_person_never_sees_the_fact_nor_can_forget_it() {
         "{refused}"
     );
     let (_, memory) = app.say_as("bob", "/memory").await;
-    assert!(memory.starts_with("I remember nothing about you"), "{memory}");
+    assert!(
+        memory.starts_with("I remember nothing about you"),
+        "{memory}"
+    );
     let (_, cleared) = app.say_as("bob", "/memory clear").await;
     assert!(cleared.contains("nothing to clear"), "{cleared}");
     app.say_as("bob", "/new").await;
@@ -294,7 +320,10 @@ async fn a_group_chat_writes_only_what_the_speaker_asked_for_and_only_to_them() 
     let refused = telegram
         .ask_in_group(GROUP, ADA, &to_bot("remember: Bob is grumpy."))
         .await;
-    assert!(refused.contains("Refused: this is a group chat"), "{refused}");
+    assert!(
+        refused.contains("Refused: this is a group chat"),
+        "{refused}"
+    );
     assert!(stored_facts(&app).await.is_empty());
 
     let noted = telegram
@@ -313,9 +342,7 @@ async fn a_group_chat_writes_only_what_the_speaker_asked_for_and_only_to_them() 
     assert!(ada.contains("Ada likes green tea."), "{ada}");
     let bob = telegram.ask(BOB, "/memory").await;
     assert!(bob.contains("I remember nothing about you yet."), "{bob}");
-    let here = telegram
-        .ask_in_group(GROUP, ADA, &to_bot("/memory"))
-        .await;
+    let here = telegram.ask_in_group(GROUP, ADA, &to_bot("/memory")).await;
     assert!(here.contains("direct chat"), "{here}");
     telegram.ask_in_group(GROUP, BOB, &to_bot("/new")).await;
     telegram
@@ -384,7 +411,10 @@ async fn a_running_sessions_prompt_stays_byte_for_byte_while_memory_changes() {
         let previous = pair[0].raw_messages();
         let next = pair[1].raw_messages();
         let open = previous.strip_suffix(']').expect("array");
-        assert!(next.starts_with(open), "prefix changed:\n{previous}\n{next}");
+        assert!(
+            next.starts_with(open),
+            "prefix changed:\n{previous}\n{next}"
+        );
     }
     assert_eq!(app.session_row(&session).await.system_prompt, prompt);
     app.stop().await;
@@ -416,6 +446,65 @@ async fn compaction_brings_the_facts_of_a_running_session_up_to_date() {
     let prompt = last_system(&llm);
     assert!(prompt.contains(": Ada likes tea."), "{prompt}");
     assert_eq!(app.session_row(&session).await.system_prompt, prompt);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn compaction_can_extract_facts_from_a_direct_chat_and_never_from_a_group() {
+    let llm = FakeLlm::start(memory_model).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        with_memory(s);
+        s.context.keep_recent_turns = 1;
+        s.memory.extract_at_compaction = true;
+    })
+    .await;
+    let fake = Fake::register(&app);
+    let extractions = |llm: &FakeLlm| {
+        llm.requests()
+            .iter()
+            .filter(|r| is_extraction_request(&r.json()))
+            .count()
+    };
+
+    for text in ["hi", "I am vegetarian", "we are planning a trip"] {
+        fake.say(&app, "bob", "group-1", ChatKind::Group, text)
+            .await;
+    }
+    let compacted = fake
+        .say(&app, "bob", "group-1", ChatKind::Group, "/compact")
+        .await;
+    assert_eq!(
+        compacted,
+        "Older messages were summarised; the full history stays stored."
+    );
+    assert_eq!(extractions(&llm), 0, "a group chat is never read for facts");
+
+    app.say_as("ada", "I am vegetarian, by the way").await;
+    app.say_as("ada", "Lisbon is too hot in August").await;
+    app.say_as("ada", "what about Porto?").await;
+    let (_, compacted) = app.say_as("ada", "/compact").await;
+    assert_eq!(
+        compacted,
+        "Older messages were summarised; the full history stays stored."
+    );
+    assert_eq!(extractions(&llm), 1);
+    let asked = llm
+        .requests()
+        .into_iter()
+        .find(|r| is_extraction_request(&r.json()))
+        .expect("the extraction request")
+        .json();
+    let asked = asked["messages"][1]["content"].as_str().expect("text");
+    assert!(asked.contains("I am vegetarian, by the way"), "{asked}");
+    let (_, listed) = app.say_as("ada", "/memory").await;
+    assert!(
+        listed.contains(
+            "1. The user is vegetarian.\n2. The user rejected Lisbon: too hot in August."
+        ),
+        "{listed}"
+    );
+    app.say_as("ada", "so where to?").await;
+    assert!(last_system(&llm).contains(": The user is vegetarian."));
     app.stop().await;
 }
 
