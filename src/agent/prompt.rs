@@ -55,9 +55,9 @@ pub fn build_system_prompt(settings: &AgentSettings, tools: &[ToolSpec]) -> Stri
 pub const PERSON_MEMORY_HEADING: &str = "\n\n# What you remember about this person\n";
 
 /// The line under [`PERSON_MEMORY_HEADING`], before the facts.
-const PERSON_MEMORY_INTRO: &str = "Facts this person asked you to keep, from earlier \
-    conversations (the `memory` tool keeps them; #N is a fact's id). Use them where they help; \
-    do not recite them.";
+const PERSON_MEMORY_INTRO: &str = "Facts about this person from earlier conversations \
+    (kept with the `memory` tool; #N is a fact's id). Use them where they help; do not recite \
+    them.";
 
 /// `base` (a prompt without a facts section) followed by the section of
 /// `facts`; `base` alone when there are none.
@@ -74,11 +74,17 @@ pub fn with_person_memory(base: &str, facts: &[MemoryEntry]) -> String {
     prompt
 }
 
-/// The prompt without its section of a person's facts, if it has one.
+/// The prompt without its section of a person's facts, if it has one: the
+/// last heading followed by the section's own first line (an operator's
+/// text with the same heading alone is left alone).
 pub fn without_person_memory(prompt: &str) -> &str {
     match prompt.rfind(PERSON_MEMORY_HEADING) {
-        Some(start) => &prompt[..start],
-        None => prompt,
+        Some(start)
+            if prompt[start + PERSON_MEMORY_HEADING.len()..].starts_with(PERSON_MEMORY_INTRO) =>
+        {
+            &prompt[..start]
+        }
+        _ => prompt,
     }
 }
 
@@ -203,12 +209,14 @@ mod tests {
         assert_eq!(
             prompt,
             "You are P.\n\n# Memory\nShared notes.\n\n# What you remember about this person\n\
-             Facts this person asked you to keep, from earlier conversations (the `memory` tool \
-             keeps them; #N is a fact's id). Use them where they help; do not recite them.\n\
+             Facts about this person from earlier conversations (kept with the `memory` tool; #N \
+             is a fact's id). Use them where they help; do not recite them.\n\
              - #3: Likes tea.\n- #7: Lives in Lyon."
         );
         assert_eq!(without_person_memory(&prompt), base);
         assert_eq!(without_person_memory(base), base);
+        let lookalike = "You are P.\n\n# What you remember about this person\nNothing yet.";
+        assert_eq!(without_person_memory(lookalike), lookalike);
         let swapped = with_person_memory(without_person_memory(&prompt), &[fact(9, "Hates rain.")]);
         assert!(swapped.starts_with(base));
         assert!(swapped.ends_with("\n- #9: Hates rain."));
