@@ -235,6 +235,14 @@ async fn summarise(
         .map(|(_, entry)| entry.clone())
         .collect();
     let transcript = render(&replaced);
+    if let Some(memory) = person_memory
+        && memory.extract_at_compaction
+    {
+        // Before the summary's call, whose outcome is written with the
+        // compaction. The pinned first message is read too: it stays
+        // verbatim, but it often says the most about the person.
+        extract_facts(by, &render(&view[pinned..cut]), memory).await?;
+    }
     let messages = [ChatMessage::User {
         content: format!(
             "Summarise this part of the conversation (it follows the user's first message: \
@@ -274,13 +282,6 @@ async fn summarise(
     let mut batch = Batch::new();
     recorded.finish(&mut batch);
     batch.record_compaction(by.session_id, &compaction);
-    if let Some(memory) = person_memory
-        && memory.extract_at_compaction
-    {
-        // The pinned first message is read too: it stays verbatim, but it
-        // often says the most about the person.
-        extract_facts(by, &render(&view[pinned..cut]), memory).await?;
-    }
     if person_memory.is_some()
         && let Some(prompt) = refreshed_prompt(by.store, by.session_id).await?
     {
