@@ -21,7 +21,17 @@ mod layers;
 pub use layers::{ACCESS_PLATFORMS, ENV_PREFIX, closest};
 
 /// The tools `agent.tools` may name.
-pub const BUILT_IN_TOOLS: [&str; 4] = ["calculator", "current_time", "delegate", "http_get"];
+pub const BUILT_IN_TOOLS: [&str; 5] = [
+    "calculator",
+    "current_time",
+    "delegate",
+    "http_get",
+    "memory",
+];
+
+/// The longest `memory.max_entry_chars` allowed: facts are short, and every
+/// one of them is in each of the person's new system prompts.
+pub const MAX_MEMORY_ENTRY_CHARS: u32 = 4000;
 
 /// Why the settings could not be loaded. Each message is complete (where,
 /// which key, what would be valid); none has a `source()` to repeat.
@@ -57,6 +67,8 @@ pub struct Settings {
     pub prices: std::collections::BTreeMap<String, crate::usage::Price>,
     pub api: ApiSettings,
     pub tools: ToolSettings,
+    /// Long-term memory per person (the `memory` tool and `/memory`).
+    pub memory: MemorySettings,
     pub log: LogSettings,
     /// Telegram bot; the section's presence enables it.
     pub telegram: Option<switchboard_telegram::TelegramSettings>,
@@ -210,9 +222,15 @@ impl Default for AgentSettings {
                     Markdown."
                 .to_owned(),
             memory_file: None,
-            tools: ["calculator", "current_time", "delegate", "http_get"]
-                .map(str::to_owned)
-                .to_vec(),
+            tools: [
+                "calculator",
+                "current_time",
+                "delegate",
+                "http_get",
+                "memory",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
             max_iterations: 90,
             max_delegation_depth: 2,
             parent_reserve: 2,
@@ -549,6 +567,36 @@ pub struct ToolSettings {
     pub http_get: HttpGetConfig,
 }
 
+/// Long-term memory: short facts per person (principal), written by the
+/// `memory` tool and frozen into the system prompt of the person's new
+/// direct-chat sessions.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemorySettings {
+    /// Whether the `memory` tool is offered (when `agent.tools` names it),
+    /// new sessions read the person's facts, and `/memory` works.
+    pub enabled: bool,
+    /// Most facts kept per person; the tool refuses more.
+    pub max_entries: u32,
+    /// Longest fact, in characters; the tool refuses longer ones.
+    pub max_entry_chars: u32,
+    /// Whether a compaction of a direct-chat session also asks the model
+    /// for the person's facts in the turns it summarises (one more model
+    /// call per compaction) and keeps the new ones.
+    pub extract_at_compaction: bool,
+}
+
+impl Default for MemorySettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_entries: 50,
+            max_entry_chars: 500,
+            extract_at_compaction: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogSettings {
@@ -677,6 +725,15 @@ impl Settings {
                     "unknown tool `{unknown}`{hint}; known tools: {}",
                     BUILT_IN_TOOLS.join(", ")
                 ),
+            ));
+        }
+        if self.memory.max_entries == 0 {
+            return Err(invalid("memory.max_entries", "must be at least 1"));
+        }
+        if !(1..=MAX_MEMORY_ENTRY_CHARS).contains(&self.memory.max_entry_chars) {
+            return Err(invalid(
+                "memory.max_entry_chars",
+                &format!("must be from 1 to {MAX_MEMORY_ENTRY_CHARS}"),
             ));
         }
         if self.agent.max_iterations == 0 {
@@ -971,6 +1028,7 @@ mod tests {
             "api",
             "tools",
             "tools.http_get",
+            "memory",
             "log",
             "telegram",
             "discord",
@@ -1028,6 +1086,24 @@ mod tests {
         settings.access.allowlist = vec!["telegram:42".to_owned(), "principal:x".to_owned()];
         let err = settings.validate().expect_err("invalid");
         assert!(err.to_string().contains("access.allowlist"));
+    }
+
+    #[test]
+    fn memory_limits_are_checked() {
+        let mut settings = Settings::default();
+        settings.memory.max_entries = 0;
+        let err = settings.validate().expect_err("invalid").to_string();
+        assert!(err.contains("memory.max_entries"), "{err}");
+
+        for chars in [0, MAX_MEMORY_ENTRY_CHARS + 1] {
+            let mut settings = Settings::default();
+            settings.memory.max_entry_chars = chars;
+            let err = settings.validate().expect_err("invalid").to_string();
+            assert!(err.contains("memory.max_entry_chars"), "{err}");
+        }
+        let mut settings = Settings::default();
+        settings.memory.max_entry_chars = MAX_MEMORY_ENTRY_CHARS;
+        settings.validate().expect("the largest allowed");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::tools::calculator::Calculator;
 use crate::tools::current_time::CurrentTime;
 use crate::tools::delegate::Delegate;
 use crate::tools::http_get::HttpGet;
+use crate::tools::memory::Memory;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +30,7 @@ pub enum StartError {
     #[error("could not build the HTTP client: {0}")]
     Http(String),
     #[error(
-        "unknown tool `{0}` in agent.tools; known tools: calculator, current_time, delegate, http_get"
+        "unknown tool `{0}` in agent.tools; known tools: calculator, current_time, delegate, http_get, memory"
     )]
     UnknownTool(String),
 }
@@ -87,7 +88,7 @@ impl Gateway {
                 .unwrap_or(i64::MAX / 1000)
                 .saturating_mul(1000),
         });
-        let registry = Arc::new(build_registry(&settings)?);
+        let registry = Arc::new(build_registry(&settings, &store)?);
         let cache = Arc::new(AgentCache::new(
             settings.llm.endpoint(),
             factory,
@@ -103,6 +104,7 @@ impl Gateway {
             agent: settings.agent.clone(),
             limits: settings.limits.clone(),
             context: settings.context.clone(),
+            memory: settings.memory.clone(),
             max_tokens: settings.llm.max_tokens,
             prices: Arc::new(settings.prices.clone()),
         };
@@ -251,8 +253,9 @@ fn instance_id(settings: &Settings) -> String {
     format!("{host}:{port}")
 }
 
-/// The tools this deployment offers, each built once for the process.
-fn build_registry(settings: &Settings) -> Result<ToolRegistry, StartError> {
+/// The tools this deployment offers, each built once for the process. The
+/// `memory` tool is left out while `memory.enabled` is off.
+fn build_registry(settings: &Settings, store: &Store) -> Result<ToolRegistry, StartError> {
     let mut registry = ToolRegistry::new();
     for name in &settings.agent.tools {
         match name.as_str() {
@@ -263,6 +266,11 @@ fn build_registry(settings: &Settings) -> Result<ToolRegistry, StartError> {
                 HttpGet::new(settings.tools.http_get.clone())
                     .map_err(|err| StartError::Http(err.without_url().to_string()))?,
             )),
+            "memory" if settings.memory.enabled => registry.register(Arc::new(Memory::new(
+                store.clone(),
+                settings.memory.clone(),
+            ))),
+            "memory" => tracing::info!("memory.enabled is off: the memory tool is not offered"),
             other => return Err(StartError::UnknownTool(other.to_owned())),
         }
     }

@@ -16,11 +16,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::ContextSettings;
+use crate::config::{ContextSettings, MemorySettings};
 use crate::llm::{ChatMessage, ModelRequest, Provider};
 use crate::store::{Batch, Compaction, ModelCallStart, SessionId, Store, StoreError, WireEntry};
 use crate::usage::Price;
 
+use super::extract::extract_facts;
+use super::prompt::refreshed_prompt;
 use super::run::wire_bytes;
 use super::step;
 
@@ -51,6 +53,12 @@ pub struct ContextPolicy {
     pub threshold: f64,
     /// Turns kept verbatim after a compaction.
     pub keep_recent_turns: usize,
+    /// For a direct-chat session offering the `memory` tool: a compaction
+    /// also refreshes the facts about its person in its stored system
+    /// prompt (the compaction changes the request's prefix anyway, so the
+    /// refresh costs no extra cache miss), after extracting new ones from
+    /// the summarised turns when `extract_at_compaction` is on.
+    pub person_memory: Option<MemorySettings>,
 }
 
 /// Why a compaction did not happen or failed.
@@ -126,6 +134,7 @@ impl ContextPolicy {
                 .unwrap_or(settings.window_tokens),
             threshold: settings.compact_threshold,
             keep_recent_turns: settings.keep_recent_turns,
+            person_memory: None,
         }
     }
 
@@ -167,7 +176,9 @@ impl ContextPolicy {
         view: &[WireEntry],
     ) -> Result<Option<Compaction>, CompactError> {
         match split(view, self.keep_recent_turns.max(1)) {
-            Some(split) => summarise(by, view, split).await.map(Some),
+            Some(split) => summarise(by, view, split, self.person_memory.as_ref())
+                .await
+                .map(Some),
             None => Ok(None),
         }
     }
@@ -187,7 +198,9 @@ impl ContextPolicy {
         task_id: i64,
     ) -> Result<Option<Compaction>, CompactError> {
         match split_task(view, task_id, self.keep_recent_turns.max(1)) {
-            Some(split) => summarise(by, view, split).await.map(Some),
+            Some(split) => summarise(by, view, split, self.person_memory.as_ref())
+                .await
+                .map(Some),
             None => Ok(None),
         }
     }
@@ -205,11 +218,14 @@ struct Split {
 }
 
 /// Summarises `view[pinned + 1..cut]` (less the kept goal) and records the
-/// compaction.
+/// compaction, with the person's facts extracted and the session's stored
+/// system prompt refreshed as `person_memory` says (see
+/// [`ContextPolicy::person_memory`]).
 async fn summarise(
     by: &Summariser<'_>,
     view: &[WireEntry],
     split: Split,
+    person_memory: Option<&MemorySettings>,
 ) -> Result<Compaction, CompactError> {
     let Split { pinned, kept, cut } = split;
     let replaced: Vec<WireEntry> = view[pinned + 1..cut]
@@ -219,6 +235,14 @@ async fn summarise(
         .map(|(_, entry)| entry.clone())
         .collect();
     let transcript = render(&replaced);
+    if let Some(memory) = person_memory
+        && memory.extract_at_compaction
+    {
+        // Before the summary's call, whose outcome is written with the
+        // compaction. The pinned first message is read too: it stays
+        // verbatim, but it often says the most about the person.
+        extract_facts(by, &render(&view[pinned..cut]), memory).await?;
+    }
     let messages = [ChatMessage::User {
         content: format!(
             "Summarise this part of the conversation (it follows the user's first message: \
@@ -258,6 +282,18 @@ async fn summarise(
     let mut batch = Batch::new();
     recorded.finish(&mut batch);
     batch.record_compaction(by.session_id, &compaction);
+    if person_memory.is_some()
+        && let Some(prompt) = refreshed_prompt(by.store, by.session_id).await?
+    {
+        tracing::info!(
+            session_id = by.session_id.as_str(),
+            "remembered facts refreshed in the system prompt"
+        );
+        batch.push(
+            "UPDATE sessions SET system_prompt = $1 WHERE id = $2",
+            vec![prompt.into(), by.session_id.into()],
+        );
+    }
     by.store.write(batch).await?;
     tracing::info!(
         session_id = by.session_id.as_str(),

@@ -9,6 +9,7 @@
 
 pub mod cache;
 pub mod context;
+pub mod extract;
 pub mod live;
 pub mod prompt;
 pub mod round;

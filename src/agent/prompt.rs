@@ -1,15 +1,21 @@
 //! Building a session's system prompt, once, when the session starts.
 //!
-//! The prompt is persona, rules, guidance for each offered tool, and the
-//! optional memory file's contents. It is stored on the session row and read
-//! back verbatim on every later turn; it is never rebuilt, so an edit of the
-//! memory file reaches new sessions only, and the provider's prompt cache
-//! keeps hitting. Nothing time-dependent goes in.
+//! The prompt is persona, rules, guidance for each offered tool, the
+//! optional memory file's contents, and — for a direct-chat session offering
+//! the `memory` tool — the facts remembered about its person, as its last
+//! section. It is stored on the session row and read back verbatim on every
+//! later turn; it is never rebuilt, so an edit of the memory file reaches
+//! new sessions only, and the provider's prompt cache keeps hitting. Nothing
+//! time-dependent goes in. The one exception is the person's facts: a
+//! compaction (which changes the history's prefix anyway) replaces that last
+//! section with the facts as they are then ([`refreshed_prompt`]).
 
 use std::path::Path;
 
 use crate::config::AgentSettings;
 use crate::llm::ToolSpec;
+use crate::store::{MemoryEntry, SessionId, Store, StoreError};
+use crate::tools::memory::MEMORY;
 
 /// Largest memory file read into a prompt; the rest is cut off with a note.
 const MAX_MEMORY_BYTES: usize = 64 * 1024;
@@ -41,6 +47,75 @@ pub fn build_system_prompt(settings: &AgentSettings, tools: &[ToolSpec]) -> Stri
         prompt.push_str(memory.trim());
     }
     prompt
+}
+
+/// Where the section of a person's remembered facts starts: always the
+/// prompt's last section. Facts are single lines, so the heading (which
+/// starts with a blank line) cannot occur inside the section.
+pub const PERSON_MEMORY_HEADING: &str = "\n\n# What you remember about this person\n";
+
+/// The line under [`PERSON_MEMORY_HEADING`], before the facts.
+const PERSON_MEMORY_INTRO: &str = "Facts about this person from earlier conversations \
+    (kept with the `memory` tool; #N is a fact's id). Use them where they help; do not recite \
+    them.";
+
+/// `base` (a prompt without a facts section) followed by the section of
+/// `facts`; `base` alone when there are none.
+pub fn with_person_memory(base: &str, facts: &[MemoryEntry]) -> String {
+    let mut prompt = base.to_owned();
+    if facts.is_empty() {
+        return prompt;
+    }
+    prompt.push_str(PERSON_MEMORY_HEADING);
+    prompt.push_str(PERSON_MEMORY_INTRO);
+    for fact in facts {
+        prompt.push_str(&format!("\n- #{}: {}", fact.id, fact.text));
+    }
+    prompt
+}
+
+/// The prompt without its section of a person's facts, if it has one: the
+/// last heading followed by the section's own first line (an operator's
+/// text with the same heading alone is left alone).
+pub fn without_person_memory(prompt: &str) -> &str {
+    match prompt.rfind(PERSON_MEMORY_HEADING) {
+        Some(start)
+            if prompt[start + PERSON_MEMORY_HEADING.len()..].starts_with(PERSON_MEMORY_INTRO) =>
+        {
+            &prompt[..start]
+        }
+        _ => prompt,
+    }
+}
+
+/// Whether a session's stored toolset offers the `memory` tool: then its
+/// prompt carries its person's facts.
+pub fn offers_memory<S: AsRef<str>>(toolset: &[S]) -> bool {
+    toolset.iter().any(|name| name.as_ref() == MEMORY)
+}
+
+/// The session's stored prompt with its section of facts replaced by its
+/// owner's facts as they are now; `None` when that changes nothing (or the
+/// session has no owner, or does not offer the `memory` tool).
+///
+/// # Errors
+/// A database failure.
+pub async fn refreshed_prompt(
+    store: &Store,
+    session_id: &SessionId,
+) -> Result<Option<String>, StoreError> {
+    let Some(session) = store.session(session_id).await? else {
+        return Ok(None);
+    };
+    let Some(owner) = session
+        .principal
+        .filter(|_| offers_memory(&session.toolset))
+    else {
+        return Ok(None);
+    };
+    let facts = store.memories(owner).await?;
+    let prompt = with_person_memory(without_person_memory(&session.system_prompt), &facts);
+    Ok((prompt != session.system_prompt).then_some(prompt))
 }
 
 /// The system prompt of a sub-agent started by `delegate`.
@@ -116,6 +191,47 @@ mod tests {
             build_system_prompt(&settings, &tools),
             "deterministic"
         );
+    }
+
+    fn fact(id: i64, text: &str) -> MemoryEntry {
+        MemoryEntry {
+            id,
+            text: text.to_owned(),
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn a_persons_facts_are_the_last_section_and_can_be_swapped() {
+        let base = "You are P.\n\n# Memory\nShared notes.";
+        assert_eq!(with_person_memory(base, &[]), base, "no facts, no section");
+        let prompt = with_person_memory(base, &[fact(3, "Likes tea."), fact(7, "Lives in Lyon.")]);
+        assert_eq!(
+            prompt,
+            "You are P.\n\n# Memory\nShared notes.\n\n# What you remember about this person\n\
+             Facts about this person from earlier conversations (kept with the `memory` tool; #N \
+             is a fact's id). Use them where they help; do not recite them.\n\
+             - #3: Likes tea.\n- #7: Lives in Lyon."
+        );
+        assert_eq!(without_person_memory(&prompt), base);
+        assert_eq!(without_person_memory(base), base);
+        let lookalike = "You are P.\n\n# What you remember about this person\nNothing yet.";
+        assert_eq!(without_person_memory(lookalike), lookalike);
+        let swapped = with_person_memory(without_person_memory(&prompt), &[fact(9, "Hates rain.")]);
+        assert!(swapped.starts_with(base));
+        assert!(swapped.ends_with("\n- #9: Hates rain."));
+        assert!(!swapped.contains("Likes tea"));
+        assert_eq!(
+            with_person_memory(without_person_memory(&swapped), &[]),
+            base
+        );
+    }
+
+    #[test]
+    fn only_a_toolset_with_the_memory_tool_offers_memory() {
+        assert!(offers_memory(&["calculator", "memory"]));
+        assert!(!offers_memory(&["calculator"]));
+        assert!(!offers_memory::<&str>(&[]));
     }
 
     #[test]

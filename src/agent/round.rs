@@ -23,7 +23,7 @@ use super::run::{InterruptedRound, LoopEnv};
 use super::subagent::SubAgentRunner;
 use super::wallet::Purse;
 use crate::llm::{ChatMessage, ToolCall, canonical_json};
-use crate::store::{Batch, StoreError, ToolCheckpoint, round_request_id};
+use crate::store::{Batch, PrincipalId, StoreError, ToolCheckpoint, round_request_id};
 use crate::tools::{ToolContext, ToolError};
 
 /// Why a tool call gave no result; the message is what the model sees.
@@ -266,6 +266,7 @@ async fn execute(
     let ctx = ToolContext {
         request_id: request_id.to_owned(),
         session_id: env.session_id.clone(),
+        principal: env.principal_id.map(PrincipalId::new),
         subagents: Some(Arc::new(SubAgentRunner::new(
             Arc::clone(agent),
             Arc::clone(env),

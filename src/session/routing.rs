@@ -15,7 +15,7 @@ use switchboard_contract::{ChatKind, InboundMessage};
 
 use super::key::{Origin, RouteKey};
 use super::service::ServiceError;
-use crate::agent::prompt::build_system_prompt;
+use crate::agent::prompt::{build_system_prompt, offers_memory, with_person_memory};
 use crate::config::{AgentSettings, DmSessions, GroupSessions, SessionSettings};
 use crate::llm::ChatMessage;
 use crate::store::{NewSession, PrincipalId, SessionId, Store, StoreError};
@@ -128,7 +128,7 @@ impl Routing {
         origin: &Origin,
         owner: Option<PrincipalId>,
     ) -> Result<SessionId, StoreError> {
-        let session = self.new_session(origin, owner);
+        let session = self.new_session(origin, owner).await?;
         self.store.create_session(&session).await?;
         self.store.bind_route(route.as_str(), &session.id).await?;
         Ok(session.id)
@@ -151,7 +151,7 @@ impl Routing {
         let origin = self.origin_of(message);
         let session = NewSession {
             id,
-            ..self.new_session(&origin, Some(owner))
+            ..self.new_session(&origin, Some(owner)).await?
         };
         let created = self
             .store
@@ -206,7 +206,7 @@ impl Routing {
         if let Some(session) = self.store.route(route.as_str()).await? {
             return Ok(session);
         }
-        let session = self.new_session(origin, owner);
+        let session = self.new_session(origin, owner).await?;
         let id = self
             .store
             .create_routed_session(route.as_str(), &session)
@@ -217,20 +217,31 @@ impl Routing {
         Ok(id)
     }
 
-    /// A new session's row: the system prompt is built here, once.
-    fn new_session(&self, origin: &Origin, owner: Option<PrincipalId>) -> NewSession {
+    /// A new session's row: the system prompt is built here, once. A
+    /// session of a person's own (`owner`) that offers the `memory` tool
+    /// gets the person's facts as they are now, frozen into its prompt.
+    async fn new_session(
+        &self,
+        origin: &Origin,
+        owner: Option<PrincipalId>,
+    ) -> Result<NewSession, StoreError> {
         let toolset = self.registry.toolset(&self.agent.tools);
-        NewSession {
+        let mut system_prompt = build_system_prompt(&self.agent, toolset.specs());
+        if let Some(owner) = owner.filter(|_| offers_memory(&toolset.names())) {
+            let facts = self.store.memories(owner).await?;
+            system_prompt = with_person_memory(&system_prompt, &facts);
+        }
+        Ok(NewSession {
             id: SessionId::generate(),
             origin_key: origin.key().to_string(),
             platform: origin.platform.clone(),
             account: origin.account.clone(),
             chat_id: origin.chat.clone(),
             thread_id: origin.thread.clone(),
-            system_prompt: build_system_prompt(&self.agent, toolset.specs()),
+            system_prompt,
             model: self.model.clone(),
             toolset: toolset.names(),
             principal: owner,
-        }
+        })
     }
 }

@@ -23,6 +23,7 @@ use crate::agent::live::LiveSubscription;
 use crate::config::{BusyMode, Settings};
 use crate::store::{InboundStatus, NewInbound, PrincipalId, SessionId, Store, StoreError, TurnEnd};
 use crate::tools::ToolRegistry;
+use crate::tools::memory::MEMORY;
 
 /// What became of a submitted message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,12 +108,17 @@ impl SessionService {
         settings: &Settings,
     ) -> Self {
         let commands = CommandSettings::new(settings);
+        let mut agent = settings.agent.clone();
+        if !settings.memory.enabled {
+            // Not registered either: new sessions go without it, unlogged.
+            agent.tools.retain(|tool| tool != MEMORY);
+        }
         Self {
             access: Access::new(store.clone(), settings.access.clone()),
             routing: Routing::new(
                 store.clone(),
                 registry,
-                settings.agent.clone(),
+                agent,
                 commands.model.clone(),
                 settings.sessions.clone(),
             ),

@@ -11,7 +11,9 @@ use super::link::CODE_TTL;
 use super::turn::TurnOutcome;
 use crate::config::DmSessions;
 use crate::llm::ModelFailure;
-use crate::store::{PairingRequest, SessionId, SessionRow, SessionSummary, UsageSummary};
+use crate::store::{
+    MemoryEntry, PairingRequest, SessionId, SessionRow, SessionSummary, UsageSummary,
+};
 
 /// The help text listing the commands.
 pub const HELP: &str = "Commands:\n\
@@ -27,6 +29,7 @@ pub const HELP: &str = "Commands:\n\
     /retry: answer your last message again; /undo: forget the last exchange\n\
     /link: get a code to link another account; /link CODE: link this account\n\
     /unlink: detach this account from the others\n\
+    /memory: what I remember about you; /memory forget N, /memory clear: remove it\n\
     Anything else goes to the assistant.";
 
 /// The answer to identity commands sent in a group chat.
@@ -189,6 +192,67 @@ pub fn link_code(code: &str, dm_sessions: DmSessions) -> String {
          in a direct chat with me, {purpose}. It works once; keep it private.",
         CODE_TTL.as_secs() / 60,
     )
+}
+
+/// The `/memory` answer while `memory.enabled` is off.
+pub const MEMORY_OFF: &str = "Long-term memory is turned off on this assistant.";
+/// The answer to a `/memory` with an argument it does not know.
+pub const MEMORY_USAGE: &str = "Usage: /memory (list what I remember about you), /memory forget \
+    N (remove fact N of that list), /memory clear (remove everything).";
+
+/// The `/memory` answer: the facts numbered from 1, oldest first.
+pub fn memory_list(facts: &[MemoryEntry], max_entries: u32) -> String {
+    if facts.is_empty() {
+        return "I remember nothing about you yet. Ask me to remember something (\"remember \
+                that I prefer metric units\") and new conversations will know it."
+            .to_owned();
+    }
+    let mut text = format!(
+        "What I remember about you ({} of at most {max_entries}):",
+        facts.len()
+    );
+    for (number, fact) in facts.iter().enumerate() {
+        // Writing to a `String` cannot fail.
+        let _ = write!(text, "\n{}. {}", number + 1, fact.text);
+    }
+    text.push_str(
+        "\nRemove one with /memory forget N, all with /memory clear. Changes reach new \
+         conversations (/new); this one keeps what it started with.",
+    );
+    text
+}
+
+/// The answer to `/memory forget N` that removed `text`.
+pub fn memory_forgotten(text: &str) -> String {
+    format!(
+        "Forgotten: {text}\nNew conversations (/new) will not know it; this one keeps what it \
+         started with."
+    )
+}
+
+/// The answer to `/memory forget N` when there is no fact `N` among `count`.
+pub fn no_such_fact(number: &str, count: usize) -> String {
+    match count {
+        0 => "I remember nothing about you, so there is nothing to forget.".to_owned(),
+        1 => format!("There is no fact {number}: I remember one thing about you (see /memory)."),
+        _ => format!(
+            "There is no fact {number}: give a number from 1 to {count}, as /memory lists them."
+        ),
+    }
+}
+
+/// The answer to `/memory clear` that removed `removed` facts.
+pub fn memory_cleared(removed: u64) -> String {
+    match removed {
+        0 => "I remembered nothing about you; there was nothing to clear.".to_owned(),
+        1 => "Cleared: I no longer remember the one fact I kept about you (in new \
+              conversations; this one keeps what it started with)."
+            .to_owned(),
+        _ => format!(
+            "Cleared: I no longer remember the {removed} facts I kept about you (in new \
+             conversations; this one keeps what it started with)."
+        ),
+    }
 }
 
 pub fn new_conversation(session_id: &SessionId) -> String {

@@ -14,18 +14,20 @@ use crate::agent::Agent;
 use crate::agent::cache::AgentCache;
 use crate::agent::context::{self, CompactError, ContextPolicy, Summariser};
 use crate::agent::live::LiveTurn;
+use crate::agent::prompt::offers_memory;
 use crate::agent::run::{
     InterruptedRound, LoopEnd, LoopEnv, LoopError, LoopOutcome, SpendLimit, TaskLimits, run_loop,
     warn_at_80_percent,
 };
 use crate::agent::wallet::{Budget, Purse, Wallet};
-use crate::config::{AgentSettings, ContextSettings, LimitSettings};
+use crate::config::{AgentSettings, ContextSettings, LimitSettings, MemorySettings};
 use crate::llm::{ChatMessage, ModelFailure};
 use crate::store::{
     Batch, Fence, InboundRow, InboundStatus, NewMessage, OutboxRow, SessionRow, SessionView, Store,
     StoreError, TurnEnd, WireEntry,
 };
 use crate::tools::ToolRegistry;
+use crate::tools::memory::MEMORY;
 use crate::usage::Price;
 
 /// Tokens per character no real tokenizer exceeds for ordinary text; a view
@@ -40,6 +42,8 @@ pub struct TurnExecutor {
     pub agent: AgentSettings,
     pub limits: LimitSettings,
     pub context: ContextSettings,
+    /// Long-term memory: its limits, and whether compaction extracts facts.
+    pub memory: MemorySettings,
     pub max_tokens: u32,
     pub prices: Arc<BTreeMap<String, Price>>,
 }
@@ -360,7 +364,13 @@ impl TurnExecutor {
             })?;
         let toolset = self.registry.toolset(&session.toolset);
         let agent = self.cache.get(&session.model, &toolset).await;
-        let policy = ContextPolicy::for_model(&self.context, &session.model);
+        let mut policy = ContextPolicy::for_model(&self.context, &session.model);
+        // Facts are refreshed only while the tool is still offered
+        // (`memory.enabled` may have been turned off since).
+        let person_memory = session.principal.is_some()
+            && offers_memory(&session.toolset)
+            && self.registry.get(MEMORY).is_some();
+        policy.person_memory = person_memory.then(|| self.memory.clone());
         let stored = context::apply(entries, compaction.as_ref());
         let spend = self.spend_limit(inbound.principal_id).await?;
         Ok(Prepared {
@@ -424,6 +434,12 @@ impl TurnExecutor {
         };
         if let Some(Some(compaction)) = &compacted {
             turn.stored = context::apply(std::mem::take(&mut turn.stored), Some(compaction));
+            if turn.policy.person_memory.is_some()
+                && let Some(session) = self.store.session(&turn.session.id).await?
+            {
+                // The compaction may have refreshed the remembered facts.
+                turn.session.system_prompt = session.system_prompt;
+            }
         }
         Ok(forced.then_some(match compacted {
             Some(Some(_)) => TurnOutcome::Compacted,

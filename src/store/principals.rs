@@ -5,7 +5,7 @@
 //! Every identity (platform, account, user id) gets a principal of its own on
 //! first contact; `/link CODE` moves it to the code owner's principal and
 //! `/unlink` moves it to a fresh one. A principal owns its direct-chat
-//! sessions (`sessions.principal_id`).
+//! sessions (`sessions.principal_id`) and its long-term memory (`memories`).
 //!
 //! Link codes are credentials: only their SHA-256 is stored
 //! (`link_codes.code_sha256`), and a code is looked up by it.
@@ -176,7 +176,8 @@ impl Store {
     /// Redeems a link code (upper case, as issued) for `identity`: the code
     /// is used up (single use, unexpired) and the identity joins the code
     /// owner's principal. A
-    /// principal left with no identity hands its sessions to the new one.
+    /// principal left with no identity hands its sessions and its remembered
+    /// facts (`memories`) to the new one.
     /// A failed redemption is recorded for rate limiting.
     ///
     /// # Errors
@@ -232,6 +233,12 @@ impl Store {
                 .bind(from)
                 .execute(&mut *tx)
                 .await?;
+            // The person's long-term memory goes where their sessions go.
+            sqlx::query("UPDATE memories SET principal_id = $1 WHERE principal_id = $2")
+                .bind(target)
+                .bind(from)
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(Redemption::Linked {
@@ -242,7 +249,8 @@ impl Store {
 
     /// Detaches an identity into a fresh principal. Returns the new
     /// principal, or `None` when the identity is its principal's only one
-    /// (nothing to detach from). Sessions stay with the old principal.
+    /// (nothing to detach from). Sessions and remembered facts stay with the
+    /// old principal.
     ///
     /// # Errors
     /// A database failure.

@@ -370,6 +370,7 @@ mod tests {
         ToolContext {
             request_id: "r".to_owned(),
             session_id: crate::store::SessionId::parse("s").expect("valid id"),
+            principal: None,
             subagents: None,
         }
     }

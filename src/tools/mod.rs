@@ -15,6 +15,7 @@ pub mod calculator;
 pub mod current_time;
 pub mod delegate;
 pub mod http_get;
+pub mod memory;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use schemars::{JsonSchema, Schema};
 use serde_json::Value;
 
 use crate::llm::ToolSpec;
-use crate::store::SessionId;
+use crate::store::{PrincipalId, SessionId};
 
 /// What a tool call knows about its surroundings.
 #[derive(Clone)]
@@ -35,6 +36,9 @@ pub struct ToolContext {
     /// side effects can deduplicate.
     pub request_id: String,
     pub session_id: SessionId,
+    /// The person whose message the task answers (the speaker, in a group
+    /// chat), when known.
+    pub principal: Option<PrincipalId>,
     /// Present when the tool may start sub-agents (the `delegate` tool).
     pub subagents: Option<Arc<dyn SubAgents>>,
 }

@@ -20,6 +20,7 @@ mod feishu;
 mod helpers;
 mod identity;
 mod limits;
+mod memory;
 mod metrics;
 mod openai_client;
 mod outbox;

@@ -12,7 +12,7 @@ async fn run_chat(config: &std::path::Path, session: Option<&str>, input: &str) 
     run_chat_as("tester", config, session, input).await
 }
 
-async fn run_chat_as(
+pub(crate) async fn run_chat_as(
     user: &str,
     config: &std::path::Path,
     session: Option<&str>,

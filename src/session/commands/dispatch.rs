@@ -1,12 +1,12 @@
 //! Answering commands: one match over [`Command`], and a handler for each
 //! command that needs more than a line.
 //!
-//! Identity commands (`/link`, `/unlink`, `/sessions`, `/resume`, `/usage`)
-//! answer in direct chats only: group chats never reach a principal's own
-//! sessions.
+//! Identity commands (`/link`, `/unlink`, `/sessions`, `/resume`, `/usage`,
+//! `/memory`) answer in direct chats only: group chats never reach a
+//! principal's own sessions or facts.
 
 use super::Command;
-use crate::config::{DmSessions, Settings};
+use crate::config::{DmSessions, MemorySettings, Settings};
 use crate::session::access::{Access, Decision};
 use crate::session::link::{CODE_TTL, FAILURE_WINDOW, LinkCode, MAX_FAILURES};
 use crate::session::routing::{Place, Routing};
@@ -37,6 +37,8 @@ pub struct CommandSettings {
     pub daily_usd: f64,
     /// How direct chats map to sessions, which `/link` explains.
     pub dm_sessions: DmSessions,
+    /// Whether `/memory` works, and the limits it shows.
+    pub memory: MemorySettings,
 }
 
 /// Who sent a command, from where, and the session the chat is on.
@@ -92,7 +94,7 @@ const TITLE_MAX_CHARS: usize = 200;
 
 impl CommandSettings {
     /// Reads `llm.model`, `llm.extra_models`, `agent.max_iterations`,
-    /// `limits.principal_daily_usd` and `sessions.dm_sessions`.
+    /// `limits.principal_daily_usd`, `sessions.dm_sessions` and `memory`.
     pub fn new(settings: &Settings) -> Self {
         let model = settings.llm.model.clone();
         let mut models = vec![model.clone()];
@@ -110,6 +112,7 @@ impl CommandSettings {
             max_iterations: settings.agent.max_iterations,
             daily_usd: settings.limits.principal_daily_usd,
             dm_sessions: settings.sessions.dm_sessions,
+            memory: settings.memory.clone(),
         }
     }
 }
@@ -132,6 +135,7 @@ impl Commands<'_> {
                 | Command::Sessions
                 | Command::Resume(_)
                 | Command::Usage
+                | Command::Memory(_)
         );
         if identity_command && !context.place.direct {
             return Ok(stay(context, texts::DIRECT_ONLY));
@@ -195,6 +199,9 @@ impl Commands<'_> {
                     context,
                     texts::usage(&summary, cost, self.settings.daily_usd),
                 )
+            }
+            Command::Memory(action) => {
+                stay(context, self.memory(context, action.as_deref()).await?)
             }
             Command::Approve(code) => self.decide(context, code, Decision::Approve).await?,
             Command::Deny(code) => self.decide(context, code, Decision::Deny).await?,
@@ -293,6 +300,48 @@ impl Commands<'_> {
         Ok(match code {
             None => stay(context, texts::DECIDE_USAGE),
             Some(code) => stay(context, self.access.decide(&code, decision).await?),
+        })
+    }
+
+    /// `/memory`: the sender's facts, numbered oldest first; `/memory
+    /// forget N` removes the N-th of that list, `/memory clear` all of them.
+    /// Sessions already running keep the facts they started with.
+    async fn memory(
+        &self,
+        context: &Context<'_>,
+        action: Option<&str>,
+    ) -> Result<String, StoreError> {
+        if !self.settings.memory.enabled {
+            return Ok(texts::MEMORY_OFF.to_owned());
+        }
+        let principal = context.identity.principal;
+        let words: Vec<&str> = action.unwrap_or_default().split_whitespace().collect();
+        Ok(match words.as_slice() {
+            [] | ["list"] => {
+                let facts = self.store.memories(principal).await?;
+                texts::memory_list(&facts, self.settings.memory.max_entries)
+            }
+            ["forget", number] => {
+                let facts = self.store.memories(principal).await?;
+                let fact = number
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|n| n.checked_sub(1))
+                    .and_then(|index| facts.get(index));
+                match fact {
+                    Some(fact) if self.store.forget_memory(principal, fact.id).await? => {
+                        tracing::info!(principal_id = %principal, fact_id = fact.id, "fact removed by /memory");
+                        texts::memory_forgotten(&fact.text)
+                    }
+                    _ => texts::no_such_fact(number, facts.len()),
+                }
+            }
+            ["clear"] => {
+                let removed = self.store.clear_memories(principal).await?;
+                tracing::info!(principal_id = %principal, removed, "memory cleared by /memory");
+                texts::memory_cleared(removed)
+            }
+            _ => texts::MEMORY_USAGE.to_owned(),
         })
     }
 

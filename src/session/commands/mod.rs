@@ -40,6 +40,9 @@ pub enum Command {
     Model(Option<String>),
     /// Today's token use for this principal.
     Usage,
+    /// `/memory`: list what is remembered about the sender;
+    /// `/memory forget N`, `/memory clear`: remove facts.
+    Memory(Option<String>),
     /// Answer the last user message again.
     Retry,
     /// Drop the last exchange from what the model sees.
@@ -122,6 +125,7 @@ impl Command {
             "title" => Self::Title(argument),
             "model" => Self::Model(argument),
             "usage" => Self::Usage,
+            "memory" => Self::Memory(argument),
             "retry" => Self::Retry,
             "undo" => Self::Undo,
             "approve" => Self::Approve(argument),
@@ -192,6 +196,15 @@ mod tests {
         );
         let help = Command::parse("/help", None);
         assert_eq!(Command::recorded_text(help.as_ref(), "/help"), "/help");
+    }
+
+    #[test]
+    fn memory_takes_its_action_as_the_argument() {
+        assert_eq!(Command::parse("/memory", None), Some(Command::Memory(None)));
+        assert_eq!(
+            Command::parse("/memory forget 2", None),
+            Some(Command::Memory(Some("forget 2".to_owned())))
+        );
     }
 
     #[test]
