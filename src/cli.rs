@@ -1,5 +1,5 @@
 //! The command line: `serve`, `chat`, `migrate`, `usage`, `pairing`,
-//! `check`, `bench`.
+//! `check`, `bench`, `console-hash`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{self, ApiState};
 use crate::bench::{self, BenchOptions};
 use crate::config::{self, Settings};
+use crate::console::ConsoleState;
 use crate::gateway::Gateway;
 use crate::platforms::Platforms;
 use crate::store::{PairingStatus, Store, StoreError, StoreOptions};
@@ -59,6 +60,9 @@ pub enum Command {
     /// Validate the configuration and reach the database, the model
     /// endpoint and each enabled platform; exits non-zero on a problem.
     Check,
+    /// Print the argon2 hash of a password for `console.password_hash`
+    /// (the password is read from standard input, one line).
+    ConsoleHash,
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,6 +80,10 @@ pub enum PairingAction {
 /// # Errors
 /// Whatever stopped the command, with context.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    if matches!(cli.command, Command::ConsoleHash) {
+        // Needs no configuration: the hash goes into it.
+        return console_hash();
+    }
     // The error names the file or variable, the key and what is valid.
     let settings = Settings::load(cli.config.as_deref())?;
     match cli.command {
@@ -150,6 +158,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             telemetry::init(&settings.log, Some("warn"));
             pairing(&settings, action).await
         }
+        Command::ConsoleHash => console_hash(),
         Command::Bench(options) => {
             telemetry::init(&settings.log, Some("error"));
             let report = bench::run(&options)
@@ -159,6 +168,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `switchboard console-hash`: reads a password from standard input and
+/// prints its argon2 hash.
+fn console_hash() -> anyhow::Result<()> {
+    use std::io::{BufRead, IsTerminal};
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprintln!("Password for the web console (shown as you type; end with Enter):");
+    }
+    let mut line = String::new();
+    stdin
+        .lock()
+        .read_line(&mut line)
+        .context("reading the password from standard input")?;
+    let password = line.trim_end_matches(['\r', '\n']);
+    anyhow::ensure!(!password.is_empty(), "the password is empty");
+    let hash = crate::console::auth::hash_password(password)
+        .map_err(|err| anyhow::anyhow!("hashing the password: {err}"))?;
+    println!("{hash}");
+    Ok(())
 }
 
 /// Opens the database for a command that only reads or answers what is
@@ -286,8 +316,18 @@ pub async fn run_server(
         platforms: gateway.platform_status.clone(),
         serve_metrics: settings.server.metrics,
     });
-    let router = api::router(state, settings.api.max_body_bytes, settings.api.enabled)
+    let console = ConsoleState::from_settings(
+        settings,
+        gateway.store.clone(),
+        gateway.platform_status.clone(),
+    )
+    .context("starting the web console")?;
+    let mut router = api::router(state, settings.api.max_body_bytes, settings.api.enabled)
         .merge(platform_routes);
+    if let Some(console) = console {
+        tracing::info!("web console at /console");
+        router = router.merge(crate::console::router(Arc::new(console)));
+    }
     let local = listener.local_addr()?;
     tracing::info!(address = %local, "listening");
     // Replies are small writes (a streamed delta, a whole answer): Nagle
