@@ -888,6 +888,24 @@ mod tests {
     }
 
     #[test]
+    fn the_console_refuses_a_password_hash_that_is_not_argon2() {
+        let err = Settings::load_from(
+            None,
+            vars(&[("SWITCHBOARD__CONSOLE__PASSWORD_HASH", "hunter2")]),
+        )
+        .expect_err("not a hash")
+        .to_string();
+        assert!(err.contains("console.password_hash"), "{err}");
+        let hash = crate::console::auth::hash_password("pw").expect("hashes");
+        let settings = Settings::load_from(
+            None,
+            vars(&[("SWITCHBOARD__CONSOLE__PASSWORD_HASH", &hash)]),
+        )
+        .expect("an argon2 hash loads");
+        assert_eq!(settings.console.password_hash, Some(hash));
+    }
+
+    #[test]
     fn the_example_file_parses_and_matches_the_defaults() {
         // The package folder as `cargo test` names it at run time (a build
         // reused from another checkout keeps its compile-time path).

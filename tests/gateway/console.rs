@@ -244,6 +244,36 @@ impl Admin {
 }
 
 #[tokio::test]
+async fn console_hash_prints_an_argon2_hash_of_the_password_read_from_stdin() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .arg("console-hash")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("binary runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    tokio::io::AsyncWriteExt::write_all(&mut stdin, b"s3cret pass\n")
+        .await
+        .expect("write");
+    drop(stdin);
+    let output = child.wait_with_output().await.expect("exits");
+    assert!(output.status.success());
+    let hash = String::from_utf8(output.stdout).expect("utf-8");
+    let hash = hash.trim();
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+    let parsed = argon2::PasswordHash::new(hash).expect("a PHC string");
+    assert!(
+        argon2::PasswordVerifier::verify_password(
+            &argon2::Argon2::default(),
+            b"s3cret pass",
+            &parsed
+        )
+        .is_ok()
+    );
+}
+
+#[tokio::test]
 async fn the_console_is_off_unless_enabled() {
     let llm = FakeLlm::echo().await;
     let app = TestApp::spawn(&llm).await;
