@@ -470,7 +470,8 @@ pub fn conversation(view: &ConversationView<'_>) -> Markup {
                     span { (turn.usage.calls) @if turn.usage.calls == 1 { " model call" } @else { " model calls" } }
                     span { "tokens in " (turn.usage.usage.input_tokens) " (cache " (turn.usage.usage.cache_read_tokens) ") · out " (turn.usage.usage.output_tokens) }
                     span { "cost " (turn.cost_nanousd.map_or_else(|| "–".to_owned(), nanousd)) }
-                    span.muted title="the turn's log lines carry inbound_id; its model calls this request id" {
+                    span.muted title="on every log line of the turn; the request id is its first model call's" {
+                        @if let Some(trace) = &turn.trace_id { "trace_id=" span data-k="trace-id" { (trace) } " · " }
                         "inbound_id=" (turn.id)
                         @if let Some(request) = &turn.request_id { " · request " (request) }
                     }

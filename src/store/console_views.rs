@@ -93,6 +93,9 @@ pub struct ConsoleTurn {
     pub cost_nanousd: Option<i64>,
     /// The request id of its first model call (sent to the provider).
     pub request_id: Option<String>,
+    /// The `trace_id` on the turn's log lines (`None` for a command, or a
+    /// turn that ended before its task started).
+    pub trace_id: Option<String>,
 }
 
 /// A stored transcript entry, as the console shows it.
@@ -336,7 +339,7 @@ impl Store {
     ) -> Result<Vec<ConsoleTurn>, StoreError> {
         let rows = sqlx::query(
             "SELECT i.id, i.sender_id, i.sender_name, i.text, i.status, i.outcome, \
-             i.received_at, i.finished_at, COUNT(u.id) AS calls, \
+             i.received_at, i.finished_at, i.trace_id, COUNT(u.id) AS calls, \
              CAST(COALESCE(SUM(u.input_tokens), 0) AS BIGINT) AS input, \
              CAST(COALESCE(SUM(u.output_tokens), 0) AS BIGINT) AS output, \
              CAST(COALESCE(SUM(u.cache_read_tokens), 0) AS BIGINT) AS cache_read, \
@@ -345,7 +348,7 @@ impl Store {
              FROM inbound i LEFT JOIN usage u ON u.task_id = i.id \
              WHERE i.session_id = $1 \
              GROUP BY i.id, i.sender_id, i.sender_name, i.text, i.status, i.outcome, \
-             i.received_at, i.finished_at ORDER BY i.id LIMIT $2 OFFSET $3",
+             i.received_at, i.finished_at, i.trace_id ORDER BY i.id LIMIT $2 OFFSET $3",
         )
         .bind(session.as_str())
         .bind(limit)
@@ -534,6 +537,7 @@ fn turn_from_row(row: &AnyRow) -> Result<ConsoleTurn, StoreError> {
         usage: UsageSummary::from_sums(sums),
         cost_nanousd: row.try_get("cost")?,
         request_id: row.try_get("request_id")?,
+        trace_id: row.try_get("trace_id")?,
     })
 }
 

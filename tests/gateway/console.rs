@@ -585,6 +585,22 @@ async fn the_overview_conversations_and_usage_match_the_database() {
         "{transcript}"
     );
     assert!(transcript.contains("The result is 42."));
+    // Each turn's trace id, as its log lines carry it.
+    let traces = sqlx::query_scalar::<_, String>(
+        "SELECT trace_id FROM inbound WHERE session_id = $1 ORDER BY id",
+    )
+    .bind(&session)
+    .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
+    .await
+    .expect("trace ids");
+    assert_eq!(traces.len(), 2);
+    for trace in &traces {
+        assert!(uuid::Uuid::parse_str(trace).is_ok(), "{trace}");
+        assert!(
+            transcript.contains(&format!("data-k=\"trace-id\">{trace}<")),
+            "{trace}"
+        );
+    }
 
     // The CSV is the `switchboard usage` report.
     let csv = admin.get("/console/usage.csv").await;
@@ -620,6 +636,68 @@ async fn the_overview_conversations_and_usage_match_the_database() {
     );
     let usage = admin.page("/console/usage").await;
     assert!(usage.contains("By principal") && usage.contains(&session));
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn compactions_and_limit_hits_are_shown() {
+    // Summaries for compaction; endless calculator rounds for `count`.
+    let llm = FakeLlm::start(|body| {
+        let first = body["messages"][0]["content"].as_str().unwrap_or("");
+        if first.starts_with("You compress conversations") {
+            return Reply::Text("Goal: testing the console. Facts: several turns.".to_owned());
+        }
+        let text = last_user_text(body);
+        if text.starts_with("count") {
+            let n = body["messages"].as_array().map_or(0, Vec::len);
+            return Reply::Tools(vec![(
+                format!("c{n}"),
+                "calculator".to_owned(),
+                format!("{{\"expression\":\"{n}+1\"}}"),
+            )]);
+        }
+        Reply::Text(format!("echo: {text}"))
+    })
+    .await;
+    // Each fake call reports 127 tokens.
+    let app = TestApp::spawn_with(&llm, |s| {
+        enable_console(s);
+        s.limits.task_max_tokens = 300;
+    })
+    .await;
+    let (session, _) = app.say(None, "the goal").await;
+    for turn in 1..6 {
+        app.say(Some(&session), &format!("turn {turn}")).await;
+    }
+    let (_, compacted) = app.say(Some(&session), "/compact").await;
+    assert!(
+        compacted.starts_with("Older messages were summarised"),
+        "{compacted}"
+    );
+    let (_, stopped) = app.say(Some(&session), "count forever").await;
+    assert!(stopped.starts_with("Stopped"), "{stopped}");
+    let admin = Admin::login(&app).await;
+
+    let transcript = admin
+        .page(&format!("/console/conversations/{session}"))
+        .await;
+    assert!(transcript.contains("Compaction #1"), "{transcript}");
+    assert!(transcript.contains("Goal: testing the console. Facts: several turns."));
+    let (pinned, through) =
+        sqlx::query_as::<_, (i64, i64)>("SELECT pinned_id, through_id FROM compactions")
+            .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+            .await
+            .expect("one compaction");
+    assert_eq!(
+        transcript.matches("(replaced by compaction #1)").count(),
+        usize::try_from(through - pinned).expect("a range"),
+        "every replaced entry is marked"
+    );
+    assert!(transcript.contains("failed · token_limit"), "{transcript}");
+
+    let overview = admin.page("/console").await;
+    assert_eq!(figure(&overview, "limit-hits"), "1");
+    assert_eq!(figure(&overview, "limit-token_limit"), "1");
     app.stop().await;
 }
 
