@@ -153,6 +153,12 @@ impl Credentials {
         self.password_hash.is_some()
     }
 
+    /// Whether an admin bearer key is configured.
+    #[must_use]
+    pub fn has_admin_key(&self) -> bool {
+        self.admin_key.is_some()
+    }
+
     fn mac(&self, payload: &str) -> String {
         // HMAC takes a key of any length.
         let mut mac = HmacSha256::new_from_slice(self.mac_key.expose_secret().as_bytes())

@@ -701,6 +701,98 @@ async fn compactions_and_limit_hits_are_shown() {
     app.stop().await;
 }
 
+#[tokio::test]
+async fn a_login_on_one_instance_holds_on_another_sharing_the_database() {
+    let llm = FakeLlm::echo().await;
+    let first = TestApp::spawn_with(&llm, |s| {
+        enable_console(s);
+        s.server.instance_id = Some("console-a".to_owned());
+    })
+    .await;
+    let mut settings = first.gateway.settings.clone();
+    settings.server.instance_id = Some("console-b".to_owned());
+    let second = TestApp::start(settings, tempfile::tempdir().expect("tempdir")).await;
+    first.say(None, "hello from the first instance").await;
+
+    let admin = Admin::login(&first).await;
+    let elsewhere = Admin {
+        http: client(),
+        base: second.url(""),
+        cookie: admin.cookie.clone(),
+        csrf: admin.csrf.clone(),
+    };
+    let page = elsewhere.page("/console/conversations").await;
+    assert!(page.contains("hello from the first instance"), "{page}");
+    let decided = elsewhere
+        .post(
+            "/console/pairing",
+            &format!("code=NOSUCHCD&decision=deny&csrf={}", admin.csrf),
+        )
+        .await;
+    assert_eq!(
+        decided.status(),
+        StatusCode::SEE_OTHER,
+        "the token holds there too"
+    );
+    second.stop().await;
+    first.stop().await;
+}
+
+#[tokio::test]
+async fn check_reports_whether_the_console_can_start() {
+    let llm = FakeLlm::echo().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let check = |extra: &[(&str, &str)]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_switchboard"));
+        command
+            .arg("check")
+            .current_dir(dir.path())
+            .env("SWITCHBOARD__LLM__BASE_URL", llm.openai_base())
+            .env("SWITCHBOARD__LLM__MODEL", "fake-model")
+            .env("SWITCHBOARD__CONSOLE__ENABLED", "true")
+            .env(
+                "SWITCHBOARD__CONSOLE__SECRET_ENV",
+                "SB_CHECK_CONSOLE_SECRET",
+            )
+            .env(
+                "SWITCHBOARD__CONSOLE__ADMIN_KEY_ENV",
+                "SB_CHECK_CONSOLE_KEY",
+            )
+            .env_remove("SB_CHECK_CONSOLE_SECRET")
+            .env_remove("SB_CHECK_CONSOLE_KEY")
+            .kill_on_drop(true);
+        for (name, value) in extra {
+            command.env(name, value);
+        }
+        command.output()
+    };
+    let missing = check(&[]).await.expect("runs");
+    let said = String::from_utf8_lossy(&missing.stdout);
+    assert!(!missing.status.success());
+    assert!(
+        said.lines()
+            .any(|line| line.starts_with("PROBLEM console:")
+                && line.contains("SB_CHECK_CONSOLE_SECRET")),
+        "{said}"
+    );
+    let ready = check(&[
+        (
+            "SB_CHECK_CONSOLE_SECRET",
+            "0123456789abcdef0123456789abcdef",
+        ),
+        ("SB_CHECK_CONSOLE_KEY", "an-admin-key"),
+    ])
+    .await
+    .expect("runs");
+    let said = String::from_utf8_lossy(&ready.stdout);
+    assert!(
+        said.lines()
+            .any(|line| line == "ok      console: served at /console (the admin key only)"),
+        "{said}"
+    );
+    assert!(!said.contains("an-admin-key") && !said.contains("0123456789abcdef"));
+}
+
 /// A gateway with Telegram and an allowlist the stranger is not on.
 async fn with_telegram(llm: &FakeLlm, telegram: &FakeTelegram) -> TestApp {
     let settings = crate::helpers::telegram_settings(telegram);
