@@ -43,6 +43,9 @@ pub struct ConsoleState {
     pub daily_cap_usd: f64,
     /// The platform adapters' states.
     pub platforms: PlatformStatus,
+    /// Held while a password is checked (and a moment after a wrong one):
+    /// one guess at a time per instance.
+    pub login_gate: tokio::sync::Mutex<()>,
 }
 
 impl ConsoleState {
@@ -65,6 +68,7 @@ impl ConsoleState {
             prices: settings.prices.clone(),
             daily_cap_usd: settings.limits.principal_daily_usd,
             platforms,
+            login_gate: tokio::sync::Mutex::new(()),
         }))
     }
 }

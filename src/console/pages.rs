@@ -38,6 +38,8 @@ const PAGE_ROWS: i64 = 50;
 const PAGE_TURNS: i64 = 30;
 /// Rows per page of the usage detail.
 const PAGE_USAGE_ROWS: i64 = 100;
+/// How long a wrong password holds back the next login attempt.
+const FAILED_LOGIN_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Why a page could not be shown.
 #[derive(Debug, thiserror::Error)]
@@ -509,9 +511,22 @@ pub async fn login(
             Some("The login form expired or came from elsewhere; try again."),
         );
     }
-    if !credentials.password_matches(&form.password) {
-        tracing::warn!("console: failed login");
-        return login_page(&state, StatusCode::UNAUTHORIZED, Some("Wrong password."));
+    {
+        // One password checked at a time, and a wrong one holds the next
+        // attempt back: guessing runs at a few tries a second at most.
+        let _gate = state.login_gate.lock().await;
+        let password = form.password.clone();
+        let checked = tokio::task::spawn_blocking({
+            let state = Arc::clone(&state);
+            move || state.credentials.password_matches(&password)
+        })
+        .await
+        .unwrap_or(false);
+        if !checked {
+            tracing::warn!("console: failed login");
+            tokio::time::sleep(FAILED_LOGIN_PAUSE).await;
+            return login_page(&state, StatusCode::UNAUTHORIZED, Some("Wrong password."));
+        }
     }
     tracing::info!("console: login");
     let (session, _) = credentials.issue(Kind::Session, now);
