@@ -702,6 +702,76 @@ async fn compactions_and_limit_hits_are_shown() {
 }
 
 #[tokio::test]
+async fn people_shows_linked_identities_and_unlinks_one() {
+    let telegram = FakeTelegram::start().await;
+    let llm = FakeLlm::echo().await;
+    let settings = crate::helpers::telegram_settings(&telegram);
+    let app = TestApp::spawn_with(&llm, |s| {
+        enable_console(s);
+        s.telegram = Some(settings);
+    })
+    .await;
+    let (_, link) = app.say_as("alice", "/link").await;
+    let linked = telegram
+        .ask(STRANGER, &format!("/link {}", code_in(&link)))
+        .await;
+    assert!(linked.starts_with("Linked"), "{linked}");
+    let admin = Admin::login(&app).await;
+
+    let people = admin.page("/console/people").await;
+    let (principal, identities) = sqlx::query_as::<_, (i64, i64)>(
+        "SELECT principal_id, COUNT(*) FROM identities GROUP BY principal_id \
+         ORDER BY COUNT(*) DESC LIMIT 1",
+    )
+    .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+    .await
+    .expect("a principal");
+    assert_eq!(identities, 2, "alice's API user and Telegram account");
+    let row = people
+        .split(&format!("data-principal=\"{principal}\""))
+        .nth(1)
+        .and_then(|rest| rest.split("</tr>").next())
+        .expect("the principal's row");
+    assert!(
+        row.contains("api:alice") && row.contains("telegram:4242"),
+        "{row}"
+    );
+    assert_eq!(
+        row.matches("<button").count(),
+        2,
+        "an unlink button each: {row}"
+    );
+
+    let telegram_identity = scalar(
+        &app,
+        "SELECT id FROM identities WHERE platform = 'telegram' AND user_id = '4242'",
+    )
+    .await;
+    let unlinked = admin
+        .post(
+            "/console/people/unlink",
+            &format!("identity_id={telegram_identity}&csrf={}", admin.csrf),
+        )
+        .await;
+    assert_eq!(
+        unlinked.headers()[LOCATION],
+        "/console/people?notice=unlinked"
+    );
+    let moved = scalar(
+        &app,
+        &format!("SELECT principal_id FROM identities WHERE id = {telegram_identity}"),
+    )
+    .await;
+    assert_ne!(
+        moved, principal,
+        "the Telegram account is a principal of its own"
+    );
+    let after = admin.page("/console/people?notice=unlinked").await;
+    assert!(figure(&after, "notice").starts_with("Unlinked"));
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn a_login_on_one_instance_holds_on_another_sharing_the_database() {
     let llm = FakeLlm::echo().await;
     let first = TestApp::spawn_with(&llm, |s| {
