@@ -291,7 +291,8 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 /// Whether a state-changing request comes from the console's own origin:
 /// no `Sec-Fetch-Site: cross-site`, and an `Origin` (when sent) naming the
-/// host the request was sent to.
+/// host the request was sent to (`Host`, or `X-Forwarded-Host` as a reverse
+/// proxy passes it: a page of another site cannot set either on a form).
 #[must_use]
 pub fn same_origin(headers: &HeaderMap) -> bool {
     let fetch_site = headers
@@ -303,13 +304,24 @@ pub fn same_origin(headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(ORIGIN) else {
         return true;
     };
-    let host = headers.get(HOST).and_then(|value| value.to_str().ok());
-    let origin_host = origin
+    let Some(origin_host) = origin
         .to_str()
         .ok()
         .and_then(|origin| origin.split_once("://"))
-        .map(|(_, rest)| rest.trim_end_matches('/'));
-    matches!((origin_host, host), (Some(origin), Some(host)) if origin.eq_ignore_ascii_case(host))
+        .map(|(_, rest)| rest.trim_end_matches('/'))
+    else {
+        return false;
+    };
+    let forwarded = headers
+        .get("x-forwarded-host")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|hosts| hosts.split(',').next())
+        .map(str::trim);
+    let host = headers.get(HOST).and_then(|value| value.to_str().ok());
+    [host, forwarded]
+        .into_iter()
+        .flatten()
+        .any(|host| origin_host.eq_ignore_ascii_case(host))
 }
 
 /// Lets a request through when it carries the admin key or a valid session
@@ -458,6 +470,11 @@ mod tests {
         assert!(!same_origin(&headers(&[
             ("host", "a:8080"),
             ("origin", "null")
+        ])));
+        assert!(same_origin(&headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("x-forwarded-host", "console.example.com"),
+            ("origin", "https://console.example.com")
         ])));
         assert!(!same_origin(&headers(&[
             ("host", "a:8080"),

@@ -227,7 +227,8 @@ pub fn overview(view: &OverviewView) -> Markup {
         view.days
             .iter()
             .map(|day| Bar {
-                label: day.day[5..].to_owned(),
+                // `MM-DD` of `YYYY-MM-DD`.
+                label: day.day.get(5..).unwrap_or(&day.day).to_owned(),
                 value: value(day),
             })
             .collect()
