@@ -1,7 +1,8 @@
 //! `switchboard check`: with the configuration already loaded (and so
 //! validated), reaches everything the gateway depends on — the database, the
 //! model endpoint (its model list) and each enabled platform (Telegram
-//! `getMe`, Discord `GET /users/@me`, Feishu's tenant token and bot info) —
+//! `getMe`, Discord `GET /users/@me`, Feishu's tenant token and bot info),
+//! and checks the web console's secret and credential when it is enabled —
 //! and reports each, without changing anything: no migration is run, no
 //! database is created, no webhook is registered.
 
@@ -63,7 +64,32 @@ pub async fn run(settings: &Settings, source: &str) -> Vec<Finding> {
     findings.push(database(settings).await);
     findings.extend(model(settings).await);
     findings.extend(platforms(settings).await);
+    findings.extend(console(settings));
     findings
+}
+
+/// The web console, when enabled: its secret and credential are there.
+fn console(settings: &Settings) -> Option<Finding> {
+    if !settings.console.enabled {
+        return None;
+    }
+    Some(
+        match crate::console::auth::Credentials::from_settings(&settings.console) {
+            Ok(credentials) => {
+                let logins = match (credentials.has_password(), credentials.has_admin_key()) {
+                    (true, true) => "password login and the admin key",
+                    (true, false) => "password login",
+                    _ => "the admin key only",
+                };
+                finding(
+                    Verdict::Ok,
+                    "console",
+                    format!("served at /console ({logins})"),
+                )
+            }
+            Err(err) => finding(Verdict::Problem, "console", err.to_string()),
+        },
+    )
 }
 
 /// `database.url` with any password left out, for messages.

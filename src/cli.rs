@@ -1,5 +1,5 @@
 //! The command line: `serve`, `chat`, `migrate`, `usage`, `pairing`,
-//! `check`, `bench`.
+//! `check`, `bench`, `console-hash`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{self, ApiState};
 use crate::bench::{self, BenchOptions};
 use crate::config::{self, Settings};
+use crate::console::ConsoleState;
 use crate::gateway::Gateway;
 use crate::platforms::Platforms;
 use crate::store::{PairingStatus, Store, StoreError, StoreOptions};
@@ -59,6 +60,9 @@ pub enum Command {
     /// Validate the configuration and reach the database, the model
     /// endpoint and each enabled platform; exits non-zero on a problem.
     Check,
+    /// Print the argon2 hash of a password for `console.password_hash`
+    /// (the password is read from standard input, one line).
+    ConsoleHash,
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,6 +80,10 @@ pub enum PairingAction {
 /// # Errors
 /// Whatever stopped the command, with context.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    if matches!(cli.command, Command::ConsoleHash) {
+        // Needs no configuration: the hash goes into it.
+        return console_hash();
+    }
     // The error names the file or variable, the key and what is valid.
     let settings = Settings::load(cli.config.as_deref())?;
     match cli.command {
@@ -150,6 +158,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             telemetry::init(&settings.log, Some("warn"));
             pairing(&settings, action).await
         }
+        Command::ConsoleHash => console_hash(),
         Command::Bench(options) => {
             telemetry::init(&settings.log, Some("error"));
             let report = bench::run(&options)
@@ -157,6 +166,62 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 .context("running the benchmark")?;
             println!("{report}");
             Ok(())
+        }
+    }
+}
+
+/// `switchboard console-hash`: reads a password from standard input (not
+/// echoed on a terminal) and prints its argon2 hash.
+fn console_hash() -> anyhow::Result<()> {
+    use std::io::{BufRead, IsTerminal};
+    let stdin = std::io::stdin();
+    let echo_off = stdin.is_terminal().then(|| {
+        eprint!("Password for the web console: ");
+        EchoOff::new()
+    });
+    let mut line = String::new();
+    let read = stdin.lock().read_line(&mut line);
+    if echo_off.is_some() {
+        eprintln!();
+    }
+    drop(echo_off);
+    read.context("reading the password from standard input")?;
+    let password = line.trim_end_matches(['\r', '\n']);
+    anyhow::ensure!(!password.is_empty(), "the password is empty");
+    let hash = crate::console::auth::hash_password(password)
+        .map_err(|err| anyhow::anyhow!("hashing the password: {err}"))?;
+    println!("{hash}");
+    Ok(())
+}
+
+/// Turns the terminal's echo off on standard input until dropped (nothing,
+/// where that fails).
+struct EchoOff(Option<libc::termios>);
+
+impl EchoOff {
+    fn new() -> Self {
+        // SAFETY: tcgetattr only writes into the struct we pass.
+        let mut saved = unsafe { std::mem::zeroed::<libc::termios>() };
+        // SAFETY: fd 0 is this process's standard input; `saved` is a
+        // valid, writable termios.
+        if unsafe { libc::tcgetattr(libc::STDIN_FILENO, &raw mut saved) } != 0 {
+            return Self(None);
+        }
+        let mut quiet = saved;
+        quiet.c_lflag &= !libc::ECHO;
+        // SAFETY: `quiet` is a valid termios read from this terminal.
+        if unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &raw const quiet) } != 0 {
+            return Self(None);
+        }
+        Self(Some(saved))
+    }
+}
+
+impl Drop for EchoOff {
+    fn drop(&mut self) {
+        if let Some(saved) = self.0 {
+            // SAFETY: restores the settings read from this terminal.
+            unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &raw const saved) };
         }
     }
 }
@@ -286,8 +351,18 @@ pub async fn run_server(
         platforms: gateway.platform_status.clone(),
         serve_metrics: settings.server.metrics,
     });
-    let router = api::router(state, settings.api.max_body_bytes, settings.api.enabled)
+    let console = ConsoleState::from_settings(
+        settings,
+        gateway.store.clone(),
+        gateway.platform_status.clone(),
+    )
+    .context("starting the web console")?;
+    let mut router = api::router(state, settings.api.max_body_bytes, settings.api.enabled)
         .merge(platform_routes);
+    if let Some(console) = console {
+        tracing::info!("web console at /console");
+        router = router.merge(crate::console::router(Arc::new(console)));
+    }
     let local = listener.local_addr()?;
     tracing::info!(address = %local, "listening");
     // Replies are small writes (a streamed delta, a whole answer): Nagle

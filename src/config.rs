@@ -66,6 +66,7 @@ pub struct Settings {
     /// Prices per model (US dollars per million tokens), for cost reports.
     pub prices: std::collections::BTreeMap<String, crate::usage::Price>,
     pub api: ApiSettings,
+    pub console: ConsoleSettings,
     pub tools: ToolSettings,
     /// Long-term memory per person (the `memory` tool and `/memory`).
     pub memory: MemorySettings,
@@ -561,6 +562,62 @@ impl ApiSettings {
     }
 }
 
+/// The operators' web console (`/console`, see [`crate::console`]).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleSettings {
+    /// Serve the console at `/console`.
+    pub enabled: bool,
+    /// The argon2 hash of the login password (`switchboard console-hash`
+    /// prints one); absent: no password login, only the admin key.
+    pub password_hash: Option<String>,
+    /// Name of the environment variable holding an admin bearer key, sent
+    /// as `Authorization: Bearer KEY` (optional).
+    pub admin_key_env: String,
+    /// Name of the environment variable holding the secret that signs the
+    /// session cookies (at least 32 characters; the same on every instance
+    /// sharing the database). Required when the console is enabled.
+    pub secret_env: String,
+    /// Mark the session cookie `Secure` (set it when the console is reached
+    /// over HTTPS).
+    pub secure_cookie: bool,
+    /// How long a login lasts, in hours.
+    pub session_hours: u64,
+}
+
+impl Default for ConsoleSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            password_hash: None,
+            admin_key_env: "SWITCHBOARD_CONSOLE_KEY".to_owned(),
+            secret_env: "SWITCHBOARD_CONSOLE_SECRET".to_owned(),
+            secure_cookie: false,
+            session_hours: 12,
+        }
+    }
+}
+
+impl ConsoleSettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(hash) = &self.password_hash
+            && argon2::PasswordHash::new(hash.trim()).is_err()
+        {
+            return Err(ConfigError::Invalid {
+                key: "console.password_hash",
+                reason: "not an argon2 hash; make one with `switchboard console-hash`".to_owned(),
+            });
+        }
+        if !(1..=24 * 30).contains(&self.session_hours) {
+            return Err(ConfigError::Invalid {
+                key: "console.session_hours",
+                reason: "must be 1 to 720".to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ToolSettings {
@@ -771,7 +828,8 @@ impl Settings {
         if self.runner.max_concurrent_turns == 0 {
             return Err(invalid("runner.max_concurrent_turns", "must be at least 1"));
         }
-        self.api.validate()
+        self.api.validate()?;
+        self.console.validate()
     }
 
     /// The address to listen on: `server.bind` as an IP address and port,
@@ -884,6 +942,24 @@ mod tests {
 
         std::fs::write(&path, "[llm]\nmodle = \"typo\"\n").expect("write");
         assert!(Settings::load(Some(&path)).is_err());
+    }
+
+    #[test]
+    fn the_console_refuses_a_password_hash_that_is_not_argon2() {
+        let err = Settings::load_from(
+            None,
+            vars(&[("SWITCHBOARD__CONSOLE__PASSWORD_HASH", "hunter2")]),
+        )
+        .expect_err("not a hash")
+        .to_string();
+        assert!(err.contains("console.password_hash"), "{err}");
+        let hash = crate::console::auth::hash_password("pw").expect("hashes");
+        let settings = Settings::load_from(
+            None,
+            vars(&[("SWITCHBOARD__CONSOLE__PASSWORD_HASH", &hash)]),
+        )
+        .expect("an argon2 hash loads");
+        assert_eq!(settings.console.password_hash, Some(hash));
     }
 
     #[test]
@@ -1026,6 +1102,7 @@ mod tests {
             "limits",
             "context",
             "api",
+            "console",
             "tools",
             "tools.http_get",
             "memory",

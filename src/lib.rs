@@ -8,7 +8,8 @@
 //! (wiring it all together), [`platforms`] (starting and supervising the
 //! adapters), [`platform_status`] (their states, for `/readyz`),
 //! [`platform_lease`] (one instance per platform connection), [`metrics`]
-//! (what `/metrics` serves), [`bench`](mod@bench) (the throughput
+//! (what `/metrics` serves), [`console`] (the operators' web console),
+//! [`bench`](mod@bench) (the throughput
 //! benchmark), [`check`] (`switchboard check`: reaching what the
 //! configuration names).
 
@@ -18,6 +19,7 @@ pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod gateway;
 pub mod llm;
 pub mod metrics;

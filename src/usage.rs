@@ -52,6 +52,19 @@ pub fn price_for<'a>(
     prices.get(answered).or_else(|| prices.get(requested))
 }
 
+/// The cost in dollars of `usage` by `model`, when the model has a price:
+/// how the report (and the console) prices its rows.
+pub fn cost_of(prices: &BTreeMap<String, Price>, model: &str, usage: &Usage) -> Option<f64> {
+    prices.get(model).map(|price| price.cost(usage))
+}
+
+/// A day since the Unix epoch as `YYYY-MM-DD` (UTC).
+pub fn day_label(day: i64) -> String {
+    jiff::Timestamp::from_second(day.saturating_mul(86_400))
+        .map(|t| t.strftime("%Y-%m-%d").to_string())
+        .unwrap_or_else(|_| day.to_string())
+}
+
 /// Renders the usage report as a text table.
 pub fn render(rows: &[UsageRow], prices: &BTreeMap<String, Price>) -> String {
     let mut out = String::from(
@@ -60,11 +73,9 @@ pub fn render(rows: &[UsageRow], prices: &BTreeMap<String, Price>) -> String {
     let mut total = 0.0;
     for row in rows {
         let usage = row.summary.usage;
-        let cost = prices.get(&row.model).map(|price| price.cost(&usage));
+        let cost = cost_of(prices, &row.model, &usage);
         total += cost.unwrap_or(0.0);
-        let day = jiff::Timestamp::from_second(row.day.saturating_mul(86_400))
-            .map(|t| t.strftime("%Y-%m-%d").to_string())
-            .unwrap_or_else(|_| row.day.to_string());
+        let day = day_label(row.day);
         let _ = writeln!(
             out,
             "{day:<11} {:<9} {:<37} {:<20} {:>5} {:>10} {:>11} {:>11} {:>10} {:>9}",
@@ -85,6 +96,51 @@ pub fn render(rows: &[UsageRow], prices: &BTreeMap<String, Price>) -> String {
         "total cost: ${total:.4} (models without a price count as 0)"
     );
     out
+}
+
+/// Renders the usage report as CSV (RFC 4180), one row per principal,
+/// session, day and model, priced as [`render`] prices them; the cost is
+/// empty for a model without a price.
+pub fn render_csv(rows: &[UsageRow], prices: &BTreeMap<String, Price>) -> String {
+    let mut out = String::from(
+        "day,principal,session,model,calls,input_tokens,cache_read_tokens,cache_write_tokens,output_tokens,cost_usd\r\n",
+    );
+    for row in rows {
+        let usage = row.summary.usage;
+        let cost = cost_of(prices, &row.model, &usage);
+        let _ = write!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{}\r\n",
+            day_label(row.day),
+            row.principal_id
+                .map(|id| id.to_string())
+                .unwrap_or_default(),
+            csv_field(row.session_id.as_str()),
+            csv_field(&row.model),
+            row.summary.calls,
+            usage.input_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+            usage.output_tokens,
+            cost.map(|c| format!("{c:.6}")).unwrap_or_default(),
+        );
+    }
+    out
+}
+
+/// A CSV field, quoted when it holds a comma, a quote or a line break;
+/// one starting like a spreadsheet formula is prefixed with `'`.
+fn csv_field(value: &str) -> String {
+    let value = if value.starts_with(['=', '+', '-', '@']) {
+        format!("'{value}")
+    } else {
+        value.to_owned()
+    };
+    if value.contains([',', '"', '\r', '\n']) {
+        format!("\"{}\"", value.replace('"', "\"\""))
+    } else {
+        value
+    }
 }
 
 #[cfg(test)]
@@ -139,5 +195,18 @@ mod tests {
         assert!(report.contains(" 7         s1 "), "{report}");
         assert!(report.contains("$0.0000"));
         assert!(report.ends_with("total cost: $0.0000 (models without a price count as 0)"));
+        let csv = render_csv(&rows, &prices);
+        assert_eq!(
+            csv.lines().nth(1),
+            Some("2024-10-04,7,s1,m,2,100,80,0,10,0.000020")
+        );
+    }
+
+    #[test]
+    fn csv_fields_are_quoted_and_formulas_defused() {
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("=1+1"), "'=1+1");
+        assert_eq!(csv_field("gpt-4o"), "gpt-4o");
     }
 }

@@ -748,6 +748,7 @@ impl Runner {
             return Ok(None);
         }
         let trace_id = uuid::Uuid::now_v7().to_string();
+        control.set_trace_id(trace_id.clone());
         // Every log line of the turn carries these (the JSON log flattens
         // them into each line).
         let span = tracing::info_span!(

@@ -88,6 +88,8 @@ pub struct TurnControl {
     purse: std::sync::OnceLock<Arc<Purse>>,
     /// Where the turn's live events go.
     live: Option<LiveTurn>,
+    /// The `trace_id` of the turn's log lines, once the runner named it.
+    trace_id: std::sync::OnceLock<String>,
 }
 
 impl TurnControl {
@@ -97,6 +99,17 @@ impl TurnControl {
             live: Some(live),
             ..Self::default()
         }
+    }
+
+    /// Names the turn's `trace_id` (the first name given stays), stored
+    /// with the message when the task starts.
+    pub fn set_trace_id(&self, trace_id: String) {
+        let _ = self.trace_id.set(trace_id);
+    }
+
+    /// The turn's `trace_id`, once named.
+    pub fn trace_id(&self) -> Option<&str> {
+        self.trace_id.get().map(String::as_str)
     }
 
     /// Stops the turn; the first cause given is the one reported.
@@ -491,6 +504,9 @@ impl TurnExecutor {
                 user.clone(),
             ))?;
             history.push(user);
+        }
+        if let Some(trace_id) = control.trace_id() {
+            first_writes.record_trace_id(inbound.id, trace_id);
         }
         let env = Arc::new(self.loop_env(store, inbound, control, &session, policy, spend));
         // A resumed task (its message was stored by an earlier run) keeps

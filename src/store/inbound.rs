@@ -583,6 +583,17 @@ pub(super) fn inbound_from_row(row: &AnyRow) -> Result<InboundRow, StoreError> {
     })
 }
 
+impl Batch {
+    /// Records the `trace_id` of the turn answering message `inbound_id`
+    /// (what its log lines carry), for the web console.
+    pub fn record_trace_id(&mut self, inbound_id: i64, trace_id: &str) {
+        self.push(
+            "UPDATE inbound SET trace_id = $1 WHERE id = $2",
+            vec![trace_id.into(), Arg::from(inbound_id)],
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The burst claim on a SQLite file: what it takes, what it merges, and

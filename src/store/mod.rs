@@ -83,6 +83,7 @@ mod api_views;
 mod batch;
 mod checkpoint;
 mod compactions;
+mod console_views;
 mod edits;
 mod gauges;
 mod inbound;
@@ -122,6 +123,10 @@ pub use api_views::{ApiScope, ApiSession, SessionCursor, TurnMessage, TurnRecord
 pub use batch::{Arg, Batch};
 pub use checkpoint::WalStats;
 pub use compactions::{Compaction, tokens_per_char};
+pub use console_views::{
+    ConsoleCompaction, ConsoleIdentity, ConsoleMessage, ConsolePrincipal, ConsoleSession,
+    ConsoleTurn, LIMIT_OUTCOMES, SessionFilter, UsageGroup, UsageKey,
+};
 pub use edits::HiddenExchange;
 pub use inbound::{Burst, Claim, InboundRow, InboundStatus, MERGED_OUTCOME, NewInbound, Next};
 pub use leases::{Fence, Renewal};

@@ -225,6 +225,19 @@ impl Store {
     /// # Errors
     /// A database failure.
     pub async fn usage_report(&self) -> Result<Vec<UsageRow>, StoreError> {
+        self.usage_report_page(i64::MAX, 0).await
+    }
+
+    /// A page of [`Store::usage_report`]: `limit` rows after skipping
+    /// `offset`.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn usage_report_page(
+        &self,
+        limit: i64,
+        offset: i64,
+    ) -> Result<Vec<UsageRow>, StoreError> {
         let rows = sqlx::query_as::<_, UsageReportRow>(
             "SELECT COALESCE(u.principal_id, s.principal_id), u.session_id, \
              CAST(u.created_at / 86400000 AS BIGINT) AS day, u.model, COUNT(*), \
@@ -233,8 +246,10 @@ impl Store {
              FROM usage u JOIN sessions s ON s.id = u.session_id \
              GROUP BY COALESCE(u.principal_id, s.principal_id), u.session_id, \
              CAST(u.created_at / 86400000 AS BIGINT), u.model \
-             ORDER BY day, 1, u.session_id, u.model",
+             ORDER BY day, 1, u.session_id, u.model LIMIT $1 OFFSET $2",
         )
+        .bind(limit)
+        .bind(offset)
         .fetch_all(&mut *self.conn().await?)
         .await?;
         rows.into_iter()

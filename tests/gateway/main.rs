@@ -13,6 +13,7 @@ mod burst;
 mod cluster;
 mod compaction;
 mod config_check;
+mod console;
 mod crash;
 mod drafts;
 mod failure_texts;
