@@ -1,5 +1,5 @@
 //! The command line: `serve`, `chat`, `migrate`, `usage`, `pairing`,
-//! `check`, `bench`.
+//! `check`, `tools`, `bench`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -59,6 +59,9 @@ pub enum Command {
     /// Validate the configuration and reach the database, the model
     /// endpoint and each enabled platform; exits non-zero on a problem.
     Check,
+    /// List every tool the agent is offered with its source (built-in or
+    /// the MCP server's name), starting the MCP servers to ask them.
+    Tools,
 }
 
 #[derive(Debug, Subcommand)]
@@ -149,6 +152,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pairing { action } => {
             telemetry::init(&settings.log, Some("warn"));
             pairing(&settings, action).await
+        }
+        Command::Tools => {
+            telemetry::init(&settings.log, Some("error"));
+            let shutdown = CancellationToken::new();
+            let registry = crate::gateway::build_registry(&settings, &shutdown)
+                .await
+                .context("building the tools")?;
+            print!("{}", registry.listing());
+            shutdown.cancel();
+            Ok(())
         }
         Command::Bench(options) => {
             telemetry::init(&settings.log, Some("error"));

@@ -57,6 +57,8 @@ pub struct Settings {
     pub prices: std::collections::BTreeMap<String, crate::usage::Price>,
     pub api: ApiSettings,
     pub tools: ToolSettings,
+    /// MCP tool servers whose tools join the agent's toolset.
+    pub mcp: crate::tools::mcp::McpSettings,
     pub log: LogSettings,
     /// Telegram bot; the section's presence enables it.
     pub telegram: Option<switchboard_telegram::TelegramSettings>,
@@ -714,6 +716,9 @@ impl Settings {
         if self.runner.max_concurrent_turns == 0 {
             return Err(invalid("runner.max_concurrent_turns", "must be at least 1"));
         }
+        self.mcp
+            .validate()
+            .map_err(|(key, reason)| ConfigError::Invalid { key, reason })?;
         self.api.validate()
     }
 

@@ -219,7 +219,7 @@ impl Routing {
 
     /// A new session's row: the system prompt is built here, once.
     fn new_session(&self, origin: &Origin, owner: Option<PrincipalId>) -> NewSession {
-        let toolset = self.registry.toolset(&self.agent.tools);
+        let toolset = self.registry.offered();
         NewSession {
             id: SessionId::generate(),
             origin_key: origin.key().to_string(),
@@ -229,7 +229,7 @@ impl Routing {
             thread_id: origin.thread.clone(),
             system_prompt: build_system_prompt(&self.agent, toolset.specs()),
             model: self.model.clone(),
-            toolset: toolset.names(),
+            toolset: toolset.stored(),
             principal: owner,
         }
     }

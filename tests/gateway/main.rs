@@ -19,6 +19,7 @@ mod feishu;
 mod helpers;
 mod identity;
 mod limits;
+mod mcp;
 mod metrics;
 mod openai_client;
 mod outbox;
