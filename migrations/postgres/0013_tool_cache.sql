@@ -1,7 +1,7 @@
 -- Cached tool results, shared by every instance on this database: a call of
 -- a cacheable tool with the same canonical arguments (and, for a per-user
 -- tool, the same principal) within its TTL reuses `result`, the exact bytes
--- the model saw from the live call. Housekeeping deletes expired rows.
+-- the model saw from the live call. The maintenance task deletes expired rows.
 CREATE TABLE tool_cache (
     cache_key  TEXT PRIMARY KEY,
     tool       TEXT NOT NULL,

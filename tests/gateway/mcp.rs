@@ -137,6 +137,7 @@ async fn stdio_tools_are_offered_sorted_with_their_schemas_and_called_by_the_age
             "fake__echo",
             "fake__env",
             "fake__fail",
+            "fake__freeze",
             "fake__slow",
         ]
     );
@@ -243,6 +244,41 @@ async fn a_crash_mid_call_is_an_error_result_and_the_server_comes_back() {
     );
     assert_eq!(calls_of(&log, "crash"), 1);
     assert_eq!(calls_of(&log, "echo"), 1);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_hung_server_is_restarted_and_answers_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("calls.log");
+    let llm = FakeLlm::start(caller).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        with_server(s, stdio_server(&log, None));
+        s.agent.tool_timeout_secs = 1;
+        s.mcp.refresh_secs = 1;
+        s.mcp.startup_timeout_secs = 1;
+    })
+    .await;
+    let mcp = app.gateway.tools.mcp().expect("MCP servers").clone();
+
+    let (session, frozen) = app.say(None, "call fake__freeze {}").await;
+
+    assert_eq!(
+        result_of(&frozen),
+        json!({"error": "the tool did not finish within 1 s", "success": false})
+    );
+    eventually("the hung server to be restarted", || {
+        let status = mcp.statuses()[0].clone();
+        async move { status.up && status.starts == 2 }
+    })
+    .await;
+    let (_, echoed) = app
+        .say(Some(&session), r#"call fake__echo {"text": "thawed"}"#)
+        .await;
+    assert_eq!(
+        result_of(&echoed),
+        json!({"result": "thawed", "success": true})
+    );
     app.stop().await;
 }
 
@@ -546,5 +582,5 @@ async fn switchboard_tools_lists_every_tool_with_its_source() {
         !stdout.contains("fake__crash"),
         "denied tools are not listed"
     );
-    assert!(stdout.contains("fake: up; 6 tools listed"), "{stdout}");
+    assert!(stdout.contains("fake: up; 7 tools listed"), "{stdout}");
 }

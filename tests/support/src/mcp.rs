@@ -5,7 +5,8 @@
 //!
 //! Tools: `echo {text}` (gives the text back), `add {a, b}` (structured
 //! `{"sum": …}`), `fail {}` (an `isError` result), `slow {secs}` (sleeps,
-//! noting a cancellation), `crash {}` (exits the process mid-call), `env
+//! noting a cancellation), `crash {}` (exits the process mid-call), `freeze
+//! {}` (stops the process with SIGSTOP: a hung server), `env
 //! {name}` (the value of an environment variable, `""` when unset). Every
 //! call appends a line to the `log` file (`call NAME`, and `cancelled slow`
 //! when a `slow` call is cancelled), so a test can count calls. Each line of
@@ -86,6 +87,11 @@ impl FakeMcp {
                 json!({"type": "object"}),
             ),
             tool(
+                "freeze",
+                "Stop the server process.",
+                json!({"type": "object"}),
+            ),
+            tool(
                 "env",
                 "Read an environment variable.",
                 json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
@@ -163,6 +169,12 @@ impl ServerHandler for FakeMcp {
                 }
             }
             "crash" => std::process::exit(3),
+            "freeze" => {
+                let _ = std::process::Command::new("kill")
+                    .args(["-STOP", &std::process::id().to_string()])
+                    .status();
+                Ok(text("thawed"))
+            }
             "env" => {
                 let name = args.get("name").and_then(Value::as_str).unwrap_or_default();
                 Ok(text(&std::env::var(name).unwrap_or_default()))
