@@ -73,3 +73,38 @@ impl Batch {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::scratch_store;
+
+    #[tokio::test]
+    async fn a_stored_result_is_read_until_it_expires_then_pruned() {
+        let (store, _dir) = scratch_store().await;
+        store
+            .store_tool_result("live", "calculator", "{\"result\":4}", 60_000)
+            .await
+            .expect("stored");
+        store
+            .store_tool_result("gone", "calculator", "{\"result\":5}", -1)
+            .await
+            .expect("stored");
+
+        assert_eq!(
+            store.cached_tool_result("live").await.expect("read"),
+            Some("{\"result\":4}".to_owned())
+        );
+        assert_eq!(store.cached_tool_result("gone").await.expect("read"), None);
+        assert_eq!(store.prune_tool_cache().await.expect("pruned"), 1);
+        assert_eq!(store.prune_tool_cache().await.expect("pruned"), 0);
+        // Storing again replaces the row.
+        store
+            .store_tool_result("live", "calculator", "{\"result\":6}", 60_000)
+            .await
+            .expect("replaced");
+        assert_eq!(
+            store.cached_tool_result("live").await.expect("read"),
+            Some("{\"result\":6}".to_owned())
+        );
+    }
+}
