@@ -8,7 +8,8 @@
 //! connection closes (the process exited), which does not answer a listing
 //! within `startup_timeout_secs` (hung) or which fails to start is dropped
 //! (a child process is killed) and started again after the contract crate's
-//! backoff. Meanwhile its tools stay listed, so sessions keep their prompt
+//! backoff, which starts from its base again once a server stayed up for a
+//! refresh period. Meanwhile its tools stay listed, so sessions keep their prompt
 //! prefix, and each call answers an error that says the server is
 //! restarting; other tools are unaffected.
 
@@ -106,8 +107,8 @@ impl Link {
 }
 
 /// What the model sees of a tool's result: its structured content when it
-/// gave an object, else its text as `result`, else its content blocks as
-/// JSON. `isError` makes it an error result with the text as the message.
+/// is an object, else its text as `result` (when every content block is
+/// text), else its content blocks as JSON as `content`. `isError` makes it an error result with the text as the message.
 fn result_value(result: CallToolResult) -> Result<Value, ToolError> {
     let texts: Vec<&str> = result
         .content
@@ -124,9 +125,8 @@ fn result_value(result: CallToolResult) -> Result<Value, ToolError> {
     }
     match result.structured_content {
         Some(Value::Object(fields)) => Ok(Value::Object(fields)),
-        Some(other) => Ok(serde_json::json!({ "result": other })),
-        None if texts.len() == result.content.len() => Ok(serde_json::json!({ "result": text })),
-        None => Ok(serde_json::json!({
+        _ if texts.len() == result.content.len() => Ok(serde_json::json!({ "result": text })),
+        _ => Ok(serde_json::json!({
             "content": serde_json::to_value(&result.content).unwrap_or(Value::Null)
         })),
     }
@@ -205,9 +205,17 @@ impl McpServer {
             };
             let reason = match started {
                 Ok(Ok(running)) => {
-                    retries.reset();
-                    self.serve(running, &changed, refresh, timeout, &shutdown)
-                        .await
+                    let up_since = tokio::time::Instant::now();
+                    let reason = self
+                        .serve(running, &changed, refresh, timeout, &shutdown)
+                        .await;
+                    // Only a server that stayed up for a refresh period
+                    // starts the backoff again: one that dies right after
+                    // every start keeps backing off.
+                    if up_since.elapsed() >= refresh {
+                        retries.reset();
+                    }
+                    reason
                 }
                 Ok(Err(reason)) => reason,
                 Err(_elapsed) => format!("did not start within {} s", timeout.as_secs()),
