@@ -138,6 +138,7 @@ async fn stdio_tools_are_offered_sorted_with_their_schemas_and_called_by_the_age
             "fake__env",
             "fake__fail",
             "fake__freeze",
+            "fake__header",
             "fake__slow",
         ]
     );
@@ -187,19 +188,28 @@ async fn the_same_server_works_over_streamable_http() {
             s,
             McpServerSettings {
                 url: Some(url),
+                // The header's value comes from the named variable.
+                headers: [("X-Api-Key".to_owned(), "HOME".to_owned())].into(),
                 ..McpServerSettings::default()
             },
         );
     })
     .await;
 
-    let (_, echoed) = app
+    let (session, echoed) = app
         .say(None, r#"call fake__echo {"text": "over http"}"#)
+        .await;
+    let (_, header) = app
+        .say(Some(&session), r#"call fake__header {"name": "x-api-key"}"#)
         .await;
 
     assert_eq!(
         result_of(&echoed),
         json!({"result": "over http", "success": true})
+    );
+    assert_eq!(
+        result_of(&header)["result"],
+        json!(std::env::var("HOME").unwrap_or_default())
     );
     assert!(offered(&llm.requests()[0]).contains(&"fake__slow".to_owned()));
     assert_eq!(calls_of(&log, "echo"), 1);
@@ -582,5 +592,5 @@ async fn switchboard_tools_lists_every_tool_with_its_source() {
         !stdout.contains("fake__crash"),
         "denied tools are not listed"
     );
-    assert!(stdout.contains("fake: up; 7 tools listed"), "{stdout}");
+    assert!(stdout.contains("fake: up; 8 tools listed"), "{stdout}");
 }

@@ -6,7 +6,8 @@
 //! Tools: `echo {text}` (gives the text back), `add {a, b}` (structured
 //! `{"sum": …}`), `fail {}` (an `isError` result), `slow {secs}` (sleeps,
 //! noting a cancellation), `crash {}` (exits the process mid-call), `freeze
-//! {}` (stops the process with SIGSTOP: a hung server), `env
+//! {}` (stops the process with SIGSTOP: a hung server), `header {name}` (a
+//! request header, over HTTP), `env
 //! {name}` (the value of an environment variable, `""` when unset). Every
 //! call appends a line to the `log` file (`call NAME`, and `cancelled slow`
 //! when a `slow` call is cancelled), so a test can count calls. Each line of
@@ -92,6 +93,11 @@ impl FakeMcp {
                 json!({"type": "object"}),
             ),
             tool(
+                "header",
+                "Read a request header (HTTP only).",
+                json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
+            ),
+            tool(
                 "env",
                 "Read an environment variable.",
                 json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
@@ -174,6 +180,16 @@ impl ServerHandler for FakeMcp {
                     .args(["-STOP", &std::process::id().to_string()])
                     .status();
                 Ok(text("thawed"))
+            }
+            "header" => {
+                let name = args.get("name").and_then(Value::as_str).unwrap_or_default();
+                let value = context
+                    .extensions
+                    .get::<http::request::Parts>()
+                    .and_then(|parts| parts.headers.get(name))
+                    .and_then(|value| value.to_str().ok())
+                    .unwrap_or_default();
+                Ok(text(value))
             }
             "env" => {
                 let name = args.get("name").and_then(Value::as_str).unwrap_or_default();
