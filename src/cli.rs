@@ -1,5 +1,5 @@
 //! The command line: `serve`, `chat`, `migrate`, `usage`, `pairing`,
-//! `check`, `bench`, `console-hash`.
+//! `check`, `tools`, `bench`, `console-hash`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -63,6 +63,9 @@ pub enum Command {
     /// Print the argon2 hash of a password for `console.password_hash`
     /// (the password is read from standard input, one line).
     ConsoleHash,
+    /// List every tool the agent is offered with its source (built-in or
+    /// the MCP server's name), starting the MCP servers to ask them.
+    Tools,
 }
 
 #[derive(Debug, Subcommand)]
@@ -159,6 +162,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             pairing(&settings, action).await
         }
         Command::ConsoleHash => console_hash(),
+        Command::Tools => {
+            telemetry::init(&settings.log, Some("error"));
+            let shutdown = CancellationToken::new();
+            // The listing reads names, descriptions and cache policies and
+            // calls no tool, so the memory tool needs no real database: an
+            // in-memory one keeps this command from creating or touching
+            // the gateway's.
+            let scratch = Store::connect(&StoreOptions::new("sqlite::memory:"))
+                .await
+                .context("preparing the tool listing")?;
+            let registry = crate::gateway::build_registry(&settings, &scratch, &shutdown)
+                .await
+                .context("building the tools")?;
+            print!("{}", registry.listing());
+            shutdown.cancel();
+            Ok(())
+        }
         Command::Bench(options) => {
             telemetry::init(&settings.log, Some("error"));
             let report = bench::run(&options)

@@ -70,6 +70,8 @@ pub struct Settings {
     pub tools: ToolSettings,
     /// Long-term memory per person (the `memory` tool and `/memory`).
     pub memory: MemorySettings,
+    /// MCP tool servers whose tools join the agent's toolset.
+    pub mcp: crate::tools::mcp::McpSettings,
     pub log: LogSettings,
     /// Telegram bot; the section's presence enables it.
     pub telegram: Option<switchboard_telegram::TelegramSettings>,
@@ -828,6 +830,9 @@ impl Settings {
         if self.runner.max_concurrent_turns == 0 {
             return Err(invalid("runner.max_concurrent_turns", "must be at least 1"));
         }
+        self.mcp
+            .validate()
+            .map_err(|(key, reason)| ConfigError::Invalid { key, reason })?;
         self.api.validate()?;
         self.console.validate()
     }
@@ -960,6 +965,47 @@ mod tests {
         )
         .expect("an argon2 hash loads");
         assert_eq!(settings.console.password_hash, Some(hash));
+    }
+
+    #[test]
+    fn the_readme_mcp_examples_load() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("switchboard.toml");
+        std::fs::write(
+            &path,
+            r#"
+[mcp.servers.fs]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-filesystem", "/srv/shared-docs"]
+env = ["HOME"]
+cache_ttl_secs = 0
+tool_cache_ttl_secs = { read_text_file = 300 }
+per_user = false
+
+[mcp.servers.search]
+url = "https://mcp.example.com/mcp"
+headers = { Authorization = "SEARCH_MCP_AUTHORIZATION" }
+
+[mcp]
+allow = ["fs__read_*", "fs__list_*", "fs__search_files"]
+deny = ["fs__write_file", "fs__edit_file"]
+"#,
+        )
+        .expect("write");
+        let settings = Settings::load(Some(&path)).expect("loads");
+        let fs = &settings.mcp.servers["fs"];
+        assert_eq!(fs.command.as_deref(), Some("npx"));
+        assert_eq!(fs.cache_ttl_of("read_text_file"), 300);
+        assert_eq!(fs.cache_ttl_of("list_directory"), 0);
+        assert_eq!(
+            settings.mcp.servers["search"].headers["Authorization"],
+            "SEARCH_MCP_AUTHORIZATION"
+        );
+        assert_eq!(settings.mcp.deny.len(), 2);
+
+        std::fs::write(&path, "[mcp.servers.fs]\nargs = [\"x\"]\n").expect("write");
+        let err = Settings::load(Some(&path)).expect_err("no command or url");
+        assert!(err.to_string().contains("server `fs`"), "{err}");
     }
 
     #[test]

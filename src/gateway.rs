@@ -1,6 +1,6 @@
-//! Wiring: builds the store, the tool registry, the agent cache, the runner
-//! and the session service from the settings, and owns the process-wide
-//! resources (the HTTP client, the shutdown token).
+//! Wiring: builds the store, the tool registry (starting the MCP servers),
+//! the agent cache, the runner and the session service from the settings,
+//! and owns the process-wide resources (the HTTP client, the shutdown token).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +20,7 @@ use crate::tools::calculator::Calculator;
 use crate::tools::current_time::CurrentTime;
 use crate::tools::delegate::Delegate;
 use crate::tools::http_get::HttpGet;
+use crate::tools::mcp::McpRegistry;
 use crate::tools::memory::Memory;
 
 /// Why the gateway could not start.
@@ -38,6 +39,8 @@ pub enum StartError {
 /// The running core, shared by the API, the terminal and the adapters.
 pub struct Gateway {
     pub settings: Settings,
+    /// Every tool offered (the built-ins and the MCP servers').
+    pub tools: Arc<ToolRegistry>,
     pub store: Store,
     pub cache: Arc<AgentCache>,
     pub service: Arc<SessionService>,
@@ -88,14 +91,14 @@ impl Gateway {
                 .unwrap_or(i64::MAX / 1000)
                 .saturating_mul(1000),
         });
-        let registry = Arc::new(build_registry(&settings, &store)?);
+        let shutdown = CancellationToken::new();
+        let registry = Arc::new(build_registry(&settings, &store, &shutdown).await?);
         let cache = Arc::new(AgentCache::new(
             settings.llm.endpoint(),
             factory,
             settings.agent_cache.max_capacity,
             Duration::from_secs(settings.agent_cache.idle_ttl_secs),
         ));
-        let shutdown = CancellationToken::new();
         let instance_id = store.instance().id.clone();
         let turns = TurnExecutor {
             store: store.clone(),
@@ -118,10 +121,11 @@ impl Gateway {
         let service = Arc::new(SessionService::new(
             store.clone(),
             runner,
-            registry,
+            Arc::clone(&registry),
             &settings,
         ));
         Ok(Self {
+            tools: registry,
             settings,
             store,
             cache,
@@ -171,7 +175,8 @@ impl Gateway {
         tasks
     }
 
-    /// Prunes deduplication records past their retention, until `stop`.
+    /// Prunes deduplication records past their retention and expired cached
+    /// tool results, until `stop`.
     fn spawn_maintenance(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         let store = self.store.clone();
         let every = Duration::from_secs(self.settings.runner.maintenance_interval_secs.max(1));
@@ -192,6 +197,11 @@ impl Gateway {
                     Ok(0) => {}
                     Ok(pruned) => tracing::info!(pruned, "old deduplication records pruned"),
                     Err(err) => tracing::warn!(error = %err, "pruning failed"),
+                }
+                match store.prune_tool_cache().await {
+                    Ok(0) => {}
+                    Ok(pruned) => tracing::info!(pruned, "expired cached tool results removed"),
+                    Err(err) => tracing::warn!(error = %err, "pruning the tool cache failed"),
                 }
             }
         })
@@ -253,9 +263,18 @@ fn instance_id(settings: &Settings) -> String {
     format!("{host}:{port}")
 }
 
-/// The tools this deployment offers, each built once for the process. The
-/// `memory` tool is left out while `memory.enabled` is off.
-fn build_registry(settings: &Settings, store: &Store) -> Result<ToolRegistry, StartError> {
+/// The tools this deployment offers, each built once for the process (the
+/// `memory` tool, over `store`, left out while `memory.enabled` is off),
+/// and the MCP servers, started now (waiting at most their start timeout
+/// for each to list its tools) and supervised until `shutdown`.
+///
+/// # Errors
+/// A setting names an unknown tool, or the HTTP client cannot be built.
+pub async fn build_registry(
+    settings: &Settings,
+    store: &Store,
+    shutdown: &CancellationToken,
+) -> Result<ToolRegistry, StartError> {
     let mut registry = ToolRegistry::new();
     for name in &settings.agent.tools {
         match name.as_str() {
@@ -274,5 +293,13 @@ fn build_registry(settings: &Settings, store: &Store) -> Result<ToolRegistry, St
             other => return Err(StartError::UnknownTool(other.to_owned())),
         }
     }
-    Ok(registry)
+    if settings.mcp.servers.is_empty() {
+        return Ok(registry);
+    }
+    let mcp = McpRegistry::start(&settings.mcp, shutdown);
+    mcp.wait_started(Duration::from_secs(
+        settings.mcp.startup_timeout_secs.max(1),
+    ))
+    .await;
+    Ok(registry.with_mcp(mcp))
 }

@@ -1,15 +1,15 @@
 //! Switchboard: a multi-platform chat gateway for an LLM agent.
 //!
 //! Layout: [`config`] (typed settings), [`store`] (sqlx, SQLite or
-//! PostgreSQL), [`llm`] (providers), [`tools`] (built-in tools and their
-//! registry), [`agent`] (the loop, the wallet, the agent cache), [`session`]
-//! (session service, commands, per-session runner), [`api`] (the
-//! OpenAI-compatible HTTP API), [`terminal`] (the terminal chat), [`gateway`]
-//! (wiring it all together), [`platforms`] (starting and supervising the
-//! adapters), [`platform_status`] (their states, for `/readyz`),
-//! [`platform_lease`] (one instance per platform connection), [`metrics`]
-//! (what `/metrics` serves), [`console`] (the operators' web console),
-//! [`bench`](mod@bench) (the throughput
+//! PostgreSQL), [`llm`] (providers), [`tools`] (built-in tools, MCP servers'
+//! tools, their registry and the tool result cache), [`agent`] (the loop, the
+//! wallet, the agent cache), [`session`] (session service, commands,
+//! per-session runner), [`api`] (the OpenAI-compatible HTTP API),
+//! [`terminal`] (the terminal chat), [`gateway`] (wiring it all together),
+//! [`platforms`] (starting and supervising the adapters), [`platform_status`]
+//! (their states, for `/readyz`), [`platform_lease`] (one instance per
+//! platform connection), [`metrics`] (what `/metrics` serves), [`console`]
+//! (the operators' web console), [`bench`](mod@bench) (the throughput
 //! benchmark), [`check`] (`switchboard check`: reaching what the
 //! configuration names).
 

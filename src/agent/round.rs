@@ -8,6 +8,11 @@
 //! timeouts and panics all become `{"success": false, "error": "…"}` results
 //! the model sees ([`ToolCallError`]): nothing the model outputs can crash the
 //! loop.
+//!
+//! A cacheable tool's call ([`crate::tools::cache`]) is first looked up in
+//! the shared cache: a hit is the stored result text, byte for byte what the
+//! live call gave, and its checkpoint is marked `cache_hit`; a live success
+//! is stored for the next same call.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,6 +29,7 @@ use super::subagent::SubAgentRunner;
 use super::wallet::Purse;
 use crate::llm::{ChatMessage, ToolCall, canonical_json};
 use crate::store::{Batch, PrincipalId, StoreError, ToolCheckpoint, round_request_id};
+use crate::tools::cache::{Caller, cache_key, ttl_ms};
 use crate::tools::{ToolContext, ToolError};
 
 /// Why a tool call gave no result; the message is what the model sees.
@@ -214,17 +220,46 @@ async fn run_started_call(
     call: &ToolCall,
 ) -> (ChatMessage, Batch) {
     let started = Instant::now();
-    let outcome = execute(agent, env, purse, &request_id, call).await;
-    let failed = outcome.is_err();
-    let kind = outcome.as_ref().err().map_or("ok", ToolCallError::kind);
-    let known = agent.toolset.get(&call.name).is_some();
-    env.store.metrics().tool_call(&call.name, known, kind);
+    let cache = cache_slot(agent, env, call);
+    let hit = match &cache {
+        Some((key, _)) => match env.store.cached_tool_result(key).await {
+            Ok(hit) => hit,
+            Err(err) => {
+                tracing::warn!(error = %err, "reading the tool cache failed; calling the tool");
+                None
+            }
+        },
+        None => None,
+    };
+    let cache_hit = hit.is_some();
+    let (content, failed) = match hit {
+        Some(content) => {
+            env.store.metrics().tool_call(&call.name, true, "ok");
+            (content, false)
+        }
+        None => {
+            let outcome = execute(agent, env, purse, &request_id, call).await;
+            let failed = outcome.is_err();
+            let kind = outcome.as_ref().err().map_or("ok", ToolCallError::kind);
+            let known = agent.toolset.get(&call.name).is_some();
+            env.store.metrics().tool_call(&call.name, known, kind);
+            let content = canonical_json(&result_object(outcome));
+            if let (Some((key, ttl)), false) = (&cache, failed)
+                && let Err(err) = env
+                    .store
+                    .store_tool_result(key, &call.name, &content, *ttl)
+                    .await
+            {
+                tracing::warn!(error = %err, "storing a tool result in the cache failed");
+            }
+            (content, failed)
+        }
+    };
     let status = if failed {
         CallStatus::Failed
     } else {
         CallStatus::Done
     };
-    let content = canonical_json(&result_object(outcome));
     env.publish(|| LiveEvent::ToolResult {
         id: call.id.clone(),
         name: call.name.clone(),
@@ -232,8 +267,12 @@ async fn run_started_call(
     });
     let mut finish = Batch::new();
     finish.finish_tool_call(&request_id, &content, failed);
+    if cache_hit {
+        finish.mark_cache_hit(&request_id);
+    }
     tracing::info!(
         status = status.as_str(),
+        cache_hit,
         duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         "tool call"
     );
@@ -243,6 +282,21 @@ async fn run_started_call(
         is_error: failed,
     };
     (result, finish)
+}
+
+/// The cache key and TTL (ms) of a call of a cacheable tool with valid
+/// arguments; `None` for any other call.
+fn cache_slot(agent: &Agent, env: &LoopEnv, call: &ToolCall) -> Option<(String, i64)> {
+    let policy = agent.toolset.get(&call.name)?.cache_policy()?;
+    let args: Value = serde_json::from_str(&call.arguments).ok()?;
+    if !args.is_object() {
+        return None;
+    }
+    let caller = Caller {
+        principal_id: env.principal_id,
+        session_id: &env.session_id,
+    };
+    Some((cache_key(&call.name, &args, policy, caller), ttl_ms(policy)))
 }
 
 /// Finds, validates and runs one call, containing every failure.

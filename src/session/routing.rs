@@ -225,7 +225,7 @@ impl Routing {
         origin: &Origin,
         owner: Option<PrincipalId>,
     ) -> Result<NewSession, StoreError> {
-        let toolset = self.registry.toolset(&self.agent.tools);
+        let toolset = self.registry.offered();
         let mut system_prompt = build_system_prompt(&self.agent, toolset.specs());
         if let Some(owner) = owner.filter(|_| offers_memory(&toolset.names())) {
             let facts = self.store.memories(owner).await?;
@@ -240,7 +240,7 @@ impl Routing {
             thread_id: origin.thread.clone(),
             system_prompt,
             model: self.model.clone(),
-            toolset: toolset.names(),
+            toolset: toolset.stored(),
             principal: owner,
         })
     }

@@ -101,6 +101,7 @@ mod sessions;
 mod stats;
 #[cfg(test)]
 pub(crate) mod test_support;
+mod tool_cache;
 mod usage;
 
 use std::fmt;

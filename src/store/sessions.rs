@@ -12,6 +12,7 @@ use super::compactions::{Compaction, conversation_columns, conversation_from_row
 use super::platform_ids::{id_from_row, optional_id_from_row};
 use super::session_id::{parse_stored, session_id_from_row};
 use super::{PrincipalId, SessionId, Store, StoreError, WireEntry, now_ms, to_u64};
+use crate::tools::StoredTool;
 
 /// A session as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,7 +27,7 @@ pub struct SessionRow {
     /// Built once when the session started; read back verbatim every turn.
     pub system_prompt: String,
     pub model: String,
-    pub toolset: Vec<String>,
+    pub toolset: Vec<StoredTool>,
     pub title: Option<String>,
     /// The principal owning a direct-chat session; `None` for group chats.
     pub principal: Option<PrincipalId>,
@@ -65,7 +66,7 @@ pub struct NewSession {
     pub thread_id: Option<ThreadId>,
     pub system_prompt: String,
     pub model: String,
-    pub toolset: Vec<String>,
+    pub toolset: Vec<StoredTool>,
     /// The principal owning a direct-chat session; `None` for group chats.
     pub principal: Option<PrincipalId>,
 }

@@ -23,7 +23,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolContext, ToolError, arguments_schema};
+use super::{CachePolicy, Tool, ToolContext, ToolError, arguments_schema};
+
+/// How long a result is reused for the same expression ([`super::cache`]).
+pub const CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// Longest expression accepted, in characters.
 pub const MAX_EXPRESSION_CHARS: usize = 1000;
@@ -108,6 +111,15 @@ impl Tool for Calculator {
 
     fn idempotent(&self) -> bool {
         true
+    }
+
+    /// Arithmetic is the same for everyone and forever; a day bounds the
+    /// cache's size.
+    fn cache_policy(&self) -> Option<CachePolicy> {
+        Some(CachePolicy {
+            ttl: CACHE_TTL,
+            per_user: false,
+        })
     }
 
     async fn call(&self, _ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {

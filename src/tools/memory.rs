@@ -281,7 +281,7 @@ mod tests {
                 thread_id: None,
                 system_prompt: String::new(),
                 model: "m".to_owned(),
-                toolset: vec![MEMORY.to_owned()],
+                toolset: vec![MEMORY.into()],
                 principal: owner,
             })
             .await

@@ -10,15 +10,24 @@
 //! Every result the model sees is a JSON object with a `success` field; the
 //! agent loop adds `"success": true` to a tool's output and turns errors into
 //! `{"success": false, "error": "…"}`.
+//!
+//! Besides the built-ins, the registry offers the tools of the configured
+//! MCP servers ([`mcp`]), named `SERVER__tool`. A session stores what it was
+//! offered ([`StoredTool`]): built-ins by name, MCP tools with the spec the
+//! server gave then, so a server changing its list does not change a running
+//! session's prompt prefix.
 
+pub mod cache;
 pub mod calculator;
 pub mod current_time;
 pub mod delegate;
 pub mod http_get;
+pub mod mcp;
 pub mod memory;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use schemars::generate::SchemaSettings;
@@ -87,13 +96,72 @@ pub enum ToolError {
     Failed(String),
 }
 
+/// Whether and how long a tool's successful results may be reused for the
+/// same call (tool name and canonical arguments).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CachePolicy {
+    /// How long a stored result is reused.
+    pub ttl: Duration,
+    /// The result depends on who asks: reused only for the same principal
+    /// (or, without one, the same session). Otherwise shared by everyone.
+    pub per_user: bool,
+}
+
+/// Where a tool comes from, as `switchboard tools` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolSource {
+    BuiltIn,
+    /// The named MCP server (`[mcp.servers.NAME]`).
+    Mcp(String),
+}
+
+impl std::fmt::Display for ToolSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::BuiltIn => f.write_str("built-in"),
+            Self::Mcp(server) => write!(f, "mcp:{server}"),
+        }
+    }
+}
+
+/// A tool as a session stores it: a built-in by name, an MCP tool with the
+/// spec it was offered with (kept until `/new`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum StoredTool {
+    Name(String),
+    Spec(ToolSpec),
+}
+
+impl StoredTool {
+    /// The tool's name as the model calls it.
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Name(name) => name,
+            Self::Spec(spec) => &spec.name,
+        }
+    }
+}
+
+impl AsRef<str> for StoredTool {
+    fn as_ref(&self) -> &str {
+        self.name()
+    }
+}
+
+impl From<&str> for StoredTool {
+    fn from(name: &str) -> Self {
+        Self::Name(name.to_owned())
+    }
+}
+
 /// A tool the model can call.
 #[async_trait]
 pub trait Tool: Send + Sync {
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
 
     /// What the tool does and when to use it, written for the model.
-    fn description(&self) -> &'static str;
+    fn description(&self) -> &str;
 
     /// JSON Schema of the arguments object.
     fn parameters(&self) -> Value;
@@ -102,6 +170,17 @@ pub trait Tool: Send + Sync {
     /// call of an idempotent tool is re-run on recovery; others are not.
     fn idempotent(&self) -> bool {
         false
+    }
+
+    /// Whether a successful result may be reused ([`cache`]); `None` (the
+    /// default) runs every call.
+    fn cache_policy(&self) -> Option<CachePolicy> {
+        None
+    }
+
+    /// Where the tool comes from.
+    fn source(&self) -> ToolSource {
+        ToolSource::BuiltIn
     }
 
     /// Runs the tool. The returned object is what the model sees, after the
@@ -120,12 +199,14 @@ pub trait Tool: Send + Sync {
     }
 }
 
-/// All tools the gateway offers, built once at start. Each tool's spec is
-/// built once, when it is registered (deriving a schema is not free, and
-/// every turn picks its toolset from here).
+/// All tools the gateway offers, built once at start: the built-ins, and
+/// the MCP servers' tools as the [`mcp::McpRegistry`] lists them now. Each
+/// built-in's spec is built once, when it is registered (deriving a schema
+/// is not free, and every turn picks its toolset from here).
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
-    tools: BTreeMap<&'static str, Registered>,
+    tools: BTreeMap<String, Registered>,
+    mcp: Option<Arc<mcp::McpRegistry>>,
 }
 
 impl ToolRegistry {
@@ -135,30 +216,104 @@ impl ToolRegistry {
 
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
         let spec = tool.spec();
-        self.tools.insert(tool.name(), Registered { tool, spec });
+        self.tools
+            .insert(tool.name().to_owned(), Registered { tool, spec });
+    }
+
+    /// Adds the MCP servers' tools.
+    pub fn with_mcp(mut self, mcp: Arc<mcp::McpRegistry>) -> Self {
+        self.mcp = Some(mcp);
+        self
+    }
+
+    /// The MCP servers, if any are configured.
+    pub fn mcp(&self) -> Option<&Arc<mcp::McpRegistry>> {
+        self.mcp.as_ref()
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.get(name).map(|registered| &registered.tool)
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.tools.keys().copied()
+    /// The built-in tools' names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.tools.keys().map(String::as_str)
     }
 
-    /// The toolset with those of the given names that are registered,
-    /// sorted by name. A name no tool has (a tool that is not configured, or
-    /// no longer, since a session started) is logged and left out, so a
-    /// session still starts and runs.
-    pub fn toolset<S: AsRef<str>>(&self, names: &[S]) -> Toolset {
+    /// What a new session is offered: the built-ins, and every MCP tool the
+    /// servers list now that the allow/deny lists let through.
+    pub fn offered(&self) -> Toolset {
+        let mut tools = self.tools.clone();
+        if let Some(mcp) = &self.mcp {
+            for tool in mcp.tools() {
+                let spec = tool.spec();
+                tools.insert(spec.name.clone(), Registered { tool, spec });
+            }
+        }
+        Toolset::from_map(tools)
+    }
+
+    /// What `switchboard tools` prints: every tool offered to a new session
+    /// with its source and cache TTL, then each MCP server's state.
+    pub fn listing(&self) -> String {
+        use std::fmt::Write;
+        let offered = self.offered();
+        let width = offered
+            .tools
+            .keys()
+            .map(String::len)
+            .max()
+            .unwrap_or(0)
+            .max(4);
+        let mut out = format!("{:width$}  SOURCE\n", "TOOL");
+        for (name, registered) in &offered.tools {
+            let _ = write!(out, "{name:width$}  {}", registered.tool.source());
+            if let Some(policy) = registered.tool.cache_policy() {
+                let _ = write!(out, "  (results cached {} s", policy.ttl.as_secs());
+                out.push_str(if policy.per_user { ", per user)" } else { ")" });
+            }
+            out.push('\n');
+        }
+        if let Some(mcp) = &self.mcp {
+            out.push_str("\nMCP servers:\n");
+            for status in mcp.statuses() {
+                let state = match (&status.error, status.up) {
+                    (_, true) => "up".to_owned(),
+                    (Some(error), false) => format!("down: {error}"),
+                    (None, false) => "down".to_owned(),
+                };
+                let _ = writeln!(
+                    out,
+                    "{}: {state}; {} tools listed",
+                    status.name, status.tools
+                );
+            }
+        }
+        out
+    }
+
+    /// The toolset a session stored, sorted by name: built-ins by name, MCP
+    /// tools with their stored specs. A tool no longer there (a built-in not
+    /// configured, an MCP server removed from the settings) is logged and
+    /// left out, so a session still starts and runs.
+    pub fn toolset(&self, stored: &[StoredTool]) -> Toolset {
         let mut tools = BTreeMap::new();
         let mut unknown = Vec::new();
-        for name in names {
-            match self.tools.get_key_value(name.as_ref()) {
-                Some((name, registered)) => {
-                    tools.insert(*name, registered.clone());
+        for entry in stored {
+            let found = match entry {
+                StoredTool::Name(name) => self.tools.get(name).cloned(),
+                StoredTool::Spec(spec) => self.mcp.as_ref().and_then(|mcp| {
+                    mcp.tool_for(spec).map(|tool| Registered {
+                        tool,
+                        spec: spec.clone(),
+                    })
+                }),
+            };
+            match found {
+                Some(registered) => {
+                    tools.insert(entry.name().to_owned(), registered);
                 }
-                None => unknown.push(name.as_ref()),
+                None => unknown.push(entry.name()),
             }
         }
         if !unknown.is_empty() {
@@ -171,12 +326,12 @@ impl ToolRegistry {
 /// An ordered set of tools with their specs computed once.
 #[derive(Clone, Default)]
 pub struct Toolset {
-    tools: BTreeMap<&'static str, Registered>,
+    tools: BTreeMap<String, Registered>,
     specs: Arc<[ToolSpec]>,
 }
 
 impl Toolset {
-    fn from_map(tools: BTreeMap<&'static str, Registered>) -> Self {
+    fn from_map(tools: BTreeMap<String, Registered>) -> Self {
         let specs = tools
             .values()
             .map(|registered| registered.spec.clone())
@@ -194,7 +349,27 @@ impl Toolset {
     }
 
     pub fn names(&self) -> Vec<String> {
-        self.tools.keys().map(|name| (*name).to_owned()).collect()
+        self.tools.keys().cloned().collect()
+    }
+
+    /// What a session stores of this toolset: built-ins by name, MCP tools
+    /// with their specs.
+    pub fn stored(&self) -> Vec<StoredTool> {
+        self.tools
+            .iter()
+            .map(|(name, registered)| match registered.tool.source() {
+                ToolSource::BuiltIn => StoredTool::Name(name.clone()),
+                ToolSource::Mcp(_) => StoredTool::Spec(registered.spec.clone()),
+            })
+            .collect()
+    }
+
+    /// Each tool with its source, in name order.
+    pub fn sources(&self) -> Vec<(String, ToolSource)> {
+        self.tools
+            .iter()
+            .map(|(name, registered)| (name.clone(), registered.tool.source()))
+            .collect()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -213,8 +388,8 @@ impl Toolset {
         let tools = self
             .tools
             .iter()
-            .filter(|(name, _)| names.iter().any(|wanted| wanted.as_ref() == **name))
-            .map(|(name, registered)| (*name, registered.clone()))
+            .filter(|(name, _)| names.iter().any(|wanted| wanted.as_ref() == name.as_str()))
+            .map(|(name, registered)| (name.clone(), registered.clone()))
             .collect();
         Self::from_map(tools)
     }
@@ -244,4 +419,72 @@ pub fn arguments_schema<T: JsonSchema>() -> Value {
 struct Registered {
     tool: Arc<dyn Tool>,
     spec: ToolSpec,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::calculator::Calculator;
+    use crate::tools::current_time::CurrentTime;
+
+    fn registry() -> ToolRegistry {
+        let mut registry = ToolRegistry::new();
+        registry.register(Arc::new(CurrentTime));
+        registry.register(Arc::new(Calculator));
+        registry
+    }
+
+    #[test]
+    fn a_stored_toolset_of_names_reads_as_before() {
+        let stored: Vec<StoredTool> =
+            serde_json::from_str(r#"["calculator","current_time"]"#).expect("names");
+        assert_eq!(
+            stored,
+            [StoredTool::from("calculator"), "current_time".into()]
+        );
+        let spec = StoredTool::Spec(ToolSpec {
+            name: "fs__read".to_owned(),
+            description: "Read.".to_owned(),
+            parameters: serde_json::json!({"type": "object"}),
+        });
+        let text = serde_json::to_string(&spec).expect("serialised");
+        assert_eq!(
+            serde_json::from_str::<StoredTool>(&text).expect("read"),
+            spec
+        );
+    }
+
+    #[test]
+    fn a_session_gets_its_stored_tools_sorted_and_unknown_ones_left_out() {
+        let registry = registry();
+        let stored = [
+            StoredTool::from("current_time"),
+            "calculator".into(),
+            "gone".into(),
+        ];
+        let toolset = registry.toolset(&stored);
+        assert_eq!(toolset.names(), ["calculator", "current_time"]);
+        assert_eq!(
+            toolset.stored(),
+            [StoredTool::from("calculator"), "current_time".into()]
+        );
+        // Without MCP servers, a stored MCP spec has nothing to call.
+        let mcp = StoredTool::Spec(ToolSpec {
+            name: "fs__read".to_owned(),
+            description: String::new(),
+            parameters: serde_json::json!({}),
+        });
+        assert!(registry.toolset(&[mcp]).is_empty());
+    }
+
+    #[test]
+    fn the_listing_names_each_tools_source_and_cache() {
+        let listing = registry().listing();
+        assert_eq!(
+            listing,
+            "TOOL          SOURCE\n\
+             calculator    built-in  (results cached 86400 s)\n\
+             current_time  built-in\n"
+        );
+    }
 }

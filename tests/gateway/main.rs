@@ -21,6 +21,7 @@ mod feishu;
 mod helpers;
 mod identity;
 mod limits;
+mod mcp;
 mod memory;
 mod metrics;
 mod openai_client;

@@ -3,7 +3,7 @@
 //! waiting for a condition instead of sleeping ([`wait`]), delivering
 //! through a `PlatformSender` the way the core's runner does ([`send`]), and
 //! the contract seen from the core's side: messages as an adapter submits
-//! them ([`inbound`]) and a platform that records what it is sent
+//! them ([`inbound`]), a small MCP server ([`mcp`]) and a platform that records what it is sent
 //! ([`sender`]), and scratch PostgreSQL databases dropped after the test
 //! ([`postgres`]).
 //!
@@ -12,6 +12,7 @@
 
 pub mod feishu;
 pub mod inbound;
+pub mod mcp;
 pub mod postgres;
 pub mod send;
 pub mod sender;

@@ -1,0 +1,446 @@
+//! One MCP server: its supervisor (connect, list tools, watch, restart with
+//! backoff) and the calls its tools make.
+//!
+//! The supervisor is a task owned by the [`super::McpRegistry`]. It starts
+//! the server (a child process speaking MCP on stdio, or a streamable HTTP
+//! connection), lists its tools, then re-lists them every `refresh_secs`
+//! (and at once when the server says its list changed). A server whose
+//! connection closes (the process exited), which does not answer a listing
+//! within `startup_timeout_secs` (hung) or which fails to start is dropped
+//! (a child process is killed) and started again after the contract crate's
+//! backoff, which starts from its base again once a server stayed up for a
+//! refresh period. Meanwhile its tools stay listed, so sessions keep their prompt
+//! prefix, and each call answers an error that says the server is
+//! restarting; other tools are unaffected.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::ClientHandler;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig};
+use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, serve_client};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Map, Value};
+use switchboard_contract::backoff::{Backoff, Wait, wait};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::settings::{McpServerSettings, McpSettings, SEPARATOR};
+use super::tool::McpTool;
+use crate::tools::ToolError;
+
+/// How a server is doing, as `switchboard tools` and the tests see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerStatus {
+    pub name: String,
+    /// Connected and answering.
+    pub up: bool,
+    /// Successful starts so far (a restart adds one).
+    pub starts: u64,
+    /// Tools listed (before the allow/deny lists).
+    pub tools: usize,
+    /// Why it is down, when it is.
+    pub error: Option<String>,
+}
+
+/// The part of a server its tools share: the live connection, if any.
+pub(super) struct Link {
+    pub(super) server: String,
+    peer: Mutex<Option<Peer<RoleClient>>>,
+    down_reason: Mutex<String>,
+}
+
+impl Link {
+    /// Calls `tool` (its name on the server) with `args`.
+    pub(super) async fn call(&self, tool: &str, args: Value) -> Result<Value, ToolError> {
+        let peer = self.peer.lock().map(|peer| peer.clone()).unwrap_or(None);
+        let Some(peer) = peer else {
+            let reason = self
+                .down_reason
+                .lock()
+                .map(|reason| reason.clone())
+                .unwrap_or_default();
+            return Err(ToolError::Failed(format!(
+                "the MCP server `{}` is not available ({reason}); it is being restarted, try \
+                 again later",
+                self.server
+            )));
+        };
+        let arguments = match args {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        };
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        // Dropping this future (a timeout, `/stop`) tells the server with
+        // `notifications/cancelled`.
+        match peer.call_tool(params).await {
+            Ok(result) => result_value(result),
+            Err(err) => {
+                tracing::warn!(server = %self.server, tool, error = %err, "MCP call failed");
+                Err(ToolError::Failed(format!(
+                    "the MCP server `{}` failed during the call ({err}); it is being restarted",
+                    self.server
+                )))
+            }
+        }
+    }
+
+    fn set_up(&self, peer: Peer<RoleClient>) {
+        if let Ok(mut slot) = self.peer.lock() {
+            *slot = Some(peer);
+        }
+    }
+
+    fn set_down(&self, reason: &str) {
+        if let Ok(mut slot) = self.peer.lock() {
+            *slot = None;
+        }
+        if let Ok(mut slot) = self.down_reason.lock() {
+            reason.clone_into(&mut slot);
+        }
+    }
+}
+
+/// What the model sees of a tool's result: its structured content when it
+/// is an object, else its text as `result` (when every content block is
+/// text), else its content blocks as JSON as `content`. `isError` makes it an error result with the text as the message.
+fn result_value(result: CallToolResult) -> Result<Value, ToolError> {
+    let texts: Vec<&str> = result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|text| text.text.as_str()))
+        .collect();
+    let text = texts.join("\n");
+    if result.is_error == Some(true) {
+        return Err(ToolError::Failed(if text.is_empty() {
+            "the tool reported an error".to_owned()
+        } else {
+            text
+        }));
+    }
+    match result.structured_content {
+        Some(Value::Object(fields)) => Ok(Value::Object(fields)),
+        _ if texts.len() == result.content.len() => Ok(serde_json::json!({ "result": text })),
+        _ => Ok(serde_json::json!({
+            "content": serde_json::to_value(&result.content).unwrap_or(Value::Null)
+        })),
+    }
+}
+
+/// One configured server and what it last listed.
+pub struct McpServer {
+    name: String,
+    settings: McpServerSettings,
+    pub(super) link: Arc<Link>,
+    tools: RwLock<Arc<[Arc<McpTool>]>>,
+    status: watch::Sender<ServerStatus>,
+}
+
+impl McpServer {
+    pub(super) fn new(name: &str, settings: &McpServerSettings) -> Arc<Self> {
+        let (status, _) = watch::channel(ServerStatus {
+            name: name.to_owned(),
+            up: false,
+            starts: 0,
+            tools: 0,
+            error: Some("starting".to_owned()),
+        });
+        Arc::new(Self {
+            name: name.to_owned(),
+            settings: settings.clone(),
+            link: Arc::new(Link {
+                server: name.to_owned(),
+                peer: Mutex::new(None),
+                down_reason: Mutex::new("starting".to_owned()),
+            }),
+            tools: RwLock::new(Arc::from(Vec::new())),
+            status,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn settings(&self) -> &McpServerSettings {
+        &self.settings
+    }
+
+    /// The tools it last listed, sorted by name.
+    pub fn tools(&self) -> Arc<[Arc<McpTool>]> {
+        self.tools
+            .read()
+            .map(|tools| Arc::clone(&tools))
+            .unwrap_or_else(|_| Arc::from(Vec::new()))
+    }
+
+    pub fn status(&self) -> ServerStatus {
+        self.status.borrow().clone()
+    }
+
+    /// A receiver of its status changes.
+    pub fn watch(&self) -> watch::Receiver<ServerStatus> {
+        self.status.subscribe()
+    }
+
+    /// Runs the supervisor until `shutdown`.
+    pub(super) async fn supervise(self: Arc<Self>, mcp: McpSettings, shutdown: CancellationToken) {
+        let timeout = Duration::from_secs(mcp.startup_timeout_secs.max(1));
+        let refresh = Duration::from_secs(mcp.refresh_secs.max(1));
+        let mut retries = Backoff::new(
+            Duration::from_millis(mcp.restart_base_ms.max(1)),
+            Duration::from_secs(mcp.restart_max_secs.max(1)),
+        )
+        .retries();
+        loop {
+            let changed = Arc::new(Notify::new());
+            let started = tokio::select! {
+                started = tokio::time::timeout(timeout, self.connect(Arc::clone(&changed))) => started,
+                () = shutdown.cancelled() => return,
+            };
+            let reason = match started {
+                Ok(Ok(running)) => {
+                    let up_since = tokio::time::Instant::now();
+                    let reason = self
+                        .serve(running, &changed, refresh, timeout, &shutdown)
+                        .await;
+                    // Only a server that stayed up for a refresh period
+                    // starts the backoff again: one that dies right after
+                    // every start keeps backing off.
+                    if up_since.elapsed() >= refresh {
+                        retries.reset();
+                    }
+                    reason
+                }
+                Ok(Err(reason)) => reason,
+                Err(_elapsed) => format!("did not start within {} s", timeout.as_secs()),
+            };
+            if shutdown.is_cancelled() {
+                return;
+            }
+            tracing::warn!(server = %self.name, reason = %reason, "MCP server down; restarting");
+            self.link.set_down(&reason);
+            self.status.send_modify(|status| {
+                status.up = false;
+                status.error = Some(reason.clone());
+            });
+            if wait(retries.next_delay(None), &shutdown).await == Wait::Cancelled {
+                return;
+            }
+        }
+    }
+
+    /// Starts the server and lists its tools.
+    async fn connect(
+        &self,
+        changed: Arc<Notify>,
+    ) -> Result<RunningService<RoleClient, Listener>, String> {
+        let listener = Listener { changed };
+        let running = if let Some(command) = &self.settings.command {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(&self.settings.args).env_clear().kill_on_drop(true);
+            for name in std::iter::once("PATH").chain(self.settings.env.iter().map(String::as_str))
+            {
+                if let Some(value) = std::env::var_os(name) {
+                    cmd.env(name, value);
+                }
+            }
+            let (transport, _stderr) = TokioChildProcess::builder(cmd)
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(|err| format!("could not start `{command}`: {err}"))?;
+            serve_client(listener, transport)
+                .await
+                .map_err(|err| format!("initialisation failed: {err}"))?
+        } else if let Some(url) = &self.settings.url {
+            let mut headers = HashMap::new();
+            for (header, var) in &self.settings.headers {
+                let value = std::env::var(var)
+                    .map_err(|_| format!("the environment variable `{var}` is not set"))?;
+                let name = HeaderName::try_from(header.as_str())
+                    .map_err(|_| format!("`{header}` is not a valid header name"))?;
+                let mut value = HeaderValue::try_from(value)
+                    .map_err(|_| format!("the value of `{var}` is not a valid header value"))?;
+                value.set_sensitive(true);
+                headers.insert(name, value);
+            }
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
+            serve_client(listener, StreamableHttpClientTransport::from_config(config))
+                .await
+                .map_err(|err| format!("initialisation failed: {err}"))?
+        } else {
+            return Err("neither `command` nor `url` is set".to_owned());
+        };
+        self.list(running.peer()).await?;
+        Ok(running)
+    }
+
+    /// Watches a started server: re-lists its tools every `refresh` or when
+    /// it says they changed, until it closes, hangs or `shutdown`. Returns
+    /// why it stopped.
+    async fn serve(
+        &self,
+        running: RunningService<RoleClient, Listener>,
+        changed: &Notify,
+        refresh: Duration,
+        timeout: Duration,
+        shutdown: &CancellationToken,
+    ) -> String {
+        let peer = running.peer().clone();
+        let stop = running.cancellation_token();
+        self.link.set_up(peer.clone());
+        self.status.send_modify(|status| {
+            status.up = true;
+            status.starts += 1;
+            status.error = None;
+        });
+        tracing::info!(server = %self.name, "MCP server started");
+        let mut closed = Box::pin(running.waiting());
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + refresh, refresh);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let reason = loop {
+            tokio::select! {
+                quit = &mut closed => {
+                    let reason = match quit {
+                        Ok(quit) => format!("the connection closed ({quit:?})"),
+                        Err(err) => format!("the connection failed ({err})"),
+                    };
+                    self.link.set_down(&reason);
+                    return reason;
+                }
+                () = shutdown.cancelled() => {
+                    stop.cancel();
+                    let _ = closed.await;
+                    return "shut down".to_owned();
+                }
+                _ = tick.tick() => {}
+                () = changed.notified() => {}
+            }
+            match tokio::time::timeout(timeout, self.list(&peer)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(reason)) => break reason,
+                Err(_elapsed) => {
+                    break format!(
+                        "did not answer a tool listing within {} s",
+                        timeout.as_secs()
+                    );
+                }
+            }
+        };
+        // Alive but failing or hung: close it (a child process is killed).
+        self.link.set_down(&reason);
+        stop.cancel();
+        let _ = tokio::time::timeout(timeout, closed).await;
+        reason
+    }
+
+    /// Lists the server's tools and keeps them (sorted, the names the model
+    /// can use only).
+    async fn list(&self, peer: &Peer<RoleClient>) -> Result<(), String> {
+        let listed = peer
+            .list_all_tools()
+            .await
+            .map_err(|err| format!("listing tools failed: {err}"))?;
+        let mut tools: Vec<Arc<McpTool>> = Vec::with_capacity(listed.len());
+        for tool in listed {
+            let full_name = format!("{}{SEPARATOR}{}", self.name, tool.name);
+            if !valid_tool_name(&full_name) {
+                tracing::warn!(
+                    server = %self.name,
+                    tool = %tool.name,
+                    "MCP tool left out: its full name must be at most 64 letters, digits, `_` or `-`"
+                );
+                continue;
+            }
+            tools.push(Arc::new(McpTool::new(
+                Arc::clone(&self.link),
+                &self.settings,
+                full_name,
+                tool.name.to_string(),
+                tool.description.as_deref().unwrap_or_default().to_owned(),
+                Value::Object((*tool.input_schema).clone()),
+            )));
+        }
+        tools.sort_by(|a, b| a.full_name().cmp(b.full_name()));
+        let count = tools.len();
+        let before = self.tools();
+        let same = before.len() == tools.len()
+            && before
+                .iter()
+                .zip(&tools)
+                .all(|(old, new)| old.spec_ref() == new.spec_ref());
+        if !same {
+            if !before.is_empty() {
+                tracing::info!(server = %self.name, tools = count, "MCP tool list changed");
+            }
+            if let Ok(mut slot) = self.tools.write() {
+                *slot = Arc::from(tools);
+            }
+        }
+        self.status.send_if_modified(|status| {
+            let modified = status.tools != count;
+            status.tools = count;
+            modified
+        });
+        Ok(())
+    }
+}
+
+/// Whether every provider accepts `name` as a tool name.
+fn valid_tool_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// The client side's handler: notes that the server's tool list changed.
+struct Listener {
+    changed: Arc<Notify>,
+}
+
+impl ClientHandler for Listener {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changed.notify_one();
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::ContentBlock;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn results_keep_the_success_and_error_shape() {
+        let text = CallToolResult::success(vec![ContentBlock::text("hi")]);
+        assert_eq!(result_value(text), Ok(json!({"result": "hi"})));
+        let failed = CallToolResult::error(vec![ContentBlock::text("no such file")]);
+        assert_eq!(
+            result_value(failed),
+            Err(ToolError::Failed("no such file".to_owned()))
+        );
+        let mut structured = CallToolResult::success(vec![ContentBlock::text("{}")]);
+        structured.structured_content = Some(json!({"sum": 3}));
+        assert_eq!(result_value(structured), Ok(json!({"sum": 3})));
+    }
+
+    #[test]
+    fn tool_names_fit_every_provider() {
+        assert!(valid_tool_name("fs__read_file"));
+        assert!(!valid_tool_name("fs__read.file"));
+        assert!(!valid_tool_name(&"a".repeat(65)));
+    }
+}
