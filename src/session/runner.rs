@@ -678,8 +678,17 @@ impl Runner {
                 return Ok(Drained::Stopped);
             };
             // The writer's word is the newest (it may have replaced a draft
-            // message deleted meanwhile).
-            row.replaces = draft_message.or(row.replaces);
+            // message deleted meanwhile, or created the first one as the
+            // turn ended, after the reply's row copied the turn's): the row
+            // learns it before the reply goes out.
+            if let Some(id) = draft_message
+                && row.replaces.as_deref() != Some(id.as_str())
+            {
+                if let Err(err) = store.set_outbox_replaces(row.id, &id).await {
+                    tracing::warn!(error = %err, outbox_id = row.id, "draft message not recorded");
+                }
+                row.replaces = Some(id);
+            }
             for id in &merged_ids {
                 self.answer_waiter(TurnReply {
                     inbound_id: *id,

@@ -180,6 +180,21 @@ impl Store {
         outbox_from_row(row)
     }
 
+    /// Records that the pending reply `id` replaces the draft message
+    /// `message_id` (one the turn's draft writer created as the turn ended,
+    /// too late for [`Store::finish_turn`] to copy it).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn set_outbox_replaces(&self, id: i64, message_id: &str) -> Result<(), StoreError> {
+        let mut batch = Batch::new();
+        batch.push(
+            "UPDATE outbox SET replaces = $1 WHERE id = $2 AND status = 'pending'",
+            vec![message_id.into(), Arg::from(id)],
+        );
+        self.write(batch).await.map(drop)
+    }
+
     /// The database's random id (made by migration 0007), which keys
     /// sent to platforms carry so that they never repeat across databases;
     /// `None` only if that row was deleted by hand. Read once, then kept.

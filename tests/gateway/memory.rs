@@ -87,6 +87,15 @@ fn with_memory(settings: &mut switchboard::config::Settings) {
     settings.agent.tools.push("memory".to_owned());
 }
 
+/// The gateway with the `memory` tool, on the fake Telegram too.
+async fn on_telegram(llm: &FakeLlm, telegram: &FakeTelegram) -> TestApp {
+    TestApp::spawn_with(llm, |s| {
+        s.telegram = Some(telegram_settings(telegram));
+        with_memory(s);
+    })
+    .await
+}
+
 fn system(request: &Recorded) -> String {
     request.json()["messages"][0]["content"]
         .as_str()
@@ -111,11 +120,7 @@ async fn stored_facts(app: &TestApp) -> Vec<String> {
 async fn a_fact_remembered_on_telegram_shapes_a_new_conversation_on_the_api_after_linking() {
     let telegram = FakeTelegram::start().await;
     let llm = FakeLlm::start(memory_model).await;
-    let app = TestApp::spawn_with(&llm, |s| {
-        s.telegram = Some(telegram_settings(&telegram));
-        with_memory(s);
-    })
-    .await;
+    let app = on_telegram(&llm, &telegram).await;
 
     let noted = telegram
         .ask(ADA, "please remember: Ada prefers metric units.")
@@ -151,11 +156,7 @@ async fn a_fact_remembered_on_telegram_shapes_a_new_conversation_on_the_api_afte
 async fn a_fact_remembered_on_telegram_shapes_a_new_conversation_in_the_terminal_after_linking() {
     let telegram = FakeTelegram::start().await;
     let llm = FakeLlm::start(memory_model).await;
-    let app = TestApp::spawn_with(&llm, |s| {
-        s.telegram = Some(telegram_settings(&telegram));
-        with_memory(s);
-    })
-    .await;
+    let app = on_telegram(&llm, &telegram).await;
     telegram
         .ask(ADA, "please remember: Ada prefers metric units.")
         .await;
@@ -189,11 +190,7 @@ async fn a_fact_remembered_on_telegram_shapes_a_new_conversation_in_the_terminal
 async fn linking_away_from_an_account_takes_its_facts_along() {
     let telegram = FakeTelegram::start().await;
     let llm = FakeLlm::start(memory_model).await;
-    let app = TestApp::spawn_with(&llm, |s| {
-        s.telegram = Some(telegram_settings(&telegram));
-        with_memory(s);
-    })
-    .await;
+    let app = on_telegram(&llm, &telegram).await;
 
     // The Telegram account keeps a fact, then joins the API account's
     // principal: its own principal is left without identities.
@@ -310,11 +307,7 @@ async fn another_person_never_sees_the_fact_nor_can_forget_it() {
 async fn a_group_chat_writes_only_what_the_speaker_asked_for_and_only_to_them() {
     let telegram = FakeTelegram::start().await;
     let llm = FakeLlm::start(memory_model).await;
-    let app = TestApp::spawn_with(&llm, |s| {
-        s.telegram = Some(telegram_settings(&telegram));
-        with_memory(s);
-    })
-    .await;
+    let app = on_telegram(&llm, &telegram).await;
     let to_bot = |text: &str| format!("@{BOT_USERNAME} {text}");
 
     let refused = telegram
