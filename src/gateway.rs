@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::cache::{AgentCache, ProviderFactory};
 use crate::config::Settings;
 use crate::llm::build_provider;
+use crate::media::Media;
 use crate::platform_status::PlatformStatus;
 use crate::session::runner::Runner;
 use crate::session::service::SessionService;
@@ -97,6 +98,7 @@ impl Gateway {
         ));
         let shutdown = CancellationToken::new();
         let instance_id = store.instance().id.clone();
+        let media = Arc::new(Media::from_settings(&settings.media));
         let turns = TurnExecutor {
             store: store.clone(),
             cache: Arc::clone(&cache),
@@ -107,6 +109,7 @@ impl Gateway {
             memory: settings.memory.clone(),
             max_tokens: settings.llm.max_tokens,
             prices: Arc::new(settings.prices.clone()),
+            media: Arc::clone(&media),
         };
         let runner = Runner::new(
             store.clone(),
@@ -119,6 +122,7 @@ impl Gateway {
             store.clone(),
             runner,
             registry,
+            media,
             &settings,
         ));
         Ok(Self {

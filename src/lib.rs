@@ -1,7 +1,8 @@
 //! Switchboard: a multi-platform chat gateway for an LLM agent.
 //!
 //! Layout: [`config`] (typed settings), [`store`] (sqlx, SQLite or
-//! PostgreSQL), [`llm`] (providers), [`tools`] (built-in tools and their
+//! PostgreSQL), [`llm`] (providers), [`media`] (photos and files, the blob
+//! store), [`tools`] (built-in tools and their
 //! registry), [`agent`] (the loop, the wallet, the agent cache), [`session`]
 //! (session service, commands, per-session runner), [`api`] (the
 //! OpenAI-compatible HTTP API), [`terminal`] (the terminal chat), [`gateway`]
@@ -20,6 +21,7 @@ pub mod cli;
 pub mod config;
 pub mod gateway;
 pub mod llm;
+pub mod media;
 pub mod metrics;
 pub mod platform_lease;
 pub mod platform_status;

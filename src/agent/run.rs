@@ -230,7 +230,7 @@ pub fn wire_bytes<'a>(system: &str, messages: impl IntoIterator<Item = &'a ChatM
         + messages
             .into_iter()
             .map(|message| match message {
-                ChatMessage::User { content } => content.len(),
+                ChatMessage::User { content, .. } => content.len(),
                 ChatMessage::Assistant {
                     content,
                     tool_calls,
@@ -332,6 +332,7 @@ fn take_step(
             history,
             ChatMessage::User {
                 content: BUDGET_NOTE.to_owned(),
+                media: Vec::new(),
             },
         )?;
         tracing::warn!(
@@ -724,6 +725,7 @@ mod tests {
     fn wire_bytes_counts_utf8_bytes_not_characters() {
         let messages = [ChatMessage::User {
             content: "日本".to_owned(),
+            media: Vec::new(),
         }];
         assert_eq!(wire_bytes("ab", &messages), 2 + 6);
     }

@@ -940,6 +940,8 @@ pub async fn test_settings(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {
     // One turn per message, at once: the tests send messages faster than a
     // burst window and count turns (the burst tests set their own window).
     settings.sessions.burst_window_ms = 0;
+    // Files sent to the bot stay in the test's folder.
+    settings.media.folder = dir.path().join("media");
     settings
 }
 

@@ -20,6 +20,7 @@ mod feishu;
 mod helpers;
 mod identity;
 mod limits;
+mod media;
 mod memory;
 mod metrics;
 mod openai_client;
