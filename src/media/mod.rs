@@ -8,7 +8,8 @@
 //! model (`media.vision_models`) gets them as image parts; another model
 //! gets a one-line note in their place. A file over the cap, of another
 //! type, or that cannot be downloaded is answered with a reply that says
-//! so, and no turn runs for that message.
+//! so, and no turn runs for that message; so is a voice note or audio file
+//! (no transcription yet: the reply says voice notes are not enabled).
 
 pub mod blobs;
 
@@ -145,6 +146,8 @@ pub enum Refusal {
     Unsupported { name: String, kind: String },
     /// The platform gave no way to download it, or the download failed.
     Unavailable { name: String },
+    /// A voice note or audio file: no transcription is configured.
+    Voice,
 }
 
 impl Refusal {
@@ -163,6 +166,9 @@ impl Refusal {
             Self::Unavailable { name } => {
                 format!("Sorry, I could not download {name}; please send it again.")
             }
+            Self::Voice => "Sorry, voice notes are not enabled here: no transcription is \
+                            configured. Please send your message as text."
+                .to_owned(),
         }
     }
 }
@@ -231,6 +237,9 @@ impl Media {
         let mut refs = Vec::with_capacity(attachments.len());
         for attachment in attachments {
             let name = display_name(attachment);
+            if is_audio(attachment) {
+                return Ok(Err(Refusal::Voice));
+            }
             if let Some(size) = attachment.size.filter(|&size| size > self.max_file_bytes) {
                 tracing::info!(
                     size,
@@ -311,6 +320,16 @@ impl Media {
         }
         Ok(())
     }
+}
+
+/// Whether `attachment` is a voice note or an audio file (by the
+/// platform's kind or declared type; it is not downloaded).
+fn is_audio(attachment: &Attachment) -> bool {
+    matches!(attachment.kind.as_str(), "voice" | "audio")
+        || attachment
+            .media_type
+            .as_deref()
+            .is_some_and(|media_type| media_type.starts_with("audio/"))
 }
 
 /// How the sender would call the attachment: its name, else its kind.
@@ -415,6 +434,17 @@ mod tests {
         assert!(refusal.reply().contains("16 bytes"), "{}", refusal.reply());
         let refusal = media.ingest(&[photo(b"plain text")]).await.expect("ingest");
         assert!(matches!(refusal, Err(Refusal::Unsupported { .. })));
+        let voice = Attachment {
+            kind: "voice".to_owned(),
+            ..photo(TINY_PNG)
+        };
+        let refusal = media.ingest(&[voice]).await.expect("ingest");
+        assert_eq!(refusal, Err(Refusal::Voice));
+        assert!(
+            Refusal::Voice
+                .reply()
+                .contains("voice notes are not enabled")
+        );
         assert!(blobs.is_empty());
     }
 

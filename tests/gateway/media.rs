@@ -203,3 +203,42 @@ async fn an_oversized_photo_gets_the_limit_reply_and_no_turn() {
     assert!(files_under(&folder).is_empty());
     gateway.stop().await;
 }
+
+#[tokio::test]
+async fn a_feishu_image_message_is_fetched_with_the_tenant_token_and_seen() {
+    use switchboard_test_support::eventually;
+    use switchboard_test_support::feishu::{FakeFeishu, message_event};
+
+    use crate::feishu::{feishu_settings, post_signed};
+
+    let feishu = FakeFeishu::start().await;
+    feishu.add_resource("om_img1", "img_v1", PNG);
+    let llm = FakeLlm::echo().await;
+    let gateway = TestApp::spawn_with(&llm, |s| {
+        s.feishu = Some(feishu_settings(&feishu));
+        s.media.vision_models = vec!["fake-model".to_owned()];
+    })
+    .await;
+
+    // Feishu images used to be acknowledged and ignored.
+    let mut event = message_event("ev-img-1", "p2p", "", serde_json::json!([]));
+    event["event"]["message"]["message_id"] = serde_json::json!("om_img1");
+    event["event"]["message"]["message_type"] = serde_json::json!("image");
+    event["event"]["message"]["content"] =
+        serde_json::json!(serde_json::json!({"image_key": "img_v1"}).to_string());
+    assert_eq!(post_signed(&gateway, &event).await, 200);
+    eventually("the reply to the image", || {
+        std::future::ready(!feishu.delivered().is_empty())
+    })
+    .await;
+
+    let data_url = format!("data:image/png;base64,{}", BASE64.encode(PNG));
+    assert_eq!(
+        last_user_content(&llm.requests()[0].json()),
+        serde_json::json!([{"type": "image_url", "image_url": {"url": data_url}}])
+    );
+    let downloads = feishu.resource_downloads();
+    assert_eq!(downloads.len(), 1);
+    assert_eq!(downloads[0].2.as_deref(), Some("type=image"));
+    gateway.stop().await;
+}
