@@ -611,6 +611,9 @@ pub struct MediaSettings {
     /// The largest file taken, in bytes; a larger one is answered with a
     /// reply naming the limit.
     pub max_file_bytes: u64,
+    /// The longest text document taken (plain text, Markdown, code, CSV,
+    /// JSON), in bytes; its whole text reaches the model.
+    pub max_text_bytes: u64,
     /// The models (as `llm.model` / `llm.extra_models` name them) shown
     /// images as image content parts; other models get a one-line note in
     /// the image's place.
@@ -622,6 +625,7 @@ impl Default for MediaSettings {
         Self {
             folder: PathBuf::from("data/media"),
             max_file_bytes: 20 * 1024 * 1024,
+            max_text_bytes: 100_000,
             vision_models: Vec::new(),
         }
     }
@@ -780,6 +784,9 @@ impl Settings {
         }
         if self.media.max_file_bytes == 0 {
             return Err(invalid("media.max_file_bytes", "must be at least 1"));
+        }
+        if self.media.max_text_bytes == 0 {
+            return Err(invalid("media.max_text_bytes", "must be at least 1"));
         }
         if self.media.folder.as_os_str().is_empty() {
             return Err(invalid("media.folder", "must name a folder"));

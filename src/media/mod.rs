@@ -4,9 +4,12 @@
 //! replays byte-identically and any instance can rebuild a model request.
 //!
 //! What is taken today: images (PNG, JPEG, GIF, WebP, recognised by their
-//! bytes, not by the declared type) up to `media.max_file_bytes`. A vision
-//! model (`media.vision_models`) gets them as image parts; another model
-//! gets a one-line note in their place. A file over the cap, of another
+//! bytes, not by the declared type) up to `media.max_file_bytes`, and text
+//! documents (plain text, Markdown, code, CSV, JSON: named or declared so,
+//! and UTF-8) up to `media.max_text_bytes`. A vision model
+//! (`media.vision_models`) gets images as image parts; another model gets a
+//! one-line note in their place. Every model gets a document's text, between
+//! a header and a footer naming the file. A file over the cap, of another
 //! type, or that cannot be downloaded is answered with a reply that says
 //! so, and no turn runs for that message; so is a voice note or audio file
 //! (no transcription yet: the reply says voice notes are not enabled).
@@ -58,6 +61,8 @@ pub enum Shown {
     Image(Arc<[u8]>),
     /// A note: the blob is no longer stored.
     Missing,
+    /// A text document's content (any model reads it).
+    Document(Arc<str>),
 }
 
 impl MediaRef {
@@ -67,11 +72,30 @@ impl MediaRef {
         self.media_type.starts_with("image/")
     }
 
+    /// The text standing for a text document: its content between a header
+    /// and a footer that name it; the note when it is not loaded.
+    #[must_use]
+    pub fn document_text(&self) -> String {
+        let name = self.name.as_deref().unwrap_or("unnamed");
+        match &self.shown {
+            Shown::Document(text) => {
+                format!("[file: {name}]\n{text}\n[end of file: {name}]")
+            }
+            _ => format!(
+                "[file: {name}, {} bytes, not shown: the file is no longer stored]",
+                self.size
+            ),
+        }
+    }
+
     /// The text that stands in for the file when it is not shown, e.g.
     /// `[image: photo.jpg, 1280×960, not shown: this model has no vision]`
     /// (a photo without a file name: `[image: 1280×960, …]`).
     #[must_use]
     pub fn note(&self) -> String {
+        if !self.is_image() {
+            return self.document_text();
+        }
         let size = match (self.width, self.height) {
             (Some(width), Some(height)) => format!("{width}×{height}"),
             _ => format!("{} bytes", self.size),
@@ -100,7 +124,7 @@ pub enum Part<'a> {
 
 /// The parts of a user message with text `content` and files `media`, for a
 /// provider to encode: the text alone when no image is shown (the notes of
-/// files not shown appended, one per line), else the text (when not empty)
+/// files not shown and the text of documents appended, one per line), else the text (when not empty)
 /// followed by each file in order, as an image or its note. The same
 /// message always gives the same parts.
 #[must_use]
@@ -144,6 +168,8 @@ pub enum Refusal {
     TooLarge { name: String, limit: u64 },
     /// Not a file type the gateway reads.
     Unsupported { name: String, kind: String },
+    /// A text document longer than `media.max_text_bytes`.
+    TextTooLong { name: String, limit: u64 },
     /// The platform gave no way to download it, or the download failed.
     Unavailable { name: String },
     /// A voice note or audio file: no transcription is configured.
@@ -160,8 +186,12 @@ impl Refusal {
                 human_bytes(*limit)
             ),
             Self::Unsupported { name, kind } => format!(
-                "Sorry, I can't read {name} ({kind}): only images (PNG, JPEG, GIF, WebP) are \
-                 supported so far."
+                "Sorry, I can't read {name} ({kind}): only images (PNG, JPEG, GIF, WebP) and \
+                 text files (plain text, Markdown, code, CSV, JSON) are supported so far."
+            ),
+            Self::TextTooLong { name, limit } => format!(
+                "Sorry, {name} is too long: text files can be at most {} here.",
+                human_bytes(*limit)
             ),
             Self::Unavailable { name } => {
                 format!("Sorry, I could not download {name}; please send it again.")
@@ -199,6 +229,7 @@ pub enum MediaError {
 pub struct Media {
     blobs: Arc<dyn BlobStore>,
     max_file_bytes: u64,
+    max_text_bytes: u64,
     vision_models: Vec<String>,
 }
 
@@ -209,6 +240,7 @@ impl Media {
         Self {
             blobs,
             max_file_bytes: settings.max_file_bytes,
+            max_text_bytes: settings.max_text_bytes,
             vision_models: settings.vision_models.clone(),
         }
     }
@@ -271,19 +303,29 @@ impl Media {
                     return Ok(Err(Refusal::Unavailable { name }));
                 }
             };
-            let Some(media_type) = sniff_image(&bytes) else {
+            let (media_type, width, height) = if let Some(image) = sniff_image(&bytes) {
+                match imagesize::blob_size(&bytes) {
+                    Ok(size) => (
+                        image,
+                        u32::try_from(size.width).ok(),
+                        u32::try_from(size.height).ok(),
+                    ),
+                    Err(_) => (image, None, None),
+                }
+            } else if let Some(text) = text_type(attachment, &bytes) {
+                if bytes.len() as u64 > self.max_text_bytes {
+                    return Ok(Err(Refusal::TextTooLong {
+                        name,
+                        limit: self.max_text_bytes,
+                    }));
+                }
+                (text, None, None)
+            } else {
                 let kind = attachment
                     .media_type
                     .clone()
                     .unwrap_or_else(|| attachment.kind.clone());
                 return Ok(Err(Refusal::Unsupported { name, kind }));
-            };
-            let (width, height) = match imagesize::blob_size(&bytes) {
-                Ok(size) => (
-                    u32::try_from(size.width).ok(),
-                    u32::try_from(size.height).ok(),
-                ),
-                Err(_) => (None, None),
             };
             let hash = hash_of(&bytes);
             let new = self.blobs.put(&hash, &bytes).await?;
@@ -309,7 +351,12 @@ impl Media {
     pub async fn show(&self, model: &str, refs: &mut [MediaRef]) -> Result<(), MediaError> {
         let vision = self.has_vision(model);
         for media in refs {
-            media.shown = if !vision || !media.is_image() {
+            media.shown = if !media.is_image() {
+                match self.blobs.get(&media.hash).await? {
+                    Some(bytes) => Shown::Document(Arc::from(String::from_utf8_lossy(&bytes))),
+                    None => Shown::Missing,
+                }
+            } else if !vision {
                 Shown::NoVision
             } else {
                 match self.blobs.get(&media.hash).await? {
@@ -341,6 +388,60 @@ fn display_name(attachment: &Attachment) -> String {
     {
         Some(name) => format!("\"{name}\""),
         None => format!("the {}", attachment.kind),
+    }
+}
+
+/// File name endings of text files taken as documents, with their type.
+const TEXT_EXTENSIONS: &[(&str, &str)] = &[
+    ("txt", "text/plain"),
+    ("log", "text/plain"),
+    ("md", "text/markdown"),
+    ("markdown", "text/markdown"),
+    ("csv", "text/csv"),
+    ("tsv", "text/tab-separated-values"),
+    ("json", "application/json"),
+    ("rs", "text/x-rust"),
+    ("py", "text/x-python"),
+    ("js", "text/javascript"),
+    ("ts", "text/x-typescript"),
+    ("go", "text/x-go"),
+    ("java", "text/x-java"),
+    ("c", "text/x-c"),
+    ("h", "text/x-c"),
+    ("cpp", "text/x-c++"),
+    ("sh", "text/x-shellscript"),
+    ("toml", "text/x-toml"),
+    ("yaml", "text/yaml"),
+    ("yml", "text/yaml"),
+    ("xml", "text/xml"),
+    ("html", "text/html"),
+    ("css", "text/css"),
+    ("sql", "text/x-sql"),
+];
+
+/// The type of a text document: `attachment` is named like one (or
+/// declared `text/*` or JSON) and `bytes` are UTF-8 without NUL bytes.
+fn text_type(attachment: &Attachment, bytes: &[u8]) -> Option<&'static str> {
+    if bytes.contains(&0) || std::str::from_utf8(bytes).is_err() {
+        return None;
+    }
+    let extension = attachment
+        .name
+        .as_deref()
+        .and_then(|name| name.rsplit_once('.'))
+        .map(|(_, extension)| extension.to_ascii_lowercase());
+    if let Some(found) = extension.as_deref().and_then(|extension| {
+        TEXT_EXTENSIONS
+            .iter()
+            .find(|(known, _)| *known == extension)
+            .map(|(_, media_type)| *media_type)
+    }) {
+        return Some(found);
+    }
+    match attachment.media_type.as_deref() {
+        Some("application/json") => Some("application/json"),
+        Some(declared) if declared.starts_with("text/") => Some("text/plain"),
+        _ => None,
     }
 }
 
@@ -446,6 +547,49 @@ mod tests {
                 .contains("voice notes are not enabled")
         );
         assert!(blobs.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_text_file_reaches_every_model_as_text_and_binary_files_are_refused() {
+        let blobs = MemoryBlobs::default();
+        let media = media(&blobs, 1024);
+        let notes = Attachment {
+            fetch: Some(MediaFetcher::new(Serve(b"# Plan\nship it".to_vec()))),
+            ..Attachment::new("document", Some("plan.md".to_owned()))
+        };
+        let mut refs = media
+            .ingest(&[notes])
+            .await
+            .expect("ingest")
+            .expect("taken");
+        assert_eq!(refs[0].media_type, "text/markdown");
+        media.show("blind", &mut refs).await.expect("show");
+        assert_eq!(
+            user_parts("see this", &refs),
+            vec![Part::Text(Cow::Owned(
+                "see this\n[file: plan.md]\n# Plan\nship it\n[end of file: plan.md]".to_owned()
+            ))]
+        );
+        let binary = Attachment {
+            fetch: Some(MediaFetcher::new(Serve(vec![0, 1, 2, 3]))),
+            ..Attachment::new("document", Some("data.txt".to_owned()))
+        };
+        let refusal = media.ingest(&[binary]).await.expect("ingest");
+        assert!(matches!(refusal, Err(Refusal::Unsupported { .. })));
+        let settings = MediaSettings {
+            max_text_bytes: 4,
+            ..MediaSettings::default()
+        };
+        let small = Media::new(Arc::new(blobs.clone()), &settings);
+        let long = Attachment {
+            fetch: Some(MediaFetcher::new(Serve(b"too long".to_vec()))),
+            ..Attachment::new("document", Some("a.txt".to_owned()))
+        };
+        let refusal = small.ingest(&[long]).await.expect("ingest");
+        let Err(refusal) = refusal else {
+            panic!("over the text cap: {refusal:?}")
+        };
+        assert!(refusal.reply().contains("4 bytes"), "{}", refusal.reply());
     }
 
     #[tokio::test]

@@ -242,3 +242,38 @@ async fn a_feishu_image_message_is_fetched_with_the_tenant_token_and_seen() {
     assert_eq!(downloads[0].2.as_deref(), Some("type=image"));
     gateway.stop().await;
 }
+
+#[tokio::test]
+async fn a_text_document_reaches_the_model_and_a_binary_one_gets_a_reply() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("doc-1", b"name,qty\napples,3\n");
+    telegram.add_file("doc-2", &[0x25, 0x50, 0x44, 0x46, 0x00, 0x01]);
+    let llm = FakeLlm::echo().await;
+    let gateway =
+        TestApp::spawn_with(&llm, |s| s.telegram = Some(telegram_settings(&telegram))).await;
+
+    let before = telegram.sent().len();
+    telegram.dm_document(ADA, "doc-1", "stock.csv", "text/csv", Some("sum it"));
+    telegram
+        .wait_for("the reply to the CSV", || telegram.sent().len() > before)
+        .await;
+    assert_eq!(
+        last_user_content(&llm.requests()[0].json()),
+        Value::String(
+            "sum it\n[file: stock.csv]\nname,qty\napples,3\n\n[end of file: stock.csv]".to_owned()
+        )
+    );
+
+    let before = telegram.sent().len();
+    telegram.dm_document(ADA, "doc-2", "report.pdf", "application/pdf", None);
+    telegram
+        .wait_for("the reply to the PDF", || telegram.sent().len() > before)
+        .await;
+    let reply = telegram.sent().swap_remove(before).text;
+    assert!(
+        reply.contains("report.pdf") && reply.contains("application/pdf"),
+        "{reply}"
+    );
+    assert_eq!(llm.requests().len(), 1, "no model call for the PDF");
+    gateway.stop().await;
+}

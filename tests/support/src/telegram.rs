@@ -314,6 +314,36 @@ impl FakeTelegram {
         self.push_built(message);
     }
 
+    /// Queues a document (the file `file_id`, added with
+    /// [`FakeTelegram::add_file`], named `file_name`, declared
+    /// `mime_type`) from `user` in their private chat, with `caption` if any.
+    pub fn dm_document(
+        &self,
+        user: TgUser,
+        file_id: &str,
+        file_name: &str,
+        mime_type: &str,
+        caption: Option<&str>,
+    ) {
+        let bytes = self
+            .api
+            .files
+            .lock()
+            .expect("lock")
+            .get(file_id)
+            .map(Vec::len);
+        let mut message = self.new_message(
+            json!({"id": user.id, "type": "private", "first_name": user.first_name}),
+            user,
+        );
+        message["document"] = json!({"file_id": file_id, "file_unique_id": file_id,
+            "file_name": file_name, "mime_type": mime_type, "file_size": bytes.unwrap_or(0)});
+        if let Some(caption) = caption {
+            message["caption"] = json!(caption);
+        }
+        self.push_built(message);
+    }
+
     /// A message from `user` in `chat`, numbered, without content.
     fn new_message(&self, chat: Value, user: TgUser) -> Value {
         let mut queue = self.api.queue.lock().expect("lock");
