@@ -230,7 +230,13 @@ pub fn wire_bytes<'a>(system: &str, messages: impl IntoIterator<Item = &'a ChatM
         + messages
             .into_iter()
             .map(|message| match message {
-                ChatMessage::User { content, .. } => content.len(),
+                // A text file's bytes are sent as text; images are not
+                // counted (their token cost is the provider's own).
+                ChatMessage::User { content, media } => media
+                    .iter()
+                    .filter(|file| !file.is_image())
+                    .map(|file| usize::try_from(file.size).unwrap_or(usize::MAX))
+                    .fold(content.len(), usize::saturating_add),
                 ChatMessage::Assistant {
                     content,
                     tool_calls,

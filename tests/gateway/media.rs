@@ -1,7 +1,10 @@
 //! Media end to end: photos sent to the fake Telegram are downloaded by the
 //! adapter, stored once in the blob folder, and reach the model as image
 //! parts (a vision model, OpenAI and Anthropic formats) or as a text note
-//! (any other model); an oversized photo gets the limit reply and no turn.
+//! (any other model); an oversized photo gets the limit reply and no turn;
+//! a text document reaches the model as text and a PDF gets a reply naming
+//! its type; a voice note gets "voice notes are not enabled"; a Feishu image
+//! message is fetched with the tenant token.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -275,5 +278,27 @@ async fn a_text_document_reaches_the_model_and_a_binary_one_gets_a_reply() {
         "{reply}"
     );
     assert_eq!(llm.requests().len(), 1, "no model call for the PDF");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_voice_note_is_answered_that_voice_notes_are_not_enabled() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("voice-1", b"OggS not really");
+    let llm = FakeLlm::echo().await;
+    let gateway =
+        TestApp::spawn_with(&llm, |s| s.telegram = Some(telegram_settings(&telegram))).await;
+
+    telegram.dm_voice(ADA, "voice-1");
+    telegram
+        .wait_for("the reply to the voice note", || {
+            !telegram.sent().is_empty()
+        })
+        .await;
+
+    let reply = telegram.sent().swap_remove(0).text;
+    assert!(reply.contains("voice notes are not enabled"), "{reply}");
+    assert!(llm.requests().is_empty(), "no model call");
+    assert_eq!(telegram.downloads("voice-1"), 0, "not downloaded");
     gateway.stop().await;
 }

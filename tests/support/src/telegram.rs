@@ -344,6 +344,18 @@ impl FakeTelegram {
         self.push_built(message);
     }
 
+    /// Queues a voice note (the file `file_id`) from `user` in their
+    /// private chat.
+    pub fn dm_voice(&self, user: TgUser, file_id: &str) {
+        let mut message = self.new_message(
+            json!({"id": user.id, "type": "private", "first_name": user.first_name}),
+            user,
+        );
+        message["voice"] = json!({"file_id": file_id, "file_unique_id": file_id,
+            "duration": 2, "mime_type": "audio/ogg", "file_size": 12});
+        self.push_built(message);
+    }
+
     /// A message from `user` in `chat`, numbered, without content.
     fn new_message(&self, chat: Value, user: TgUser) -> Value {
         let mut queue = self.api.queue.lock().expect("lock");
