@@ -917,6 +917,14 @@ fn reply_text(body: &Value) -> String {
         .to_owned()
 }
 
+/// Waits until `app` has recorded an inbound message.
+pub async fn eventually_recorded(app: &TestApp) {
+    eventually("an inbound message to be recorded", || async {
+        app.count("inbound").await > 0
+    })
+    .await;
+}
+
 /// Settings for a test gateway: a fresh database in `dir`, the fake model,
 /// fast retries, the calculator, clock and delegate tools, no API keys.
 pub async fn test_settings(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {

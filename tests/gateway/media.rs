@@ -302,3 +302,41 @@ async fn a_voice_note_is_answered_that_voice_notes_are_not_enabled() {
     assert_eq!(telegram.downloads("voice-1"), 0, "not downloaded");
     gateway.stop().await;
 }
+
+#[tokio::test]
+async fn a_restart_between_receiving_and_answering_loses_nothing() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("photo-r", PNG);
+    let llm = FakeLlm::echo().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut settings = crate::helpers::test_settings(&llm, &dir).await;
+    settings.telegram = Some(telegram_settings(&telegram));
+    settings.media.vision_models = vec!["fake-model".to_owned()];
+    // The first instance records the photo but holds it (a long burst
+    // window), then stops before answering it.
+    let mut holding = settings.clone();
+    holding.sessions.burst_window_ms = 600_000;
+    let first = TestApp::start(holding, tempfile::tempdir().expect("tempdir")).await;
+    telegram.dm_photo(ADA, "photo-r", (1, 1), Some("still there?"));
+    crate::helpers::eventually_recorded(&first).await;
+    first.stop().await;
+    assert!(llm.requests().is_empty(), "not answered before the restart");
+
+    let second = TestApp::start(settings, tempfile::tempdir().expect("tempdir")).await;
+    telegram
+        .wait_for("the reply after the restart", || {
+            !telegram.sent().is_empty()
+        })
+        .await;
+
+    let data_url = format!("data:image/png;base64,{}", BASE64.encode(PNG));
+    assert_eq!(
+        last_user_content(&llm.requests()[0].json()),
+        serde_json::json!([
+            {"type": "text", "text": "still there?"},
+            {"type": "image_url", "image_url": {"url": data_url}},
+        ])
+    );
+    assert_eq!(telegram.downloads("photo-r"), 1, "not downloaded again");
+    second.stop().await;
+}
