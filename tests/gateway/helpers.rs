@@ -711,6 +711,13 @@ fn claim_database(url: &str) -> Option<FreshDatabase> {
     Some(unclaimed.swap_remove(index))
 }
 
+/// Takes the database guard of settings made by [`test_settings`], so that
+/// the database outlives the apps started with them (a restart test); the
+/// database goes when the guard is dropped.
+pub fn hold_database(settings: &Settings) -> Option<FreshDatabase> {
+    claim_database(&settings.database.url)
+}
+
 /// The gateway running on 127.0.0.1 with its HTTP API.
 pub struct TestApp {
     pub addr: SocketAddr,

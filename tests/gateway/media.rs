@@ -312,6 +312,8 @@ async fn a_restart_between_receiving_and_answering_loses_nothing() {
     let mut settings = crate::helpers::test_settings(&llm, &dir).await;
     settings.telegram = Some(telegram_settings(&telegram));
     settings.media.vision_models = vec!["fake-model".to_owned()];
+    // One database for both instances, until the end of the test.
+    let _database = crate::helpers::hold_database(&settings);
     // The first instance records the photo but holds it (a long burst
     // window), then stops before answering it.
     let mut holding = settings.clone();
