@@ -72,6 +72,8 @@ pub struct Settings {
     pub memory: MemorySettings,
     /// MCP tool servers whose tools join the agent's toolset.
     pub mcp: crate::tools::mcp::McpSettings,
+    /// Photos and files sent to the bot (blob store, limits, vision).
+    pub media: MediaSettings,
     pub log: LogSettings,
     /// Telegram bot; the section's presence enables it.
     pub telegram: Option<switchboard_telegram::TelegramSettings>,
@@ -656,6 +658,38 @@ impl Default for MemorySettings {
     }
 }
 
+/// Photos and files sent to the bot: where they are kept, how large they
+/// may be, and which models are shown images (see `media`).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct MediaSettings {
+    /// The folder blobs are kept in, each file once under its SHA-256. A
+    /// relative path is resolved against the folder of the file that sets
+    /// it, or else the working directory; the path kept is absolute.
+    pub folder: PathBuf,
+    /// The largest file taken, in bytes; a larger one is answered with a
+    /// reply naming the limit.
+    pub max_file_bytes: u64,
+    /// The longest text document taken (plain text, Markdown, code, CSV,
+    /// JSON), in bytes; its whole text reaches the model.
+    pub max_text_bytes: u64,
+    /// The models (as `llm.model` / `llm.extra_models` name them) shown
+    /// images as image content parts; other models get a one-line note in
+    /// the image's place.
+    pub vision_models: Vec<String>,
+}
+
+impl Default for MediaSettings {
+    fn default() -> Self {
+        Self {
+            folder: PathBuf::from("data/media"),
+            max_file_bytes: 20 * 1024 * 1024,
+            max_text_bytes: 100_000,
+            vision_models: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogSettings {
@@ -730,6 +764,18 @@ impl Settings {
         };
         settings.database.url =
             absolute_sqlite_url(&settings.database.url, database_base.as_deref());
+        let media_base = match (layers.from_env.contains_key("media.folder"), file) {
+            (false, Some(file))
+                if layers
+                    .tree
+                    .get("media")
+                    .is_some_and(|media| media.get("folder").is_some()) =>
+            {
+                file.parent().map(Path::to_path_buf)
+            }
+            _ => None,
+        };
+        settings.media.folder = absolute_path(&settings.media.folder, media_base.as_deref());
         settings.validate().map_err(|err| match err {
             ConfigError::Invalid { key, reason } => ConfigError::At {
                 origin: layers.origin_of(key),
@@ -794,6 +840,15 @@ impl Settings {
                 "memory.max_entry_chars",
                 &format!("must be from 1 to {MAX_MEMORY_ENTRY_CHARS}"),
             ));
+        }
+        if self.media.max_file_bytes == 0 {
+            return Err(invalid("media.max_file_bytes", "must be at least 1"));
+        }
+        if self.media.max_text_bytes == 0 {
+            return Err(invalid("media.max_text_bytes", "must be at least 1"));
+        }
+        if self.media.folder.as_os_str().is_empty() {
+            return Err(invalid("media.folder", "must name a folder"));
         }
         if self.agent.max_iterations == 0 {
             return Err(invalid("agent.max_iterations", "must be at least 1"));
@@ -914,6 +969,18 @@ fn absolute_sqlite_url(url: &str, base: Option<&Path>) -> String {
     }
 }
 
+/// `path` made absolute against `base` (or the working directory).
+fn absolute_path(path: &Path, base: Option<&Path>) -> PathBuf {
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    let joined = match base {
+        Some(base) if !base.as_os_str().is_empty() => base.join(path),
+        _ => path.to_path_buf(),
+    };
+    std::path::absolute(&joined).unwrap_or(joined)
+}
+
 fn valid_access_entry(entry: &str) -> bool {
     match entry.split_once(':') {
         Some(("principal", id)) => id.parse::<i64>().is_ok(),
@@ -1021,9 +1088,29 @@ deny = ["fs__write_file", "fs__edit_file"]
             example.database.url,
             format!("sqlite://{root}/config/data/switchboard.db")
         );
+        // So is its media folder.
+        assert_eq!(
+            example.media.folder,
+            Path::new(&root).join("config/data/media")
+        );
         let defaults = Settings::default();
         example.database.url.clone_from(&defaults.database.url);
+        example.media.folder.clone_from(&defaults.media.folder);
         assert_eq!(format!("{example:?}"), format!("{defaults:?}"));
+    }
+
+    #[test]
+    fn a_relative_media_folder_follows_the_file_and_zero_bytes_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, "[media]\nfolder = \"blobs\"\n").expect("write");
+        let settings = Settings::load_from(Some(&path), Vec::new()).expect("loads");
+        assert_eq!(settings.media.folder, dir.path().join("blobs"));
+        std::fs::write(&path, "[media]\nmax_file_bytes = 0\n").expect("write");
+        let err = Settings::load_from(Some(&path), Vec::new())
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains("media.max_file_bytes"), "{err}");
     }
 
     fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

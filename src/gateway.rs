@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::cache::{AgentCache, ProviderFactory};
 use crate::config::Settings;
 use crate::llm::build_provider;
+use crate::media::Media;
 use crate::platform_status::PlatformStatus;
 use crate::session::runner::Runner;
 use crate::session::service::SessionService;
@@ -100,6 +101,7 @@ impl Gateway {
             Duration::from_secs(settings.agent_cache.idle_ttl_secs),
         ));
         let instance_id = store.instance().id.clone();
+        let media = Arc::new(Media::from_settings(&settings.media));
         let turns = TurnExecutor {
             store: store.clone(),
             cache: Arc::clone(&cache),
@@ -110,6 +112,7 @@ impl Gateway {
             memory: settings.memory.clone(),
             max_tokens: settings.llm.max_tokens,
             prices: Arc::new(settings.prices.clone()),
+            media: Arc::clone(&media),
         };
         let runner = Runner::new(
             store.clone(),
@@ -122,6 +125,7 @@ impl Gateway {
             store.clone(),
             runner,
             Arc::clone(&registry),
+            media,
             &settings,
         ));
         Ok(Self {

@@ -1,7 +1,8 @@
 //! Switchboard: a multi-platform chat gateway for an LLM agent.
 //!
 //! Layout: [`config`] (typed settings), [`store`] (sqlx, SQLite or
-//! PostgreSQL), [`llm`] (providers), [`tools`] (built-in tools, MCP servers'
+//! PostgreSQL), [`llm`] (providers), [`media`] (photos and files, the blob
+//! store), [`tools`] (built-in tools, MCP servers'
 //! tools, their registry and the tool result cache), [`agent`] (the loop, the
 //! wallet, the agent cache), [`session`] (session service, commands,
 //! per-session runner), [`api`] (the OpenAI-compatible HTTP API),
@@ -22,6 +23,7 @@ pub mod config;
 pub mod console;
 pub mod gateway;
 pub mod llm;
+pub mod media;
 pub mod metrics;
 pub mod platform_lease;
 pub mod platform_status;

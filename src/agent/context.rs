@@ -249,6 +249,7 @@ async fn summarise(
                  \"{}\"):\n\n{transcript}",
             first_text(&view[pinned].message)
         ),
+        media: Vec::new(),
     }];
     let request = ModelRequest {
         model: by.model,
@@ -360,7 +361,7 @@ fn split_task(view: &[WireEntry], task_id: i64, keep: usize) -> Option<Split> {
 
 fn first_text(message: &ChatMessage) -> &str {
     match message {
-        ChatMessage::User { content } => content,
+        ChatMessage::User { content, .. } => content,
         _ => "",
     }
 }
@@ -370,7 +371,7 @@ fn render(entries: &[WireEntry]) -> String {
     let mut out = String::new();
     for entry in entries {
         match &entry.message {
-            ChatMessage::User { content } => {
+            ChatMessage::User { content, .. } => {
                 out.push_str("User: ");
                 out.push_str(content);
             }
@@ -423,6 +424,7 @@ mod tests {
             id,
             ChatMessage::User {
                 content: text.to_owned(),
+                media: Vec::new(),
             },
         )
     }

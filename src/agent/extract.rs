@@ -58,6 +58,7 @@ pub async fn extract_facts(
     };
     let messages = [ChatMessage::User {
         content: format!("Facts already kept:\n{known}\n\nConversation:\n\n{transcript}"),
+        media: Vec::new(),
     }];
     let request = ModelRequest {
         model: by.model,

@@ -230,7 +230,13 @@ pub fn wire_bytes<'a>(system: &str, messages: impl IntoIterator<Item = &'a ChatM
         + messages
             .into_iter()
             .map(|message| match message {
-                ChatMessage::User { content } => content.len(),
+                // A text file's bytes are sent as text; images are not
+                // counted (their token cost is the provider's own).
+                ChatMessage::User { content, media } => media
+                    .iter()
+                    .filter(|file| !file.is_image())
+                    .map(|file| usize::try_from(file.size).unwrap_or(usize::MAX))
+                    .fold(content.len(), usize::saturating_add),
                 ChatMessage::Assistant {
                     content,
                     tool_calls,
@@ -332,6 +338,7 @@ fn take_step(
             history,
             ChatMessage::User {
                 content: BUDGET_NOTE.to_owned(),
+                media: Vec::new(),
             },
         )?;
         tracing::warn!(
@@ -724,6 +731,7 @@ mod tests {
     fn wire_bytes_counts_utf8_bytes_not_characters() {
         let messages = [ChatMessage::User {
             content: "日本".to_owned(),
+            media: Vec::new(),
         }];
         assert_eq!(wire_bytes("ab", &messages), 2 + 6);
     }

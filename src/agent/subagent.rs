@@ -90,7 +90,7 @@ impl SubAgents for SubAgentRunner {
             live: None,
             ..(*self.env).clone()
         });
-        let history = vec![ChatMessage::User { content: task }];
+        let history = vec![ChatMessage::user(task)];
         // The sub-task is committed with the sub-agent's first model call.
         let mut first_writes = crate::store::Batch::new();
         first_writes

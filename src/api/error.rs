@@ -111,6 +111,7 @@ impl From<ServiceError> for ApiError {
         match err {
             ServiceError::UnknownSession(id) => Self::NotFound(format!("no session with id {id}")),
             ServiceError::Store(err) => Self::Internal(err.to_string()),
+            ServiceError::Media(err) => Self::Internal(err.to_string()),
         }
     }
 }

@@ -164,7 +164,7 @@ impl Transcript {
                         .as_ref()
                         .ok_or_else(|| bad(index, "a user message needs content".to_owned()))?
                         .text()?;
-                    history.push(ChatMessage::User { content });
+                    history.push(ChatMessage::user(content));
                 }
                 "assistant" => {
                     let content = message.content.as_ref().map(Content::text).transpose()?;
@@ -228,7 +228,7 @@ impl Transcript {
         if !open.is_empty() {
             return Err(last_user());
         }
-        let Some(ChatMessage::User { content: text }) = history.pop() else {
+        let Some(ChatMessage::User { content: text, .. }) = history.pop() else {
             return Err(last_user());
         };
         if text.trim().is_empty() {
@@ -242,7 +242,7 @@ impl Transcript {
         self.history
             .iter()
             .filter_map(|message| match message {
-                ChatMessage::User { content } => Some(("user", content.as_str())),
+                ChatMessage::User { content, .. } => Some(("user", content.as_str())),
                 ChatMessage::Assistant {
                     content,
                     tool_calls,

@@ -10,6 +10,8 @@
 //! on as they come, and the blocks become the same [`MessagesResponse`] an
 //! unstreamed call parses, so the result is identical.
 
+use std::borrow::Cow;
+
 use async_trait::async_trait;
 use reqwest::header::HeaderMap;
 use secrecy::ExposeSecret;
@@ -26,6 +28,7 @@ use super::{
     ChatMessage, Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind,
     StopReason, ToolCall, Usage, canonical_json,
 };
+use crate::media::Part;
 
 /// The API version this module's wire format follows.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -160,7 +163,7 @@ const EPHEMERAL: Option<CacheControl> = Some(CacheControl { kind: "ephemeral" })
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Block<'a> {
     Text {
-        text: &'a str,
+        text: Cow<'a, str>,
         #[serde(skip_serializing_if = "Option::is_none")]
         cache_control: Option<CacheControl>,
     },
@@ -168,6 +171,11 @@ enum Block<'a> {
         id: &'a str,
         name: &'a str,
         input: Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<CacheControl>,
+    },
+    Image {
+        source: ImageSource<'a>,
         #[serde(skip_serializing_if = "Option::is_none")]
         cache_control: Option<CacheControl>,
     },
@@ -185,10 +193,43 @@ impl Block<'_> {
     fn mark_cache_breakpoint(&mut self) {
         match self {
             Self::Text { cache_control, .. }
+            | Self::Image { cache_control, .. }
             | Self::ToolUse { cache_control, .. }
             | Self::ToolResult { cache_control, .. } => *cache_control = EPHEMERAL,
         }
     }
+}
+
+/// An image block's bytes, inline.
+#[derive(Serialize)]
+struct ImageSource<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    media_type: &'a str,
+    data: String,
+}
+
+/// A user message's blocks: its text, then its files (images, or their
+/// notes), as [`crate::media::user_parts`] orders them (which leaves out
+/// the empty text of a message with images).
+fn user_blocks<'a>(content: &'a str, media: &'a [crate::media::MediaRef]) -> Vec<Block<'a>> {
+    crate::media::user_parts(content, media)
+        .into_iter()
+        .map(|part| match part {
+            Part::Text(text) => Block::Text {
+                text,
+                cache_control: None,
+            },
+            Part::Image { media_type, base64 } => Block::Image {
+                source: ImageSource {
+                    kind: "base64",
+                    media_type,
+                    data: base64,
+                },
+                cache_control: None,
+            },
+        })
+        .collect()
 }
 
 fn is_false(value: &bool) -> bool {
@@ -217,13 +258,7 @@ fn tool_input(arguments: &str) -> Value {
 /// Maps one history item to its role and blocks.
 fn blocks_of(message: &ChatMessage) -> (Role, Vec<Block<'_>>) {
     match message {
-        ChatMessage::User { content } => (
-            Role::User,
-            vec![Block::Text {
-                text: content,
-                cache_control: None,
-            }],
-        ),
+        ChatMessage::User { content, media } => (Role::User, user_blocks(content, media)),
         ChatMessage::Assistant {
             content,
             tool_calls,
@@ -233,7 +268,7 @@ fn blocks_of(message: &ChatMessage) -> (Role, Vec<Block<'_>>) {
             // turn left with no blocks at all is skipped by the caller.
             if let Some(text) = content.as_deref().filter(|text| !text.is_empty()) {
                 blocks.push(Block::Text {
-                    text,
+                    text: Cow::Borrowed(text),
                     cache_control: None,
                 });
             }
@@ -330,7 +365,7 @@ fn request_body(request: &ModelRequest<'_>, stream: bool) -> Result<Vec<u8>, Llm
         Vec::new()
     } else {
         vec![Block::Text {
-            text: request.system,
+            text: Cow::Borrowed(request.system),
             cache_control: EPHEMERAL,
         }]
     };
@@ -822,6 +857,7 @@ mod tests {
     fn user(text: &str) -> ChatMessage {
         ChatMessage::User {
             content: text.to_owned(),
+            media: Vec::new(),
         }
     }
 

@@ -79,6 +79,10 @@ pub struct ToolCall {
 pub enum ChatMessage {
     User {
         content: String,
+        /// Files sent with the message (images), by blob hash; shown as
+        /// image parts to a vision model, as notes to others.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        media: Vec<crate::media::MediaRef>,
     },
     Assistant {
         content: Option<String>,
@@ -89,6 +93,16 @@ pub enum ChatMessage {
         content: String,
         is_error: bool,
     },
+}
+
+impl ChatMessage {
+    /// A user message of text alone.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::User {
+            content: content.into(),
+            media: Vec::new(),
+        }
+    }
 }
 
 /// Everything one model call needs. The system prompt is passed separately

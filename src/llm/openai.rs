@@ -11,6 +11,7 @@
 //! result is identical. Also serves every server that speaks the same
 //! protocol (OpenRouter, DeepSeek, vLLM, Ollama).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
@@ -31,6 +32,7 @@ use super::{
     ChatMessage, Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind,
     StopReason, ToolCall, Usage, canonical_json,
 };
+use crate::media::Part;
 
 /// A provider speaking OpenAI Chat Completions.
 pub struct OpenAiProvider {
@@ -144,7 +146,12 @@ struct StreamOptions {
 enum WireMessage<'a> {
     Text {
         role: &'static str,
-        content: &'a str,
+        content: Cow<'a, str>,
+    },
+    /// A user message with images: content parts.
+    Parts {
+        role: &'static str,
+        content: Vec<WirePart<'a>>,
     },
     Assistant {
         role: &'static str,
@@ -157,6 +164,45 @@ enum WireMessage<'a> {
         tool_call_id: &'a str,
         content: &'a str,
     },
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WirePart<'a> {
+    Text { text: Cow<'a, str> },
+    ImageUrl { image_url: WireImageUrl },
+}
+
+#[derive(Serialize)]
+struct WireImageUrl {
+    url: String,
+}
+
+/// A user message: its text, or content parts when it shows images.
+fn user_message<'a>(content: &'a str, media: &'a [crate::media::MediaRef]) -> WireMessage<'a> {
+    let mut parts = crate::media::user_parts(content, media);
+    if let [Part::Text(_)] = parts.as_slice()
+        && let Some(Part::Text(text)) = parts.pop()
+    {
+        return WireMessage::Text {
+            role: "user",
+            content: text,
+        };
+    }
+    WireMessage::Parts {
+        role: "user",
+        content: parts
+            .into_iter()
+            .map(|part| match part {
+                Part::Text(text) => WirePart::Text { text },
+                Part::Image { media_type, base64 } => WirePart::ImageUrl {
+                    image_url: WireImageUrl {
+                        url: format!("data:{media_type};base64,{base64}"),
+                    },
+                },
+            })
+            .collect(),
+    }
 }
 
 #[derive(Serialize)]
@@ -191,10 +237,7 @@ struct WireFunction<'a> {
 
 fn wire_message(message: &ChatMessage) -> WireMessage<'_> {
     match message {
-        ChatMessage::User { content } => WireMessage::Text {
-            role: "user",
-            content,
-        },
+        ChatMessage::User { content, media } => user_message(content, media),
         ChatMessage::Assistant {
             content,
             tool_calls,
@@ -244,7 +287,7 @@ fn request_body(request: &ModelRequest<'_>, stream: bool) -> Result<Vec<u8>, Llm
     if !request.system.is_empty() {
         messages.push(WireMessage::Text {
             role: "system",
-            content: request.system,
+            content: Cow::Borrowed(request.system),
         });
     }
     messages.extend(request.messages.iter().map(wire_message));
@@ -693,6 +736,7 @@ mod tests {
         vec![
             ChatMessage::User {
                 content: "what is 2+2?".to_owned(),
+                media: Vec::new(),
             },
             ChatMessage::Assistant {
                 content: None,
@@ -713,6 +757,7 @@ mod tests {
             },
             ChatMessage::User {
                 content: "thanks".to_owned(),
+                media: Vec::new(),
             },
         ]
     }

@@ -653,6 +653,9 @@ impl Runner {
                     .chain(merged.iter().map(|row| row.text.as_str()))
                     .collect::<Vec<_>>()
                     .join("\n");
+                inbound
+                    .media
+                    .extend(merged.iter().flat_map(|row| row.media.iter().cloned()));
             }
             let control = Arc::new(TurnControl::with_live(self.inner.live.open(inbound.id)));
             let drafts = self.draft_writer(fence, &inbound);

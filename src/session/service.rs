@@ -21,6 +21,7 @@ use super::runner::{Runner, TurnReply};
 use super::turn::StopCause;
 use crate::agent::live::LiveSubscription;
 use crate::config::{BusyMode, Settings};
+use crate::media::{Media, MediaError};
 use crate::store::{InboundStatus, NewInbound, PrincipalId, SessionId, Store, StoreError, TurnEnd};
 use crate::tools::ToolRegistry;
 use crate::tools::memory::MEMORY;
@@ -82,6 +83,9 @@ pub enum ServiceError {
     UnknownSession(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The blob store failed.
+    #[error(transparent)]
+    Media(#[from] MediaError),
 }
 
 /// The platform-neutral core of message handling.
@@ -93,6 +97,8 @@ pub struct SessionService {
     commands: CommandSettings,
     /// What a message does to a turn already running in its session.
     busy: BusyMode,
+    /// Where attachments are fetched to.
+    media: Arc<Media>,
 }
 
 /// The outcome recorded for a command's answer.
@@ -100,11 +106,13 @@ const COMMAND_OUTCOME: &str = "command";
 
 impl SessionService {
     /// Builds the service from the settings it reads: `agent`, `llm.model`
-    /// and `llm.extra_models`, `sessions`, `access`, `limits`.
+    /// and `llm.extra_models`, `sessions`, `access`, `limits`; attachments
+    /// go to `media`.
     pub fn new(
         store: Store,
         runner: Runner,
         registry: Arc<ToolRegistry>,
+        media: Arc<Media>,
         settings: &Settings,
     ) -> Self {
         let commands = CommandSettings::new(settings);
@@ -126,6 +134,7 @@ impl SessionService {
             runner,
             commands,
             busy: settings.sessions.busy,
+            media,
         }
     }
 
@@ -210,14 +219,27 @@ impl SessionService {
                 .set_session_model(&place.session_id, model)
                 .await?;
         }
+        // A message for the model has its files fetched and stored before
+        // it is recorded, so that a restart loses none of it; a file that
+        // cannot be taken is answered at once instead.
+        let mut media = Vec::new();
+        let mut refusal = None;
+        if pairing.is_none() && command.is_none() && !message.attachments.is_empty() {
+            match self.media.ingest(&message.attachments).await? {
+                Ok(refs) => media = refs,
+                Err(refused) => refusal = Some(refused.reply()),
+            }
+        }
+        let pairing = pairing.or(refusal);
         let answered = pairing.is_some() || command.as_ref().is_some_and(|c| !c.is_queued());
-        let record = new_inbound(
+        let mut record = new_inbound(
             &message,
             &place.session_id,
             answered,
             command.as_ref(),
             identity.principal,
         );
+        record.media = media;
         let Some(inbound_id) = self.store.record_inbound(&record).await? else {
             tracing::debug!(event_id = %message.event_id, "duplicate event dropped");
             self.store
@@ -379,6 +401,7 @@ fn new_inbound(
         text: Command::recorded_text(command, &message.text).to_owned(),
         status,
         principal_id: Some(principal.get()),
+        media: Vec::new(),
     }
 }
 
@@ -396,6 +419,7 @@ impl InboundSink for SessionService {
                 Err(SubmitError::Rejected(format!("unknown session {id}")))
             }
             Err(ServiceError::Store(err)) => Err(SubmitError::Unavailable(err.to_string())),
+            Err(ServiceError::Media(err)) => Err(SubmitError::Unavailable(err.to_string())),
         }
     }
 }

@@ -22,6 +22,7 @@ use crate::agent::run::{
 use crate::agent::wallet::{Budget, Purse, Wallet};
 use crate::config::{AgentSettings, ContextSettings, LimitSettings, MemorySettings};
 use crate::llm::{ChatMessage, ModelFailure};
+use crate::media::Media;
 use crate::store::{
     Batch, Fence, InboundRow, InboundStatus, NewMessage, OutboxRow, SessionRow, SessionView, Store,
     StoreError, TurnEnd, WireEntry,
@@ -46,6 +47,8 @@ pub struct TurnExecutor {
     pub memory: MemorySettings,
     pub max_tokens: u32,
     pub prices: Arc<BTreeMap<String, Price>>,
+    /// The blob store images are shown to vision models from.
+    pub media: Arc<Media>,
 }
 
 /// Why a running turn was stopped.
@@ -496,6 +499,7 @@ impl TurnExecutor {
         if !asked {
             let user = ChatMessage::User {
                 content: speaker::content(inbound.speaker.as_deref(), &inbound.text),
+                media: inbound.media.clone(),
             };
             first_writes.append_message(&NewMessage::from_wire(
                 &session.id,
@@ -508,6 +512,7 @@ impl TurnExecutor {
         if let Some(trace_id) = control.trace_id() {
             first_writes.record_trace_id(inbound.id, trace_id);
         }
+        self.show_media(&agent.model, &mut history).await?;
         let env = Arc::new(self.loop_env(store, inbound, control, &session, policy, spend));
         // A resumed task (its message was stored by an earlier run) keeps
         // spending from what it had left.
@@ -527,6 +532,22 @@ impl TurnExecutor {
             interrupted,
             first_writes,
         })
+    }
+
+    /// Sets how the files of `history`'s user messages are shown to
+    /// `model`: images to a vision model, notes to another.
+    async fn show_media(&self, model: &str, history: &mut [ChatMessage]) -> Result<(), StoreError> {
+        for message in history {
+            if let ChatMessage::User { media, .. } = message
+                && !media.is_empty()
+            {
+                self.media
+                    .show(model, media)
+                    .await
+                    .map_err(|err| StoreError::Corrupt(format!("media: {err}")))?;
+            }
+        }
+        Ok(())
     }
 
     /// What the agent loop of this task runs with.

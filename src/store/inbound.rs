@@ -15,6 +15,7 @@ use super::leases::{Fence, granted_token};
 use super::platform_ids::{id_from_row, optional_id_from_row};
 use super::session_id::{parse_stored, session_id_from_row};
 use super::{Arg, Batch, SessionId, Store, StoreError, now_ms};
+use crate::media::MediaRef;
 
 /// Where an inbound message is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +75,8 @@ pub struct NewInbound {
     /// The sender's principal (usage and spend limits are counted per
     /// principal).
     pub principal_id: Option<i64>,
+    /// The files of the message, stored in the blob store.
+    pub media: Vec<MediaRef>,
 }
 
 /// An inbound message as stored.
@@ -105,11 +108,13 @@ pub struct InboundRow {
     /// The platform message showing this turn's reply as it is written, if
     /// a draft message was created (see migration 0011).
     pub draft_message_id: Option<String>,
+    /// The files of the message (see migration 0015).
+    pub media: Vec<MediaRef>,
 }
 
 const INBOUND_COLUMNS: &str = "id, platform, account, event_id, session_id, chat_id, thread_id, \
     message_id, sender_id, sender_name, speaker, text, status, outcome, received_at, \
-    principal_id, stop_cause, burst_of, draft_message_id";
+    principal_id, stop_cause, burst_of, draft_message_id, media";
 
 /// The outcome of a message merged into an earlier one's turn.
 pub const MERGED_OUTCOME: &str = "merged";
@@ -143,8 +148,9 @@ impl Store {
     pub async fn record_inbound(&self, inbound: &NewInbound) -> Result<Option<i64>, StoreError> {
         let id = sqlx::query_scalar::<_, i64>(
             "INSERT INTO inbound (platform, account, event_id, session_id, chat_id, thread_id, \
-             message_id, sender_id, sender_name, speaker, text, status, received_at, principal_id) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+             message_id, sender_id, sender_name, speaker, text, status, received_at, principal_id, \
+             media) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
              ON CONFLICT (platform, account, event_id) DO NOTHING RETURNING id",
         )
         .bind(inbound.platform.as_str())
@@ -161,6 +167,7 @@ impl Store {
         .bind(inbound.status.as_str())
         .bind(now_ms())
         .bind(inbound.principal_id)
+        .bind(media_json(&inbound.media)?)
         .fetch_optional(&mut *self.conn().await?)
         .await?;
         Ok(id)
@@ -580,6 +587,7 @@ pub(super) fn inbound_from_row(row: &AnyRow) -> Result<InboundRow, StoreError> {
         stop_cause: row.try_get("stop_cause")?,
         burst_of: row.try_get("burst_of")?,
         draft_message_id: row.try_get("draft_message_id")?,
+        media: parse_media(row.try_get("media")?)?,
     })
 }
 
@@ -591,6 +599,26 @@ impl Batch {
             "UPDATE inbound SET trace_id = $1 WHERE id = $2",
             vec![trace_id.into(), Arg::from(inbound_id)],
         );
+    }
+}
+
+/// The stored form of a message's files: a JSON array, or NULL for none.
+pub(super) fn media_json(media: &[MediaRef]) -> Result<Option<String>, StoreError> {
+    if media.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string(media)
+        .map(Some)
+        .map_err(|err| StoreError::Corrupt(format!("media: {err}")))
+}
+
+/// Reads what [`media_json`] stored.
+pub(super) fn parse_media(raw: Option<String>) -> Result<Vec<MediaRef>, StoreError> {
+    match raw {
+        None => Ok(Vec::new()),
+        Some(raw) => {
+            serde_json::from_str(&raw).map_err(|err| StoreError::Corrupt(format!("media: {err}")))
+        }
     }
 }
 

@@ -8,9 +8,11 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use super::inbound::{media_json, parse_media};
 use super::session_id::session_id_from_row;
 use super::{Arg, Backend, Batch, SessionId, Store, StoreError, now_ms, to_i64, to_u64};
 use crate::llm::{ChatMessage, ToolCall, Usage};
+use crate::media::MediaRef;
 
 /// Who a transcript entry is from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +65,8 @@ pub struct NewMessage {
     pub tool_calls: Vec<ToolCall>,
     pub tool_call_id: Option<String>,
     pub is_error: bool,
+    /// A user entry's files, by blob hash.
+    pub media: Vec<MediaRef>,
     pub meta: MessageMeta,
 }
 
@@ -74,8 +78,12 @@ impl NewMessage {
         scope: &str,
         wire: ChatMessage,
     ) -> Self {
+        let mut files = Vec::new();
         let (role, content, tool_calls, tool_call_id, is_error) = match wire {
-            ChatMessage::User { content } => (Role::User, Some(content), Vec::new(), None, false),
+            ChatMessage::User { content, media } => {
+                files = media;
+                (Role::User, Some(content), Vec::new(), None, false)
+            }
             ChatMessage::Assistant {
                 content,
                 tool_calls,
@@ -101,6 +109,7 @@ impl NewMessage {
             tool_calls,
             tool_call_id,
             is_error,
+            media: files,
             meta: MessageMeta::default(),
         }
     }
@@ -122,7 +131,7 @@ pub struct StoredMessage {
 
 pub(super) const MESSAGE_COLUMNS: &str = "id, session_id, task_id, scope, role, content, tool_calls, \
     tool_call_id, is_error, reasoning, model, finish_reason, input_tokens, output_tokens, \
-    cache_read_tokens, cache_write_tokens, latency_ms, request_id, created_at";
+    cache_read_tokens, cache_write_tokens, latency_ms, request_id, created_at, media";
 
 impl Store {
     /// A session's transcript in one scope, oldest first.
@@ -222,11 +231,11 @@ pub(super) fn wire_view_aggregate(backend: Backend) -> &'static str {
     match backend {
         Backend::Sqlite => {
             "json_group_array(json_array(id, task_id, role, content, tool_calls, \
-             tool_call_id, is_error) ORDER BY id)"
+             tool_call_id, is_error, media) ORDER BY id)"
         }
         Backend::Postgres => {
             "CAST(COALESCE(json_agg(json_build_array(id, task_id, role, content, \
-             tool_calls, tool_call_id, is_error) ORDER BY id), '[]') AS TEXT)"
+             tool_calls, tool_call_id, is_error, media) ORDER BY id), '[]') AS TEXT)"
         }
     }
 }
@@ -237,10 +246,11 @@ pub(super) fn parse_wire_view(raw: &str) -> Result<Vec<WireEntry>, StoreError> {
         .map_err(|err| StoreError::Corrupt(format!("wire history: {err}")))?;
     rows.into_iter()
         .map(
-            |(id, task_id, role, content, tool_calls, tool_call_id, is_error)| {
+            |(id, task_id, role, content, tool_calls, tool_call_id, is_error, media)| {
                 let message = match Role::parse(&role)? {
                     Role::User => ChatMessage::User {
                         content: content.unwrap_or_default(),
+                        media: parse_media(media)?,
                     },
                     Role::Assistant => ChatMessage::Assistant {
                         content,
@@ -263,7 +273,8 @@ pub(super) fn parse_wire_view(raw: &str) -> Result<Vec<WireEntry>, StoreError> {
 }
 
 /// A wire-view row as the aggregate query gives it: id, task id, role,
-/// content, tool calls (JSON text), tool call id, is-error flag.
+/// content, tool calls (JSON text), tool call id, is-error flag, files
+/// (JSON text).
 type WireRow = (
     i64,
     Option<i64>,
@@ -272,6 +283,7 @@ type WireRow = (
     Option<String>,
     Option<String>,
     i64,
+    Option<String>,
 );
 
 /// One entry of the wire view, with the task that produced it.
@@ -325,11 +337,13 @@ impl Batch {
             )
         };
         let usage = message.meta.usage;
+        let media = media_json(&message.media)?;
         self.push_returning(
             "INSERT INTO messages (session_id, task_id, scope, role, content, tool_calls, \
              tool_call_id, is_error, reasoning, model, finish_reason, input_tokens, output_tokens, \
-             cache_read_tokens, cache_write_tokens, latency_ms, request_id, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
+             cache_read_tokens, cache_write_tokens, latency_ms, request_id, created_at, media) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
+             $19) \
              RETURNING id",
             vec![
                 (&message.session_id).into(),
@@ -350,6 +364,7 @@ impl Batch {
                 message.meta.latency_ms.into(),
                 message.meta.request_id.as_deref().into(),
                 Arg::from(now_ms()),
+                media.into(),
             ],
         );
         Ok(())
@@ -455,6 +470,7 @@ pub(super) fn message_from_row(row: &AnyRow) -> Result<StoredMessage, StoreError
             tool_calls,
             tool_call_id: row.try_get("tool_call_id")?,
             is_error: is_error != 0,
+            media: parse_media(row.try_get("media")?)?,
             meta: MessageMeta {
                 reasoning: row.try_get("reasoning")?,
                 model: row.try_get("model")?,

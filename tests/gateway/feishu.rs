@@ -20,7 +20,7 @@ use crate::helpers::{FakeLlm, TestApp};
 const ENCRYPT_KEY: &str = "gateway-test-encrypt-key";
 
 /// Feishu settings pointing at `fake`, with an Encrypt Key (signed events).
-fn feishu_settings(fake: &FakeFeishu) -> FeishuSettings {
+pub(crate) fn feishu_settings(fake: &FakeFeishu) -> FeishuSettings {
     // SAFETY (test): variable names unique to this module, always set to
     // the same values.
     unsafe {
@@ -44,7 +44,7 @@ fn direct_message(event_id: &str, message_id: &str, text: &str) -> Value {
 }
 
 /// Posts `event` encrypted and signed now, as Feishu does; the status.
-async fn post_signed(app: &TestApp, event: &Value) -> u16 {
+pub(crate) async fn post_signed(app: &TestApp, event: &Value) -> u16 {
     let key = SecretString::from(ENCRYPT_KEY.to_owned());
     let iv: [u8; 16] = std::array::from_fn(|i| u8::try_from(i * 5).expect("small"));
     let encrypt = crypto::encrypt(&key, iv, event.to_string().as_bytes());

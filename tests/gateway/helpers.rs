@@ -711,6 +711,13 @@ fn claim_database(url: &str) -> Option<FreshDatabase> {
     Some(unclaimed.swap_remove(index))
 }
 
+/// Takes the database guard of settings made by [`test_settings`], so that
+/// the database outlives the apps started with them (a restart test); the
+/// database goes when the guard is dropped.
+pub fn hold_database(settings: &Settings) -> Option<FreshDatabase> {
+    claim_database(&settings.database.url)
+}
+
 /// The gateway running on 127.0.0.1 with its HTTP API.
 pub struct TestApp {
     pub addr: SocketAddr,
@@ -917,6 +924,14 @@ fn reply_text(body: &Value) -> String {
         .to_owned()
 }
 
+/// Waits until `app` has recorded an inbound message.
+pub async fn eventually_recorded(app: &TestApp) {
+    eventually("an inbound message to be recorded", || async {
+        app.count("inbound").await > 0
+    })
+    .await;
+}
+
 /// Settings for a test gateway: a fresh database in `dir`, the fake model,
 /// fast retries, the calculator, clock and delegate tools, no API keys.
 pub async fn test_settings(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {
@@ -940,6 +955,8 @@ pub async fn test_settings(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {
     // One turn per message, at once: the tests send messages faster than a
     // burst window and count turns (the burst tests set their own window).
     settings.sessions.burst_window_ms = 0;
+    // Files sent to the bot stay in the test's folder.
+    settings.media.folder = dir.path().join("media");
     settings
 }
 

@@ -22,6 +22,7 @@ mod helpers;
 mod identity;
 mod limits;
 mod mcp;
+mod media;
 mod memory;
 mod metrics;
 mod openai_client;

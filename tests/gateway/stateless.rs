@@ -80,7 +80,7 @@ async fn stored_user_texts(app: &TestApp, session: &str) -> Vec<String> {
         .await
         .into_iter()
         .filter_map(|entry| match entry.message {
-            ChatMessage::User { content } => Some(content),
+            ChatMessage::User { content, .. } => Some(content),
             _ => None,
         })
         .collect()
@@ -271,7 +271,7 @@ async fn resent_tool_entries_match_when_they_agree_with_the_stored_ones() {
         .await
         .into_iter()
         .map(|entry| match entry.message {
-            ChatMessage::User { content } => user(&content),
+            ChatMessage::User { content, .. } => user(&content),
             ChatMessage::Assistant {
                 content,
                 tool_calls,

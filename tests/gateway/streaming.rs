@@ -373,9 +373,7 @@ async fn a_cut_stream_is_retried(provider: ProviderKind) {
     assert_eq!(
         history,
         [
-            switchboard::llm::ChatMessage::User {
-                content: "hi".to_owned()
-            },
+            switchboard::llm::ChatMessage::user("hi"),
             switchboard::llm::ChatMessage::Assistant {
                 content: Some("Hello world.".to_owned()),
                 tool_calls: Vec::new()

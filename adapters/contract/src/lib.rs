@@ -6,8 +6,8 @@
 //! This crate also holds what every adapter shares: newtype identifiers,
 //! splitting text to a platform's length limit without breaking code fences
 //! ([`split`]), Markdown conversion hooks ([`markdown`]), and the one backoff
-//! policy of every retry loop ([`backoff`]), and the drafts a reply shows
-//! while it is written ([`draft`]).
+//! policy of every retry loop ([`backoff`]), the drafts a reply shows
+//! while it is written ([`draft`]), and media downloads ([`media`]).
 //!
 //! The core depends on this crate and on the adapters; nothing here depends on
 //! the core.
@@ -16,6 +16,7 @@ pub mod backoff;
 pub mod draft;
 pub mod ids;
 pub mod markdown;
+pub mod media;
 pub mod message;
 pub mod platform;
 pub mod split;
@@ -23,6 +24,7 @@ pub mod split;
 pub use draft::Draft;
 pub use ids::{AccountId, ChatId, EventId, IdError, PlatformName, ThreadId, UserId};
 pub use markdown::{MarkupRenderer, PlainText, TelegramHtml, escape_html};
+pub use media::{FetchError, FetchMedia, MediaFetcher, collect_capped};
 pub use message::{
     Attachment, ChatKind, ChatRef, DeliveryReceipt, InboundMessage, OutboundMessage, Sender,
 };

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{AccountId, ChatId, EventId, PlatformName, ThreadId, UserId};
+use crate::media::MediaFetcher;
 
 /// What kind of conversation a chat is; group rules (mention gating, shared
 /// sessions) depend on it.
@@ -23,12 +24,42 @@ pub struct Sender {
     pub is_bot: bool,
 }
 
-/// A file or media item attached to a message, by reference.
+/// A file or media item attached to a message.
+///
+/// `kind` is the platform's word for it (`photo`, `document`, `voice`,
+/// `image`, `file`…). When the adapter can download it, `fetch` gets its
+/// bytes for the core (which stores them); `url` is only ever a link that
+/// carries no credential.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attachment {
     pub kind: String,
     pub url: Option<String>,
     pub name: Option<String>,
+    /// The media type the platform declared (`image/png`), if any; the core
+    /// checks the bytes rather than trusting it.
+    #[serde(default)]
+    pub media_type: Option<String>,
+    /// The size the platform declared, in bytes, if any.
+    #[serde(default)]
+    pub size: Option<u64>,
+    /// Downloads the file; `None` when the adapter cannot.
+    #[serde(skip)]
+    pub fetch: Option<MediaFetcher>,
+}
+
+impl Attachment {
+    /// An attachment of `kind` named `name`, with nothing else known.
+    #[must_use]
+    pub fn new(kind: impl Into<String>, name: Option<String>) -> Self {
+        Self {
+            kind: kind.into(),
+            url: None,
+            name,
+            media_type: None,
+            size: None,
+            fetch: None,
+        }
+    }
 }
 
 /// One platform event, normalised.

@@ -17,11 +17,14 @@ use serenity::http::{LightMethod, Request, Route};
 use serenity::model::channel::{AutoArchiveDuration, GuildChannel, Message};
 use serenity::model::id::{ChannelId, UserId};
 use switchboard_contract::backoff::{self, Wait};
-use switchboard_contract::{ChatId, ChatKind, InboundMessage, InboundSink, Submitted};
+use switchboard_contract::{
+    ChatId, ChatKind, InboundMessage, InboundSink, MediaFetcher, Submitted,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::active::ActiveChannels;
 use crate::error::DiscordError;
+use crate::media::DiscordFile;
 use crate::normalise::{Normalised, Skip, normalise};
 use crate::rest::{Bucket, Rest, RestError};
 use crate::settings::DiscordSettings;
@@ -65,6 +68,8 @@ pub struct InboundHandler {
 struct Inner {
     sink: Arc<dyn InboundSink>,
     rest: Rest,
+    /// Downloads attachments from the CDN (no bot token needed).
+    files: reqwest::Client,
     bot_id: OnceLock<UserId>,
     /// Channels with a conversation, and the last message seen in each.
     active: Arc<ActiveChannels>,
@@ -101,6 +106,7 @@ impl InboundHandler {
             inner: Arc::new(Inner {
                 sink,
                 rest,
+                files: reqwest::Client::new(),
                 bot_id: OnceLock::new(),
                 active: Arc::new(ActiveChannels::default()),
                 free_response: settings.free_response_channel_ids()?.into_iter().collect(),
@@ -140,7 +146,7 @@ impl InboundHandler {
         self.inner.active.seen(msg.channel_id, msg.id);
         let free_response = self.inner.free_response.contains(&msg.channel_id)
             || self.opened_threads().contains(msg.channel_id);
-        let inbound = match normalise(msg, bot_id, free_response) {
+        let mut inbound = match normalise(msg, bot_id, free_response) {
             Ok(Normalised::Message(inbound)) => inbound,
             Ok(Normalised::Skipped(reason)) => {
                 tracing::debug!(?reason, "message skipped");
@@ -151,6 +157,15 @@ impl InboundHandler {
                 return Handled::Failed;
             }
         };
+        for file in &mut inbound.attachments {
+            if let Some(url) = &file.url {
+                file.fetch = Some(MediaFetcher::new(DiscordFile {
+                    client: self.inner.files.clone(),
+                    url: url.clone(),
+                    size: file.size.unwrap_or(0),
+                }));
+            }
+        }
         let inbound = if self.inner.auto_thread && !free_response {
             self.move_to_thread(msg, inbound).await
         } else {

@@ -25,6 +25,7 @@ pub mod error;
 pub mod gateway;
 mod ids;
 pub mod inbound;
+mod media;
 pub mod normalise;
 mod rest;
 pub mod sender;

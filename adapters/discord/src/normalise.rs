@@ -179,9 +179,10 @@ fn attachment(file: &serenity::model::channel::Attachment) -> Attachment {
         .filter(|top| matches!(*top, "image" | "video" | "audio"))
         .unwrap_or("file");
     Attachment {
-        kind: kind.to_owned(),
         url: Some(file.url.clone()),
-        name: Some(file.filename.clone()),
+        media_type: file.content_type.clone(),
+        size: Some(u64::from(file.size)),
+        ..Attachment::new(kind, Some(file.filename.clone()))
     }
 }
 

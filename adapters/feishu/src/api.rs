@@ -15,6 +15,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use switchboard_contract::FetchError;
+
 use crate::token::{Clock, IssuedToken, TokenCache};
 
 /// Wait used when Feishu rate-limits without saying for how long.
@@ -290,6 +292,62 @@ impl OpenApi {
             self.tokens.invalidate(&token).await;
         }
         retried
+    }
+
+    /// The bytes of a message's resource (`GET /open-apis/im/v1/messages/
+    /// {message_id}/resources/{key}?type=image|file`), at most `max_bytes`
+    /// of them. The tenant token goes in the header only; nothing of the
+    /// request is logged.
+    pub async fn resource(
+        &self,
+        message_id: &str,
+        key: &str,
+        kind: &str,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>, FetchError> {
+        let failed = |what: String| FetchError::Failed(what);
+        let token = self
+            .tenant_token()
+            .await
+            .map_err(|err| failed(format!("tenant token: {err}")))?;
+        let url = format!(
+            "{}/open-apis/im/v1/messages/{}/resources/{}",
+            self.base_url,
+            encode_path_segment(message_id),
+            encode_path_segment(key)
+        );
+        let mut response = self
+            .http
+            .get(url)
+            .query(&[("type", kind)])
+            .bearer_auth(token.expose_secret())
+            .send()
+            .await
+            .map_err(|err| failed(err.without_url().to_string()))?;
+        if !response.status().is_success() {
+            return Err(failed(format!("HTTP {}", response.status().as_u16())));
+        }
+        if let Some(size) = response.content_length().filter(|&size| size > max_bytes) {
+            return Err(FetchError::TooLarge {
+                size,
+                limit: max_bytes,
+            });
+        }
+        let mut out = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|err| failed(err.without_url().to_string()))?
+        {
+            out.extend_from_slice(&chunk);
+            if out.len() as u64 > max_bytes {
+                return Err(FetchError::TooLarge {
+                    size: out.len() as u64,
+                    limit: max_bytes,
+                });
+            }
+        }
+        Ok(out)
     }
 
     async fn tenant_token(&self) -> Result<SecretString, ApiError> {

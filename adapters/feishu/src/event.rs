@@ -3,21 +3,28 @@
 //!
 //! Only the fields the gateway uses are modelled; unknown fields are ignored,
 //! and timestamps may be strings or integers. `im.message.receive_v1` text and
-//! post (rich text) messages become inbound messages; other message types
-//! (images, files, stickers…) and other events are acknowledged and dropped.
+//! post (rich text) messages become inbound messages, and so do image, file
+//! and audio messages: their resource becomes an attachment whose bytes the
+//! core fetches through the Open API (`im/v1/messages/{id}/resources/{key}`);
+//! other message types (stickers…) and other events are acknowledged and
+//! dropped.
 //!
 //! Threads: a message's `thread_id` (a topic, `omt_…`) or else its `root_id`
 //! (the first message of the reply chain it belongs to) becomes the
 //! [`InboundMessage::thread`], so a thread or reply chain is one session.
 //! `parent_id` (the message replied to) becomes `reply_to`.
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
 use serde::Deserialize;
 use switchboard_contract::{
-    AccountId, ChatId, ChatKind, EventId, IdError, InboundMessage, PlatformName, Sender, ThreadId,
-    UserId,
+    AccountId, Attachment, ChatId, ChatKind, EventId, FetchError, FetchMedia, IdError,
+    InboundMessage, MediaFetcher, PlatformName, Sender, ThreadId, UserId,
 };
 
 use crate::PLATFORM;
+use crate::api::OpenApi;
 
 /// The event type of a received message.
 pub const MESSAGE_RECEIVE: &str = "im.message.receive_v1";
@@ -172,6 +179,50 @@ pub(crate) struct Context<'a> {
     pub account: &'a AccountId,
     /// The bot's own open_id, from `GET /open-apis/bot/v3/info`.
     pub bot_open_id: &'a str,
+    /// Downloads message resources; `None` in tests of normalisation.
+    pub api: Option<&'a Arc<OpenApi>>,
+}
+
+/// One message resource, downloaded with the tenant token.
+struct FeishuResource {
+    api: Arc<OpenApi>,
+    message_id: String,
+    key: String,
+    /// `image` or `file`, as the resources endpoint names it.
+    kind: &'static str,
+}
+
+#[async_trait]
+impl FetchMedia for FeishuResource {
+    async fn fetch(&self, max_bytes: u64) -> Result<Vec<u8>, FetchError> {
+        self.api
+            .resource(&self.message_id, &self.key, self.kind, max_bytes)
+            .await
+    }
+}
+
+/// The resource of an image, file or audio message: its attachment kind,
+/// the resources endpoint's `type`, its key and file name.
+fn resource_of(
+    message_type: &str,
+    content: &str,
+) -> Option<(&'static str, &'static str, String, Option<String>)> {
+    #[derive(Deserialize)]
+    struct Content {
+        #[serde(default)]
+        image_key: Option<String>,
+        #[serde(default)]
+        file_key: Option<String>,
+        #[serde(default)]
+        file_name: Option<String>,
+    }
+    let content: Content = serde_json::from_str(content).ok()?;
+    match message_type {
+        "image" => Some(("image", "image", content.image_key?, None)),
+        "file" => Some(("file", "file", content.file_key?, content.file_name)),
+        "audio" => Some(("audio", "file", content.file_key?, None)),
+        _ => None,
+    }
 }
 
 /// Turns an `im.message.receive_v1` event into an [`InboundMessage`].
@@ -182,9 +233,27 @@ pub(crate) fn normalise(
 ) -> Result<InboundMessage, NormaliseError> {
     let received: MessageReceived = serde_json::from_value(event)?;
     let message = received.message;
+    let content = message.content.as_deref().unwrap_or_default();
+    let mut attachments = Vec::new();
     let raw_text = match message.message_type.as_str() {
-        "text" => text_content(message.content.as_deref().unwrap_or_default()),
-        "post" => post_content(message.content.as_deref().unwrap_or_default()),
+        "text" => text_content(content),
+        "post" => post_content(content),
+        kind @ ("image" | "file" | "audio") => {
+            let (kind, endpoint_type, key, name) = resource_of(kind, content)
+                .ok_or_else(|| NormaliseError::UnsupportedType(kind.to_owned()))?;
+            attachments.push(Attachment {
+                fetch: ctx.api.map(|api| {
+                    MediaFetcher::new(FeishuResource {
+                        api: Arc::clone(api),
+                        message_id: message.message_id.clone(),
+                        key,
+                        kind: endpoint_type,
+                    })
+                }),
+                ..Attachment::new(kind, name)
+            });
+            String::new()
+        }
         other => return Err(NormaliseError::UnsupportedType(other.to_owned())),
     };
     let mentions = message.mentions.unwrap_or_default();
@@ -216,7 +285,7 @@ pub(crate) fn normalise(
         mentions_bot: chat_kind == ChatKind::Direct || bot_mentioned,
         reply_to: non_empty(message.parent_id),
         message_id: Some(message.message_id),
-        attachments: Vec::new(),
+        attachments,
     })
 }
 

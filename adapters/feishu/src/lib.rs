@@ -206,6 +206,7 @@ impl FeishuAdapterBuilder {
             app_id: settings.app_id.clone(),
             account,
             bot_open_id: bot_open_id.clone(),
+            api: Arc::clone(&api),
             ack_timeout: settings.ack_timeout(),
             signature_max_age: settings.signature_max_age(),
         });

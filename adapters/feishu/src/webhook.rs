@@ -38,6 +38,7 @@ use secrecy::{ExposeSecret, SecretString};
 use switchboard_contract::{AccountId, InboundMessage, InboundSink, SubmitError, Submitted};
 use tokio::sync::oneshot;
 
+use crate::api::OpenApi;
 use crate::crypto;
 use crate::event::{self, Context, Envelope, NormaliseError};
 use crate::tasks::EventTasks;
@@ -51,6 +52,8 @@ pub(crate) struct WebhookState {
     pub app_id: String,
     pub account: AccountId,
     pub bot_open_id: String,
+    /// Downloads the resources (images, files) of messages.
+    pub api: Arc<OpenApi>,
     pub ack_timeout: Duration,
     /// How far a signed request's timestamp may be from now, either way.
     pub signature_max_age: Duration,
@@ -172,6 +175,7 @@ async fn handle_event(state: &WebhookState, envelope: Envelope) -> Result<Respon
     let ctx = Context {
         account: &state.account,
         bot_open_id: &state.bot_open_id,
+        api: Some(&state.api),
     };
     let message = match event::normalise(&ctx, &header.event_id, raw) {
         Ok(message) => message,

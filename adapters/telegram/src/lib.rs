@@ -19,6 +19,7 @@ mod entities;
 pub mod error;
 mod format;
 mod inbound;
+mod media;
 mod normalise;
 mod polling;
 pub mod sender;
@@ -157,6 +158,10 @@ impl TelegramAdapter {
                     .iter()
                     .copied()
                     .collect::<HashSet<_>>(),
+                files: Some(media::Files {
+                    bot: bot.clone(),
+                    scrubber: scrubber.clone(),
+                }),
             },
             sink,
         });

@@ -8,20 +8,23 @@
 //! to one of its messages; chats listed in `free_response_chats` count as
 //! always addressed. Mentions of the bot are stripped from the text and
 //! `/cmd@botname` becomes `/cmd`; a message starting with `/cmd@otherbot` is
-//! not for us and is skipped. Captions count as text. Only new messages are
+//! not for us and is skipped. Captions count as text; media (the largest
+//! size of a photo) come with a fetcher of their bytes. Only new messages are
 //! handled; edits, channel posts and other update kinds are skipped.
 
 use std::collections::HashSet;
 use std::ops::Range;
 
+use switchboard_contract::MediaFetcher;
 use switchboard_contract::{
     AccountId, Attachment, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender,
     ThreadId, UserId,
 };
-use teloxide_core::types::{Message, MessageEntityKind, Update, UpdateKind};
+use teloxide_core::types::{FileMeta, Message, MessageEntityKind, Update, UpdateKind};
 
 use crate::PLATFORM;
 use crate::entities::{self, Entity};
+use crate::media::{Files, TelegramFile};
 
 /// The bot's own account, from `getMe`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +55,8 @@ pub(crate) struct Normaliser {
     pub identity: BotIdentity,
     pub account: AccountId,
     pub free_response_chats: HashSet<i64>,
+    /// Downloads files for the core; `None` in tests of normalisation.
+    pub files: Option<Files>,
 }
 
 impl Normaliser {
@@ -63,7 +68,7 @@ impl Normaliser {
         let from = message.from.as_ref().ok_or(Skip::NoSender)?;
         let direct = message.chat.is_private();
         let address = self.address(message)?;
-        let attachments = attachments(message);
+        let attachments = attachments(message, self.files.as_ref());
         if address.text.is_empty() && attachments.is_empty() {
             return Err(Skip::Empty);
         }
@@ -218,34 +223,52 @@ fn strip(text: &str, mut cuts: Vec<Range<usize>>) -> String {
     out.trim().to_owned()
 }
 
-/// References to the media of `message` (no URLs: Telegram file URLs embed
-/// the bot token).
-fn attachments(message: &Message) -> Vec<Attachment> {
+/// The media of `message`, each with a fetcher of its bytes when `files`
+/// is given (never a URL: Telegram file URLs embed the bot token). A photo
+/// is taken at its largest size.
+fn attachments(message: &Message, files: Option<&Files>) -> Vec<Attachment> {
     let mut found = Vec::new();
-    let mut add = |kind: &str, name: Option<&String>| {
+    let mut add = |kind: &str, file: &FileMeta, name: Option<&String>, mime: Option<String>| {
+        let size = Some(u64::from(file.size)).filter(|&size| size > 0);
         found.push(Attachment {
-            kind: kind.to_owned(),
-            url: None,
-            name: name.cloned(),
+            media_type: mime,
+            size,
+            fetch: files.map(|files| {
+                MediaFetcher::new(TelegramFile {
+                    files: files.clone(),
+                    file_id: file.id.0.clone(),
+                    size,
+                })
+            }),
+            ..Attachment::new(kind, name.cloned())
         });
     };
-    if message.photo().is_some() {
-        add("photo", None);
+    if let Some(largest) = message.photo().and_then(<[_]>::last) {
+        add("photo", &largest.file, None, None);
     }
     if let Some(document) = message.document() {
-        add("document", document.file_name.as_ref());
+        let mime = document.mime_type.as_ref().map(ToString::to_string);
+        add(
+            "document",
+            &document.file,
+            document.file_name.as_ref(),
+            mime,
+        );
     }
     if let Some(audio) = message.audio() {
-        add("audio", audio.file_name.as_ref());
+        let mime = audio.mime_type.as_ref().map(ToString::to_string);
+        add("audio", &audio.file, audio.file_name.as_ref(), mime);
     }
     if let Some(video) = message.video() {
-        add("video", video.file_name.as_ref());
+        let mime = video.mime_type.as_ref().map(ToString::to_string);
+        add("video", &video.file, video.file_name.as_ref(), mime);
     }
-    if message.voice().is_some() {
-        add("voice", None);
+    if let Some(voice) = message.voice() {
+        let mime = voice.mime_type.as_ref().map(ToString::to_string);
+        add("voice", &voice.file, None, mime);
     }
-    if message.sticker().is_some() {
-        add("sticker", None);
+    if let Some(sticker) = message.sticker() {
+        add("sticker", &sticker.file, None, None);
     }
     found
 }
@@ -289,6 +312,7 @@ mod tests {
                 },
                 account: AccountId::parse("999").expect("an account id"),
                 free_response_chats: HashSet::new(),
+                files: None,
             }
         }
 

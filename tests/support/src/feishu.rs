@@ -4,7 +4,9 @@
 //! scripted answers before succeeding. Like Feishu it refuses tokens it was
 //! told to revoke (with the token error code given) and posts a message
 //! whose `uuid` it has seen before only once, answering the repeat with the
-//! first message's id. Also builders for the events Feishu posts to the
+//! first message's id. Resources added with [`FakeFeishu::add_resource`]
+//! are served from `im/v1/messages/{id}/resources/{key}` to a bearer of a
+//! live tenant token. Also builders for the events Feishu posts to the
 //! webhook.
 
 use std::collections::{HashMap, VecDeque};
@@ -102,6 +104,10 @@ impl FakeFeishu {
             .route("/open-apis/im/v1/messages", post(fake_send))
             .route("/open-apis/im/v1/messages/{id}/reply", post(fake_reply))
             .route("/open-apis/im/v1/messages/{id}", patch(fake_update))
+            .route(
+                "/open-apis/im/v1/messages/{id}/resources/{key}",
+                get(fake_resource),
+            )
             .with_state(Arc::clone(&state));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -146,6 +152,20 @@ impl FakeFeishu {
     /// Requests whose `uuid` had been seen before, so nothing was posted.
     pub fn deduplicated(&self) -> usize {
         self.state.deduplicated.load(Ordering::SeqCst)
+    }
+
+    /// Serves `bytes` as the resource `key` of message `message_id`.
+    pub fn add_resource(&self, message_id: &str, key: &str, bytes: &[u8]) {
+        self.state
+            .resources
+            .lock()
+            .expect("lock")
+            .insert((message_id.to_owned(), key.to_owned()), bytes.to_vec());
+    }
+
+    /// The resource downloads so far: (message id, key, `type` query).
+    pub fn resource_downloads(&self) -> Vec<(String, String, Option<String>)> {
+        self.state.downloads.lock().expect("lock").clone()
     }
 
     /// Revokes every tenant token issued so far: requests bearing one are
@@ -214,6 +234,55 @@ struct FakeState {
     revoked: Mutex<HashMap<String, i64>>,
     /// Accepted card updates: (message id, request).
     updates: Mutex<Vec<(String, Recorded)>>,
+    /// Message resources by (message id, key).
+    resources: Mutex<HashMap<(String, String), Vec<u8>>>,
+    /// Resources served: (message id, key, query).
+    downloads: Mutex<Vec<(String, String, Option<String>)>>,
+}
+
+/// Serves a resource added with [`FakeFeishu::add_resource`] to a bearer
+/// of a token the fake issued and did not revoke.
+async fn fake_resource(
+    State(state): State<Arc<FakeState>>,
+    Path((id, key)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let authorization = headers
+        .get("authorization")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    if !authorization.starts_with("Bearer t-")
+        || state
+            .revoked
+            .lock()
+            .expect("lock")
+            .contains_key(&authorization)
+    {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"code": 99_991_663, "msg": "invalid access token"})),
+        )
+            .into_response();
+    }
+    let bytes = state
+        .resources
+        .lock()
+        .expect("lock")
+        .get(&(id.clone(), key.clone()))
+        .cloned();
+    match bytes {
+        Some(bytes) => {
+            state.downloads.lock().expect("lock").push((id, key, query));
+            bytes.into_response()
+        }
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"code": 234_003, "msg": "file not found"})),
+        )
+            .into_response(),
+    }
 }
 
 async fn fake_token(State(state): State<Arc<FakeState>>, Json(body): Json<Value>) -> Json<Value> {

@@ -8,6 +8,8 @@
 //! `getUpdates` for the bot arrives (two processes polling one bot), and
 //! counts those conflicts; started with [`FakeTelegram::start_confirming`]
 //! it also keeps updates until a later poll confirms them, as Telegram does.
+//! Files added with [`FakeTelegram::add_file`] are described by `getFile`
+//! and served from `/file/bot<token>/<file_path>`, as Telegram serves them.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -19,7 +21,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use url::Url;
@@ -94,6 +96,7 @@ impl FakeTelegram {
         let api = Arc::new(api);
         let app = Router::new()
             .route("/{bot}/{method}", post(handle))
+            .route("/file/{bot}/{*path}", get(download))
             .with_state(Arc::clone(&api));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -263,6 +266,119 @@ impl FakeTelegram {
         reply.text
     }
 
+    /// Makes a file downloadable under `file_id` (`getFile`, then
+    /// `/file/bot<token>/files/<file_id>`).
+    pub fn add_file(&self, file_id: &str, bytes: &[u8]) {
+        self.api
+            .files
+            .lock()
+            .expect("lock")
+            .insert(file_id.to_owned(), bytes.to_vec());
+    }
+
+    /// How many times the file `file_id` was downloaded.
+    pub fn downloads(&self, file_id: &str) -> usize {
+        self.api
+            .downloads
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|id| *id == file_id)
+            .count()
+    }
+
+    /// Queues a photo (the file `file_id`, added with
+    /// [`FakeTelegram::add_file`], of `width`×`height`) from `user` in
+    /// their private chat, with `caption` if any.
+    pub fn dm_photo(&self, user: TgUser, file_id: &str, size: (u32, u32), caption: Option<&str>) {
+        let bytes = self
+            .api
+            .files
+            .lock()
+            .expect("lock")
+            .get(file_id)
+            .map(Vec::len);
+        let mut message = self.new_message(
+            json!({"id": user.id, "type": "private", "first_name": user.first_name}),
+            user,
+        );
+        message["photo"] = json!([
+            {"file_id": format!("{file_id}-thumb"), "file_unique_id": "thumb",
+             "width": 1, "height": 1},
+            {"file_id": file_id, "file_unique_id": file_id, "width": size.0,
+             "height": size.1, "file_size": bytes.unwrap_or(0)},
+        ]);
+        if let Some(caption) = caption {
+            message["caption"] = json!(caption);
+        }
+        self.push_built(message);
+    }
+
+    /// Queues a document (the file `file_id`, added with
+    /// [`FakeTelegram::add_file`], named `file_name`, declared
+    /// `mime_type`) from `user` in their private chat, with `caption` if any.
+    pub fn dm_document(
+        &self,
+        user: TgUser,
+        file_id: &str,
+        file_name: &str,
+        mime_type: &str,
+        caption: Option<&str>,
+    ) {
+        let bytes = self
+            .api
+            .files
+            .lock()
+            .expect("lock")
+            .get(file_id)
+            .map(Vec::len);
+        let mut message = self.new_message(
+            json!({"id": user.id, "type": "private", "first_name": user.first_name}),
+            user,
+        );
+        message["document"] = json!({"file_id": file_id, "file_unique_id": file_id,
+            "file_name": file_name, "mime_type": mime_type, "file_size": bytes.unwrap_or(0)});
+        if let Some(caption) = caption {
+            message["caption"] = json!(caption);
+        }
+        self.push_built(message);
+    }
+
+    /// Queues a voice note (the file `file_id`) from `user` in their
+    /// private chat.
+    pub fn dm_voice(&self, user: TgUser, file_id: &str) {
+        let mut message = self.new_message(
+            json!({"id": user.id, "type": "private", "first_name": user.first_name}),
+            user,
+        );
+        message["voice"] = json!({"file_id": file_id, "file_unique_id": file_id,
+            "duration": 2, "mime_type": "audio/ogg", "file_size": 12});
+        self.push_built(message);
+    }
+
+    /// A message from `user` in `chat`, numbered, without content.
+    fn new_message(&self, chat: Value, user: TgUser) -> Value {
+        let mut queue = self.api.queue.lock().expect("lock");
+        queue.next_message_id += 1;
+        json!({
+            "message_id": queue.next_message_id, "date": 1_700_000_000,
+            "chat": chat,
+            "from": {"id": user.id, "is_bot": false, "first_name": user.first_name},
+        })
+    }
+
+    /// Queues `message` in an update of its own.
+    fn push_built(&self, message: Value) {
+        let mut queue = self.api.queue.lock().expect("lock");
+        queue.next_update_id += 1;
+        let update_id = queue.next_update_id;
+        queue
+            .updates
+            .push_back(json!({"update_id": update_id, "message": message}));
+        drop(queue);
+        self.api.queued.notify_one();
+    }
+
     fn push_message(&self, chat: Value, user: TgUser, text: &str) {
         let mut queue = self.api.queue.lock().expect("lock");
         queue.next_update_id += 1;
@@ -349,6 +465,10 @@ struct BotApi {
     polling: Mutex<Polling>,
     /// Updates stay queued until a `getUpdates` offset confirms them.
     confirming: bool,
+    /// Downloadable files by file id.
+    files: Mutex<HashMap<String, Vec<u8>>>,
+    /// The file ids downloaded, in order.
+    downloads: Mutex<Vec<String>>,
 }
 
 /// The `getUpdates` being held, and how many were cut short by another.
@@ -438,6 +558,28 @@ async fn handle(
     response
 }
 
+/// Serves a file added with [`FakeTelegram::add_file`] at its
+/// `getFile` path (`files/<file_id>`).
+async fn download(
+    State(api): State<Arc<BotApi>>,
+    Path((bot, path)): Path<(String, String)>,
+) -> Response {
+    if bot != format!("bot{TOKEN}") {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let Some(file_id) = path.strip_prefix("files/") else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let bytes = api.files.lock().expect("lock").get(file_id).cloned();
+    match bytes {
+        Some(bytes) => {
+            api.downloads.lock().expect("lock").push(file_id.to_owned());
+            bytes.into_response()
+        }
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
 /// The successful answer to `method`; `None` for a `getUpdates` that
 /// another one cut short (409 Conflict).
 async fn default_result(api: &BotApi, method: &str, body: &Value) -> Option<Value> {
@@ -467,6 +609,12 @@ async fn default_result(api: &BotApi, method: &str, body: &Value) -> Option<Valu
             json!({"message_id": body["message_id"], "date": 1_700_000_000,
                    "edit_date": 1_700_000_001, "chat": chat_of(chat_id),
                    "from": me(), "text": body["text"]})
+        }
+        "getfile" => {
+            let file_id = body["file_id"].as_str().unwrap_or_default();
+            let size = api.files.lock().expect("lock").get(file_id).map(Vec::len);
+            json!({"file_id": file_id, "file_unique_id": file_id,
+                   "file_size": size.unwrap_or(0), "file_path": format!("files/{file_id}")})
         }
         _ => json!(true),
     };

@@ -9,7 +9,8 @@
 //! RESUME → RESUMED or Invalid Session, heartbeat ACKs, MESSAGE_CREATE for
 //! what a user sends; on demand it goes down (connections dropped, new ones
 //! refused), refuses RESUME, or sends a close frame with a chosen status code
-//! or none.
+//! or none. Files a user attaches ([`FakeDiscord::user_sends_file`]) are
+//! served from its CDN path `/attachments/{id}/{filename}`.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -95,6 +96,8 @@ struct Inner {
     history: HashMap<String, Vec<Value>>,
     gateway: Gateway,
     gateway_url: String,
+    /// Attachment bytes by CDN path (`{id}/{filename}`).
+    files: HashMap<String, Vec<u8>>,
 }
 
 #[derive(Clone, Default)]
@@ -150,6 +153,45 @@ impl FakeDiscord {
         let id = inner.next_id;
         inner.next_id += 1;
         let message = user_message_json(id, channel, text);
+        inner
+            .history
+            .entry(channel.to_string())
+            .or_default()
+            .push(message.clone());
+        if let Some(live) = &inner.gateway.live {
+            let _ = live.send(Command::Dispatch("MESSAGE_CREATE", message));
+        }
+        id
+    }
+
+    /// A user sends `text` with the file `filename` (`bytes`, declared as
+    /// `content_type`) in the DM channel `channel`, as
+    /// [`Self::user_sends_dm`]; the file is served at the attachment's
+    /// URL. Returns the message id.
+    pub fn user_sends_file(
+        &self,
+        channel: u64,
+        text: &str,
+        filename: &str,
+        content_type: &str,
+        bytes: &[u8],
+    ) -> u64 {
+        let mut inner = self.shared.lock();
+        let id = inner.next_id;
+        inner.next_id += 2;
+        let attachment_id = id + 1;
+        let path = format!("{attachment_id}/{filename}");
+        inner.files.insert(path.clone(), bytes.to_vec());
+        let mut message = user_message_json(id, channel, text);
+        let url = format!("http://{}/attachments/{path}", self.addr);
+        message["attachments"] = json!([{
+            "id": attachment_id.to_string(),
+            "filename": filename,
+            "size": bytes.len(),
+            "url": url,
+            "proxy_url": url,
+            "content_type": content_type,
+        }]);
         inner
             .history
             .entry(channel.to_string())
@@ -284,7 +326,19 @@ fn router(shared: Shared) -> Router {
             "/api/v10/channels/{channel_id}/messages/{message_id}",
             patch(edit_message),
         )
+        .route("/attachments/{id}/{filename}", get(attachment))
         .with_state(shared)
+}
+
+/// A file attached with [`FakeDiscord::user_sends_file`].
+async fn attachment(
+    State(shared): State<Shared>,
+    Path((id, filename)): Path<(String, String)>,
+) -> Response {
+    match shared.lock().files.get(&format!("{id}/{filename}")) {
+        Some(bytes) => bytes.clone().into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 async fn bot_gateway(State(shared): State<Shared>) -> Json<Value> {

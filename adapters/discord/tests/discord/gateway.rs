@@ -242,3 +242,29 @@ async fn a_fatal_close_code_stops_the_worker_with_its_explanation() {
     );
     assert_eq!(app.fake.gateway_ops(), [2], "no reconnect after 4014");
 }
+
+#[tokio::test]
+async fn an_attachment_comes_with_a_fetcher_of_its_bytes_within_the_cap() {
+    let app = Running::start().await;
+    let bytes = b"\x89PNG\r\n\x1a\n not really the rest of a png";
+    app.fake
+        .user_sends_file(DM, "", "dot.png", "image/png", bytes);
+    eventually("the file message is submitted", || async {
+        !app.sink.submitted().is_empty()
+    })
+    .await;
+    let message = app.sink.submitted().remove(0);
+    assert_eq!(message.text, "", "a file without text is not dropped");
+    let file = &message.attachments[0];
+    assert_eq!(file.kind, "image");
+    assert_eq!(file.name.as_deref(), Some("dot.png"));
+    assert_eq!(file.media_type.as_deref(), Some("image/png"));
+    assert_eq!(file.size, Some(bytes.len() as u64));
+    let fetch = file.fetch.as_ref().expect("a fetcher");
+    assert_eq!(fetch.fetch(1024).await.expect("downloaded"), bytes);
+    assert!(matches!(
+        fetch.fetch(8).await,
+        Err(switchboard_contract::FetchError::TooLarge { limit: 8, .. })
+    ));
+    app.stop().await;
+}

@@ -306,14 +306,26 @@ async fn unknown_event_types_are_acknowledged_and_ignored() {
 }
 
 #[tokio::test]
-async fn image_messages_are_acknowledged_and_ignored() {
+async fn image_messages_are_submitted_with_a_fetcher_and_stickers_ignored() {
     let app = spawn_app().await;
     let mut event = message_event("ev-1", "p2p", "", json!([]));
     event["event"]["message"]["message_type"] = json!("image");
     event["event"]["message"]["content"] = json!(r#"{"image_key":"img_v2"}"#);
 
     assert_eq!(app.post_json(&event).await.status(), 200);
-    assert!(app.submissions().is_empty());
+    let submissions = app.submissions();
+    assert_eq!(submissions.len(), 1);
+    let attachments = &submissions[0].attachments;
+    assert_eq!(attachments.len(), 1);
+    assert_eq!(attachments[0].kind, "image");
+    assert!(attachments[0].fetch.is_some(), "the core can download it");
+    assert_eq!(attachments[0].url, None, "no URL leaves the adapter");
+
+    let mut sticker = message_event("ev-2", "p2p", "", json!([]));
+    sticker["event"]["message"]["message_type"] = json!("sticker");
+    sticker["event"]["message"]["content"] = json!(r#"{"file_key":"v2_sticker"}"#);
+    assert_eq!(app.post_json(&sticker).await.status(), 200);
+    assert_eq!(app.submissions().len(), 1, "a sticker is ignored");
 }
 
 #[tokio::test]

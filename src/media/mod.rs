@@ -1,0 +1,613 @@
+//! Media in conversations: attachments fetched from platforms are kept in
+//! the [blob store](blobs) once each, content-addressed by SHA-256, and the
+//! user's message references them by hash ([`MediaRef`]), so history
+//! replays byte-identically and any instance can rebuild a model request.
+//!
+//! What is taken today: images (PNG, JPEG, GIF, WebP, recognised by their
+//! bytes, not by the declared type) up to `media.max_file_bytes`, and text
+//! documents (plain text, Markdown, code, CSV, JSON: named or declared so,
+//! and UTF-8) up to `media.max_text_bytes`. A vision model
+//! (`media.vision_models`) gets images as image parts; another model gets a
+//! one-line note in their place. Every model gets a document's text, between
+//! a header and a footer naming the file. A file over the cap, of another
+//! type, or that cannot be downloaded is answered with a reply that says
+//! so, and no turn runs for that message; so is a voice note or audio file
+//! (no transcription yet: the reply says voice notes are not enabled).
+
+pub mod blobs;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::{Deserialize, Serialize};
+use switchboard_contract::{Attachment, FetchError};
+
+use crate::config::MediaSettings;
+use blobs::{BlobError, BlobStore, LocalBlobs, hash_of};
+
+/// A file attached to a user message, by its blob.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MediaRef {
+    /// The SHA-256 of the bytes, lowercase hex: the blob's name.
+    pub hash: String,
+    /// The media type read off the bytes (`image/png`).
+    pub media_type: String,
+    /// The file name the platform gave, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Size in bytes.
+    pub size: u64,
+    /// Pixel width, for images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u32>,
+    /// Pixel height, for images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub height: Option<u32>,
+    /// What the model request shows for it; set for each request, never
+    /// stored.
+    #[serde(skip)]
+    pub shown: Shown,
+}
+
+/// How a [`MediaRef`] appears in a model request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Shown {
+    /// A note: the model has no vision.
+    #[default]
+    NoVision,
+    /// The image itself (its bytes, loaded from the blob store).
+    Image(Arc<[u8]>),
+    /// A note: the blob is no longer stored.
+    Missing,
+    /// A text document's content (any model reads it).
+    Document(Arc<str>),
+}
+
+impl MediaRef {
+    /// Whether this is an image.
+    #[must_use]
+    pub fn is_image(&self) -> bool {
+        self.media_type.starts_with("image/")
+    }
+
+    /// The text standing for a text document: its content between a header
+    /// and a footer that name it; the note when it is not loaded.
+    #[must_use]
+    pub fn document_text(&self) -> String {
+        let name = self.name.as_deref().unwrap_or("unnamed");
+        match &self.shown {
+            Shown::Document(text) => {
+                format!("[file: {name}]\n{text}\n[end of file: {name}]")
+            }
+            _ => format!(
+                "[file: {name}, {} bytes, not shown: the file is no longer stored]",
+                self.size
+            ),
+        }
+    }
+
+    /// The text that stands in for the file when it is not shown, e.g.
+    /// `[image: photo.jpg, 1280×960, not shown: this model has no vision]`
+    /// (a photo without a file name: `[image: 1280×960, …]`).
+    #[must_use]
+    pub fn note(&self) -> String {
+        if !self.is_image() {
+            return self.document_text();
+        }
+        let size = match (self.width, self.height) {
+            (Some(width), Some(height)) => format!("{width}×{height}"),
+            _ => format!("{} bytes", self.size),
+        };
+        let why = match self.shown {
+            Shown::Missing => "not shown: the file is no longer stored",
+            _ => "not shown: this model has no vision",
+        };
+        match self.name.as_deref().filter(|name| !name.is_empty()) {
+            Some(name) => format!("[image: {name}, {size}, {why}]"),
+            None => format!("[image: {size}, {why}]"),
+        }
+    }
+}
+
+/// One part of a user message as a model request shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part<'a> {
+    Text(Cow<'a, str>),
+    /// An image: its media type and its bytes in standard base64.
+    Image {
+        media_type: &'a str,
+        base64: String,
+    },
+}
+
+/// The parts of a user message with text `content` and files `media`, for a
+/// provider to encode: the text alone when no image is shown (the notes of
+/// files not shown and the text of documents appended, one per line), else the text (when not empty)
+/// followed by each file in order, as an image or its note. The same
+/// message always gives the same parts.
+#[must_use]
+pub fn user_parts<'a>(content: &'a str, media: &'a [MediaRef]) -> Vec<Part<'a>> {
+    if media.is_empty() {
+        return vec![Part::Text(Cow::Borrowed(content))];
+    }
+    if !media
+        .iter()
+        .any(|file| matches!(file.shown, Shown::Image(_)))
+    {
+        let mut text = content.to_owned();
+        for file in media {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&file.note());
+        }
+        return vec![Part::Text(Cow::Owned(text))];
+    }
+    let mut parts = Vec::with_capacity(media.len() + 1);
+    if !content.is_empty() {
+        parts.push(Part::Text(Cow::Borrowed(content)));
+    }
+    for file in media {
+        parts.push(match &file.shown {
+            Shown::Image(bytes) => Part::Image {
+                media_type: &file.media_type,
+                base64: BASE64.encode(bytes),
+            },
+            _ => Part::Text(Cow::Owned(file.note())),
+        });
+    }
+    parts
+}
+
+/// Why a message's attachments were not taken: the reply the sender gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Over `media.max_file_bytes`.
+    TooLarge { name: String, limit: u64 },
+    /// Not a file type the gateway reads.
+    Unsupported { name: String, kind: String },
+    /// A text document longer than `media.max_text_bytes`.
+    TextTooLong { name: String, limit: u64 },
+    /// The platform gave no way to download it, or the download failed.
+    Unavailable { name: String },
+    /// A voice note or audio file: no transcription is configured.
+    Voice,
+}
+
+impl Refusal {
+    /// The reply for the sender.
+    #[must_use]
+    pub fn reply(&self) -> String {
+        match self {
+            Self::TooLarge { name, limit } => format!(
+                "Sorry, {name} is too large: files can be at most {} here.",
+                human_bytes(*limit)
+            ),
+            Self::Unsupported { name, kind } => format!(
+                "Sorry, I can't read {name} ({kind}): only images (PNG, JPEG, GIF, WebP) and \
+                 text files (plain text, Markdown, code, CSV, JSON) are supported so far."
+            ),
+            Self::TextTooLong { name, limit } => format!(
+                "Sorry, {name} is too long: text files can be at most {} here.",
+                human_bytes(*limit)
+            ),
+            Self::Unavailable { name } => {
+                format!("Sorry, I could not download {name}; please send it again.")
+            }
+            Self::Voice => "Sorry, voice notes are not enabled here: no transcription is \
+                            configured. Please send your message as text."
+                .to_owned(),
+        }
+    }
+}
+
+/// `bytes` for people: `20 MiB`, `512 KiB`, `300 bytes`.
+fn human_bytes(bytes: u64) -> String {
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * KIB;
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else if bytes >= MIB {
+        format!("{:.1} MiB", bytes as f64 / MIB as f64)
+    } else if bytes >= KIB {
+        format!("{} KiB", bytes / KIB)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// A media failure that is the gateway's, not the sender's.
+#[derive(Debug, thiserror::Error)]
+pub enum MediaError {
+    #[error(transparent)]
+    Blob(#[from] BlobError),
+}
+
+/// The media service: takes attachments in, and shows them to models.
+pub struct Media {
+    blobs: Arc<dyn BlobStore>,
+    max_file_bytes: u64,
+    max_text_bytes: u64,
+    vision_models: Vec<String>,
+}
+
+impl Media {
+    /// The service over `blobs` with `settings`' limits.
+    #[must_use]
+    pub fn new(blobs: Arc<dyn BlobStore>, settings: &MediaSettings) -> Self {
+        Self {
+            blobs,
+            max_file_bytes: settings.max_file_bytes,
+            max_text_bytes: settings.max_text_bytes,
+            vision_models: settings.vision_models.clone(),
+        }
+    }
+
+    /// The service of `settings`: blobs in `media.folder`.
+    #[must_use]
+    pub fn from_settings(settings: &MediaSettings) -> Self {
+        Self::new(Arc::new(LocalBlobs::new(&settings.folder)), settings)
+    }
+
+    /// Whether `model` is shown images.
+    #[must_use]
+    pub fn has_vision(&self, model: &str) -> bool {
+        self.vision_models.iter().any(|name| name == model)
+    }
+
+    /// Downloads and stores each attachment. `Ok(Err(_))` is the first
+    /// attachment that cannot be taken, with the reply for the sender.
+    ///
+    /// # Errors
+    /// The blob store failed.
+    pub async fn ingest(
+        &self,
+        attachments: &[Attachment],
+    ) -> Result<Result<Vec<MediaRef>, Refusal>, MediaError> {
+        let mut refs = Vec::with_capacity(attachments.len());
+        for attachment in attachments {
+            let name = display_name(attachment);
+            if is_audio(attachment) {
+                return Ok(Err(Refusal::Voice));
+            }
+            if let Some(size) = attachment.size.filter(|&size| size > self.max_file_bytes) {
+                tracing::info!(
+                    size,
+                    limit = self.max_file_bytes,
+                    "attachment over the size cap"
+                );
+                return Ok(Err(Refusal::TooLarge {
+                    name,
+                    limit: self.max_file_bytes,
+                }));
+            }
+            let Some(fetch) = &attachment.fetch else {
+                return Ok(Err(Refusal::Unsupported {
+                    name,
+                    kind: attachment.kind.clone(),
+                }));
+            };
+            let bytes = match fetch.fetch(self.max_file_bytes).await {
+                Ok(bytes) => bytes,
+                Err(FetchError::TooLarge { size, limit }) => {
+                    tracing::info!(size, limit, "attachment over the size cap");
+                    return Ok(Err(Refusal::TooLarge {
+                        name,
+                        limit: self.max_file_bytes,
+                    }));
+                }
+                Err(FetchError::Failed(reason)) => {
+                    tracing::warn!(%reason, kind = %attachment.kind, "attachment download failed");
+                    return Ok(Err(Refusal::Unavailable { name }));
+                }
+            };
+            let (media_type, width, height) = if let Some(image) = sniff_image(&bytes) {
+                match imagesize::blob_size(&bytes) {
+                    Ok(size) => (
+                        image,
+                        u32::try_from(size.width).ok(),
+                        u32::try_from(size.height).ok(),
+                    ),
+                    Err(_) => (image, None, None),
+                }
+            } else if let Some(text) = text_type(attachment, &bytes) {
+                if bytes.len() as u64 > self.max_text_bytes {
+                    return Ok(Err(Refusal::TextTooLong {
+                        name,
+                        limit: self.max_text_bytes,
+                    }));
+                }
+                (text, None, None)
+            } else {
+                let kind = attachment
+                    .media_type
+                    .clone()
+                    .unwrap_or_else(|| attachment.kind.clone());
+                return Ok(Err(Refusal::Unsupported { name, kind }));
+            };
+            let hash = hash_of(&bytes);
+            let new = self.blobs.put(&hash, &bytes).await?;
+            tracing::debug!(%hash, new, size = bytes.len(), "attachment stored");
+            refs.push(MediaRef {
+                hash,
+                media_type: media_type.to_owned(),
+                name: attachment.name.clone(),
+                size: bytes.len() as u64,
+                width,
+                height,
+                shown: Shown::NoVision,
+            });
+        }
+        Ok(Ok(refs))
+    }
+
+    /// Sets how each of `refs` is shown to `model`: the image (loaded from
+    /// the blob store) for a vision model, a note otherwise.
+    ///
+    /// # Errors
+    /// The blob store failed.
+    pub async fn show(&self, model: &str, refs: &mut [MediaRef]) -> Result<(), MediaError> {
+        let vision = self.has_vision(model);
+        for media in refs {
+            media.shown = if !media.is_image() {
+                match self.blobs.get(&media.hash).await? {
+                    Some(bytes) => Shown::Document(Arc::from(String::from_utf8_lossy(&bytes))),
+                    None => Shown::Missing,
+                }
+            } else if !vision {
+                Shown::NoVision
+            } else {
+                match self.blobs.get(&media.hash).await? {
+                    Some(bytes) => Shown::Image(Arc::from(bytes)),
+                    None => Shown::Missing,
+                }
+            };
+        }
+        Ok(())
+    }
+}
+
+/// Whether `attachment` is a voice note or an audio file (by the
+/// platform's kind or declared type; it is not downloaded).
+fn is_audio(attachment: &Attachment) -> bool {
+    matches!(attachment.kind.as_str(), "voice" | "audio")
+        || attachment
+            .media_type
+            .as_deref()
+            .is_some_and(|media_type| media_type.starts_with("audio/"))
+}
+
+/// How the sender would call the attachment: its name, else its kind.
+fn display_name(attachment: &Attachment) -> String {
+    match attachment
+        .name
+        .as_deref()
+        .filter(|name| !name.trim().is_empty())
+    {
+        Some(name) => format!("\"{name}\""),
+        None => format!("the {}", attachment.kind),
+    }
+}
+
+/// File name endings of text files taken as documents, with their type.
+const TEXT_EXTENSIONS: &[(&str, &str)] = &[
+    ("txt", "text/plain"),
+    ("log", "text/plain"),
+    ("md", "text/markdown"),
+    ("markdown", "text/markdown"),
+    ("csv", "text/csv"),
+    ("tsv", "text/tab-separated-values"),
+    ("json", "application/json"),
+    ("rs", "text/x-rust"),
+    ("py", "text/x-python"),
+    ("js", "text/javascript"),
+    ("ts", "text/x-typescript"),
+    ("go", "text/x-go"),
+    ("java", "text/x-java"),
+    ("c", "text/x-c"),
+    ("h", "text/x-c"),
+    ("cpp", "text/x-c++"),
+    ("sh", "text/x-shellscript"),
+    ("toml", "text/x-toml"),
+    ("yaml", "text/yaml"),
+    ("yml", "text/yaml"),
+    ("xml", "text/xml"),
+    ("html", "text/html"),
+    ("css", "text/css"),
+    ("sql", "text/x-sql"),
+];
+
+/// The type of a text document: `attachment` is named like one (or
+/// declared `text/*` or JSON) and `bytes` are UTF-8 without NUL bytes.
+fn text_type(attachment: &Attachment, bytes: &[u8]) -> Option<&'static str> {
+    if bytes.contains(&0) || std::str::from_utf8(bytes).is_err() {
+        return None;
+    }
+    let extension = attachment
+        .name
+        .as_deref()
+        .and_then(|name| name.rsplit_once('.'))
+        .map(|(_, extension)| extension.to_ascii_lowercase());
+    if let Some(found) = extension.as_deref().and_then(|extension| {
+        TEXT_EXTENSIONS
+            .iter()
+            .find(|(known, _)| *known == extension)
+            .map(|(_, media_type)| *media_type)
+    }) {
+        return Some(found);
+    }
+    match attachment.media_type.as_deref() {
+        Some("application/json") => Some("application/json"),
+        Some(declared) if declared.starts_with("text/") => Some("text/plain"),
+        _ => None,
+    }
+}
+
+/// The image type of `bytes`, read off their signature.
+#[must_use]
+pub fn sniff_image(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some("image/jpeg")
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
+/// A 1×1 PNG, for tests.
+#[cfg(test)]
+pub(crate) const TINY_PNG: &[u8] = &[
+    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1F, 0x15, 0xC4,
+    0x89, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9C, 0x63, 0xF8, 0xCF, 0xC0, 0xF0,
+    0x1F, 0x00, 0x05, 0x00, 0x01, 0xFF, 0x89, 0x99, 0x3D, 0x1D, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82,
+];
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+    use switchboard_contract::{FetchMedia, MediaFetcher};
+
+    use super::blobs::MemoryBlobs;
+    use super::*;
+
+    struct Serve(Vec<u8>);
+
+    #[async_trait]
+    impl FetchMedia for Serve {
+        async fn fetch(&self, max_bytes: u64) -> Result<Vec<u8>, FetchError> {
+            if self.0.len() as u64 > max_bytes {
+                return Err(FetchError::TooLarge {
+                    size: self.0.len() as u64,
+                    limit: max_bytes,
+                });
+            }
+            Ok(self.0.clone())
+        }
+    }
+
+    fn photo(bytes: &[u8]) -> Attachment {
+        Attachment {
+            fetch: Some(MediaFetcher::new(Serve(bytes.to_vec()))),
+            ..Attachment::new("photo", Some("dot.png".to_owned()))
+        }
+    }
+
+    fn media(blobs: &MemoryBlobs, max: u64) -> Media {
+        let settings = MediaSettings {
+            max_file_bytes: max,
+            vision_models: vec!["seeing".to_owned()],
+            ..MediaSettings::default()
+        };
+        Media::new(Arc::new(blobs.clone()), &settings)
+    }
+
+    #[tokio::test]
+    async fn an_image_is_stored_once_with_its_size() {
+        let blobs = MemoryBlobs::default();
+        let media = media(&blobs, 1024);
+        let first = media.ingest(&[photo(TINY_PNG)]).await.expect("ingest");
+        let second = media.ingest(&[photo(TINY_PNG)]).await.expect("ingest");
+        let refs = first.expect("taken");
+        assert_eq!(Ok(refs.clone()), second);
+        assert_eq!(blobs.len(), 1);
+        assert_eq!(refs[0].media_type, "image/png");
+        assert_eq!((refs[0].width, refs[0].height), (Some(1), Some(1)));
+        assert_eq!(refs[0].hash, hash_of(TINY_PNG));
+    }
+
+    #[tokio::test]
+    async fn limits_and_types_are_refused_with_a_reply() {
+        let blobs = MemoryBlobs::default();
+        let media = media(&blobs, 16);
+        let refusal = media.ingest(&[photo(TINY_PNG)]).await.expect("ingest");
+        let Err(refusal) = refusal else {
+            panic!("over the cap: {refusal:?}")
+        };
+        assert!(refusal.reply().contains("16 bytes"), "{}", refusal.reply());
+        let refusal = media.ingest(&[photo(b"plain text")]).await.expect("ingest");
+        assert!(matches!(refusal, Err(Refusal::Unsupported { .. })));
+        let voice = Attachment {
+            kind: "voice".to_owned(),
+            ..photo(TINY_PNG)
+        };
+        let refusal = media.ingest(&[voice]).await.expect("ingest");
+        assert_eq!(refusal, Err(Refusal::Voice));
+        assert!(
+            Refusal::Voice
+                .reply()
+                .contains("voice notes are not enabled")
+        );
+        assert!(blobs.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_text_file_reaches_every_model_as_text_and_binary_files_are_refused() {
+        let blobs = MemoryBlobs::default();
+        let media = media(&blobs, 1024);
+        let notes = Attachment {
+            fetch: Some(MediaFetcher::new(Serve(b"# Plan\nship it".to_vec()))),
+            ..Attachment::new("document", Some("plan.md".to_owned()))
+        };
+        let mut refs = media
+            .ingest(&[notes])
+            .await
+            .expect("ingest")
+            .expect("taken");
+        assert_eq!(refs[0].media_type, "text/markdown");
+        media.show("blind", &mut refs).await.expect("show");
+        assert_eq!(
+            user_parts("see this", &refs),
+            vec![Part::Text(Cow::Owned(
+                "see this\n[file: plan.md]\n# Plan\nship it\n[end of file: plan.md]".to_owned()
+            ))]
+        );
+        let binary = Attachment {
+            fetch: Some(MediaFetcher::new(Serve(vec![0, 1, 2, 3]))),
+            ..Attachment::new("document", Some("data.txt".to_owned()))
+        };
+        let refusal = media.ingest(&[binary]).await.expect("ingest");
+        assert!(matches!(refusal, Err(Refusal::Unsupported { .. })));
+        let settings = MediaSettings {
+            max_text_bytes: 4,
+            ..MediaSettings::default()
+        };
+        let small = Media::new(Arc::new(blobs.clone()), &settings);
+        let long = Attachment {
+            fetch: Some(MediaFetcher::new(Serve(b"too long".to_vec()))),
+            ..Attachment::new("document", Some("a.txt".to_owned()))
+        };
+        let refusal = small.ingest(&[long]).await.expect("ingest");
+        let Err(refusal) = refusal else {
+            panic!("over the text cap: {refusal:?}")
+        };
+        assert!(refusal.reply().contains("4 bytes"), "{}", refusal.reply());
+    }
+
+    #[tokio::test]
+    async fn only_vision_models_are_shown_the_image() {
+        let blobs = MemoryBlobs::default();
+        let media = media(&blobs, 1024);
+        let mut refs = media
+            .ingest(&[photo(TINY_PNG)])
+            .await
+            .expect("ingest")
+            .expect("taken");
+        media.show("blind", &mut refs).await.expect("show");
+        assert_eq!(refs[0].shown, Shown::NoVision);
+        assert_eq!(
+            refs[0].note(),
+            "[image: dot.png, 1×1, not shown: this model has no vision]"
+        );
+        media.show("seeing", &mut refs).await.expect("show");
+        assert_eq!(refs[0].shown, Shown::Image(Arc::from(TINY_PNG)));
+    }
+}

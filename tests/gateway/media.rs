@@ -1,0 +1,344 @@
+//! Media end to end: photos sent to the fake Telegram are downloaded by the
+//! adapter, stored once in the blob folder, and reach the model as image
+//! parts (a vision model, OpenAI and Anthropic formats) or as a text note
+//! (any other model); an oversized photo gets the limit reply and no turn;
+//! a text document reaches the model as text and a PDF gets a reply naming
+//! its type; a voice note gets "voice notes are not enabled"; a Feishu image
+//! message is fetched with the tenant token.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde_json::Value;
+use switchboard::llm::ProviderKind;
+use switchboard_test_support::telegram::{FakeTelegram, TgUser};
+
+use crate::helpers::{FakeLlm, TestApp, telegram_settings};
+
+const ADA: TgUser = TgUser {
+    id: 777,
+    first_name: "Ada",
+};
+
+/// A valid 1×1 PNG (one red pixel).
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1F, 0x15, 0xC4,
+    0x89, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9C, 0x63, 0xF8, 0xCF, 0xC0, 0xF0,
+    0x1F, 0x00, 0x05, 0x00, 0x01, 0xFF, 0x89, 0x99, 0x3D, 0x1D, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82,
+];
+
+/// Every file under `folder`, recursively.
+fn files_under(folder: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_under(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// The content of the last user message of a request.
+fn last_user_content(body: &Value) -> Value {
+    body["messages"]
+        .as_array()
+        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
+        .map(|message| message["content"].clone())
+        .unwrap_or_default()
+}
+
+/// Sends `caption` with the photo `file_id` from Ada and waits for the
+/// reply, which it returns.
+async fn send_photo(telegram: &FakeTelegram, file_id: &str, caption: Option<&str>) -> String {
+    let before = telegram.sent().len();
+    telegram.dm_photo(ADA, file_id, (1, 1), caption);
+    telegram
+        .wait_for("the reply to the photo", || telegram.sent().len() > before)
+        .await;
+    telegram.sent().swap_remove(before).text
+}
+
+#[tokio::test]
+async fn a_vision_model_sees_the_photo_stored_once_and_the_prefix_holds() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("photo-1", PNG);
+    let llm = FakeLlm::echo().await;
+    let blobs = tempfile::tempdir().expect("tempdir");
+    let folder = blobs.path().join("media");
+    let gateway = TestApp::spawn_with(&llm, |s| {
+        s.telegram = Some(telegram_settings(&telegram));
+        s.media.vision_models = vec!["fake-model".to_owned()];
+        s.media.folder.clone_from(&folder);
+    })
+    .await;
+
+    // A photo without a caption is answered, not dropped.
+    send_photo(&telegram, "photo-1", None).await;
+    send_photo(&telegram, "photo-1", Some("and again")).await;
+
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2, "one model call per photo");
+    let data_url = format!("data:image/png;base64,{}", BASE64.encode(PNG));
+    let first = last_user_content(&requests[0].json());
+    assert_eq!(
+        first,
+        serde_json::json!([{"type": "image_url", "image_url": {"url": data_url}}]),
+        "a photo alone is one image part"
+    );
+    let second = last_user_content(&requests[1].json());
+    assert_eq!(
+        second,
+        serde_json::json!([
+            {"type": "text", "text": "and again"},
+            {"type": "image_url", "image_url": {"url": data_url}},
+        ]),
+        "the caption comes first, then the image"
+    );
+    // The second request replays the first turn byte for byte.
+    let before = requests[0].raw_messages();
+    let after = requests[1].raw_messages();
+    assert!(
+        after.starts_with(before.trim_end_matches(']')),
+        "the prompt prefix changed:\n{before}\n{after}"
+    );
+    // Downloaded twice (two messages), stored once.
+    assert_eq!(telegram.downloads("photo-1"), 2);
+    let stored = files_under(&folder);
+    assert_eq!(stored.len(), 1, "one blob for the same photo: {stored:?}");
+    assert_eq!(std::fs::read(&stored[0]).expect("blob"), PNG);
+    // The stored user entry refers to the blob by hash, no bytes in it.
+    let media: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT media FROM messages WHERE role = 'user' ORDER BY id")
+            .fetch_all(&mut *gateway.gateway.store.conn().await.expect("conn"))
+            .await
+            .expect("rows");
+    assert_eq!(media.len(), 2);
+    let refs: Value = serde_json::from_str(media[0].as_deref().expect("media")).expect("json");
+    let name = stored[0]
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("name");
+    assert_eq!(refs[0]["hash"], name);
+    assert_eq!(refs[0]["media_type"], "image/png");
+    assert_eq!(
+        (refs[0]["width"].as_u64(), refs[0]["height"].as_u64()),
+        (Some(1), Some(1))
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn an_anthropic_vision_model_gets_an_image_block() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("photo-a", PNG);
+    let llm = FakeLlm::echo().await;
+    let gateway = TestApp::spawn_with(&llm, |s| {
+        s.telegram = Some(telegram_settings(&telegram));
+        s.llm.provider = ProviderKind::Anthropic;
+        s.llm.base_url = llm.anthropic_base();
+        s.media.vision_models = vec!["fake-model".to_owned()];
+    })
+    .await;
+
+    send_photo(&telegram, "photo-a", Some("what is this?")).await;
+
+    let content = last_user_content(&llm.requests()[0].json());
+    let blocks = content.as_array().expect("blocks");
+    assert_eq!(blocks[0]["type"], "text");
+    assert_eq!(blocks[0]["text"], "what is this?");
+    assert_eq!(
+        blocks[1]["source"],
+        serde_json::json!({"type": "base64", "media_type": "image/png",
+                           "data": BASE64.encode(PNG)})
+    );
+    assert_eq!(blocks[1]["type"], "image");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_model_without_vision_gets_a_note_instead() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("photo-2", PNG);
+    let llm = FakeLlm::echo().await;
+    let gateway =
+        TestApp::spawn_with(&llm, |s| s.telegram = Some(telegram_settings(&telegram))).await;
+
+    let reply = send_photo(&telegram, "photo-2", Some("look")).await;
+
+    let note = "[image: 1×1, not shown: this model has no vision]";
+    assert_eq!(
+        last_user_content(&llm.requests()[0].json()),
+        Value::String(format!("look\n{note}"))
+    );
+    assert!(reply.contains(note), "{reply}");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn an_oversized_photo_gets_the_limit_reply_and_no_turn() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("photo-3", PNG);
+    let llm = FakeLlm::echo().await;
+    let blobs = tempfile::tempdir().expect("tempdir");
+    let folder = blobs.path().join("media");
+    let gateway = TestApp::spawn_with(&llm, |s| {
+        s.telegram = Some(telegram_settings(&telegram));
+        s.media.max_file_bytes = 64;
+        s.media.folder.clone_from(&folder);
+    })
+    .await;
+
+    let reply = send_photo(&telegram, "photo-3", Some("big one")).await;
+
+    assert!(
+        reply.contains("too large") && reply.contains("64 bytes"),
+        "{reply}"
+    );
+    assert!(llm.requests().is_empty(), "no model call");
+    assert_eq!(telegram.downloads("photo-3"), 0, "not even downloaded");
+    assert!(files_under(&folder).is_empty());
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_feishu_image_message_is_fetched_with_the_tenant_token_and_seen() {
+    use switchboard_test_support::eventually;
+    use switchboard_test_support::feishu::{FakeFeishu, message_event};
+
+    use crate::feishu::{feishu_settings, post_signed};
+
+    let feishu = FakeFeishu::start().await;
+    feishu.add_resource("om_img1", "img_v1", PNG);
+    let llm = FakeLlm::echo().await;
+    let gateway = TestApp::spawn_with(&llm, |s| {
+        s.feishu = Some(feishu_settings(&feishu));
+        s.media.vision_models = vec!["fake-model".to_owned()];
+    })
+    .await;
+
+    // Feishu images used to be acknowledged and ignored.
+    let mut event = message_event("ev-img-1", "p2p", "", serde_json::json!([]));
+    event["event"]["message"]["message_id"] = serde_json::json!("om_img1");
+    event["event"]["message"]["message_type"] = serde_json::json!("image");
+    event["event"]["message"]["content"] =
+        serde_json::json!(serde_json::json!({"image_key": "img_v1"}).to_string());
+    assert_eq!(post_signed(&gateway, &event).await, 200);
+    eventually("the reply to the image", || {
+        std::future::ready(!feishu.delivered().is_empty())
+    })
+    .await;
+
+    let data_url = format!("data:image/png;base64,{}", BASE64.encode(PNG));
+    assert_eq!(
+        last_user_content(&llm.requests()[0].json()),
+        serde_json::json!([{"type": "image_url", "image_url": {"url": data_url}}])
+    );
+    let downloads = feishu.resource_downloads();
+    assert_eq!(downloads.len(), 1);
+    assert_eq!(downloads[0].2.as_deref(), Some("type=image"));
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_text_document_reaches_the_model_and_a_binary_one_gets_a_reply() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("doc-1", b"name,qty\napples,3\n");
+    telegram.add_file("doc-2", &[0x25, 0x50, 0x44, 0x46, 0x00, 0x01]);
+    let llm = FakeLlm::echo().await;
+    let gateway =
+        TestApp::spawn_with(&llm, |s| s.telegram = Some(telegram_settings(&telegram))).await;
+
+    let before = telegram.sent().len();
+    telegram.dm_document(ADA, "doc-1", "stock.csv", "text/csv", Some("sum it"));
+    telegram
+        .wait_for("the reply to the CSV", || telegram.sent().len() > before)
+        .await;
+    assert_eq!(
+        last_user_content(&llm.requests()[0].json()),
+        Value::String(
+            "sum it\n[file: stock.csv]\nname,qty\napples,3\n\n[end of file: stock.csv]".to_owned()
+        )
+    );
+
+    let before = telegram.sent().len();
+    telegram.dm_document(ADA, "doc-2", "report.pdf", "application/pdf", None);
+    telegram
+        .wait_for("the reply to the PDF", || telegram.sent().len() > before)
+        .await;
+    let reply = telegram.sent().swap_remove(before).text;
+    assert!(
+        reply.contains("report.pdf") && reply.contains("application/pdf"),
+        "{reply}"
+    );
+    assert_eq!(llm.requests().len(), 1, "no model call for the PDF");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_voice_note_is_answered_that_voice_notes_are_not_enabled() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("voice-1", b"OggS not really");
+    let llm = FakeLlm::echo().await;
+    let gateway =
+        TestApp::spawn_with(&llm, |s| s.telegram = Some(telegram_settings(&telegram))).await;
+
+    telegram.dm_voice(ADA, "voice-1");
+    telegram
+        .wait_for("the reply to the voice note", || {
+            !telegram.sent().is_empty()
+        })
+        .await;
+
+    let reply = telegram.sent().swap_remove(0).text;
+    assert!(reply.contains("voice notes are not enabled"), "{reply}");
+    assert!(llm.requests().is_empty(), "no model call");
+    assert_eq!(telegram.downloads("voice-1"), 0, "not downloaded");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_restart_between_receiving_and_answering_loses_nothing() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("photo-r", PNG);
+    let llm = FakeLlm::echo().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut settings = crate::helpers::test_settings(&llm, &dir).await;
+    settings.telegram = Some(telegram_settings(&telegram));
+    settings.media.vision_models = vec!["fake-model".to_owned()];
+    // One database for both instances, until the end of the test.
+    let _database = crate::helpers::hold_database(&settings);
+    // The first instance records the photo but holds it (a long burst
+    // window), then stops before answering it.
+    let mut holding = settings.clone();
+    holding.sessions.burst_window_ms = 600_000;
+    let first = TestApp::start(holding, tempfile::tempdir().expect("tempdir")).await;
+    telegram.dm_photo(ADA, "photo-r", (1, 1), Some("still there?"));
+    crate::helpers::eventually_recorded(&first).await;
+    first.stop().await;
+    assert!(llm.requests().is_empty(), "not answered before the restart");
+
+    let second = TestApp::start(settings, tempfile::tempdir().expect("tempdir")).await;
+    telegram
+        .wait_for("the reply after the restart", || {
+            !telegram.sent().is_empty()
+        })
+        .await;
+
+    let data_url = format!("data:image/png;base64,{}", BASE64.encode(PNG));
+    assert_eq!(
+        last_user_content(&llm.requests()[0].json()),
+        serde_json::json!([
+            {"type": "text", "text": "still there?"},
+            {"type": "image_url", "image_url": {"url": data_url}},
+        ])
+    );
+    assert_eq!(telegram.downloads("photo-r"), 1, "not downloaded again");
+    second.stop().await;
+}
