@@ -175,12 +175,15 @@ impl ServerHandler for FakeMcp {
                 }
             }
             "crash" => std::process::exit(3),
-            "freeze" => {
+            // Hung for good: a SIGCONT from elsewhere (the kernel continues
+            // the stopped members of a process group it finds orphaned) only
+            // stops it again.
+            "freeze" => loop {
                 let _ = std::process::Command::new("kill")
                     .args(["-STOP", &std::process::id().to_string()])
                     .status();
-                Ok(text("thawed"))
-            }
+                std::thread::sleep(Duration::from_millis(10));
+            },
             "header" => {
                 let name = args.get("name").and_then(Value::as_str).unwrap_or_default();
                 let value = context
