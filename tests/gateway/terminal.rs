@@ -240,7 +240,14 @@ async fn a_reply_written_while_the_chat_was_away_is_shown_on_the_next_start() {
     llm.release_streams();
 
     let next = run_chat_as("crasher", &config, None, "").await;
-    assert!(next.contains("Finishing “remember this”"), "{next}");
+    // The turn resumes when this chat starts, or (the lease of the killed
+    // chat having lapsed first, as it can on a loaded machine) was finished
+    // by the sweep just before: either way its reply is shown.
+    assert!(
+        next.contains("Finishing “remember this”")
+            || next.contains("Reply to “remember this” (written while this chat was away)"),
+        "{next}"
+    );
     assert!(next.contains("echo: remember this"), "{next}");
     // Shown once: the next start has nothing left to show.
     let after = run_chat_as("crasher", &config, None, "").await;
