@@ -50,6 +50,17 @@ pub enum Reply {
     Status(u16, String),
 }
 
+/// The model's answer to the user message `turn N` in the scripts that
+/// call a tool every second turn: on even `turn`, a call of `tool` with
+/// `arguments` (id `call_N`); on odd, the text `reply N`.
+pub fn tool_on_even_turns(turn: usize, tool: &str, arguments: String) -> Reply {
+    if turn.is_multiple_of(2) {
+        Reply::Tools(vec![(format!("call_{turn}"), tool.to_owned(), arguments)])
+    } else {
+        Reply::Text(format!("reply {turn}"))
+    }
+}
+
 /// A tool call as scripted: (id, name, raw JSON arguments).
 type Call = (String, String, String);
 

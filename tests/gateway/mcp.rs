@@ -14,7 +14,9 @@ use switchboard_test_support::eventually;
 use switchboard_test_support::mcp::{FakeMcp, fake_mcp_binary, serve_http};
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{FakeLlm, Recorded, Reply, TestApp, last_is_tool_result, last_user_text};
+use crate::helpers::{
+    FakeLlm, Recorded, Reply, TestApp, last_is_tool_result, last_user_text, tool_on_even_turns,
+};
 
 /// The `[mcp.servers.fake]` settings of the stdio server, logging its calls
 /// to `log` (and listing the extra tools of `extra`).
@@ -301,15 +303,11 @@ fn echo_every_other_turn(body: &Value) -> Reply {
         .trim_start_matches("turn ")
         .parse()
         .unwrap_or(0);
-    if turn.is_multiple_of(2) {
-        Reply::Tools(vec![(
-            format!("call_{turn}"),
-            "fake__echo".to_owned(),
-            format!("{{ \"text\" :  \"turn {turn}\" }}"),
-        )])
-    } else {
-        Reply::Text(format!("reply {turn}"))
-    }
+    tool_on_even_turns(
+        turn,
+        "fake__echo",
+        format!("{{ \"text\" :  \"turn {turn}\" }}"),
+    )
 }
 
 #[tokio::test]

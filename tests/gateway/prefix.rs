@@ -2,7 +2,9 @@
 
 use serde_json::Value;
 
-use crate::helpers::{FakeLlm, Recorded, Reply, TestApp, last_is_tool_result, last_user_text};
+use crate::helpers::{
+    FakeLlm, Recorded, Reply, TestApp, last_is_tool_result, last_user_text, tool_on_even_turns,
+};
 
 /// A model that calls a tool (with untidy arguments) on every second user
 /// message, then answers.
@@ -12,15 +14,11 @@ fn tool_every_other_turn(body: &Value) -> Reply {
     }
     let text = last_user_text(body);
     let turn: usize = text.trim_start_matches("turn ").parse().unwrap_or(0);
-    if turn.is_multiple_of(2) {
-        Reply::Tools(vec![(
-            format!("call_{turn}"),
-            "calculator".to_owned(),
-            format!("{{ \"expression\" :  \"{turn} * 2\" }}"),
-        )])
-    } else {
-        Reply::Text(format!("reply {turn}"))
-    }
+    tool_on_even_turns(
+        turn,
+        "calculator",
+        format!("{{ \"expression\" :  \"{turn} * 2\" }}"),
+    )
 }
 
 async fn ten_turns(app: &TestApp, invalidate_between: bool) -> Vec<String> {

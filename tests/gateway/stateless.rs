@@ -13,6 +13,7 @@ use switchboard::llm::ChatMessage;
 use crate::api_sessions::{Answer, answer_of};
 use crate::helpers::{
     FakeLlm, Recorded, Reply, TestApp, last_is_tool_result, last_user_text, session_id,
+    tool_on_even_turns,
 };
 use crate::openai_client::{Client, available, run_script};
 
@@ -63,15 +64,11 @@ fn tool_every_other_turn(body: &Value) -> Reply {
     }
     let text = last_user_text(body);
     let turn: usize = text.trim_start_matches("turn ").parse().unwrap_or(1);
-    if turn.is_multiple_of(2) {
-        Reply::Tools(vec![(
-            format!("call_{turn}"),
-            "calculator".to_owned(),
-            format!("{{ \"expression\" :  \"{turn} * 2\" }}"),
-        )])
-    } else {
-        Reply::Text(format!("reply {turn}"))
-    }
+    tool_on_even_turns(
+        turn,
+        "calculator",
+        format!("{{ \"expression\" :  \"{turn} * 2\" }}"),
+    )
 }
 
 /// The user texts of the session's stored conversation.
