@@ -343,14 +343,19 @@ async fn every_route_refuses_requests_without_the_credential_or_from_another_sit
         assert_eq!(missing.status(), StatusCode::FORBIDDEN, "no token: {path}");
         let wrong = admin.post(path, &with_token(body, "0123abcd")).await;
         assert_eq!(wrong.status(), StatusCode::FORBIDDEN, "wrong token: {path}");
-        let foreign = admin
-            .http
-            .post(app.url(path))
-            .header(COOKIE, &admin.cookie)
-            .header("origin", "https://evil.example")
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(with_token(body, &admin.csrf))
-            .send()
+        // The right cookie and token, but a browser saying the form came
+        // from another site.
+        let from_elsewhere = |header: &'static str, value: &'static str| {
+            admin
+                .http
+                .post(app.url(path))
+                .header(COOKIE, &admin.cookie)
+                .header(header, value)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(with_token(body, &admin.csrf))
+                .send()
+        };
+        let foreign = from_elsewhere("origin", "https://evil.example")
             .await
             .expect("request");
         assert_eq!(
@@ -358,14 +363,7 @@ async fn every_route_refuses_requests_without_the_credential_or_from_another_sit
             StatusCode::FORBIDDEN,
             "foreign origin: {path}"
         );
-        let cross_site = admin
-            .http
-            .post(app.url(path))
-            .header(COOKIE, &admin.cookie)
-            .header("sec-fetch-site", "cross-site")
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(with_token(body, &admin.csrf))
-            .send()
+        let cross_site = from_elsewhere("sec-fetch-site", "cross-site")
             .await
             .expect("request");
         assert_eq!(
