@@ -11,17 +11,29 @@
 //! - On SQLite the batch reaches sqlx's worker thread as one multi-statement
 //!   string wrapped in `BEGIN IMMEDIATE … COMMIT`, each statement's `$1…$n`
 //!   renumbered into one argument list ([`renumber`]).
-//! - On PostgreSQL it is one simple-protocol Query message: the statements
-//!   joined by semicolons, each `$N` replaced by a typed literal of its
-//!   argument ([`inline`], `literal`), since that protocol takes no
-//!   parameters. PostgreSQL runs the statements of one such message as one
-//!   implicit transaction: all commit at the end, or a failing statement
-//!   stops the rest and rolls back the ones before, and the connection goes
-//!   back to the pool outside any transaction. (An explicit `BEGIN … COMMIT`
-//!   inside the message would leave the connection in an aborted
-//!   transaction when a statement fails, or when the caller gives up before
-//!   the answer is read.) The answer is read to its end, so the connection
-//!   has nothing pending either.
+//! - On PostgreSQL it is one simple-protocol Query message: an
+//!   `EXECUTE sb_…(…)` of each statement, joined by semicolons, its
+//!   arguments written in as typed literals (`literal`), since that protocol
+//!   takes no parameters. PostgreSQL runs the statements of one such message
+//!   as one implicit transaction: all commit at the end, or a failing
+//!   statement stops the rest and rolls back the ones before, and the
+//!   connection goes back to the pool outside any transaction. (An explicit
+//!   `BEGIN … COMMIT` inside the message would leave the connection in an
+//!   aborted transaction when a statement fails, or when the caller gives up
+//!   before the answer is read.) The answer is read to its end, so the
+//!   connection has nothing pending either.
+//!
+//! Each statement is a prepared statement of the connection, named after
+//! its SQL and argument types ([`prepared_name`]) and declared with the
+//! types the extended protocol would bind (`bigint`, `text`), so
+//! PostgreSQL parses and plans it once per connection rather than once per
+//! batch (with the literals written into the SQL instead, planning was most
+//! of a batch's time on the server). A connection that lacks one of a
+//! batch's statements answers `26000` (no such prepared statement) before
+//! anything commits; the batch is then sent again, led by a `PREPARE` of
+//! each statement the connection lacks (`pg_prepared_statements` says
+//! which). That costs two more round trips, once per connection and
+//! statement.
 //!
 //! Statements pushed with [`Batch::push_returning`] end in a `RETURNING`
 //! clause giving one row; `write` returns those rows in order. On
@@ -34,6 +46,7 @@
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
+use std::hash::{Hash as _, Hasher as _};
 use std::sync::atomic::Ordering;
 
 use futures::TryStreamExt;
@@ -227,15 +240,15 @@ fn renumber(sql: &str, offset: usize) -> String {
     }
 }
 
-/// Appends `sql` to `out` with each `$N` replaced by a literal of the N-th
-/// of `args` (see `literal`).
+/// Checks that `sql`'s placeholders and `args` match as the extended
+/// protocol requires: every `$N` has an argument and every argument a `$N`.
 ///
 /// # Errors
-/// A placeholder without an argument, an argument no placeholder uses (the
-/// extended protocol refuses both), or text holding a NUL byte.
-fn inline(sql: &str, args: &[Arg], out: &mut String) -> Result<(), LiteralError> {
+/// A placeholder without an argument, or an argument no placeholder uses.
+fn check_placeholders(sql: &str, args: &[Arg]) -> Result<(), LiteralError> {
     let mut used = vec![false; args.len()];
-    rewrite_placeholders(sql, out, |n, out| {
+    let mut scratch = String::new();
+    rewrite_placeholders(sql, &mut scratch, |n, _| {
         let index = n.checked_sub(1).filter(|&index| index < args.len()).ok_or(
             LiteralError::MissingArgument {
                 placeholder: n,
@@ -243,7 +256,7 @@ fn inline(sql: &str, args: &[Arg], out: &mut String) -> Result<(), LiteralError>
             },
         )?;
         used[index] = true;
-        push_literal(out, &args[index])
+        Ok(())
     })?;
     match used.iter().position(|&used| !used) {
         Some(unused) => Err(LiteralError::UnusedArgument {
@@ -253,19 +266,103 @@ fn inline(sql: &str, args: &[Arg], out: &mut String) -> Result<(), LiteralError>
     }
 }
 
-/// A PostgreSQL batch as one simple-protocol query string: the statements,
-/// arguments written in, separated by semicolons.
-fn postgres_sql(statements: &[Statement]) -> Result<String, LiteralError> {
+/// The name a statement is prepared under on a PostgreSQL connection: its
+/// SQL and its arguments' types, hashed, so the same statement bound to
+/// other types is another prepared statement.
+fn prepared_name(statement: &Statement) -> String {
+    let mut hasher = std::hash::DefaultHasher::new();
+    statement.sql.hash(&mut hasher);
+    for arg in &statement.args {
+        matches!(arg, Arg::Int(_)).hash(&mut hasher);
+    }
+    format!("{PREPARED_PREFIX}{:016x}", hasher.finish())
+}
+
+/// The prefix of the names of the batches' prepared statements (sqlx names
+/// its own `sqlx_s_…`).
+const PREPARED_PREFIX: &str = "sb_";
+
+/// Appends the `PREPARE` of `statement` under `name` to `out`.
+///
+/// # Errors
+/// Its placeholders and arguments do not match.
+fn push_prepare(out: &mut String, name: &str, statement: &Statement) -> Result<(), LiteralError> {
+    check_placeholders(&statement.sql, &statement.args)?;
+    out.push_str("PREPARE ");
+    out.push_str(name);
+    if !statement.args.is_empty() {
+        out.push('(');
+        for (index, arg) in statement.args.iter().enumerate() {
+            if index > 0 {
+                out.push_str(", ");
+            }
+            out.push_str(match arg {
+                Arg::Int(_) => "BIGINT",
+                Arg::Text(_) => "TEXT",
+            });
+        }
+        out.push(')');
+    }
+    out.push_str(" AS ");
+    out.push_str(&statement.sql);
+    out.push_str(";\n");
+    Ok(())
+}
+
+/// Appends the `EXECUTE` of `statement`, prepared under `name`, to `out`,
+/// its arguments written in as literals.
+///
+/// # Errors
+/// Text holding a NUL byte.
+fn push_execute(out: &mut String, name: &str, statement: &Statement) -> Result<(), LiteralError> {
+    out.push_str("EXECUTE ");
+    out.push_str(name);
+    if !statement.args.is_empty() {
+        out.push('(');
+        for (index, arg) in statement.args.iter().enumerate() {
+            if index > 0 {
+                out.push_str(", ");
+            }
+            push_literal(out, arg)?;
+        }
+        out.push(')');
+    }
+    out.push_str(";\n");
+    Ok(())
+}
+
+/// A PostgreSQL batch as one simple-protocol query string: a `PREPARE` of
+/// each statement `prepare` says the connection lacks (once each), then the
+/// `EXECUTE` of each statement. Also returns how many `PREPARE`s lead it.
+fn postgres_sql(
+    statements: &[Statement],
+    names: &[String],
+    mut prepare: impl FnMut(&str) -> bool,
+) -> Result<(String, usize), LiteralError> {
     let size = statements
         .iter()
-        .map(|statement| statement.sql.len() + 24 * statement.args.len() + 2)
+        .map(|statement| 40 + 24 * statement.args.len())
         .sum();
     let mut sql = String::with_capacity(size);
-    for statement in statements {
-        inline(&statement.sql, &statement.args, &mut sql)?;
-        sql.push_str(";\n");
+    let mut prepared: Vec<&str> = Vec::new();
+    for (statement, name) in statements.iter().zip(names) {
+        if prepare(name) && !prepared.contains(&name.as_str()) {
+            push_prepare(&mut sql, name, statement)?;
+            prepared.push(name);
+        }
     }
-    Ok(sql)
+    for (statement, name) in statements.iter().zip(names) {
+        push_execute(&mut sql, name, statement)?;
+    }
+    Ok((sql, prepared.len()))
+}
+
+/// Whether `err` is PostgreSQL's "prepared statement does not exist".
+fn is_unprepared(err: &StoreError) -> bool {
+    matches!(
+        err,
+        StoreError::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("26000")
+    )
 }
 
 /// Sorts the answer to a PostgreSQL batch into the rows its `RETURNING`
@@ -277,9 +374,12 @@ fn postgres_sql(statements: &[Statement]) -> Result<String, LiteralError> {
 async fn collect_rows(
     mut answer: impl futures::Stream<Item = Result<Either<AnyQueryResult, AnyRow>, sqlx::Error>> + Unpin,
     statements: &[Statement],
+    prepares: usize,
 ) -> Result<Vec<AnyRow>, StoreError> {
     let mut rows = Vec::with_capacity(statements.len());
-    let mut expected = statements.iter().map(|statement| statement.returns);
+    let total = prepares + statements.len();
+    let mut expected = std::iter::repeat_n(Returns::Nothing, prepares)
+        .chain(statements.iter().map(|statement| statement.returns));
     let mut current = expected.next();
     let mut given = 0usize;
     let mut missing = false;
@@ -302,10 +402,9 @@ async fn collect_rows(
             }
         }
     }
-    if completed != statements.len() {
+    if completed != total {
         return Err(sqlx::Error::Protocol(format!(
-            "a batch of {} statements completed {completed}",
-            statements.len()
+            "a batch of {total} statements completed {completed}"
         ))
         .into());
     }
@@ -392,12 +491,33 @@ impl Store {
                 }
             }
             Backend::Postgres => {
-                let sql = postgres_sql(&batch.statements)
-                    .map_err(|err| StoreError::Database(sqlx::Error::Encode(Box::new(err))))?;
+                let encode = |err| StoreError::Database(sqlx::Error::Encode(Box::new(err)));
+                let names: Vec<String> = batch.statements.iter().map(prepared_name).collect();
+                let (sql, _) =
+                    postgres_sql(&batch.statements, &names, |_| false).map_err(encode)?;
                 self.stats.batch_sent(batch.statements.len());
                 // No arguments: sqlx sends it as one simple-protocol Query
                 // message, which PostgreSQL runs as one implicit transaction.
-                let rows = collect_rows(conn.fetch_many(sql.as_str()), &batch.statements).await?;
+                let rows =
+                    match collect_rows(conn.fetch_many(sql.as_str()), &batch.statements, 0).await {
+                        Err(err) if is_unprepared(&err) => {
+                            // Nothing committed: prepare what this connection
+                            // lacks and send the batch again.
+                            let known: Vec<String> = sqlx::query_scalar(
+                                "SELECT name FROM pg_prepared_statements WHERE name LIKE 'sb\\_%'",
+                            )
+                            .fetch_all(&mut *conn)
+                            .await?;
+                            let (sql, prepares) = postgres_sql(&batch.statements, &names, |name| {
+                                !known.iter().any(|known| known == name)
+                            })
+                            .map_err(encode)?;
+                            self.stats.batch_sent(prepares + batch.statements.len());
+                            collect_rows(conn.fetch_many(sql.as_str()), &batch.statements, prepares)
+                                .await?
+                        }
+                        other => other?,
+                    };
                 self.stats.committed();
                 Ok(rows)
             }
@@ -436,43 +556,82 @@ mod tests {
         assert_eq!(renumber("ü$1ü$", 1), "ü$2ü$");
     }
 
-    #[test]
-    fn arguments_are_written_in_once_and_not_scanned_again() {
-        let mut sql = String::new();
-        inline(
-            "UPDATE t SET a = $2, b = $1 WHERE a = $2 AND c = '$'",
-            &["$2".into(), Arg::Int(Some(-7))],
-            &mut sql,
-        )
-        .expect("inlined");
-        assert_eq!(
-            sql,
-            "UPDATE t SET a = CAST(-7 AS BIGINT), b = CAST(E'$2' AS TEXT) \
-             WHERE a = CAST(-7 AS BIGINT) AND c = '$'"
-        );
+    fn statement(sql: &str, args: Vec<Arg>) -> Statement {
+        Statement {
+            sql: sql.to_owned(),
+            args,
+            returns: Returns::Nothing,
+        }
     }
 
     #[test]
-    fn placeholders_and_arguments_must_match_to_be_written_in() {
-        let mut sql = String::new();
+    fn a_postgres_batch_executes_prepared_statements_with_literal_arguments() {
+        let statements = [
+            statement(
+                "UPDATE t SET a = $2, b = $1 WHERE a = $2 AND c = '$'",
+                vec!["$2".into(), Arg::Int(Some(-7))],
+            ),
+            statement("DELETE FROM t", Vec::new()),
+            statement(
+                "UPDATE t SET a = $2, b = $1 WHERE a = $2 AND c = '$'",
+                vec!["x".into(), Arg::Int(None)],
+            ),
+        ];
+        let names: Vec<String> = statements.iter().map(prepared_name).collect();
+        assert_eq!(names[0], names[2], "one statement, one name");
+        assert_ne!(names[0], names[1]);
+        let (sql, prepares) = postgres_sql(&statements, &names, |_| false).expect("sql");
+        assert_eq!(prepares, 0);
         assert_eq!(
-            inline("SELECT $1, $3", &[1.into(), 2.into()], &mut sql),
+            sql,
+            format!(
+                "EXECUTE {a}(CAST(E'$2' AS TEXT), CAST(-7 AS BIGINT));\n\
+                 EXECUTE {b};\n\
+                 EXECUTE {a}(CAST(E'x' AS TEXT), CAST(NULL AS BIGINT));\n",
+                a = names[0],
+                b = names[1]
+            )
+        );
+        // What the connection lacks is prepared first, once, with the
+        // argument types the extended protocol would bind.
+        let (sql, prepares) =
+            postgres_sql(&statements, &names, |name| name == names[0]).expect("sql");
+        assert_eq!(prepares, 1);
+        assert!(sql.starts_with(&format!(
+            "PREPARE {}(TEXT, BIGINT) AS UPDATE t SET a = $2, b = $1 WHERE a = $2 AND c = '$';\nEXECUTE ",
+            names[0]
+        )));
+        // The same SQL bound to other types is another statement.
+        let other = statement("SELECT $1", vec![1.into()]);
+        let text = statement("SELECT $1", vec!["1".into()]);
+        assert_ne!(prepared_name(&other), prepared_name(&text));
+    }
+
+    #[test]
+    fn placeholders_and_arguments_must_match_to_be_prepared() {
+        let prepare = |sql: &str, args: Vec<Arg>| {
+            let statement = statement(sql, args);
+            push_prepare(&mut String::new(), "sb_test", &statement)
+        };
+        assert_eq!(
+            prepare("SELECT $1, $3", vec![1.into(), 2.into()]),
             Err(LiteralError::MissingArgument {
                 placeholder: 3,
                 arguments: 2
             })
         );
         assert_eq!(
-            inline("SELECT $0", &[1.into()], &mut sql),
+            prepare("SELECT $0", vec![1.into()]),
             Err(LiteralError::MissingArgument {
                 placeholder: 0,
                 arguments: 1
             })
         );
         assert_eq!(
-            inline("SELECT $2", &[1.into(), 2.into()], &mut sql),
+            prepare("SELECT $2", vec![1.into(), 2.into()]),
             Err(LiteralError::UnusedArgument { argument: 1 })
         );
+        assert_eq!(prepare("SELECT $2, $1", vec![1.into(), 2.into()]), Ok(()));
     }
 
     /// A scratch store: the SQLite file is kept while `_dir` is.
