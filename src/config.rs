@@ -1242,6 +1242,45 @@ deny = ["fs__write_file", "fs__edit_file"]
         assert!(err.contains("media.max_file_bytes"), "{err}");
     }
 
+    #[test]
+    fn an_s3_store_needs_a_bucket_and_an_allowed_endpoint() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        let refused = |toml: &str| {
+            std::fs::write(&path, toml).expect("write");
+            Settings::load_from(Some(&path), Vec::new())
+                .expect_err("refused")
+                .to_string()
+        };
+        let err = refused("[media]\nstore = \"s3\"\n");
+        assert!(err.contains("media.s3.bucket"), "{err}");
+        let err = refused(
+            "[media]\nstore = \"s3\"\n[media.s3]\nbucket = \"b\"\n\
+             endpoint = \"http://minio:9000\"\n",
+        );
+        assert!(
+            err.contains("media.s3.endpoint") && err.contains("allow_http"),
+            "{err}"
+        );
+        let err = refused("[media]\nstore = \"s4\"\n");
+        assert!(err.contains("media.store"), "{err}");
+        let err = refused("[media]\nmax_message_bytes = 0\n");
+        assert!(err.contains("media.max_message_bytes"), "{err}");
+        std::fs::write(
+            &path,
+            "[media]\nstore = \"s3\"\nprincipal_daily_bytes = 1000\n[media.s3]\n\
+             bucket = \"b\"\nendpoint = \"http://minio:9000\"\nallow_http = true\n",
+        )
+        .expect("write");
+        let settings = Settings::load_from(Some(&path), Vec::new()).expect("loads");
+        assert_eq!(settings.media.store, BlobStoreKind::S3);
+        assert_eq!(settings.media.s3.bucket, "b");
+        assert_eq!(settings.media.principal_daily_bytes, 1000);
+        // A local store does not look at [media.s3].
+        std::fs::write(&path, "[media.s3]\nendpoint = \"ftp://x\"\n").expect("write");
+        assert!(Settings::load_from(Some(&path), Vec::new()).is_ok());
+    }
+
     fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
             .iter()

@@ -138,7 +138,6 @@ impl MediaBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::test_support::scratch_store;
 
     #[test]
     fn days_are_utc_dates() {
@@ -164,44 +163,5 @@ mod tests {
             Err(Refusal::DailyBudget { limit: 150 })
         );
         assert_eq!(Allowance::per_message(100).check(100), Ok(()));
-    }
-
-    #[tokio::test]
-    async fn the_daily_count_stops_at_the_limit_and_past_days_are_pruned() {
-        let (store, _dir) = scratch_store().await;
-        let ada = PrincipalId::new(1);
-        let day = "2026-12-01";
-        assert!(store.add_media_bytes(ada, day, 60, 100).await.expect("add"));
-        assert!(store.add_media_bytes(ada, day, 40, 100).await.expect("add"));
-        assert!(!store.add_media_bytes(ada, day, 1, 100).await.expect("add"));
-        assert!(
-            !store
-                .add_media_bytes(ada, "2026-12-02", 101, 100)
-                .await
-                .expect("add")
-        );
-        assert_eq!(store.media_bytes_on(ada, day).await.expect("read"), 100);
-        assert_eq!(
-            store
-                .media_bytes_on(PrincipalId::new(2), day)
-                .await
-                .expect("read"),
-            0
-        );
-        assert!(
-            store
-                .add_media_bytes(ada, "2026-12-02", 5, 100)
-                .await
-                .expect("add")
-        );
-        assert_eq!(
-            store.prune_media_usage("2026-12-02").await.expect("prune"),
-            1
-        );
-        assert_eq!(store.media_bytes_on(ada, day).await.expect("read"), 0);
-        assert_eq!(
-            store.media_bytes_on(ada, "2026-12-02").await.expect("read"),
-            5
-        );
     }
 }

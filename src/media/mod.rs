@@ -263,7 +263,9 @@ impl Media {
         }
     }
 
-    /// The service of `settings`: blobs in `media.folder`.
+    /// The service of `settings` over the local folder `media.folder`,
+    /// whatever `media.store` says (the gateway opens the configured store
+    /// with [`blobs::open`]).
     #[must_use]
     pub fn from_settings(settings: &MediaSettings) -> Self {
         Self::new(Arc::new(LocalBlobs::new(&settings.folder)), settings)

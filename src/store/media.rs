@@ -127,3 +127,86 @@ impl Store {
         Ok(hashes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::StoreOptions;
+    use super::super::test_support::{fresh_postgres, scratch_store};
+    use super::*;
+
+    /// A scratch SQLite store, and a fresh PostgreSQL one when
+    /// `TEST_DATABASE_URL` is set, each with what keeps its database.
+    async fn stores() -> Vec<(Store, Box<dyn std::any::Any>)> {
+        let (sqlite, dir) = scratch_store().await;
+        let mut stores: Vec<(Store, Box<dyn std::any::Any>)> = vec![(sqlite, Box::new(dir))];
+        if let Some(database) = fresh_postgres().await {
+            let store = Store::connect(&StoreOptions::new(database.url()))
+                .await
+                .expect("store");
+            stores.push((store, Box::new(database)));
+        }
+        stores
+    }
+
+    #[tokio::test]
+    async fn the_daily_count_stops_at_the_limit_and_past_days_are_pruned() {
+        for (store, _keep) in stores().await {
+            let ada = PrincipalId::new(1);
+            let day = "2026-12-01";
+            assert!(store.add_media_bytes(ada, day, 60, 100).await.expect("add"));
+            assert!(store.add_media_bytes(ada, day, 40, 100).await.expect("add"));
+            assert!(!store.add_media_bytes(ada, day, 1, 100).await.expect("add"));
+            assert!(
+                !store
+                    .add_media_bytes(ada, "2026-12-02", 101, 100)
+                    .await
+                    .expect("add")
+            );
+            assert_eq!(store.media_bytes_on(ada, day).await.expect("read"), 100);
+            let bob = PrincipalId::new(2);
+            assert_eq!(store.media_bytes_on(bob, day).await.expect("read"), 0);
+            assert!(
+                store
+                    .add_media_bytes(ada, "2026-12-02", 5, 100)
+                    .await
+                    .expect("add")
+            );
+            assert_eq!(
+                store.prune_media_usage("2026-12-02").await.expect("prune"),
+                1
+            );
+            assert_eq!(store.media_bytes_on(ada, day).await.expect("read"), 0);
+            assert_eq!(
+                store.media_bytes_on(ada, "2026-12-02").await.expect("read"),
+                5
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrent_messages_never_pass_the_daily_limit_together() {
+        for (store, _keep) in stores().await {
+            let ada = PrincipalId::new(1);
+            let adders = (0..8).map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    store
+                        .add_media_bytes(ada, "2026-12-01", 30, 100)
+                        .await
+                        .expect("add")
+                })
+            });
+            let mut added = 0;
+            for adder in adders {
+                if adder.await.expect("joined") {
+                    added += 1;
+                }
+            }
+            assert_eq!(added, 3, "three of 30 bytes fit in 100");
+            assert_eq!(
+                store.media_bytes_on(ada, "2026-12-01").await.expect("read"),
+                90
+            );
+        }
+    }
+}

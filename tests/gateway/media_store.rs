@@ -468,3 +468,78 @@ async fn the_telegram_file_url_with_the_token_is_never_logged_or_stored() {
     assert_eq!(telegram.downloads("photo-ok"), 1);
     drop(database);
 }
+
+#[tokio::test]
+async fn switchboard_check_reaches_the_bucket_and_shows_no_secret() {
+    let s3 = FakeS3::start("switchboard").await;
+    let llm = FakeLlm::echo().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let database = format!("sqlite://{}/check.db", dir.path().display());
+    let base_url = llm.openai_base();
+    let endpoint = s3.endpoint();
+    let check = |key_id: &'static str, secret_env: &'static str| {
+        let env = vec![
+            ("SWITCHBOARD__DATABASE__URL", database.clone()),
+            ("SWITCHBOARD__LLM__BASE_URL", base_url.clone()),
+            ("SWITCHBOARD__MEDIA__STORE", "s3".to_owned()),
+            ("SWITCHBOARD__MEDIA__S3__BUCKET", "switchboard".to_owned()),
+            ("SWITCHBOARD__MEDIA__S3__ENDPOINT", endpoint.clone()),
+            ("SWITCHBOARD__MEDIA__S3__ALLOW_HTTP", "true".to_owned()),
+            (
+                "SWITCHBOARD__MEDIA__S3__ACCESS_KEY_ID_ENV",
+                "SB_CHECK_S3_ID".to_owned(),
+            ),
+            (
+                "SWITCHBOARD__MEDIA__S3__SECRET_ACCESS_KEY_ENV",
+                secret_env.to_owned(),
+            ),
+            ("SB_CHECK_S3_ID", key_id.to_owned()),
+            ("SB_CHECK_S3_SECRET", SECRET_ACCESS_KEY.to_owned()),
+        ];
+        let dir = dir.path().to_path_buf();
+        async move {
+            let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+                .arg("check")
+                .current_dir(&dir)
+                .env_remove("RUST_LOG")
+                .envs(env)
+                .kill_on_drop(true)
+                .output()
+                .await
+                .expect("the binary runs");
+            let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+            assert!(!stdout.contains(SECRET_ACCESS_KEY), "{stdout}");
+            stdout
+        }
+    };
+
+    let stdout = check(ACCESS_KEY_ID, "SB_CHECK_S3_SECRET").await;
+    assert!(
+        stdout.contains(&format!(
+            "ok      media store: bucket switchboard at {endpoint}/ answered"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        s3.requests()
+            .iter()
+            .all(|request| request.starts_with("HEAD ")),
+        "nothing written: {:?}",
+        s3.requests()
+    );
+
+    let stdout = check("SOMEONEELSEKEY", "SB_CHECK_S3_SECRET").await;
+    assert!(
+        stdout.contains("PROBLEM media store: bucket switchboard at "),
+        "a refused key: {stdout}"
+    );
+    let stdout = check(ACCESS_KEY_ID, "SB_CHECK_S3_UNSET").await;
+    assert!(
+        stdout.contains(
+            "PROBLEM media store: blob storage failed: media.s3: the environment variable \
+             SB_CHECK_S3_UNSET is unset or empty"
+        ),
+        "{stdout}"
+    );
+    assert!(s3.keys().is_empty());
+}
