@@ -7,7 +7,9 @@
 //! already stored renews (see [`super::blobs::RENEW_AFTER_MS`]): a blob just
 //! written for a message not yet recorded is young, so it is never taken
 //! for a forgotten one. Each candidate's age is read again just before it
-//! is removed.
+//! is removed; a put landing between that read and the removal is the one
+//! window left (that message's model requests would then carry the note
+//! that the file is no longer stored).
 //!
 //! [`MediaHousekeeping`] runs from the gateway's maintenance task at most
 //! once an hour, and on one instance at a time: the run takes the lease
@@ -120,7 +122,8 @@ impl MediaHousekeeping {
         }
     }
 
-    /// Runs when this instance has not run (or tried) within the hour and
+    /// Runs when this instance has not run (or found the lease taken)
+    /// within the hour and
     /// no other instance holds the lease. Returns what the run did, `None`
     /// when it did not run.
     ///
@@ -130,15 +133,17 @@ impl MediaHousekeeping {
         if self.last_run.is_some_and(|last| last.elapsed() < EVERY) {
             return Ok(None);
         }
-        self.last_run = Some(Instant::now());
         let ttl_ms = i64::try_from(EVERY.as_millis()).unwrap_or(i64::MAX);
-        let Some(_token) = self
+        let held = self
             .store
             .acquire_platform_lease(LEASE, &self.owner, ttl_ms)
-            .await?
-        else {
+            .await?;
+        // Held or not, this instance looks again in an hour (a failure to
+        // reach the database is tried again at the next tick).
+        self.last_run = Some(Instant::now());
+        if held.is_none() {
             return Ok(None);
-        };
+        }
         self.run().await.map(Some)
     }
 
