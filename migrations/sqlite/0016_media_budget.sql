@@ -2,7 +2,7 @@
 -- day, so that `media.principal_daily_bytes` holds across instances and
 -- restarts. `day` is the date, `YYYY-MM-DD` in UTC. A message's files are
 -- added in one statement that adds nothing when they would pass the limit.
--- Housekeeping removes the rows of past days.
+-- The maintenance task removes the rows of past days.
 CREATE TABLE media_usage (
     principal_id INTEGER NOT NULL,
     day          TEXT NOT NULL,
