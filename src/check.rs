@@ -2,7 +2,8 @@
 //! validated), reaches everything the gateway depends on — the database, the
 //! model endpoint (its model list) and each enabled platform (Telegram
 //! `getMe`, Discord `GET /users/@me`, Feishu's tenant token and bot info),
-//! and checks the web console's secret and credential when it is enabled —
+//! and checks the web console's secret and credential when it is enabled,
+//! and the S3 bucket when files are kept in one —
 //! and reports each, without changing anything: no migration is run, no
 //! database is created, no webhook is registered.
 
@@ -65,7 +66,38 @@ pub async fn run(settings: &Settings, source: &str) -> Vec<Finding> {
     findings.extend(model(settings).await);
     findings.extend(platforms(settings).await);
     findings.extend(console(settings));
+    findings.extend(media(settings).await);
     findings
+}
+
+/// The S3 bucket, when files are kept in one (`media.store = "s3"`): its
+/// credentials are set and it answers a signed request. Nothing is written.
+async fn media(settings: &Settings) -> Option<Finding> {
+    use crate::media::blobs::{BlobStore as _, hash_of};
+
+    if settings.media.store != crate::config::BlobStoreKind::S3 {
+        return None;
+    }
+    const SUBJECT: &str = "media store";
+    let s3 = &settings.media.s3;
+    let place = if s3.endpoint.trim().is_empty() {
+        format!("bucket {} (AWS S3, {})", s3.bucket, s3.region)
+    } else {
+        format!("bucket {} at {}", s3.bucket, shown_url(s3.endpoint.trim()))
+    };
+    let blobs = match crate::media::s3::S3Blobs::from_settings(s3) {
+        Ok(blobs) => blobs,
+        Err(err) => return Some(finding(Verdict::Problem, SUBJECT, err.to_string())),
+    };
+    // A blob no one stores: the bucket answers "not found" when it is
+    // there and the key may read it.
+    Some(
+        match tokio::time::timeout(TIMEOUT, blobs.stat(&hash_of(b""))).await {
+            Ok(Ok(_)) => finding(Verdict::Ok, SUBJECT, format!("{place} answered")),
+            Ok(Err(err)) => finding(Verdict::Problem, SUBJECT, format!("{place}: {err}")),
+            Err(_) => timed_out(SUBJECT),
+        },
+    )
 }
 
 /// The web console, when enabled: its secret and credential are there.

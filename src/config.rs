@@ -663,10 +663,26 @@ impl Default for MemorySettings {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct MediaSettings {
+    /// Where blobs are kept: `local` (the folder `folder`; one instance, or
+    /// instances sharing that folder) or `s3` (the bucket of `[media.s3]`,
+    /// which several instances share).
+    pub store: BlobStoreKind,
     /// The folder blobs are kept in, each file once under its SHA-256. A
     /// relative path is resolved against the folder of the file that sets
     /// it, or else the working directory; the path kept is absolute.
     pub folder: PathBuf,
+    /// The S3-compatible bucket blobs are kept in when `store = "s3"`.
+    pub s3: S3Settings,
+    /// The most bytes one message's files may add up to; a message over it
+    /// is answered with a reply naming the limit, and none of it is kept.
+    pub max_message_bytes: u64,
+    /// The most bytes of files one person may send in a UTC day, counted
+    /// in the database (so across instances and restarts); a message over
+    /// it is answered with a reply naming the limit. 0: no daily limit.
+    pub principal_daily_bytes: u64,
+    /// Housekeeping removes blobs that no message refers to once they are
+    /// this many days old. 0: blobs are never removed.
+    pub retention_days: u32,
     /// The largest file taken, in bytes; a larger one is answered with a
     /// reply naming the limit.
     pub max_file_bytes: u64,
@@ -682,10 +698,117 @@ pub struct MediaSettings {
 impl Default for MediaSettings {
     fn default() -> Self {
         Self {
+            store: BlobStoreKind::Local,
             folder: PathBuf::from("data/media"),
+            s3: S3Settings::default(),
+            max_message_bytes: 50 * 1024 * 1024,
+            principal_daily_bytes: 0,
+            retention_days: 30,
             max_file_bytes: 20 * 1024 * 1024,
             max_text_bytes: 100_000,
             vision_models: Vec::new(),
+        }
+    }
+}
+
+impl S3Settings {
+    /// Checks the bucket settings used with `media.store = "s3"`.
+    ///
+    /// # Errors
+    /// The first invalid value, by key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: &str| ConfigError::Invalid {
+            key,
+            reason: reason.to_owned(),
+        };
+        if self.bucket.trim().is_empty() {
+            return Err(invalid(
+                "media.s3.bucket",
+                "must name the bucket when media.store is \"s3\"",
+            ));
+        }
+        let endpoint = self.endpoint.trim();
+        if !endpoint.is_empty() {
+            match url::Url::parse(endpoint) {
+                Ok(url) if url.scheme() == "https" => {}
+                Ok(url) if url.scheme() == "http" && self.allow_http => {}
+                Ok(url) if url.scheme() == "http" => {
+                    return Err(invalid(
+                        "media.s3.endpoint",
+                        "is http://: set media.s3.allow_http = true to allow it",
+                    ));
+                }
+                _ => {
+                    return Err(invalid(
+                        "media.s3.endpoint",
+                        "must be an http(s) URL, like https://s3.example.com",
+                    ));
+                }
+            }
+        }
+        if self.region.trim().is_empty() {
+            return Err(invalid("media.s3.region", "must not be empty"));
+        }
+        for (key, name) in [
+            ("media.s3.access_key_id_env", &self.access_key_id_env),
+            (
+                "media.s3.secret_access_key_env",
+                &self.secret_access_key_env,
+            ),
+        ] {
+            if name.trim().is_empty() {
+                return Err(invalid(key, "must name an environment variable"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where blobs are kept (`media.store`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BlobStoreKind {
+    /// A local folder (`media.folder`).
+    Local,
+    /// An S3-compatible bucket (`[media.s3]`).
+    S3,
+}
+
+/// An S3-compatible bucket for blobs (`[media.s3]`). The credentials are
+/// read from the environment variables named here, never from the file.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct S3Settings {
+    /// The bucket's name.
+    pub bucket: String,
+    /// The service's URL, for an S3-compatible service other than AWS
+    /// (MinIO, Ceph, R2, …): requests go path-style to
+    /// `<endpoint>/<bucket>/<key>`. Empty: AWS S3 in `region`.
+    pub endpoint: String,
+    /// The region (`us-east-1` when the service has none).
+    pub region: String,
+    /// Blobs are kept under this key prefix (`media` keeps
+    /// `media/ab/ab12…`); empty: at the bucket's root.
+    pub prefix: String,
+    /// Whether an `http://` endpoint is allowed (a service on the same
+    /// host or private network); otherwise only `https://`.
+    pub allow_http: bool,
+    /// The environment variable holding the access key id.
+    pub access_key_id_env: String,
+    /// The environment variable holding the secret access key.
+    pub secret_access_key_env: String,
+}
+
+impl Default for S3Settings {
+    fn default() -> Self {
+        Self {
+            bucket: String::new(),
+            endpoint: String::new(),
+            region: "us-east-1".to_owned(),
+            prefix: "media".to_owned(),
+            allow_http: false,
+            access_key_id_env: "SWITCHBOARD_S3_ACCESS_KEY_ID".to_owned(),
+            secret_access_key_env: "SWITCHBOARD_S3_SECRET_ACCESS_KEY".to_owned(),
         }
     }
 }
@@ -849,6 +972,12 @@ impl Settings {
         }
         if self.media.folder.as_os_str().is_empty() {
             return Err(invalid("media.folder", "must name a folder"));
+        }
+        if self.media.max_message_bytes == 0 {
+            return Err(invalid("media.max_message_bytes", "must be at least 1"));
+        }
+        if self.media.store == BlobStoreKind::S3 {
+            self.media.s3.validate()?;
         }
         if self.agent.max_iterations == 0 {
             return Err(invalid("agent.max_iterations", "must be at least 1"));
@@ -1111,6 +1240,45 @@ deny = ["fs__write_file", "fs__edit_file"]
             .expect_err("refused")
             .to_string();
         assert!(err.contains("media.max_file_bytes"), "{err}");
+    }
+
+    #[test]
+    fn an_s3_store_needs_a_bucket_and_an_allowed_endpoint() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        let refused = |toml: &str| {
+            std::fs::write(&path, toml).expect("write");
+            Settings::load_from(Some(&path), Vec::new())
+                .expect_err("refused")
+                .to_string()
+        };
+        let err = refused("[media]\nstore = \"s3\"\n");
+        assert!(err.contains("media.s3.bucket"), "{err}");
+        let err = refused(
+            "[media]\nstore = \"s3\"\n[media.s3]\nbucket = \"b\"\n\
+             endpoint = \"http://minio:9000\"\n",
+        );
+        assert!(
+            err.contains("media.s3.endpoint") && err.contains("allow_http"),
+            "{err}"
+        );
+        let err = refused("[media]\nstore = \"s4\"\n");
+        assert!(err.contains("media.store"), "{err}");
+        let err = refused("[media]\nmax_message_bytes = 0\n");
+        assert!(err.contains("media.max_message_bytes"), "{err}");
+        std::fs::write(
+            &path,
+            "[media]\nstore = \"s3\"\nprincipal_daily_bytes = 1000\n[media.s3]\n\
+             bucket = \"b\"\nendpoint = \"http://minio:9000\"\nallow_http = true\n",
+        )
+        .expect("write");
+        let settings = Settings::load_from(Some(&path), Vec::new()).expect("loads");
+        assert_eq!(settings.media.store, BlobStoreKind::S3);
+        assert_eq!(settings.media.s3.bucket, "b");
+        assert_eq!(settings.media.principal_daily_bytes, 1000);
+        // A local store does not look at [media.s3].
+        std::fs::write(&path, "[media.s3]\nendpoint = \"ftp://x\"\n").expect("write");
+        assert!(Settings::load_from(Some(&path), Vec::new()).is_ok());
     }
 
     fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

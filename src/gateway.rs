@@ -11,6 +11,7 @@ use crate::agent::cache::{AgentCache, ProviderFactory};
 use crate::config::Settings;
 use crate::llm::build_provider;
 use crate::media::Media;
+use crate::media::cleanup::MediaHousekeeping;
 use crate::platform_status::PlatformStatus;
 use crate::session::runner::Runner;
 use crate::session::service::SessionService;
@@ -31,6 +32,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("could not build the HTTP client: {0}")]
     Http(String),
+    #[error("could not open the blob store: {0}")]
+    Media(String),
     #[error(
         "unknown tool `{0}` in agent.tools; known tools: calculator, current_time, delegate, http_get, memory"
     )]
@@ -53,6 +56,8 @@ pub struct Gateway {
     /// The platform adapters' states: written by their supervisor
     /// ([`crate::platforms`]), shown by `/readyz`.
     pub platform_status: PlatformStatus,
+    /// Files sent to the bot, and the blob store they are kept in.
+    pub media: Arc<Media>,
 }
 
 impl Gateway {
@@ -101,7 +106,9 @@ impl Gateway {
             Duration::from_secs(settings.agent_cache.idle_ttl_secs),
         ));
         let instance_id = store.instance().id.clone();
-        let media = Arc::new(Media::from_settings(&settings.media));
+        let blobs = crate::media::blobs::open(&settings.media)
+            .map_err(|err| StartError::Media(err.to_string()))?;
+        let media = Arc::new(Media::new(blobs, &settings.media));
         let turns = TurnExecutor {
             store: store.clone(),
             cache: Arc::clone(&cache),
@@ -125,7 +132,7 @@ impl Gateway {
             store.clone(),
             runner,
             Arc::clone(&registry),
-            media,
+            Arc::clone(&media),
             &settings,
         ));
         Ok(Self {
@@ -138,6 +145,7 @@ impl Gateway {
             instance_id,
             drain_deadline: CancellationToken::new(),
             platform_status: PlatformStatus::default(),
+            media,
         })
     }
 
@@ -180,9 +188,16 @@ impl Gateway {
     }
 
     /// Prunes deduplication records past their retention and expired cached
-    /// tool results, until `stop`.
+    /// tool results, and (hourly, on one instance at a time) removes blobs
+    /// no message refers to, until `stop`.
     fn spawn_maintenance(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         let store = self.store.clone();
+        let mut media = MediaHousekeeping::new(
+            store.clone(),
+            Arc::clone(self.media.blobs()),
+            self.settings.media.retention_days,
+            self.instance_id.clone(),
+        );
         let every = Duration::from_secs(self.settings.runner.maintenance_interval_secs.max(1));
         let retention_ms = i64::try_from(self.settings.runner.dedup_retention_hours)
             .unwrap_or(i64::MAX)
@@ -206,6 +221,15 @@ impl Gateway {
                     Ok(0) => {}
                     Ok(pruned) => tracing::info!(pruned, "expired cached tool results removed"),
                     Err(err) => tracing::warn!(error = %err, "pruning the tool cache failed"),
+                }
+                match media.tick().await {
+                    Ok(Some(swept)) if swept.removed > 0 => tracing::info!(
+                        removed = swept.removed,
+                        bytes = swept.bytes,
+                        "unreferenced media blobs removed"
+                    ),
+                    Ok(_) => {}
+                    Err(err) => tracing::warn!(error = %err, "media housekeeping failed"),
                 }
             }
         })

@@ -15,6 +15,9 @@
 //! (no transcription yet: the reply says voice notes are not enabled).
 
 pub mod blobs;
+pub mod budget;
+pub mod cleanup;
+pub mod s3;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -174,6 +177,11 @@ pub enum Refusal {
     Unavailable { name: String },
     /// A voice note or audio file: no transcription is configured.
     Voice,
+    /// The message's files add up to more than `media.max_message_bytes`.
+    MessageTooLarge { limit: u64 },
+    /// The files would take the sender past `media.principal_daily_bytes`
+    /// today.
+    DailyBudget { limit: u64 },
 }
 
 impl Refusal {
@@ -199,6 +207,16 @@ impl Refusal {
             Self::Voice => "Sorry, voice notes are not enabled here: no transcription is \
                             configured. Please send your message as text."
                 .to_owned(),
+            Self::MessageTooLarge { limit } => format!(
+                "Sorry, these files are too large together: one message's files can add up \
+                 to at most {} here.",
+                human_bytes(*limit)
+            ),
+            Self::DailyBudget { limit } => format!(
+                "Sorry, you have reached today's limit for files: at most {} a day (UTC) \
+                 here. Please send it again tomorrow, or as text.",
+                human_bytes(*limit)
+            ),
         }
     }
 }
@@ -245,10 +263,18 @@ impl Media {
         }
     }
 
-    /// The service of `settings`: blobs in `media.folder`.
+    /// The service of `settings` over the local folder `media.folder`,
+    /// whatever `media.store` says (the gateway opens the configured store
+    /// with [`blobs::open`]).
     #[must_use]
     pub fn from_settings(settings: &MediaSettings) -> Self {
         Self::new(Arc::new(LocalBlobs::new(&settings.folder)), settings)
+    }
+
+    /// The blob store files are kept in.
+    #[must_use]
+    pub fn blobs(&self) -> &Arc<dyn BlobStore> {
+        &self.blobs
     }
 
     /// Whether `model` is shown images.
@@ -258,14 +284,24 @@ impl Media {
     }
 
     /// Downloads and stores each attachment. `Ok(Err(_))` is the first
-    /// attachment that cannot be taken, with the reply for the sender.
+    /// attachment that cannot be taken, with the reply for the sender; the
+    /// message is refused before anything is fetched when the sizes the
+    /// platform declares pass `allowance`, and before the file that takes
+    /// it past `allowance` is stored.
     ///
     /// # Errors
     /// The blob store failed.
     pub async fn ingest(
         &self,
         attachments: &[Attachment],
+        allowance: &budget::Allowance,
     ) -> Result<Result<Vec<MediaRef>, Refusal>, MediaError> {
+        let declared = attachments.iter().filter_map(|a| a.size).sum::<u64>();
+        if let Err(refusal) = allowance.check(declared) {
+            tracing::info!(declared, "attachments over the message or daily limit");
+            return Ok(Err(refusal));
+        }
+        let mut taken = 0_u64;
         let mut refs = Vec::with_capacity(attachments.len());
         for attachment in attachments {
             let name = display_name(attachment);
@@ -327,6 +363,11 @@ impl Media {
                     .unwrap_or_else(|| attachment.kind.clone());
                 return Ok(Err(Refusal::Unsupported { name, kind }));
             };
+            taken = taken.saturating_add(bytes.len() as u64);
+            if let Err(refusal) = allowance.check(taken) {
+                tracing::info!(taken, "attachments over the message or daily limit");
+                return Ok(Err(refusal));
+            }
             let hash = hash_of(&bytes);
             let new = self.blobs.put(&hash, &bytes).await?;
             tracing::debug!(%hash, new, size = bytes.len(), "attachment stored");
@@ -481,6 +522,11 @@ mod tests {
 
     struct Serve(Vec<u8>);
 
+    const ALL: budget::Allowance = budget::Allowance {
+        max_message_bytes: u64::MAX,
+        daily: None,
+    };
+
     #[async_trait]
     impl FetchMedia for Serve {
         async fn fetch(&self, max_bytes: u64) -> Result<Vec<u8>, FetchError> {
@@ -514,8 +560,14 @@ mod tests {
     async fn an_image_is_stored_once_with_its_size() {
         let blobs = MemoryBlobs::default();
         let media = media(&blobs, 1024);
-        let first = media.ingest(&[photo(TINY_PNG)]).await.expect("ingest");
-        let second = media.ingest(&[photo(TINY_PNG)]).await.expect("ingest");
+        let first = media
+            .ingest(&[photo(TINY_PNG)], &ALL)
+            .await
+            .expect("ingest");
+        let second = media
+            .ingest(&[photo(TINY_PNG)], &ALL)
+            .await
+            .expect("ingest");
         let refs = first.expect("taken");
         assert_eq!(Ok(refs.clone()), second);
         assert_eq!(blobs.len(), 1);
@@ -528,18 +580,24 @@ mod tests {
     async fn limits_and_types_are_refused_with_a_reply() {
         let blobs = MemoryBlobs::default();
         let media = media(&blobs, 16);
-        let refusal = media.ingest(&[photo(TINY_PNG)]).await.expect("ingest");
+        let refusal = media
+            .ingest(&[photo(TINY_PNG)], &ALL)
+            .await
+            .expect("ingest");
         let Err(refusal) = refusal else {
             panic!("over the cap: {refusal:?}")
         };
         assert!(refusal.reply().contains("16 bytes"), "{}", refusal.reply());
-        let refusal = media.ingest(&[photo(b"plain text")]).await.expect("ingest");
+        let refusal = media
+            .ingest(&[photo(b"plain text")], &ALL)
+            .await
+            .expect("ingest");
         assert!(matches!(refusal, Err(Refusal::Unsupported { .. })));
         let voice = Attachment {
             kind: "voice".to_owned(),
             ..photo(TINY_PNG)
         };
-        let refusal = media.ingest(&[voice]).await.expect("ingest");
+        let refusal = media.ingest(&[voice], &ALL).await.expect("ingest");
         assert_eq!(refusal, Err(Refusal::Voice));
         assert!(
             Refusal::Voice
@@ -558,7 +616,7 @@ mod tests {
             ..Attachment::new("document", Some("plan.md".to_owned()))
         };
         let mut refs = media
-            .ingest(&[notes])
+            .ingest(&[notes], &ALL)
             .await
             .expect("ingest")
             .expect("taken");
@@ -574,7 +632,7 @@ mod tests {
             fetch: Some(MediaFetcher::new(Serve(vec![0, 1, 2, 3]))),
             ..Attachment::new("document", Some("data.txt".to_owned()))
         };
-        let refusal = media.ingest(&[binary]).await.expect("ingest");
+        let refusal = media.ingest(&[binary], &ALL).await.expect("ingest");
         assert!(matches!(refusal, Err(Refusal::Unsupported { .. })));
         let settings = MediaSettings {
             max_text_bytes: 4,
@@ -585,7 +643,7 @@ mod tests {
             fetch: Some(MediaFetcher::new(Serve(b"too long".to_vec()))),
             ..Attachment::new("document", Some("a.txt".to_owned()))
         };
-        let refusal = small.ingest(&[long]).await.expect("ingest");
+        let refusal = small.ingest(&[long], &ALL).await.expect("ingest");
         let Err(refusal) = refusal else {
             panic!("over the text cap: {refusal:?}")
         };
@@ -593,11 +651,58 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_message_over_its_allowance_is_refused_before_the_file_over_it_is_stored() {
+        let blobs = MemoryBlobs::default();
+        let media = media(&blobs, 1024);
+        let png = TINY_PNG.len() as u64;
+        // Declared sizes over the cap: nothing is fetched.
+        let declared = Attachment {
+            size: Some(png * 2),
+            ..photo(TINY_PNG)
+        };
+        let refusal = media
+            .ingest(&[declared], &budget::Allowance::per_message(png))
+            .await
+            .expect("ingest");
+        assert_eq!(refusal, Err(Refusal::MessageTooLarge { limit: png }));
+        // Undeclared sizes: the first photo fits and is stored, the second
+        // (other bytes) passes the cap and is not.
+        let other: Vec<u8> = [TINY_PNG, b"trailing"].concat();
+        let refusal = media
+            .ingest(
+                &[photo(TINY_PNG), photo(&other)],
+                &budget::Allowance::per_message(png + 4),
+            )
+            .await
+            .expect("ingest");
+        assert_eq!(refusal, Err(Refusal::MessageTooLarge { limit: png + 4 }));
+        assert_eq!(blobs.len(), 1);
+        assert!(blobs.get(&hash_of(&other)).await.expect("get").is_none());
+        let daily = budget::Allowance {
+            max_message_bytes: u64::MAX,
+            daily: Some((100, 90)),
+        };
+        let refusal = media
+            .ingest(&[photo(TINY_PNG)], &daily)
+            .await
+            .expect("ingest");
+        let Err(refusal) = refusal else {
+            panic!("over the daily budget: {refusal:?}")
+        };
+        assert_eq!(refusal, Refusal::DailyBudget { limit: 100 });
+        assert!(
+            refusal.reply().contains("100 bytes a day"),
+            "{}",
+            refusal.reply()
+        );
+    }
+
+    #[tokio::test]
     async fn only_vision_models_are_shown_the_image() {
         let blobs = MemoryBlobs::default();
         let media = media(&blobs, 1024);
         let mut refs = media
-            .ingest(&[photo(TINY_PNG)])
+            .ingest(&[photo(TINY_PNG)], &ALL)
             .await
             .expect("ingest")
             .expect("taken");

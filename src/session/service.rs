@@ -21,6 +21,7 @@ use super::runner::{Runner, TurnReply};
 use super::turn::StopCause;
 use crate::agent::live::LiveSubscription;
 use crate::config::{BusyMode, Settings};
+use crate::media::budget::MediaBudget;
 use crate::media::{Media, MediaError};
 use crate::store::{InboundStatus, NewInbound, PrincipalId, SessionId, Store, StoreError, TurnEnd};
 use crate::tools::ToolRegistry;
@@ -99,6 +100,8 @@ pub struct SessionService {
     busy: BusyMode,
     /// Where attachments are fetched to.
     media: Arc<Media>,
+    /// How much a message and a person may send.
+    media_budget: MediaBudget,
 }
 
 /// The outcome recorded for a command's answer.
@@ -135,6 +138,7 @@ impl SessionService {
             commands,
             busy: settings.sessions.busy,
             media,
+            media_budget: MediaBudget::new(&settings.media),
         }
     }
 
@@ -224,8 +228,30 @@ impl SessionService {
         // cannot be taken is answered at once instead.
         let mut media = Vec::new();
         let mut refusal = None;
-        if pairing.is_none() && command.is_none() && !message.attachments.is_empty() {
-            match self.media.ingest(&message.attachments).await? {
+        if pairing.is_none()
+            && command.is_none()
+            && !message.attachments.is_empty()
+            // A redelivery is dropped below: its files were taken (and
+            // counted) the first time.
+            && !self
+                .store
+                .inbound_event_recorded(
+                    message.platform.as_str(),
+                    message.account.as_str(),
+                    message.event_id.as_str(),
+                )
+                .await?
+        {
+            let budget = &self.media_budget;
+            let allowance = budget.allowance(&self.store, identity.principal).await?;
+            let taken = match self.media.ingest(&message.attachments, &allowance).await? {
+                Ok(refs) => budget
+                    .charge(&self.store, identity.principal, &refs)
+                    .await?
+                    .map(|()| refs),
+                Err(refused) => Err(refused),
+            };
+            match taken {
                 Ok(refs) => media = refs,
                 Err(refused) => refusal = Some(refused.reply()),
             }

@@ -89,6 +89,7 @@ mod gauges;
 mod inbound;
 mod leases;
 mod literal;
+mod media;
 mod memories;
 mod messages;
 mod outbox;

@@ -35,7 +35,7 @@ pub(super) async fn scratch_instance(
 /// A new, empty database on the PostgreSQL server that `TEST_DATABASE_URL`
 /// names (dropped with the guard, whose `url()` names it); `None`, with a
 /// note, when it names none.
-pub(super) async fn fresh_postgres() -> Option<switchboard_test_support::postgres::TestDatabase> {
+pub(crate) async fn fresh_postgres() -> Option<switchboard_test_support::postgres::TestDatabase> {
     let Some(base) = std::env::var("TEST_DATABASE_URL")
         .ok()
         .filter(|url| url.starts_with("postgres"))

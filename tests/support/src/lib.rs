@@ -1,5 +1,6 @@
 //! What the integration tests of the gateway and of every adapter share:
-//! fake platform APIs bound to 127.0.0.1:0 ([`telegram`], [`feishu`]),
+//! fake platform APIs bound to 127.0.0.1:0 ([`telegram`], [`feishu`]), a
+//! fake S3-compatible object store ([`s3`]),
 //! waiting for a condition instead of sleeping ([`wait`]), delivering
 //! through a `PlatformSender` the way the core's runner does ([`send`]), and
 //! the contract seen from the core's side: messages as an adapter submits
@@ -14,6 +15,7 @@ pub mod feishu;
 pub mod inbound;
 pub mod mcp;
 pub mod postgres;
+pub mod s3;
 pub mod send;
 pub mod sender;
 pub mod telegram;

@@ -1,0 +1,545 @@
+//! Where media is kept and how much of it is taken: a photo sent to the fake
+//! Telegram lands in a fake S3 bucket (the real S3 client, signed requests
+//! over HTTP on 127.0.0.1) and reaches the model from there; a message over
+//! `media.max_message_bytes` and a person over `media.principal_daily_bytes`
+//! (counted in the database, across a restart) get a reply naming the limit,
+//! with nothing stored and no model call; housekeeping removes old blobs no
+//! message refers to, and keeps referenced and recent ones, in a local
+//! folder and in S3; and the Telegram file URL, which holds the bot token,
+//! is in no log line and nowhere in the database.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde_json::Value;
+use switchboard::config::{BlobStoreKind, S3Settings, Settings};
+use switchboard_test_support::eventually;
+use switchboard_test_support::s3::{ACCESS_KEY_ID, FakeS3, SECRET_ACCESS_KEY};
+use switchboard_test_support::telegram::{self, FakeTelegram, TgUser};
+use tokio_util::sync::CancellationToken;
+
+use crate::helpers::{FakeLlm, ServeProcess, TestApp, telegram_settings, test_settings};
+
+const ADA: TgUser = TgUser {
+    id: 777,
+    first_name: "Ada",
+};
+const BOB: TgUser = TgUser {
+    id: 778,
+    first_name: "Bob",
+};
+
+/// A valid 1×1 PNG.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1F, 0x15, 0xC4,
+    0x89, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9C, 0x63, 0xF8, 0xCF, 0xC0, 0xF0,
+    0x1F, 0x00, 0x05, 0x00, 0x01, 0xFF, 0x89, 0x99, 0x3D, 0x1D, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82,
+];
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// The SHA-256 of `bytes` in hex: a blob's name.
+fn hash_of(bytes: &[u8]) -> String {
+    switchboard::media::blobs::hash_of(bytes)
+}
+
+/// Where `fake` keeps the blob of `hash` under the prefix `media`.
+fn s3_key(hash: &str) -> String {
+    format!("media/{}/{hash}", &hash[..2])
+}
+
+/// `[media.s3]` for `fake`, with the credentials in variables named for
+/// the test `test`.
+fn s3_settings(fake: &FakeS3, test: &str) -> S3Settings {
+    let id_env = format!("SB_TEST_S3_KEY_ID_{test}");
+    let secret_env = format!("SB_TEST_S3_SECRET_{test}");
+    // SAFETY (test): variables of this test's own names, set before the
+    // gateway that reads them starts.
+    unsafe {
+        std::env::set_var(&id_env, ACCESS_KEY_ID);
+        std::env::set_var(&secret_env, SECRET_ACCESS_KEY);
+    }
+    S3Settings {
+        bucket: fake.bucket(),
+        endpoint: fake.endpoint(),
+        region: "us-east-1".to_owned(),
+        prefix: "media".to_owned(),
+        allow_http: true,
+        access_key_id_env: id_env,
+        secret_access_key_env: secret_env,
+    }
+}
+
+/// The content of the last user message of a request.
+fn last_user_content(body: &Value) -> Value {
+    body["messages"]
+        .as_array()
+        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
+        .map(|message| message["content"].clone())
+        .unwrap_or_default()
+}
+
+/// Sends the photo `file_id` from `user` and returns the reply.
+async fn send_photo(telegram: &FakeTelegram, user: TgUser, file_id: &str) -> String {
+    let before = telegram.sent().len();
+    telegram.dm_photo(user, file_id, (1, 1), Some("look"));
+    telegram
+        .wait_for("the reply to the photo", || telegram.sent().len() > before)
+        .await;
+    telegram.sent().swap_remove(before).text
+}
+
+/// Every file under `folder`, recursively.
+fn files_under(folder: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_under(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_photo_is_kept_in_the_s3_bucket_and_reaches_the_model_from_there() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("photo-s3", PNG);
+    let s3 = FakeS3::start("switchboard").await;
+    let llm = FakeLlm::echo().await;
+    let gateway = TestApp::spawn_with(&llm, |s| {
+        s.telegram = Some(telegram_settings(&telegram));
+        s.media.vision_models = vec!["fake-model".to_owned()];
+        s.media.store = BlobStoreKind::S3;
+        s.media.s3 = s3_settings(&s3, "PHOTO");
+    })
+    .await;
+
+    send_photo(&telegram, ADA, "photo-s3").await;
+    send_photo(&telegram, ADA, "photo-s3").await;
+
+    let hash = hash_of(PNG);
+    assert_eq!(s3.keys(), vec![s3_key(&hash)], "one object for the photo");
+    assert_eq!(s3.object(&s3_key(&hash)).as_deref(), Some(PNG));
+    assert_eq!(s3.unauthorized(), 0, "every request was signed");
+    let requests = s3.requests();
+    let puts: Vec<_> = requests.iter().filter(|r| r.starts_with("PUT ")).collect();
+    assert_eq!(puts.len(), 1, "stored once: {requests:?}");
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with(&format!("GET /switchboard/{}", s3_key(&hash)))),
+        "the model request was built from the bucket: {requests:?}"
+    );
+    let data_url = format!("data:image/png;base64,{}", BASE64.encode(PNG));
+    for request in llm.requests() {
+        assert_eq!(
+            last_user_content(&request.json()),
+            serde_json::json!([
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": data_url}},
+            ])
+        );
+    }
+    assert_eq!(llm.requests().len(), 2);
+    assert!(
+        files_under(&gateway.gateway.settings.media.folder).is_empty(),
+        "nothing in the local folder"
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_message_over_the_message_cap_gets_the_limit_reply_and_nothing_is_kept() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("photo-big", PNG);
+    let llm = FakeLlm::echo().await;
+    let gateway = TestApp::spawn_with(&llm, |s| {
+        s.telegram = Some(telegram_settings(&telegram));
+        s.media.max_message_bytes = 50;
+    })
+    .await;
+
+    let reply = send_photo(&telegram, ADA, "photo-big").await;
+
+    assert!(
+        reply.contains("add up to at most 50 bytes"),
+        "the reply names the limit: {reply}"
+    );
+    assert!(llm.requests().is_empty(), "no model call");
+    assert_eq!(telegram.downloads("photo-big"), 0, "not even downloaded");
+    assert!(files_under(&gateway.gateway.settings.media.folder).is_empty());
+    gateway.stop().await;
+}
+
+/// The bytes the database counts, one number per person and day.
+async fn counted_today(app: &TestApp) -> Vec<i64> {
+    sqlx::query_scalar::<_, i64>("SELECT bytes FROM media_usage")
+        .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("rows")
+}
+
+#[tokio::test]
+async fn the_daily_budget_is_counted_in_the_database_and_holds_across_a_restart() {
+    let telegram = FakeTelegram::start().await;
+    let other: Vec<u8> = [PNG, b"2"].concat();
+    let third: Vec<u8> = [PNG, b"3"].concat();
+    telegram.add_file("photo-1", PNG);
+    telegram.add_file("photo-2", &other);
+    telegram.add_file("photo-3", &third);
+    let llm = FakeLlm::echo().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut settings = test_settings(&llm, &dir).await;
+    settings.telegram = Some(telegram_settings(&telegram));
+    // Two photos fit, a third does not.
+    settings.media.principal_daily_bytes = (PNG.len() * 2 + 2) as u64;
+    let _database = crate::helpers::hold_database(&settings);
+    let folder = settings.media.folder.clone();
+
+    let first = TestApp::start(settings.clone(), tempfile::tempdir().expect("tempdir")).await;
+    send_photo(&telegram, ADA, "photo-1").await;
+    send_photo(&telegram, ADA, "photo-2").await;
+    assert_eq!(llm.requests().len(), 2);
+    assert_eq!(
+        counted_today(&first).await,
+        vec![(PNG.len() * 2 + 1) as i64]
+    );
+    let reply = send_photo(&telegram, ADA, "photo-3").await;
+    let limit = format!("at most {} bytes a day", PNG.len() * 2 + 2);
+    assert!(reply.contains(&limit), "the reply names the limit: {reply}");
+    assert_eq!(llm.requests().len(), 2, "no model call");
+    first.stop().await;
+
+    // Another instance (a restart) reads the same count.
+    let second = TestApp::start(settings, tempfile::tempdir().expect("tempdir")).await;
+    let reply = send_photo(&telegram, ADA, "photo-3").await;
+    assert!(
+        reply.contains(&limit),
+        "still over after a restart: {reply}"
+    );
+    assert_eq!(llm.requests().len(), 2, "no model call");
+    assert!(
+        !files_under(&folder)
+            .iter()
+            .any(|file| file.ends_with(hash_of(&third))),
+        "the photo over the budget is not kept"
+    );
+    // Bob has a budget of his own.
+    send_photo(&telegram, BOB, "photo-3").await;
+    assert_eq!(llm.requests().len(), 3);
+    let mut counts = counted_today(&second).await;
+    counts.sort_unstable();
+    assert_eq!(counts, vec![third.len() as i64, (PNG.len() * 2 + 1) as i64]);
+    second.stop().await;
+}
+
+/// Where housekeeping is tested: the local folder or the fake bucket.
+enum Kept {
+    Local(PathBuf),
+    S3(FakeS3),
+}
+
+impl Kept {
+    fn configure(&self, settings: &mut Settings, test: &str) {
+        match self {
+            Self::Local(folder) => settings.media.folder.clone_from(folder),
+            Self::S3(fake) => {
+                settings.media.store = BlobStoreKind::S3;
+                settings.media.s3 = s3_settings(fake, test);
+            }
+        }
+    }
+
+    /// Stores `bytes` as a blob, as an instance would have.
+    fn put(&self, bytes: &[u8]) {
+        let hash = hash_of(bytes);
+        match self {
+            Self::Local(folder) => {
+                let path = folder.join(&hash[..2]).join(&hash);
+                std::fs::create_dir_all(path.parent().expect("folder")).expect("mkdir");
+                std::fs::write(path, bytes).expect("write");
+            }
+            Self::S3(fake) => fake.put(&s3_key(&hash), bytes),
+        }
+    }
+
+    /// Moves the blob of `bytes` `by` into the past.
+    fn age(&self, bytes: &[u8], by: Duration) {
+        let hash = hash_of(bytes);
+        match self {
+            Self::Local(folder) => {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(folder.join(&hash[..2]).join(&hash))
+                    .expect("open");
+                let modified = file.metadata().expect("meta").modified().expect("mtime");
+                file.set_modified(modified - by).expect("set mtime");
+            }
+            Self::S3(fake) => fake.age(&s3_key(&hash), by),
+        }
+    }
+
+    fn has(&self, bytes: &[u8]) -> bool {
+        let hash = hash_of(bytes);
+        match self {
+            Self::Local(folder) => folder.join(&hash[..2]).join(&hash).exists(),
+            Self::S3(fake) => fake.object(&s3_key(&hash)).is_some(),
+        }
+    }
+}
+
+/// A photo is sent (referenced); an old blob no message refers to and a
+/// fresh one are put beside it; all but the fresh one are made 40 days old.
+/// The next instance's housekeeping (retention 30 days) removes the old
+/// unreferenced blob only.
+async fn housekeeping_removes_old_unreferenced_blobs_only(kept: Kept, test: &str) {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("photo-kept", PNG);
+    let llm = FakeLlm::echo().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut settings = test_settings(&llm, &dir).await;
+    settings.telegram = Some(telegram_settings(&telegram));
+    kept.configure(&mut settings, test);
+    settings.media.retention_days = 30;
+    settings.runner.maintenance_interval_secs = 1;
+    let _database = crate::helpers::hold_database(&settings);
+
+    // Each instance runs the maintenance task, as `switchboard serve` does.
+    let first = TestApp::start(settings.clone(), tempfile::tempdir().expect("tempdir")).await;
+    let first_stop = CancellationToken::new();
+    let first_tasks = first.gateway.spawn_background(&first_stop);
+    // It ran housekeeping at start (nothing to remove) and holds the
+    // hourly lease.
+    eventually("the first housekeeping run", || async {
+        first
+            .count("platform_leases WHERE name = 'housekeeping:media'")
+            .await
+            == 1
+    })
+    .await;
+    send_photo(&telegram, ADA, "photo-kept").await;
+    let (old, fresh) = (
+        b"forgotten file".as_slice(),
+        b"file being recorded".as_slice(),
+    );
+    kept.put(old);
+    kept.put(fresh);
+    kept.age(PNG, 40 * DAY);
+    kept.age(old, 40 * DAY);
+    first_stop.cancel();
+    first.stop().await;
+    drop(first_tasks);
+    // The hour is over: the next instance may run it.
+    let second = TestApp::start(settings, tempfile::tempdir().expect("tempdir")).await;
+    sqlx::query("UPDATE platform_leases SET expires_at = 0 WHERE name = 'housekeeping:media'")
+        .execute(&mut *second.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("lease ended");
+    let second_stop = CancellationToken::new();
+    let second_tasks = second.gateway.spawn_background(&second_stop);
+    eventually("the old unreferenced blob to be removed", || {
+        std::future::ready(!kept.has(old))
+    })
+    .await;
+    second_stop.cancel();
+    drop(second_tasks);
+    assert!(kept.has(PNG), "a blob a message refers to stays");
+    assert!(kept.has(fresh), "a recent blob stays");
+    // The photo still reaches the model from the store.
+    send_photo(&telegram, ADA, "photo-kept").await;
+    assert_eq!(llm.requests().len(), 2);
+    second.stop().await;
+}
+
+#[tokio::test]
+async fn housekeeping_removes_old_unreferenced_blobs_from_a_local_folder() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    housekeeping_removes_old_unreferenced_blobs_only(
+        Kept::Local(dir.path().join("blobs")),
+        "LOCAL",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn housekeeping_removes_old_unreferenced_blobs_from_s3() {
+    let fake = FakeS3::start("switchboard").await;
+    housekeeping_removes_old_unreferenced_blobs_only(Kept::S3(fake.clone()), "CLEAN").await;
+    assert_eq!(fake.unauthorized(), 0);
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|r| r.starts_with("DELETE /switchboard/media/")),
+        "removed with a DELETE"
+    );
+}
+
+/// The text of every row of every table, for PostgreSQL; the database
+/// file's bytes (and its write-ahead log's) for SQLite.
+async fn everything_stored(database_url: &str, dir: &Path) -> String {
+    if database_url.starts_with("postgres") {
+        let pool = sqlx::PgPool::connect(database_url).await.expect("connect");
+        let tables: Vec<String> = sqlx::query_scalar(
+            "SELECT table_name::text FROM information_schema.tables \
+             WHERE table_schema = 'public'",
+        )
+        .fetch_all(&pool)
+        .await
+        .expect("tables");
+        let mut all = String::new();
+        for table in tables {
+            let rows: Vec<String> = sqlx::query_scalar(&format!(
+                "SELECT CAST(row_to_json(t) AS TEXT) FROM \"{table}\" t"
+            ))
+            .fetch_all(&pool)
+            .await
+            .expect("rows");
+            all.push_str(&rows.join("\n"));
+        }
+        pool.close().await;
+        all
+    } else {
+        let mut all = Vec::new();
+        for entry in std::fs::read_dir(dir).expect("dir").flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("switchboard.db")
+            {
+                all.extend(std::fs::read(entry.path()).expect("read"));
+            }
+        }
+        String::from_utf8_lossy(&all).into_owned()
+    }
+}
+
+#[tokio::test]
+async fn the_telegram_file_url_with_the_token_is_never_logged_or_stored() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("photo-ok", PNG);
+    let llm = FakeLlm::echo().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let database = crate::helpers::fresh_database(dir.path()).await;
+    let database_url = database.to_string();
+    let api_url = telegram.url().to_string();
+    let base_url = llm.openai_base();
+    let env = [
+        ("SWITCHBOARD__DATABASE__URL", database_url.as_str()),
+        ("SWITCHBOARD__LLM__BASE_URL", base_url.as_str()),
+        ("SWITCHBOARD__TELEGRAM__TOKEN_ENV", "SB_MEDIA_TG_TOKEN"),
+        ("SB_MEDIA_TG_TOKEN", telegram::TOKEN),
+        ("SWITCHBOARD__TELEGRAM__API_URL", api_url.as_str()),
+        ("SWITCHBOARD__TELEGRAM__POLL_TIMEOUT_SECS", "1"),
+        // Everything the gateway and its adapters log.
+        ("RUST_LOG", "debug,hyper=info,h2=info,sqlx=info"),
+    ];
+    let serve = ServeProcess::start(dir.path(), &env, true).await;
+
+    // One photo that downloads, and one whose download fails (the file is
+    // not there): the failure is logged and answered.
+    let ok = send_photo(&telegram, ADA, "photo-ok").await;
+    assert!(ok.contains("look"), "{ok}");
+    let failed = send_photo(&telegram, ADA, "photo-gone").await;
+    assert!(failed.contains("could not download"), "{failed}");
+    let logs = serve.stop().await;
+
+    assert!(logs.contains("attachment"), "the media path logged: {logs}");
+    let token_part = telegram::TOKEN.split(':').nth(1).expect("the secret half");
+    for (what, text) in [
+        ("the logs", logs),
+        (
+            "the database",
+            everything_stored(&database_url, dir.path()).await,
+        ),
+    ] {
+        assert!(!text.contains(token_part), "the bot token is in {what}");
+        assert!(!text.contains("/file/bot"), "a file URL is in {what}");
+    }
+    assert_eq!(telegram.downloads("photo-ok"), 1);
+    drop(database);
+}
+
+#[tokio::test]
+async fn switchboard_check_reaches_the_bucket_and_shows_no_secret() {
+    let s3 = FakeS3::start("switchboard").await;
+    let llm = FakeLlm::echo().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let database = format!("sqlite://{}/check.db", dir.path().display());
+    let base_url = llm.openai_base();
+    let endpoint = s3.endpoint();
+    let check = |key_id: &'static str, secret_env: &'static str| {
+        let env = vec![
+            ("SWITCHBOARD__DATABASE__URL", database.clone()),
+            ("SWITCHBOARD__LLM__BASE_URL", base_url.clone()),
+            ("SWITCHBOARD__MEDIA__STORE", "s3".to_owned()),
+            ("SWITCHBOARD__MEDIA__S3__BUCKET", "switchboard".to_owned()),
+            ("SWITCHBOARD__MEDIA__S3__ENDPOINT", endpoint.clone()),
+            ("SWITCHBOARD__MEDIA__S3__ALLOW_HTTP", "true".to_owned()),
+            (
+                "SWITCHBOARD__MEDIA__S3__ACCESS_KEY_ID_ENV",
+                "SB_CHECK_S3_ID".to_owned(),
+            ),
+            (
+                "SWITCHBOARD__MEDIA__S3__SECRET_ACCESS_KEY_ENV",
+                secret_env.to_owned(),
+            ),
+            ("SB_CHECK_S3_ID", key_id.to_owned()),
+            ("SB_CHECK_S3_SECRET", SECRET_ACCESS_KEY.to_owned()),
+        ];
+        let dir = dir.path().to_path_buf();
+        async move {
+            let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+                .arg("check")
+                .current_dir(&dir)
+                .env_remove("RUST_LOG")
+                .envs(env)
+                .kill_on_drop(true)
+                .output()
+                .await
+                .expect("the binary runs");
+            let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+            assert!(!stdout.contains(SECRET_ACCESS_KEY), "{stdout}");
+            stdout
+        }
+    };
+
+    let stdout = check(ACCESS_KEY_ID, "SB_CHECK_S3_SECRET").await;
+    assert!(
+        stdout.contains(&format!(
+            "ok      media store: bucket switchboard at {endpoint}/ answered"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        s3.requests()
+            .iter()
+            .all(|request| request.starts_with("HEAD ")),
+        "nothing written: {:?}",
+        s3.requests()
+    );
+
+    let stdout = check("SOMEONEELSEKEY", "SB_CHECK_S3_SECRET").await;
+    assert!(
+        stdout.contains("PROBLEM media store: bucket switchboard at "),
+        "a refused key: {stdout}"
+    );
+    let stdout = check(ACCESS_KEY_ID, "SB_CHECK_S3_UNSET").await;
+    assert!(
+        stdout.contains(
+            "PROBLEM media store: blob storage failed: media.s3: the environment variable \
+             SB_CHECK_S3_UNSET is unset or empty"
+        ),
+        "{stdout}"
+    );
+    assert!(s3.keys().is_empty());
+}
