@@ -677,6 +677,18 @@ pub struct MediaSettings {
     /// images as image content parts; other models get a one-line note in
     /// the image's place.
     pub vision_models: Vec<String>,
+    /// The longest side, in pixels, of an image shown to a model; a larger
+    /// one is scaled down (and re-encoded) once on arrival, the original
+    /// kept too. 1568 is what Anthropic recommends; OpenAI scales images
+    /// down to 2048 anyway.
+    pub max_image_side: u32,
+    /// The largest image file shown to a model, in bytes; a larger one is
+    /// re-encoded (and scaled down further if need be) to fit. Anthropic
+    /// takes at most 5 MB of base64, about 3.75 MB of image.
+    pub max_image_bytes: u64,
+    /// Where voice notes and audio files are transcribed; unset, they are
+    /// answered that voice notes are not enabled.
+    pub transcription: Option<crate::media::voice::TranscriptionSettings>,
 }
 
 impl Default for MediaSettings {
@@ -686,6 +698,9 @@ impl Default for MediaSettings {
             max_file_bytes: 20 * 1024 * 1024,
             max_text_bytes: 100_000,
             vision_models: Vec::new(),
+            max_image_side: 1568,
+            max_image_bytes: 3_750_000,
+            transcription: None,
         }
     }
 }

@@ -4,8 +4,10 @@
 //! through a `PlatformSender` the way the core's runner does ([`send`]), and
 //! the contract seen from the core's side: messages as an adapter submits
 //! them ([`inbound`]), a small MCP server ([`mcp`]) and a platform that records what it is sent
-//! ([`sender`]), and scratch PostgreSQL databases dropped after the test
-//! ([`postgres`]).
+//! ([`sender`]), scratch PostgreSQL databases dropped after the test
+//! ([`postgres`]), a fake OpenAI-compatible transcription server
+//! ([`transcription`]) and small real media files made on the spot
+//! ([`media`]).
 //!
 //! It depends on the contract crate only, never on the core, so the
 //! adapters' tests can use it.
@@ -13,10 +15,12 @@
 pub mod feishu;
 pub mod inbound;
 pub mod mcp;
+pub mod media;
 pub mod postgres;
 pub mod send;
 pub mod sender;
 pub mod telegram;
+pub mod transcription;
 pub mod wait;
 
 pub use wait::{eventually, eventually_some};
