@@ -23,6 +23,7 @@ mod identity;
 mod limits;
 mod mcp;
 mod media;
+mod media_content;
 mod memory;
 mod metrics;
 mod openai_client;
