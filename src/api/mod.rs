@@ -22,6 +22,7 @@ mod auth;
 pub mod caller;
 mod completions;
 mod error;
+mod images;
 mod sessions;
 mod transcript;
 
@@ -40,6 +41,7 @@ use crate::session::service::SessionService;
 use crate::store::Store;
 
 pub use error::ApiError;
+pub use images::ImageFetcher;
 
 /// The response header (and request header) naming a conversation.
 pub const SESSION_HEADER: &str = "x-session-id";
@@ -60,6 +62,8 @@ pub struct ApiState {
     pub platforms: crate::platform_status::PlatformStatus,
     /// Whether `GET /metrics` is served (`server.metrics`).
     pub serve_metrics: bool,
+    /// Takes in the `image_url` parts of requests.
+    pub images: images::ImageFetcher,
 }
 
 /// Builds the router (also used by tests without a socket). With

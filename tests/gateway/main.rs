@@ -6,6 +6,7 @@ mod access;
 mod adapter_identity;
 mod agent_loop;
 mod api;
+mod api_media;
 mod api_sessions;
 mod budget;
 mod budget_warnings;
