@@ -865,6 +865,25 @@ impl Settings {
         if self.media.folder.as_os_str().is_empty() {
             return Err(invalid("media.folder", "must name a folder"));
         }
+        if self.media.max_image_side < 16 {
+            return Err(invalid("media.max_image_side", "must be at least 16"));
+        }
+        if self.media.max_image_bytes < 1024 {
+            return Err(invalid("media.max_image_bytes", "must be at least 1024"));
+        }
+        if let Some(transcription) = &self.media.transcription {
+            if !(transcription.base_url.starts_with("http://")
+                || transcription.base_url.starts_with("https://"))
+            {
+                return Err(invalid(
+                    "media.transcription.base_url",
+                    "must be an http(s) URL, like https://api.openai.com/v1",
+                ));
+            }
+            if transcription.model.trim().is_empty() {
+                return Err(invalid("media.transcription.model", "must not be empty"));
+            }
+        }
         if self.agent.max_iterations == 0 {
             return Err(invalid("agent.max_iterations", "must be at least 1"));
         }
@@ -1126,6 +1145,29 @@ deny = ["fs__write_file", "fs__edit_file"]
             .expect_err("refused")
             .to_string();
         assert!(err.contains("media.max_file_bytes"), "{err}");
+        std::fs::write(&path, "[media]\nmax_image_side = 0\n").expect("write");
+        let err = Settings::load_from(Some(&path), Vec::new())
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains("media.max_image_side"), "{err}");
+        std::fs::write(
+            &path,
+            "[media.transcription]\nbase_url = \"whisper.local\"\n",
+        )
+        .expect("write");
+        let err = Settings::load_from(Some(&path), Vec::new())
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains("media.transcription.base_url"), "{err}");
+        std::fs::write(
+            &path,
+            "[media.transcription]\nbase_url = \"http://127.0.0.1:9000/v1\"\nmodel = \"small\"\n",
+        )
+        .expect("write");
+        let settings = Settings::load_from(Some(&path), Vec::new()).expect("loads");
+        let transcription = settings.media.transcription.expect("set");
+        assert_eq!(transcription.model, "small");
+        assert_eq!(transcription.timeout_secs, 60, "the defaults fill the rest");
     }
 
     fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
