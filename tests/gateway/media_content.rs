@@ -4,13 +4,15 @@
 //! turn); a voice note reaches the model as its transcript from a fake
 //! transcription server (Telegram and Feishu), and a failing server gets a
 //! clear reply with the audio kept and a resend working; a PDF's text
-//! reaches the model and a PDF without text gets a reply; and turns with
-//! every kind of media keep the prompt prefix byte-identical.
+//! reaches the model and a PDF without text gets a reply; a Discord image
+//! attachment and voice message reach the model through the fake Discord;
+//! and turns with every kind of media keep the prompt prefix byte-identical.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::Value;
 use switchboard::media::voice::TranscriptionSettings;
+use switchboard_discord::DiscordSettings;
 use switchboard_test_support::media::{gradient_png, test_pdf, tone_wav};
 use switchboard_test_support::telegram::{FakeTelegram, TgUser};
 use switchboard_test_support::transcription::FakeTranscription;
@@ -315,5 +317,72 @@ async fn turns_with_every_kind_of_media_keep_the_prompt_prefix_byte_identical() 
         "{shown}"
     );
     assert_eq!(server.requests().len(), 1, "transcribed once, on arrival");
+    gateway.stop().await;
+}
+
+/// The environment variable the Discord tests' bot token is read from.
+const DISCORD_TOKEN_ENV: &str = "SWITCHBOARD_TEST_DISCORD_TOKEN";
+
+/// The `[discord]` settings that point the adapter at `fake`.
+fn discord_settings(fake: &switchboard_test_support::discord::FakeDiscord) -> DiscordSettings {
+    static TOKEN_SET: std::sync::Once = std::sync::Once::new();
+    // SAFETY (test): set once per process, before the first adapter reads
+    // it; nothing else writes this variable.
+    TOKEN_SET.call_once(|| unsafe { std::env::set_var(DISCORD_TOKEN_ENV, "test-token.not-real") });
+    DiscordSettings {
+        token_env: DISCORD_TOKEN_ENV.to_owned(),
+        api_proxy: Some(fake.url()),
+        stream_replies: false,
+        ..DiscordSettings::default()
+    }
+}
+
+#[tokio::test]
+async fn discord_attachments_reach_the_model_as_an_image_part_and_a_transcript() {
+    use switchboard_test_support::discord::FakeDiscord;
+    use switchboard_test_support::eventually;
+
+    const DM: u64 = 500_000_000_000_000_321;
+    let discord = FakeDiscord::start().await;
+    let server = FakeTranscription::start("ship it on friday").await;
+    let llm = FakeLlm::echo().await;
+    let gateway = TestApp::spawn_with(&llm, |s| {
+        s.discord = Some(discord_settings(&discord));
+        s.media.vision_models = vec!["fake-model".to_owned()];
+        s.media.transcription = Some(transcription(&server));
+    })
+    .await;
+    eventually("the adapter identifies", || async { discord.connected() }).await;
+
+    let png = gradient_png(6, 4, false);
+    discord.user_sends_file(DM, "what is this?", "shot.png", "image/png", &png);
+    eventually("the reply to the image", || {
+        std::future::ready(!discord.created().is_empty())
+    })
+    .await;
+    let data_url = format!("data:image/png;base64,{}", BASE64.encode(&png));
+    assert_eq!(
+        last_user_content(&llm.requests()[0].json()),
+        serde_json::json!([
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": data_url}},
+        ])
+    );
+    let downloads = discord.downloads();
+    assert_eq!(downloads.len(), 1, "{downloads:?}");
+    assert!(downloads[0].ends_with("/shot.png"), "{downloads:?}");
+
+    // A voice message is an Ogg attachment.
+    let wav = tone_wav(60);
+    discord.user_sends_file(DM, "", "voice-message.ogg", "audio/ogg", &wav);
+    eventually("the reply to the voice message", || {
+        std::future::ready(discord.created().len() > 1)
+    })
+    .await;
+    assert_eq!(
+        last_user_content(&llm.requests()[1].json()),
+        Value::String("[audio: voice-message.ogg, transcribed] ship it on friday".to_owned())
+    );
+    assert_eq!(server.requests()[0].file, wav);
     gateway.stop().await;
 }

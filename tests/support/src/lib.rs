@@ -1,5 +1,6 @@
 //! What the integration tests of the gateway and of every adapter share:
-//! fake platform APIs bound to 127.0.0.1:0 ([`telegram`], [`feishu`]),
+//! fake platform APIs bound to 127.0.0.1:0 ([`telegram`], [`feishu`],
+//! [`discord`]),
 //! waiting for a condition instead of sleeping ([`wait`]), delivering
 //! through a `PlatformSender` the way the core's runner does ([`send`]), and
 //! the contract seen from the core's side: messages as an adapter submits
@@ -12,6 +13,7 @@
 //! It depends on the contract crate only, never on the core, so the
 //! adapters' tests can use it.
 
+pub mod discord;
 pub mod feishu;
 pub mod inbound;
 pub mod mcp;
