@@ -13,9 +13,11 @@ use super::voice::TranscribeError;
 use super::{Derived, Media, MediaError, MediaRef, Refusal};
 
 impl Media {
-    /// Works out what `media` (just stored, with the bytes `bytes`; `name`
-    /// as the sender would call it) becomes for models, and sets it.
-    /// `Ok(Err(_))` is the reply when it cannot be made readable.
+    /// Works out what `media` (with the bytes `bytes`; `name` as the sender
+    /// would call it) becomes for models, and sets it. `Ok(Err(_))` is the
+    /// reply when it cannot be made readable. Audio is stored before it is
+    /// transcribed, so that a failing transcription server loses nothing;
+    /// other files are stored by the caller once this succeeds.
     ///
     /// # Errors
     /// The blob store failed.
@@ -26,16 +28,18 @@ impl Media {
         bytes: &[u8],
     ) -> Result<Result<(), Refusal>, MediaError> {
         if media.is_image() {
-            let (Some(width), Some(height)) = (media.width, media.height) else {
-                return Ok(Ok(()));
+            let needed = match (media.width, media.height) {
+                (Some(width), Some(height)) => resize::needs_fitting(
+                    media.size,
+                    width,
+                    height,
+                    self.max_image_side,
+                    self.max_image_bytes,
+                ),
+                // Sizes unknown: only the byte cap can be told.
+                _ => media.size > self.max_image_bytes,
             };
-            if !resize::needs_fitting(
-                media.size,
-                width,
-                height,
-                self.max_image_side,
-                self.max_image_bytes,
-            ) {
+            if !needed {
                 return Ok(Ok(()));
             }
             let owned = bytes.to_vec();
@@ -91,6 +95,8 @@ impl Media {
             let Some(transcriber) = &self.transcriber else {
                 return Ok(Err(Refusal::Voice));
             };
+            let new = self.blobs.put(&media.hash, bytes).await?;
+            tracing::debug!(hash = %media.hash, new, size = bytes.len(), "audio stored");
             match transcriber
                 .transcribe(bytes.to_vec(), &media.media_type)
                 .await

@@ -251,6 +251,9 @@ pub enum Refusal {
     BrokenPdf { name: String },
     /// An image over the provider limits that does not decode.
     BadImage { name: String },
+    /// A voice note or audio file in a format the transcription API does
+    /// not take.
+    AudioFormat { name: String },
 }
 
 impl Refusal {
@@ -291,6 +294,10 @@ impl Refusal {
             Self::BrokenPdf { name } => format!(
                 "Sorry, I could not read {name}: the PDF is damaged, password-protected or \
                  in a form I can't open."
+            ),
+            Self::AudioFormat { name } => format!(
+                "Sorry, I can't transcribe {name}: its audio format is not one I can read \
+                 (Ogg, WAV, MP3, M4A, WebM, FLAC)."
             ),
             Self::BadImage { name } => format!(
                 "Sorry, I could not read the image {name}: it is damaged, or too large to \
@@ -429,6 +436,8 @@ impl Media {
                     return Ok(Err(Refusal::Voice));
                 }
                 (audio, None, None)
+            } else if is_audio(attachment) {
+                return Ok(Err(Refusal::AudioFormat { name }));
             } else if pdf::is_pdf(&bytes) {
                 ("application/pdf", None, None)
             } else if let Some(text) = text_type(attachment, &bytes) {
@@ -446,11 +455,8 @@ impl Media {
                     .unwrap_or_else(|| attachment.kind.clone());
                 return Ok(Err(Refusal::Unsupported { name, kind }));
             };
-            let hash = hash_of(&bytes);
-            let new = self.blobs.put(&hash, &bytes).await?;
-            tracing::debug!(%hash, new, size = bytes.len(), "attachment stored");
             let mut media = MediaRef {
-                hash,
+                hash: hash_of(&bytes),
                 media_type: media_type.to_owned(),
                 name: attachment.name.clone(),
                 size: bytes.len() as u64,
@@ -460,9 +466,13 @@ impl Media {
                 transcript: None,
                 shown: Shown::NoVision,
             };
+            // What models are shown is worked out first, so that a file
+            // refused for its content is not kept (audio is, see `prepare`).
             if let Err(refusal) = self.prepare(&name, &mut media, &bytes).await? {
                 return Ok(Err(refusal));
             }
+            let new = self.blobs.put(&media.hash, &bytes).await?;
+            tracing::debug!(hash = %media.hash, new, size = bytes.len(), "attachment stored");
             refs.push(media);
         }
         Ok(Ok(refs))
@@ -793,8 +803,10 @@ mod tests {
             ))),
             ..Attachment::new("document", Some("scan.pdf".to_owned()))
         };
+        assert_eq!(blobs.len(), 2, "the PDF and its text");
         let refusal = media.ingest(&[blank]).await.expect("ingest");
         assert!(matches!(refusal, Err(Refusal::PdfWithoutText { .. })));
+        assert_eq!(blobs.len(), 2, "a refused PDF is not kept");
     }
 
     #[tokio::test]
@@ -833,8 +845,19 @@ mod tests {
             ))]
         );
         server.fail_with(500);
-        let refusal = media.ingest(&[note]).await.expect("ingest");
+        let refusal = media
+            .ingest(std::slice::from_ref(&note))
+            .await
+            .expect("ingest");
         assert!(matches!(refusal, Err(Refusal::TranscriptionFailed { .. })));
+        // Audio in a format the API does not take (AMR) is refused by name.
+        let amr = Attachment {
+            fetch: Some(MediaFetcher::new(Serve(b"#!AMR\n\x3c".to_vec()))),
+            ..note
+        };
+        let refusal = media.ingest(&[amr]).await.expect("ingest");
+        assert!(matches!(refusal, Err(Refusal::AudioFormat { .. })));
+        assert_eq!(blobs.len(), 1);
     }
 
     #[tokio::test]
