@@ -14,7 +14,9 @@
 //! transcript that continues one (`transcript`); a header naming no session
 //! yet creates it. `GET /v1/sessions`,
 //! `GET /v1/sessions/{id}/messages` and `GET /v1/sessions/{id}/turns/{turn}`
-//! read conversations and replies back. Bearer keys come from the
+//! read conversations and replies back. The new user message may carry
+//! `image_url` content parts, taken in as images before anything is stored
+//! ([`images`]). Bearer keys come from the
 //! environment variables named in `api.keys_env` and `api.keys`; each key
 //! reaches only its own users' sessions ([`caller`]).
 
@@ -22,7 +24,7 @@ mod auth;
 pub mod caller;
 mod completions;
 mod error;
-mod images;
+pub mod images;
 mod sessions;
 mod transcript;
 

@@ -6,7 +6,8 @@
 //! clear reply with the audio kept and a resend working; a PDF's text
 //! reaches the model and a PDF without text gets a reply; a Discord image
 //! attachment and voice message reach the model through the fake Discord;
-//! and turns with every kind of media keep the prompt prefix byte-identical.
+//! turns with every kind of media keep the prompt prefix byte-identical; and
+//! a transcript made before a restart is answered after it, not made again.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -385,4 +386,41 @@ async fn discord_attachments_reach_the_model_as_an_image_part_and_a_transcript()
     );
     assert_eq!(server.requests()[0].file, wav);
     gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_transcript_survives_a_restart_before_the_answer_and_is_not_made_again() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("voice-r", &tone_wav(40));
+    let server = FakeTranscription::start("are you still there").await;
+    let llm = FakeLlm::echo().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut settings = crate::helpers::test_settings(&llm, &dir).await;
+    settings.telegram = Some(telegram_settings(&telegram));
+    settings.media.transcription = Some(transcription(&server));
+    let _database = crate::helpers::hold_database(&settings);
+    // The first instance records the voice note but holds it (a long burst
+    // window), then stops before answering it.
+    let mut holding = settings.clone();
+    holding.sessions.burst_window_ms = 600_000;
+    let first = TestApp::start(holding, tempfile::tempdir().expect("tempdir")).await;
+    telegram.dm_voice(ADA, "voice-r");
+    crate::helpers::eventually_recorded(&first).await;
+    first.stop().await;
+    assert!(llm.requests().is_empty(), "not answered before the restart");
+
+    let second = TestApp::start(settings, tempfile::tempdir().expect("tempdir")).await;
+    next_reply(&telegram, 0, "the reply after the restart").await;
+
+    assert_eq!(
+        last_user_content(&llm.requests()[0].json()),
+        Value::String("[voice note, transcribed] are you still there".to_owned())
+    );
+    assert_eq!(
+        server.requests().len(),
+        1,
+        "transcribed once, before the restart"
+    );
+    assert_eq!(telegram.downloads("voice-r"), 1, "not downloaded again");
+    second.stop().await;
 }
