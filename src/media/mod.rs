@@ -267,8 +267,8 @@ impl Refusal {
             ),
             Self::Unsupported { name, kind } => format!(
                 "Sorry, I can't read {name} ({kind}): only images (PNG, JPEG, GIF, WebP), \
-                 PDFs and text files (plain text, Markdown, code, CSV, JSON) are supported so \
-                 far."
+                 PDFs, text files (plain text, Markdown, code, CSV, JSON) and, where enabled, \
+                 voice notes are supported so far."
             ),
             Self::TextTooLong { name, limit } => format!(
                 "Sorry, {name} is too long: text files can be at most {} here.",
