@@ -370,6 +370,8 @@ pub async fn run_server(
         drain_deadline: gateway.drain_deadline.clone(),
         platforms: gateway.platform_status.clone(),
         serve_metrics: settings.server.metrics,
+        images: api::ImageFetcher::new(&settings.tools.http_get, settings.media.max_file_bytes)
+            .context("building the image_url client")?,
     });
     let console = ConsoleState::from_settings(
         settings,

@@ -693,6 +693,18 @@ pub struct MediaSettings {
     /// images as image content parts; other models get a one-line note in
     /// the image's place.
     pub vision_models: Vec<String>,
+    /// The longest side, in pixels, of an image shown to a model; a larger
+    /// one is scaled down (and re-encoded) once on arrival, the original
+    /// kept too. 1568 is what Anthropic recommends; OpenAI scales images
+    /// down to 2048 anyway.
+    pub max_image_side: u32,
+    /// The largest image file shown to a model, in bytes; a larger one is
+    /// re-encoded (and scaled down further if need be) to fit. Anthropic
+    /// takes at most 5 MB of base64, about 3.75 MB of image.
+    pub max_image_bytes: u64,
+    /// Where voice notes and audio files are transcribed; unset, they are
+    /// answered that voice notes are not enabled.
+    pub transcription: Option<crate::media::voice::TranscriptionSettings>,
 }
 
 impl Default for MediaSettings {
@@ -707,6 +719,9 @@ impl Default for MediaSettings {
             max_file_bytes: 20 * 1024 * 1024,
             max_text_bytes: 100_000,
             vision_models: Vec::new(),
+            max_image_side: 1568,
+            max_image_bytes: 3_750_000,
+            transcription: None,
         }
     }
 }
@@ -979,6 +994,25 @@ impl Settings {
         if self.media.store == BlobStoreKind::S3 {
             self.media.s3.validate()?;
         }
+        if self.media.max_image_side < 16 {
+            return Err(invalid("media.max_image_side", "must be at least 16"));
+        }
+        if self.media.max_image_bytes < 1024 {
+            return Err(invalid("media.max_image_bytes", "must be at least 1024"));
+        }
+        if let Some(transcription) = &self.media.transcription {
+            if !(transcription.base_url.starts_with("http://")
+                || transcription.base_url.starts_with("https://"))
+            {
+                return Err(invalid(
+                    "media.transcription.base_url",
+                    "must be an http(s) URL, like https://api.openai.com/v1",
+                ));
+            }
+            if transcription.model.trim().is_empty() {
+                return Err(invalid("media.transcription.model", "must not be empty"));
+            }
+        }
         if self.agent.max_iterations == 0 {
             return Err(invalid("agent.max_iterations", "must be at least 1"));
         }
@@ -1240,6 +1274,29 @@ deny = ["fs__write_file", "fs__edit_file"]
             .expect_err("refused")
             .to_string();
         assert!(err.contains("media.max_file_bytes"), "{err}");
+        std::fs::write(&path, "[media]\nmax_image_side = 0\n").expect("write");
+        let err = Settings::load_from(Some(&path), Vec::new())
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains("media.max_image_side"), "{err}");
+        std::fs::write(
+            &path,
+            "[media.transcription]\nbase_url = \"whisper.local\"\n",
+        )
+        .expect("write");
+        let err = Settings::load_from(Some(&path), Vec::new())
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains("media.transcription.base_url"), "{err}");
+        std::fs::write(
+            &path,
+            "[media.transcription]\nbase_url = \"http://127.0.0.1:9000/v1\"\nmodel = \"small\"\n",
+        )
+        .expect("write");
+        let settings = Settings::load_from(Some(&path), Vec::new()).expect("loads");
+        let transcription = settings.media.transcription.expect("set");
+        assert_eq!(transcription.model, "small");
+        assert_eq!(transcription.timeout_secs, 60, "the defaults fill the rest");
     }
 
     #[test]

@@ -93,6 +93,8 @@ async fn answer(
     let transcript = Transcript::parse(&request.messages)?;
     let (mut message, mut options) =
         prepare(headers, &request, &transcript, caller, &state.models)?;
+    // Images are fetched and checked before anything is stored.
+    message.attachments = state.images.take(&transcript.images).await?;
     // The session it names (created when new), the one its resent
     // transcript continues, or a new one.
     let explicit_event = headers.contains_key("idempotency-key");

@@ -14,7 +14,9 @@
 //! transcript that continues one (`transcript`); a header naming no session
 //! yet creates it. `GET /v1/sessions`,
 //! `GET /v1/sessions/{id}/messages` and `GET /v1/sessions/{id}/turns/{turn}`
-//! read conversations and replies back. Bearer keys come from the
+//! read conversations and replies back. The new user message may carry
+//! `image_url` content parts, taken in as images before anything is stored
+//! ([`images`]). Bearer keys come from the
 //! environment variables named in `api.keys_env` and `api.keys`; each key
 //! reaches only its own users' sessions ([`caller`]).
 
@@ -22,6 +24,7 @@ mod auth;
 pub mod caller;
 mod completions;
 mod error;
+pub mod images;
 mod sessions;
 mod transcript;
 
@@ -40,6 +43,7 @@ use crate::session::service::SessionService;
 use crate::store::Store;
 
 pub use error::ApiError;
+pub use images::ImageFetcher;
 
 /// The response header (and request header) naming a conversation.
 pub const SESSION_HEADER: &str = "x-session-id";
@@ -60,6 +64,8 @@ pub struct ApiState {
     pub platforms: crate::platform_status::PlatformStatus,
     /// Whether `GET /metrics` is served (`server.metrics`).
     pub serve_metrics: bool,
+    /// Takes in the `image_url` parts of requests.
+    pub images: images::ImageFetcher,
 }
 
 /// Builds the router (also used by tests without a socket). With

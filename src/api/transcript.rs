@@ -53,6 +53,7 @@ use sha2::{Digest, Sha256};
 use switchboard_contract::{ChatId, EventId, InboundMessage};
 
 use super::caller::Caller;
+pub use super::images::ImagePart;
 use super::sessions::reachable;
 use super::{ApiError, ApiState};
 use crate::llm::{ChatMessage, ToolCall, canonical_json};
@@ -86,6 +87,9 @@ struct Part {
     kind: String,
     #[serde(default)]
     text: Option<String>,
+    /// `{"url": …, "detail": …}` (or, from some clients, the URL alone).
+    #[serde(default)]
+    image_url: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -102,6 +106,50 @@ struct RequestFunction {
 }
 
 impl Content {
+    /// The text of a user message `index` and its `image_url` parts. A
+    /// part of another type is refused rather than dropped: the model would
+    /// answer without it.
+    fn user_content(&self, index: usize) -> Result<(String, Vec<ImagePart>), ApiError> {
+        let Self::Parts(parts) = self else {
+            return self.text().map(|text| (text, Vec::new()));
+        };
+        let mut texts = Vec::new();
+        let mut images = Vec::new();
+        for (position, part) in parts.iter().enumerate() {
+            let place = format!("messages[{index}].content[{position}]");
+            match part.kind.as_str() {
+                "text" => texts.extend(part.text.as_deref()),
+                "image_url" => {
+                    let url = match &part.image_url {
+                        Some(serde_json::Value::String(url)) => Some(url),
+                        Some(serde_json::Value::Object(fields)) => match fields.get("url") {
+                            Some(serde_json::Value::String(url)) => Some(url),
+                            _ => None,
+                        },
+                        _ => None,
+                    };
+                    let url = url.filter(|url| !url.trim().is_empty()).ok_or_else(|| {
+                        ApiError::BadRequest(format!(
+                            "{place}: an image_url part needs `image_url.url`, a data: or \
+                             http(s) URL"
+                        ))
+                    })?;
+                    images.push(ImagePart {
+                        place,
+                        url: url.clone(),
+                    });
+                }
+                other => {
+                    return Err(ApiError::BadRequest(format!(
+                        "{place}: content parts of type `{other}` are not supported; send \
+                         text and image_url parts"
+                    )));
+                }
+            }
+        }
+        Ok((texts.join("\n"), images))
+    }
+
     /// The text of the content. A part that is not text (an `image_url`)
     /// is refused rather than dropped: the model would answer without it.
     fn text(&self) -> Result<String, ApiError> {
@@ -109,8 +157,13 @@ impl Content {
             Self::Text(text) => Ok(text.clone()),
             Self::Parts(parts) => {
                 if let Some(part) = parts.iter().find(|part| part.kind != "text") {
+                    let hint = if part.kind == "image_url" {
+                        "images are taken in user messages only"
+                    } else {
+                        "send text only"
+                    };
                     return Err(ApiError::BadRequest(format!(
-                        "content parts of type `{}` are not supported yet; send text only",
+                        "content parts of type `{}` are not supported here; {hint}",
                         part.kind
                     )));
                 }
@@ -125,11 +178,36 @@ impl Content {
 }
 
 /// A request's transcript, checked: the conversation it resends (system
-/// and developer messages left out) and its new user message.
+/// and developer messages left out) and its new user message: its text and
+/// its `image_url` parts. An image of an earlier user message is not
+/// fetched: it stands in that message's text as a marker naming a hash of
+/// its URL ([`image_marker`]), which is how the visible transcript counts
+/// it, so that a resent transcript still continues its session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transcript {
     pub history: Vec<ChatMessage>,
     pub text: String,
+    pub images: Vec<ImagePart>,
+}
+
+/// What stands for an image of a user message in the visible transcript
+/// (and in an earlier message's text): `[image <16 hex digits>]`, from the
+/// SHA-256 of its URL.
+fn image_marker(url: &str) -> String {
+    let digest = hex::encode(Sha256::digest(url.trim().as_bytes()));
+    format!("[image {}]", &digest[..16])
+}
+
+/// `text` followed by the markers of `images`, one a line.
+fn with_markers(text: &str, images: &[ImagePart]) -> String {
+    let mut out = text.to_owned();
+    for image in images {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&image_marker(&image.url));
+    }
+    out
 }
 
 impl Transcript {
@@ -143,6 +221,8 @@ impl Transcript {
         let bad =
             |index: usize, what: String| ApiError::BadRequest(format!("messages[{index}]: {what}"));
         let mut history = Vec::new();
+        // The latest user message's text and images.
+        let mut last = (String::new(), Vec::new());
         // Calls of the latest assistant message still waiting for a result.
         let mut open: Vec<String> = Vec::new();
         for (index, message) in messages.iter().enumerate() {
@@ -159,12 +239,13 @@ impl Transcript {
             match role {
                 "system" | "developer" => {}
                 "user" => {
-                    let content = message
+                    let (text, images) = message
                         .content
                         .as_ref()
                         .ok_or_else(|| bad(index, "a user message needs content".to_owned()))?
-                        .text()?;
-                    history.push(ChatMessage::user(content));
+                        .user_content(index)?;
+                    history.push(ChatMessage::user(with_markers(&text, &images)));
+                    last = (text, images);
                 }
                 "assistant" => {
                     let content = message.content.as_ref().map(Content::text).transpose()?;
@@ -228,13 +309,18 @@ impl Transcript {
         if !open.is_empty() {
             return Err(last_user());
         }
-        let Some(ChatMessage::User { content: text, .. }) = history.pop() else {
+        let Some(ChatMessage::User { .. }) = history.pop() else {
             return Err(last_user());
         };
-        if text.trim().is_empty() {
+        let (text, images) = last;
+        if text.trim().is_empty() && images.is_empty() {
             return Err(last_user());
         }
-        Ok(Self { history, text })
+        Ok(Self {
+            history,
+            text,
+            images,
+        })
     }
 
     /// The visible transcript: user messages and final replies, in order.
@@ -258,8 +344,15 @@ impl Transcript {
     /// transcript with the new message.
     pub fn key(&self) -> String {
         let mut visible = self.visible();
-        visible.push(("user", self.text.as_str()));
+        let text = self.keyed_text();
+        visible.push(("user", text.as_str()));
         digest(&visible)
+    }
+
+    /// The new message as the visible transcript counts it: its text and
+    /// the markers of its images.
+    pub fn keyed_text(&self) -> String {
+        with_markers(&self.text, &self.images)
     }
 
     /// What the turn this request continues must have: the key stored
@@ -473,7 +566,7 @@ async fn continued_session(
         let event = continuation_event(
             &candidate.session_id,
             candidate.inbound_id,
-            &transcript.text,
+            &transcript.keyed_text(),
         )?;
         if candidate.latest_inbound != Some(candidate.inbound_id) {
             // Moved on: only the same request, still running, follows it.
@@ -655,6 +748,51 @@ mod tests {
     }
 
     #[test]
+    fn an_image_of_the_new_message_is_taken_and_counted_when_resent() {
+        let photo = json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}});
+        let first = parse(json!([{"role": "user", "content": [photo.clone()]}])).expect("valid");
+        assert_eq!(first.text, "");
+        assert_eq!(first.images.len(), 1);
+        assert_eq!(first.images[0].place, "messages[0].content[0]");
+        assert_eq!(first.images[0].url, "data:image/png;base64,AAAA");
+        let next = parse(json!([
+            {"role": "user", "content": [photo]},
+            {"role": "assistant", "content": "a cat"},
+            {"role": "user", "content": [{"type": "text", "text": "sure?"}]}
+        ]))
+        .expect("valid");
+        assert!(
+            next.images.is_empty(),
+            "an earlier image is not fetched again"
+        );
+        assert_eq!(next.continued(), Some((first.key(), "a cat")));
+        let ChatMessage::User { content, .. } = &next.history[0] else {
+            panic!("a user message")
+        };
+        assert!(
+            content.starts_with("[image ") && content.len() == 24,
+            "{content}"
+        );
+        let other = parse(json!([{"role": "user", "content": [
+            {"type": "image_url", "image_url": "data:image/png;base64,BBBB"}
+        ]}]))
+        .expect("a bare URL string is taken too");
+        assert_ne!(other.key(), first.key(), "another image, another key");
+        assert!(
+            refused(json!([{"role": "user", "content": [{"type": "input_audio"}]}]))
+                .contains("`input_audio` are not supported")
+        );
+        assert!(
+            refused(json!([
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+                {"role": "user", "content": "c"}
+            ]))
+            .contains("images are taken in user messages only")
+        );
+    }
+
+    #[test]
     fn bad_transcripts_are_refused_with_the_reason() {
         assert!(
             refused(
@@ -685,7 +823,7 @@ mod tests {
         assert!(refused(json!([{"role": "user", "content": "  "}])).contains("non-empty"));
         assert!(
             refused(json!([{"role": "user", "content": [{"type": "image_url"}]}]))
-                .contains("image_url")
+                .contains("messages[0].content[0]: an image_url part needs `image_url.url`")
         );
     }
 

@@ -3,21 +3,31 @@
 //! user's message references them by hash ([`MediaRef`]), so history
 //! replays byte-identically and any instance can rebuild a model request.
 //!
-//! What is taken today: images (PNG, JPEG, GIF, WebP, recognised by their
-//! bytes, not by the declared type) up to `media.max_file_bytes`, and text
+//! What is taken: images (PNG, JPEG, GIF, WebP, recognised by their
+//! bytes, not by the declared type) up to `media.max_file_bytes`, text
 //! documents (plain text, Markdown, code, CSV, JSON: named or declared so,
-//! and UTF-8) up to `media.max_text_bytes`. A vision model
-//! (`media.vision_models`) gets images as image parts; another model gets a
-//! one-line note in their place. Every model gets a document's text, between
-//! a header and a footer naming the file. A file over the cap, of another
-//! type, or that cannot be downloaded is answered with a reply that says
-//! so, and no turn runs for that message; so is a voice note or audio file
-//! (no transcription yet: the reply says voice notes are not enabled).
+//! and UTF-8) and PDFs (their text, [`pdf`]) up to `media.max_text_bytes` of
+//! text, and voice notes and audio files when `[media.transcription]` is
+//! set ([`voice`]). A vision model (`media.vision_models`) gets images as
+//! image parts (a version scaled down to the provider limits when the
+//! original is over them, [`resize`]); another model gets a one-line note
+//! in their place. Every model gets a document's text, between a header and
+//! a footer naming the file, and a voice note's transcript after a marker.
+//! What a file becomes for models is worked out once, on arrival
+//! ([`content`]). A file over the cap, of another type, or that cannot be
+//! downloaded or read is answered with a reply that says so, and no turn
+//! runs for that message; so is a voice note or audio file when no
+//! transcription is configured (the reply says voice notes are not
+//! enabled).
 
 pub mod blobs;
 pub mod budget;
 pub mod cleanup;
+mod content;
+pub mod pdf;
+pub mod resize;
 pub mod s3;
+pub mod voice;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -29,6 +39,7 @@ use switchboard_contract::{Attachment, FetchError};
 
 use crate::config::MediaSettings;
 use blobs::{BlobError, BlobStore, LocalBlobs, hash_of};
+use voice::Transcriber;
 
 /// A file attached to a user message, by its blob.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,10 +59,36 @@ pub struct MediaRef {
     /// Pixel height, for images.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub height: Option<u32>,
+    /// The version of the file models are shown instead of the original,
+    /// made once on arrival: an image scaled down to the provider limits,
+    /// or a PDF's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub derived: Option<Derived>,
+    /// A voice note's or audio file's transcript.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<String>,
     /// What the model request shows for it; set for each request, never
     /// stored.
     #[serde(skip)]
     pub shown: Shown,
+}
+
+/// A version of a file made for models (see [`MediaRef::derived`]), a blob
+/// of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Derived {
+    /// The SHA-256 of its bytes, lowercase hex.
+    pub hash: String,
+    /// Its media type (`image/jpeg`, `text/plain`).
+    pub media_type: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Pixel width, for images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u32>,
+    /// Pixel height, for images.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub height: Option<u32>,
 }
 
 /// How a [`MediaRef`] appears in a model request.
@@ -75,6 +112,33 @@ impl MediaRef {
         self.media_type.starts_with("image/")
     }
 
+    /// The blob models are shown: the derived version's, else the file's.
+    #[must_use]
+    pub fn shown_hash(&self) -> &str {
+        self.derived
+            .as_ref()
+            .map_or(self.hash.as_str(), |derived| derived.hash.as_str())
+    }
+
+    /// The media type of what models are shown.
+    #[must_use]
+    pub fn shown_media_type(&self) -> &str {
+        self.derived
+            .as_ref()
+            .map_or(self.media_type.as_str(), |derived| {
+                derived.media_type.as_str()
+            })
+    }
+
+    /// A transcript after its marker: `[voice note, transcribed] …`, or
+    /// for a named audio file `[audio: talk.mp3, transcribed] …`.
+    fn transcript_text(&self, transcript: &str) -> String {
+        match self.name.as_deref().filter(|name| !name.trim().is_empty()) {
+            Some(name) => format!("[audio: {name}, transcribed] {transcript}"),
+            None => format!("[voice note, transcribed] {transcript}"),
+        }
+    }
+
     /// The text standing for a text document: its content between a header
     /// and a footer that name it; the note when it is not loaded.
     #[must_use]
@@ -96,6 +160,9 @@ impl MediaRef {
     /// (a photo without a file name: `[image: 1280×960, …]`).
     #[must_use]
     pub fn note(&self) -> String {
+        if let Some(transcript) = &self.transcript {
+            return self.transcript_text(transcript);
+        }
         if !self.is_image() {
             return self.document_text();
         }
@@ -155,7 +222,7 @@ pub fn user_parts<'a>(content: &'a str, media: &'a [MediaRef]) -> Vec<Part<'a>> 
     for file in media {
         parts.push(match &file.shown {
             Shown::Image(bytes) => Part::Image {
-                media_type: &file.media_type,
+                media_type: file.shown_media_type(),
                 base64: BASE64.encode(bytes),
             },
             _ => Part::Text(Cow::Owned(file.note())),
@@ -182,6 +249,19 @@ pub enum Refusal {
     /// The files would take the sender past `media.principal_daily_bytes`
     /// today.
     DailyBudget { limit: u64 },
+    /// The transcription server failed.
+    TranscriptionFailed { name: String },
+    /// The transcription heard no speech.
+    NoSpeech { name: String },
+    /// A PDF without text (a scan).
+    PdfWithoutText { name: String },
+    /// A PDF that does not parse.
+    BrokenPdf { name: String },
+    /// An image over the provider limits that does not decode.
+    BadImage { name: String },
+    /// A voice note or audio file in a format the transcription API does
+    /// not take.
+    AudioFormat { name: String },
 }
 
 impl Refusal {
@@ -194,8 +274,9 @@ impl Refusal {
                 human_bytes(*limit)
             ),
             Self::Unsupported { name, kind } => format!(
-                "Sorry, I can't read {name} ({kind}): only images (PNG, JPEG, GIF, WebP) and \
-                 text files (plain text, Markdown, code, CSV, JSON) are supported so far."
+                "Sorry, I can't read {name} ({kind}): only images (PNG, JPEG, GIF, WebP), \
+                 PDFs, text files (plain text, Markdown, code, CSV, JSON) and, where enabled, \
+                 voice notes are supported so far."
             ),
             Self::TextTooLong { name, limit } => format!(
                 "Sorry, {name} is too long: text files can be at most {} here.",
@@ -216,6 +297,29 @@ impl Refusal {
                 "Sorry, you have reached today's limit for files: at most {} a day (UTC) \
                  here. Please send it again tomorrow, or as text.",
                 human_bytes(*limit)
+            ),
+            Self::TranscriptionFailed { name } => format!(
+                "Sorry, I could not transcribe {name} just now: the transcription service \
+                 failed. Please try again in a moment, or send your message as text."
+            ),
+            Self::NoSpeech { name } => {
+                format!("Sorry, I could not make out any speech in {name}.")
+            }
+            Self::PdfWithoutText { name } => format!(
+                "Sorry, {name} has no text I can read (a scanned document?). Please send \
+                 the text, or photos of the pages."
+            ),
+            Self::BrokenPdf { name } => format!(
+                "Sorry, I could not read {name}: the PDF is damaged, password-protected or \
+                 in a form I can't open."
+            ),
+            Self::AudioFormat { name } => format!(
+                "Sorry, I can't transcribe {name}: its audio format is not one I can read \
+                 (Ogg, WAV, MP3, M4A, WebM, FLAC)."
+            ),
+            Self::BadImage { name } => format!(
+                "Sorry, I could not read the image {name}: it is damaged, or too large to \
+                 process."
             ),
         }
     }
@@ -249,6 +353,10 @@ pub struct Media {
     max_file_bytes: u64,
     max_text_bytes: u64,
     vision_models: Vec<String>,
+    max_image_side: u32,
+    max_image_bytes: u64,
+    /// Set when `[media.transcription]` is.
+    transcriber: Option<Transcriber>,
 }
 
 impl Media {
@@ -260,6 +368,15 @@ impl Media {
             max_file_bytes: settings.max_file_bytes,
             max_text_bytes: settings.max_text_bytes,
             vision_models: settings.vision_models.clone(),
+            max_image_side: settings.max_image_side,
+            max_image_bytes: settings.max_image_bytes,
+            transcriber: settings.transcription.as_ref().and_then(|transcription| {
+                Transcriber::new(transcription)
+                    .inspect_err(|err| {
+                        tracing::error!(error = %err, "the transcription client cannot be built");
+                    })
+                    .ok()
+            }),
         }
     }
 
@@ -305,7 +422,7 @@ impl Media {
         let mut refs = Vec::with_capacity(attachments.len());
         for attachment in attachments {
             let name = display_name(attachment);
-            if is_audio(attachment) {
+            if is_audio(attachment) && self.transcriber.is_none() {
                 return Ok(Err(Refusal::Voice));
             }
             if let Some(size) = attachment.size.filter(|&size| size > self.max_file_bytes) {
@@ -348,6 +465,17 @@ impl Media {
                     ),
                     Err(_) => (image, None, None),
                 }
+            } else if let Some(audio) = voice::sniff_audio(&bytes).filter(|_| {
+                is_audio(attachment) || attachment.kind == "file" || attachment.kind == "document"
+            }) {
+                if self.transcriber.is_none() {
+                    return Ok(Err(Refusal::Voice));
+                }
+                (audio, None, None)
+            } else if is_audio(attachment) {
+                return Ok(Err(Refusal::AudioFormat { name }));
+            } else if pdf::is_pdf(&bytes) {
+                ("application/pdf", None, None)
             } else if let Some(text) = text_type(attachment, &bytes) {
                 if bytes.len() as u64 > self.max_text_bytes {
                     return Ok(Err(Refusal::TextTooLong {
@@ -368,18 +496,25 @@ impl Media {
                 tracing::info!(taken, "attachments over the message or daily limit");
                 return Ok(Err(refusal));
             }
-            let hash = hash_of(&bytes);
-            let new = self.blobs.put(&hash, &bytes).await?;
-            tracing::debug!(%hash, new, size = bytes.len(), "attachment stored");
-            refs.push(MediaRef {
-                hash,
+            let mut media = MediaRef {
+                hash: hash_of(&bytes),
                 media_type: media_type.to_owned(),
                 name: attachment.name.clone(),
                 size: bytes.len() as u64,
                 width,
                 height,
+                derived: None,
+                transcript: None,
                 shown: Shown::NoVision,
-            });
+            };
+            // What models are shown is worked out first, so that a file
+            // refused for its content is not kept (audio is, see `prepare`).
+            if let Err(refusal) = self.prepare(&name, &mut media, &bytes).await? {
+                return Ok(Err(refusal));
+            }
+            let new = self.blobs.put(&media.hash, &bytes).await?;
+            tracing::debug!(hash = %media.hash, new, size = bytes.len(), "attachment stored");
+            refs.push(media);
         }
         Ok(Ok(refs))
     }
@@ -392,15 +527,17 @@ impl Media {
     pub async fn show(&self, model: &str, refs: &mut [MediaRef]) -> Result<(), MediaError> {
         let vision = self.has_vision(model);
         for media in refs {
-            media.shown = if !media.is_image() {
-                match self.blobs.get(&media.hash).await? {
+            media.shown = if media.transcript.is_some() {
+                Shown::NoVision
+            } else if !media.is_image() {
+                match self.blobs.get(media.shown_hash()).await? {
                     Some(bytes) => Shown::Document(Arc::from(String::from_utf8_lossy(&bytes))),
                     None => Shown::Missing,
                 }
             } else if !vision {
                 Shown::NoVision
             } else {
-                match self.blobs.get(&media.hash).await? {
+                match self.blobs.get(media.shown_hash()).await? {
                     Some(bytes) => Shown::Image(Arc::from(bytes)),
                     None => Shown::Missing,
                 }
@@ -695,6 +832,137 @@ mod tests {
             "{}",
             refusal.reply()
         );
+    }
+
+    #[tokio::test]
+    async fn a_large_image_is_shown_scaled_down_and_both_versions_are_kept() {
+        let blobs = MemoryBlobs::default();
+        let settings = MediaSettings {
+            vision_models: vec!["seeing".to_owned()],
+            max_image_side: 100,
+            ..MediaSettings::default()
+        };
+        let media = Media::new(Arc::new(blobs.clone()), &settings);
+        let png = switchboard_test_support::media::gradient_png(400, 200, false);
+        let mut refs = media
+            .ingest(&[photo(&png)], &ALL)
+            .await
+            .expect("ingest")
+            .expect("taken");
+        assert_eq!(blobs.len(), 2, "the original and the scaled-down version");
+        let derived = refs[0].derived.clone().expect("derived");
+        assert_eq!((refs[0].width, refs[0].height), (Some(400), Some(200)));
+        assert_eq!((derived.width, derived.height), (Some(100), Some(50)));
+        assert_eq!(derived.media_type, "image/jpeg");
+        media.show("seeing", &mut refs).await.expect("show");
+        let Shown::Image(shown) = &refs[0].shown else {
+            panic!("an image: {:?}", refs[0].shown)
+        };
+        assert_eq!(hash_of(shown), derived.hash);
+        let parts = user_parts("", &refs);
+        assert!(matches!(
+            parts[0],
+            Part::Image {
+                media_type: "image/jpeg",
+                ..
+            }
+        ));
+        // The same photo again: the same versions, nothing new stored.
+        let again = media
+            .ingest(&[photo(&png)], &ALL)
+            .await
+            .expect("ingest")
+            .expect("taken");
+        assert_eq!(again[0].derived, Some(derived));
+        assert_eq!(blobs.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_pdf_reaches_every_model_as_its_text() {
+        let blobs = MemoryBlobs::default();
+        let media = media(&blobs, 1 << 20);
+        let pdf = switchboard_test_support::media::test_pdf(&["Invoice 42", "Total 99 EUR"]);
+        let attachment = Attachment {
+            fetch: Some(MediaFetcher::new(Serve(pdf))),
+            ..Attachment::new("document", Some("invoice.pdf".to_owned()))
+        };
+        let mut refs = media
+            .ingest(&[attachment], &ALL)
+            .await
+            .expect("ingest")
+            .expect("taken");
+        assert_eq!(refs[0].media_type, "application/pdf");
+        media.show("blind", &mut refs).await.expect("show");
+        let [Part::Text(text)] = &user_parts("", &refs)[..] else {
+            panic!("one text part")
+        };
+        assert!(text.starts_with("[file: invoice.pdf]\n"), "{text}");
+        assert!(
+            text.contains("Invoice 42") && text.contains("Total 99 EUR"),
+            "{text}"
+        );
+        assert!(text.ends_with("\n[end of file: invoice.pdf]"), "{text}");
+        let blank = Attachment {
+            fetch: Some(MediaFetcher::new(Serve(
+                switchboard_test_support::media::test_pdf(&[]),
+            ))),
+            ..Attachment::new("document", Some("scan.pdf".to_owned()))
+        };
+        assert_eq!(blobs.len(), 2, "the PDF and its text");
+        let refusal = media.ingest(&[blank], &ALL).await.expect("ingest");
+        assert!(matches!(refusal, Err(Refusal::PdfWithoutText { .. })));
+        assert_eq!(blobs.len(), 2, "a refused PDF is not kept");
+    }
+
+    #[tokio::test]
+    async fn a_voice_note_becomes_its_transcript_and_the_audio_is_kept() {
+        use switchboard_test_support::transcription::FakeTranscription;
+        let server = FakeTranscription::start("call mum at six").await;
+        let blobs = MemoryBlobs::default();
+        let settings = MediaSettings {
+            transcription: Some(voice::TranscriptionSettings {
+                base_url: server.base_url(),
+                api_key_env: "SWITCHBOARD_TEST_NO_SUCH_KEY".to_owned(),
+                ..voice::TranscriptionSettings::default()
+            }),
+            ..MediaSettings::default()
+        };
+        let media = Media::new(Arc::new(blobs.clone()), &settings);
+        let wav = switchboard_test_support::media::tone_wav(20);
+        let note = Attachment {
+            kind: "voice".to_owned(),
+            ..photo(&wav)
+        };
+        let note = Attachment { name: None, ..note };
+        let mut refs = media
+            .ingest(std::slice::from_ref(&note), &ALL)
+            .await
+            .expect("ingest")
+            .expect("taken");
+        assert_eq!(refs[0].media_type, "audio/wav");
+        assert_eq!(refs[0].transcript.as_deref(), Some("call mum at six"));
+        assert_eq!(blobs.len(), 1, "the audio");
+        media.show("blind", &mut refs).await.expect("show");
+        assert_eq!(
+            user_parts("", &refs),
+            vec![Part::Text(Cow::Owned(
+                "[voice note, transcribed] call mum at six".to_owned()
+            ))]
+        );
+        server.fail_with(500);
+        let refusal = media
+            .ingest(std::slice::from_ref(&note), &ALL)
+            .await
+            .expect("ingest");
+        assert!(matches!(refusal, Err(Refusal::TranscriptionFailed { .. })));
+        // Audio in a format the API does not take (AMR) is refused by name.
+        let amr = Attachment {
+            fetch: Some(MediaFetcher::new(Serve(b"#!AMR\n\x3c".to_vec()))),
+            ..note
+        };
+        let refusal = media.ingest(&[amr], &ALL).await.expect("ingest");
+        assert!(matches!(refusal, Err(Refusal::AudioFormat { .. })));
+        assert_eq!(blobs.len(), 1);
     }
 
     #[tokio::test]

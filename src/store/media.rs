@@ -8,9 +8,18 @@ use serde::Deserialize;
 
 use super::{PrincipalId, Store, StoreError, to_u64};
 
-/// The part of a stored file reference housekeeping needs.
+/// The part of a stored file reference housekeeping needs: its blob, and
+/// the blob of the version made for models (a scaled-down image, a PDF's
+/// text), if any.
 #[derive(Deserialize)]
 struct HashOnly {
+    hash: String,
+    #[serde(default)]
+    derived: Option<DerivedHash>,
+}
+
+#[derive(Deserialize)]
+struct DerivedHash {
     hash: String,
 }
 
@@ -122,7 +131,10 @@ impl Store {
         for list in lists {
             let files: Vec<HashOnly> = serde_json::from_str(&list)
                 .map_err(|err| StoreError::Corrupt(format!("media: {err}")))?;
-            hashes.extend(files.into_iter().map(|file| file.hash));
+            for file in files {
+                hashes.extend(file.derived.map(|derived| derived.hash));
+                hashes.insert(file.hash);
+            }
         }
         Ok(hashes)
     }

@@ -90,31 +90,10 @@ impl HttpGet {
     /// # Errors
     /// If the HTTP client cannot be built (TLS backend initialisation).
     pub fn new(config: HttpGetConfig) -> Result<Self, reqwest::Error> {
-        let policy_config = Arc::new(config.clone());
-        let client = reqwest::Client::builder()
-            .user_agent(concat!("switchboard-http-get/", env!("CARGO_PKG_VERSION")))
-            .no_proxy()
-            .dns_resolver(Arc::new(GuardedResolver {
-                allow_private: config.allow_private,
-            }))
-            .redirect(Policy::custom(move |attempt| {
-                if attempt.previous().len() > policy_config.max_redirects {
-                    let message = format!(
-                        "too many redirects (the limit is {})",
-                        policy_config.max_redirects
-                    );
-                    return attempt.error(Shown(message));
-                }
-                match check_url(attempt.url(), &policy_config) {
-                    Ok(()) => attempt.follow(),
-                    Err(refusal) => {
-                        let message = format!("redirect refused: {refusal}");
-                        attempt.error(Shown(message))
-                    }
-                }
-            }))
-            .timeout(config.timeout())
-            .build()?;
+        let client = guarded_client(
+            &config,
+            concat!("switchboard-http-get/", env!("CARGO_PKG_VERSION")),
+        )?;
         Ok(Self { client, config })
     }
 
@@ -246,6 +225,68 @@ fn url_arg(args: Value) -> Result<Url, ToolError> {
         };
         ToolError::InvalidArguments(format!("`url` is not a valid URL: {e}{hint}"))
     })
+}
+
+/// A client that keeps `config`'s URL policy on every redirect hop and
+/// every resolved address (see the module docs), with its redirect limit and
+/// timeout, and no proxy; also what the API fetches `image_url`s with.
+///
+/// # Errors
+/// If the HTTP client cannot be built (TLS backend initialisation).
+pub(crate) fn guarded_client(
+    config: &HttpGetConfig,
+    user_agent: &str,
+) -> Result<reqwest::Client, reqwest::Error> {
+    let policy_config = Arc::new(config.clone());
+    reqwest::Client::builder()
+        .user_agent(user_agent)
+        .no_proxy()
+        .dns_resolver(Arc::new(GuardedResolver {
+            allow_private: config.allow_private,
+        }))
+        .redirect(Policy::custom(move |attempt| {
+            if attempt.previous().len() > policy_config.max_redirects {
+                let message = format!(
+                    "too many redirects (the limit is {})",
+                    policy_config.max_redirects
+                );
+                return attempt.error(Shown(message));
+            }
+            match check_url(attempt.url(), &policy_config) {
+                Ok(()) => attempt.follow(),
+                Err(refusal) => {
+                    let message = format!("redirect refused: {refusal}");
+                    attempt.error(Shown(message))
+                }
+            }
+        }))
+        .timeout(config.timeout())
+        .build()
+}
+
+/// Why `url` may not be fetched under `config` (scheme, host lists, a
+/// non-public IP literal), if it may not; checked before a request, the
+/// client of [`guarded_client`] checking redirects and resolved addresses.
+pub(crate) fn refusal_of(url: &Url, config: &HttpGetConfig) -> Option<String> {
+    check_url(url, config).err().map(|refusal| refusal.0)
+}
+
+/// What to tell a user about a failed request of a [`guarded_client`]: the
+/// policy's own words for a refused redirect or address, else a short
+/// description without the URL.
+pub(crate) fn failure_text(error: &reqwest::Error) -> String {
+    if let Some(message) = shown_message(error) {
+        return message;
+    }
+    if error.is_timeout() {
+        "the request timed out".to_owned()
+    } else if error.is_redirect() {
+        "the redirect could not be followed".to_owned()
+    } else if error.is_connect() {
+        "could not connect to the server".to_owned()
+    } else {
+        "the request failed".to_owned()
+    }
 }
 
 /// An error whose message is meant for the model; found in reqwest's error

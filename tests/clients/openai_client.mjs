@@ -11,6 +11,8 @@
 import OpenAI from "openai";
 
 const MODEL = "fake-model";
+// A 1×1 PNG.
+const PIXEL = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg==";
 const user = (text) => [{ role: "user", content: text }];
 
 const client = new OpenAI({
@@ -91,6 +93,21 @@ results.stream_tools = {
   prompt_tokens: usage?.prompt_tokens ?? null,
   completion_tokens: usage?.completion_tokens ?? null,
 };
+
+// An image as an image_url content part (a 1×1 PNG in a data: URL).
+const picture = await client.chat.completions.create({
+  model: MODEL,
+  messages: [
+    {
+      role: "user",
+      content: [
+        { type: "text", text: "what is in this picture?" },
+        { type: "image_url", image_url: { url: PIXEL, detail: "low" } },
+      ],
+    },
+  ],
+});
+results.image = { content: picture.choices[0].message.content };
 
 const first = await client.chat.completions
   .create({ model: MODEL, messages: user("my name is Py") })

@@ -5,7 +5,8 @@ Usage: python3 openai_client.py BASE_URL   (e.g. http://127.0.0.1:8080/v1)
 
 Run by tests/gateway/openai_client.rs, which asserts on the output:
 a plain completion, a streamed one (its deltas), a streamed one with a tool
-round (its text, tool events and usage), a conversation continued
+round (its text, tool events and usage), an image_url content part, a
+conversation continued
 with the X-Session-Id header (read back from the raw response), an unknown
 session id that cannot name a new session (the client's error type), and the
 model list.
@@ -18,6 +19,8 @@ import openai
 from openai import OpenAI
 
 MODEL = "fake-model"
+# A 1×1 PNG.
+PIXEL = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg=="
 
 
 def user(text):
@@ -92,6 +95,21 @@ def main():
         "prompt_tokens": usage.prompt_tokens if usage else None,
         "completion_tokens": usage.completion_tokens if usage else None,
     }
+
+    # An image as an image_url content part (a 1×1 PNG in a data: URL).
+    picture = client.chat.completions.create(
+        model=MODEL,
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is in this picture?"},
+                    {"type": "image_url", "image_url": {"url": PIXEL, "detail": "low"}},
+                ],
+            }
+        ],
+    )
+    results["image"] = {"content": picture.choices[0].message.content}
 
     first = client.chat.completions.with_raw_response.create(
         model=MODEL, messages=user("my name is Py")

@@ -2,8 +2,9 @@
 //! adapter, stored once in the blob folder, and reach the model as image
 //! parts (a vision model, OpenAI and Anthropic formats) or as a text note
 //! (any other model); an oversized photo gets the limit reply and no turn;
-//! a text document reaches the model as text and a PDF gets a reply naming
-//! its type; a voice note gets "voice notes are not enabled"; a Feishu image
+//! a text document reaches the model as text and an archive gets a reply
+//! naming its type; a voice note gets "voice notes are not enabled" (no
+//! transcription configured); a Feishu image
 //! message is fetched with the tenant token.
 
 use base64::Engine as _;
@@ -250,7 +251,7 @@ async fn a_feishu_image_message_is_fetched_with_the_tenant_token_and_seen() {
 async fn a_text_document_reaches_the_model_and_a_binary_one_gets_a_reply() {
     let telegram = FakeTelegram::start().await;
     telegram.add_file("doc-1", b"name,qty\napples,3\n");
-    telegram.add_file("doc-2", &[0x25, 0x50, 0x44, 0x46, 0x00, 0x01]);
+    telegram.add_file("doc-2", b"PK\x03\x04\x14\x00\x00\x00");
     let llm = FakeLlm::echo().await;
     let gateway =
         TestApp::spawn_with(&llm, |s| s.telegram = Some(telegram_settings(&telegram))).await;
@@ -268,16 +269,18 @@ async fn a_text_document_reaches_the_model_and_a_binary_one_gets_a_reply() {
     );
 
     let before = telegram.sent().len();
-    telegram.dm_document(ADA, "doc-2", "report.pdf", "application/pdf", None);
+    telegram.dm_document(ADA, "doc-2", "report.zip", "application/zip", None);
     telegram
-        .wait_for("the reply to the PDF", || telegram.sent().len() > before)
+        .wait_for("the reply to the archive", || {
+            telegram.sent().len() > before
+        })
         .await;
     let reply = telegram.sent().swap_remove(before).text;
     assert!(
-        reply.contains("report.pdf") && reply.contains("application/pdf"),
+        reply.contains("report.zip") && reply.contains("application/zip"),
         "{reply}"
     );
-    assert_eq!(llm.requests().len(), 1, "no model call for the PDF");
+    assert_eq!(llm.requests().len(), 1, "no model call for the archive");
     gateway.stop().await;
 }
 

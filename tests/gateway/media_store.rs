@@ -275,42 +275,53 @@ impl Kept {
 
     /// Moves the blob of `bytes` `by` into the past.
     fn age(&self, bytes: &[u8], by: Duration) {
-        let hash = hash_of(bytes);
+        self.age_blob(&hash_of(bytes), by);
+    }
+
+    /// Moves the blob named `hash` `by` into the past.
+    fn age_blob(&self, hash: &str, by: Duration) {
         match self {
             Self::Local(folder) => {
                 let file = std::fs::OpenOptions::new()
                     .write(true)
-                    .open(folder.join(&hash[..2]).join(&hash))
+                    .open(folder.join(&hash[..2]).join(hash))
                     .expect("open");
                 let modified = file.metadata().expect("meta").modified().expect("mtime");
                 file.set_modified(modified - by).expect("set mtime");
             }
-            Self::S3(fake) => fake.age(&s3_key(&hash), by),
+            Self::S3(fake) => fake.age(&s3_key(hash), by),
         }
     }
 
     fn has(&self, bytes: &[u8]) -> bool {
-        let hash = hash_of(bytes);
+        self.has_blob(&hash_of(bytes))
+    }
+
+    fn has_blob(&self, hash: &str) -> bool {
         match self {
-            Self::Local(folder) => folder.join(&hash[..2]).join(&hash).exists(),
-            Self::S3(fake) => fake.object(&s3_key(&hash)).is_some(),
+            Self::Local(folder) => folder.join(&hash[..2]).join(hash).exists(),
+            Self::S3(fake) => fake.object(&s3_key(hash)).is_some(),
         }
     }
 }
 
-/// A photo is sent (referenced); an old blob no message refers to and a
-/// fresh one are put beside it; all but the fresh one are made 40 days old.
-/// The next instance's housekeeping (retention 30 days) removes the old
-/// unreferenced blob only.
+/// A photo is sent (referenced), and a larger one that is kept scaled down
+/// too (its derived version is referenced as well); an old blob no message
+/// refers to and a fresh one are put beside them; all but the fresh one are
+/// made 40 days old. The next instance's housekeeping (retention 30 days)
+/// removes the old unreferenced blob only.
 async fn housekeeping_removes_old_unreferenced_blobs_only(kept: Kept, test: &str) {
     let telegram = FakeTelegram::start().await;
     telegram.add_file("photo-kept", PNG);
+    let large = switchboard_test_support::media::gradient_png(64, 32, false);
+    telegram.add_file("photo-large", &large);
     let llm = FakeLlm::echo().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut settings = test_settings(&llm, &dir).await;
     settings.telegram = Some(telegram_settings(&telegram));
     kept.configure(&mut settings, test);
     settings.media.retention_days = 30;
+    settings.media.max_image_side = 16;
     settings.runner.maintenance_interval_secs = 1;
     let _database = crate::helpers::hold_database(&settings);
 
@@ -328,6 +339,17 @@ async fn housekeeping_removes_old_unreferenced_blobs_only(kept: Kept, test: &str
     })
     .await;
     send_photo(&telegram, ADA, "photo-kept").await;
+    send_photo(&telegram, ADA, "photo-large").await;
+    let media: String =
+        sqlx::query_scalar("SELECT media FROM inbound WHERE media LIKE '%derived%'")
+            .fetch_one(&mut *first.gateway.store.conn().await.expect("conn"))
+            .await
+            .expect("the large photo's files");
+    let media: Value = serde_json::from_str(&media).expect("json");
+    let derived = media[0]["derived"]["hash"]
+        .as_str()
+        .expect("a scaled-down version")
+        .to_owned();
     let (old, fresh) = (
         b"forgotten file".as_slice(),
         b"file being recorded".as_slice(),
@@ -335,6 +357,8 @@ async fn housekeeping_removes_old_unreferenced_blobs_only(kept: Kept, test: &str
     kept.put(old);
     kept.put(fresh);
     kept.age(PNG, 40 * DAY);
+    kept.age(&large, 40 * DAY);
+    kept.age_blob(&derived, 40 * DAY);
     kept.age(old, 40 * DAY);
     first_stop.cancel();
     first.stop().await;
@@ -354,10 +378,12 @@ async fn housekeeping_removes_old_unreferenced_blobs_only(kept: Kept, test: &str
     second_stop.cancel();
     drop(second_tasks);
     assert!(kept.has(PNG), "a blob a message refers to stays");
+    assert!(kept.has(&large), "so does a scaled-down photo's original");
+    assert!(kept.has_blob(&derived), "and its scaled-down version");
     assert!(kept.has(fresh), "a recent blob stays");
     // The photo still reaches the model from the store.
     send_photo(&telegram, ADA, "photo-kept").await;
-    assert_eq!(llm.requests().len(), 2);
+    assert_eq!(llm.requests().len(), 3);
     second.stop().await;
 }
 

@@ -1,7 +1,8 @@
 //! The official OpenAI clients (Python and Node), unchanged, against the
 //! gateway's API: `tests/clients/openai_client.{py,mjs}` make plain and
 //! streamed completions (one with a tool round: its `switchboard` tool
-//! chunks and final usage chunk), continue a conversation with
+//! chunks and final usage chunk), send an image as an `image_url` part
+//! (which reaches a vision model as an image part), continue a conversation with
 //! `X-Session-Id`, send an unknown session id that cannot name a new session
 //! and list the models; these tests check what the client saw and what the
 //! model received.
@@ -21,6 +22,9 @@ use tokio::process::Command;
 
 use crate::helpers::{FakeLlm, Reply, TestApp, last_is_tool_result, last_user_text};
 use crate::identity::user_texts;
+
+/// The 1×1 PNG the client scripts send as an `image_url` part, in base64.
+const PIXEL: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg==";
 
 /// `tests/clients`, found through the package folder `cargo test` names at
 /// run time (a build reused from another checkout keeps its compile-time
@@ -133,7 +137,10 @@ async fn works_unchanged(client: Client) {
         }
     })
     .await;
-    let app = TestApp::spawn(&llm).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.media.vision_models = vec!["fake-model".to_owned()]
+    })
+    .await;
 
     let results = run_script(client, "openai_client", &app).await;
 
@@ -186,6 +193,32 @@ async fn works_unchanged(client: Client) {
     assert_eq!(tools["prompt_tokens"], 240, "{tools}");
     assert_eq!(tools["completion_tokens"], 14, "{tools}");
 
+    // The image_url part reached the (vision) model as an image part.
+    assert!(
+        results["image"]["content"]
+            .as_str()
+            .is_some_and(|reply| reply.starts_with("echo: ")),
+        "{}",
+        results["image"]
+    );
+    let pixel = format!("data:image/png;base64,{PIXEL}");
+    let with_image: Vec<Value> = llm
+        .requests()
+        .iter()
+        .filter_map(|request| {
+            let body = request.json();
+            let last = body["messages"].as_array()?.last()?.clone();
+            last["content"].is_array().then(|| last["content"].clone())
+        })
+        .collect();
+    assert_eq!(
+        with_image,
+        vec![serde_json::json!([
+            {"type": "text", "text": "what is in this picture?"},
+            {"type": "image_url", "image_url": {"url": pixel}},
+        ])]
+    );
+
     let session = &results["session"];
     let id = session["first"].as_str().expect("X-Session-Id read back");
     assert_eq!(session["second"], id, "{session}");
@@ -210,7 +243,7 @@ async fn works_unchanged(client: Client) {
     assert_eq!(results["models"], serde_json::json!(["fake-model"]));
     assert_eq!(
         llm.requests().len(),
-        6,
+        7,
         "one model call per completion (two for the tool round), none for the unknown session"
     );
     app.stop().await;

@@ -1,24 +1,29 @@
 //! What the integration tests of the gateway and of every adapter share:
-//! fake platform APIs bound to 127.0.0.1:0 ([`telegram`], [`feishu`]), a
-//! fake S3-compatible object store ([`s3`]),
+//! fake platform APIs bound to 127.0.0.1:0 ([`telegram`], [`feishu`],
+//! [`discord`]), a fake S3-compatible object store ([`s3`]),
 //! waiting for a condition instead of sleeping ([`wait`]), delivering
 //! through a `PlatformSender` the way the core's runner does ([`send`]), and
 //! the contract seen from the core's side: messages as an adapter submits
 //! them ([`inbound`]), a small MCP server ([`mcp`]) and a platform that records what it is sent
-//! ([`sender`]), and scratch PostgreSQL databases dropped after the test
-//! ([`postgres`]).
+//! ([`sender`]), scratch PostgreSQL databases dropped after the test
+//! ([`postgres`]), a fake OpenAI-compatible transcription server
+//! ([`transcription`]) and small real media files made on the spot
+//! ([`media`]).
 //!
 //! It depends on the contract crate only, never on the core, so the
 //! adapters' tests can use it.
 
+pub mod discord;
 pub mod feishu;
 pub mod inbound;
 pub mod mcp;
+pub mod media;
 pub mod postgres;
 pub mod s3;
 pub mod send;
 pub mod sender;
 pub mod telegram;
+pub mod transcription;
 pub mod wait;
 
 pub use wait::{eventually, eventually_some};

@@ -347,12 +347,19 @@ impl FakeTelegram {
     /// Queues a voice note (the file `file_id`) from `user` in their
     /// private chat.
     pub fn dm_voice(&self, user: TgUser, file_id: &str) {
+        let bytes = self
+            .api
+            .files
+            .lock()
+            .expect("lock")
+            .get(file_id)
+            .map_or(12, Vec::len);
         let mut message = self.new_message(
             json!({"id": user.id, "type": "private", "first_name": user.first_name}),
             user,
         );
         message["voice"] = json!({"file_id": file_id, "file_unique_id": file_id,
-            "duration": 2, "mime_type": "audio/ogg", "file_size": 12});
+            "duration": 2, "mime_type": "audio/ogg", "file_size": bytes});
         self.push_built(message);
     }
 

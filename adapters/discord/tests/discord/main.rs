@@ -2,9 +2,12 @@
 //! MESSAGE_CREATE payloads, outbound over real HTTP against a fake REST API, and the gateway
 //! connection against a fake gateway.
 
-mod fake_discord;
 mod gateway;
 mod inbound;
 mod outbound;
 mod setup;
 mod support;
+
+/// The fake Discord (REST API, CDN and gateway) lives in the test kit, where
+/// the gateway's own tests use it too.
+use switchboard_test_support::discord as fake_discord;

@@ -10,7 +10,8 @@
 //! what a user sends; on demand it goes down (connections dropped, new ones
 //! refused), refuses RESUME, or sends a close frame with a chosen status code
 //! or none. Files a user attaches ([`FakeDiscord::user_sends_file`]) are
-//! served from its CDN path `/attachments/{id}/{filename}`.
+//! served from its CDN path `/attachments/{id}/{filename}`, and each
+//! download is counted.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -98,6 +99,8 @@ struct Inner {
     gateway_url: String,
     /// Attachment bytes by CDN path (`{id}/{filename}`).
     files: HashMap<String, Vec<u8>>,
+    /// CDN paths downloaded, in order.
+    downloads: Vec<String>,
 }
 
 #[derive(Clone, Default)]
@@ -287,6 +290,12 @@ impl FakeDiscord {
         self.shared.lock().requests.clone()
     }
 
+    /// The attachments downloaded from the CDN (`{id}/{filename}`), in
+    /// order.
+    pub fn downloads(&self) -> Vec<String> {
+        self.shared.lock().downloads.clone()
+    }
+
     pub fn message_requests(&self) -> Vec<Recorded> {
         self.requests()
             .into_iter()
@@ -335,7 +344,10 @@ async fn attachment(
     State(shared): State<Shared>,
     Path((id, filename)): Path<(String, String)>,
 ) -> Response {
-    match shared.lock().files.get(&format!("{id}/{filename}")) {
+    let path = format!("{id}/{filename}");
+    let mut inner = shared.lock();
+    inner.downloads.push(path.clone());
+    match inner.files.get(&path) {
         Some(bytes) => bytes.clone().into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
     }
