@@ -15,31 +15,7 @@ use serde_json::{Value, json};
 use switchboard_test_support::media::gradient_png;
 
 use crate::helpers::{FakeLlm, TestApp};
-
-/// Every file under `folder`, recursively.
-fn files_under(folder: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(folder) else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_under(&path));
-        } else {
-            found.push(path);
-        }
-    }
-    found
-}
-
-fn last_user_content(body: &Value) -> Value {
-    body["messages"]
-        .as_array()
-        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
-        .map(|message| message["content"].clone())
-        .unwrap_or_default()
-}
+use crate::helpers::{files_under, last_user_content};
 
 /// Posts `body`; returns the status, the session header and the JSON body.
 async fn post(app: &TestApp, body: &Value) -> (StatusCode, Option<String>, Value) {

@@ -14,46 +14,12 @@ use switchboard::llm::ProviderKind;
 use switchboard_test_support::telegram::{FakeTelegram, TgUser};
 
 use crate::helpers::{FakeLlm, TestApp, telegram_settings};
+use crate::helpers::{TINY_PNG as PNG, files_under, last_user_content};
 
 const ADA: TgUser = TgUser {
     id: 777,
     first_name: "Ada",
 };
-
-/// A valid 1×1 PNG (one red pixel).
-const PNG: &[u8] = &[
-    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52,
-    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1F, 0x15, 0xC4,
-    0x89, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9C, 0x63, 0xF8, 0xCF, 0xC0, 0xF0,
-    0x1F, 0x00, 0x05, 0x00, 0x01, 0xFF, 0x89, 0x99, 0x3D, 0x1D, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
-    0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82,
-];
-
-/// Every file under `folder`, recursively.
-fn files_under(folder: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(folder) else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_under(&path));
-        } else {
-            found.push(path);
-        }
-    }
-    found
-}
-
-/// The content of the last user message of a request.
-fn last_user_content(body: &Value) -> Value {
-    body["messages"]
-        .as_array()
-        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
-        .map(|message| message["content"].clone())
-        .unwrap_or_default()
-}
 
 /// Sends `caption` with the photo `file_id` from Ada and waits for the
 /// reply, which it returns.

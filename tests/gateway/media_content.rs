@@ -19,37 +19,12 @@ use switchboard_test_support::telegram::{FakeTelegram, TgUser};
 use switchboard_test_support::transcription::FakeTranscription;
 
 use crate::helpers::{FakeLlm, Recorded, TestApp, telegram_settings};
+use crate::helpers::{files_under, last_user_content};
 
 const ADA: TgUser = TgUser {
     id: 778,
     first_name: "Ada",
 };
-
-/// Every file under `folder`, recursively.
-fn files_under(folder: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(folder) else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_under(&path));
-        } else {
-            found.push(path);
-        }
-    }
-    found
-}
-
-/// The content of the last user message of a request.
-fn last_user_content(body: &Value) -> Value {
-    body["messages"]
-        .as_array()
-        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
-        .map(|message| message["content"].clone())
-        .unwrap_or_default()
-}
 
 /// Waits for one more message to Ada than `before`, and returns it.
 async fn next_reply(telegram: &FakeTelegram, before: usize, what: &str) -> String {

@@ -21,6 +21,7 @@ use switchboard_test_support::telegram::{self, FakeTelegram, TgUser};
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{FakeLlm, ServeProcess, TestApp, telegram_settings, test_settings};
+use crate::helpers::{TINY_PNG as PNG, files_under, last_user_content};
 
 const ADA: TgUser = TgUser {
     id: 777,
@@ -30,15 +31,6 @@ const BOB: TgUser = TgUser {
     id: 778,
     first_name: "Bob",
 };
-
-/// A valid 1×1 PNG.
-const PNG: &[u8] = &[
-    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52,
-    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1F, 0x15, 0xC4,
-    0x89, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9C, 0x63, 0xF8, 0xCF, 0xC0, 0xF0,
-    0x1F, 0x00, 0x05, 0x00, 0x01, 0xFF, 0x89, 0x99, 0x3D, 0x1D, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
-    0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82,
-];
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -74,15 +66,6 @@ fn s3_settings(fake: &FakeS3, test: &str) -> S3Settings {
     }
 }
 
-/// The content of the last user message of a request.
-fn last_user_content(body: &Value) -> Value {
-    body["messages"]
-        .as_array()
-        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
-        .map(|message| message["content"].clone())
-        .unwrap_or_default()
-}
-
 /// Sends the photo `file_id` from `user` and returns the reply.
 async fn send_photo(telegram: &FakeTelegram, user: TgUser, file_id: &str) -> String {
     let before = telegram.sent().len();
@@ -91,23 +74,6 @@ async fn send_photo(telegram: &FakeTelegram, user: TgUser, file_id: &str) -> Str
         .wait_for("the reply to the photo", || telegram.sent().len() > before)
         .await;
     telegram.sent().swap_remove(before).text
-}
-
-/// Every file under `folder`, recursively.
-fn files_under(folder: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(folder) else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_under(&path));
-        } else {
-            found.push(path);
-        }
-    }
-    found
 }
 
 #[tokio::test]

@@ -117,11 +117,13 @@ async fn a_session_leased_by_another_process_waits_for_the_lease() {
     let (session, _) = app.say(None, "start").await;
     // Another gateway process takes the session for the next 1.5 s (our
     // runner may not have given its lease up yet: the reply goes out first).
+    // Its grant carries the next fencing token, as a real grant does, so
+    // our runner's late release (of its own token) cannot end it.
     let expires = switchboard::store::now_ms() + 1500;
     sqlx::query(
         "INSERT INTO session_leases (session_id, owner, expires_at) VALUES ($1, $2, $3) \
          ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, \
-         expires_at = excluded.expires_at",
+         expires_at = excluded.expires_at, token = session_leases.token + 1",
     )
     .bind(&session)
     .bind("another-process")
