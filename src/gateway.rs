@@ -108,7 +108,10 @@ impl Gateway {
         let instance_id = store.instance().id.clone();
         let blobs = crate::media::blobs::open(&settings.media)
             .map_err(|err| StartError::Media(err.to_string()))?;
-        let media = Arc::new(Media::new(blobs, &settings.media));
+        let media = Arc::new(
+            Media::new(blobs, &settings.media)
+                .map_err(|err| StartError::Http(err.without_url().to_string()))?,
+        );
         let turns = TurnExecutor {
             store: store.clone(),
             cache: Arc::clone(&cache),

@@ -12,7 +12,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use switchboard_contract::{Attachment, FetchError, FetchMedia, MediaFetcher};
+use switchboard_contract::{Attachment, FetchError, FetchMedia, MediaFetcher, collect_capped};
 use url::Url;
 
 use super::ApiError;
@@ -88,35 +88,27 @@ impl ImageFetcher {
         if let Some(refusal) = refusal_of(&parsed, &self.rules) {
             return Err(format!("cannot be fetched: {refusal}"));
         }
-        let fetched = async {
-            let mut response = self
-                .client
-                .get(parsed)
-                .send()
-                .await
-                .map_err(|err| failure_text(&err))?;
-            let status = response.status();
-            if !status.is_success() {
-                return Err(format!("the server answered {status}"));
-            }
-            if response
-                .content_length()
-                .is_some_and(|length| length > self.max_bytes)
-            {
-                return Err(self.too_large());
-            }
-            let mut bytes = Vec::new();
-            while let Some(chunk) = response.chunk().await.map_err(|err| failure_text(&err))? {
-                bytes.extend_from_slice(&chunk);
-                if bytes.len() as u64 > self.max_bytes {
-                    return Err(self.too_large());
-                }
-            }
-            Ok(bytes)
-        };
-        fetched
+        let response = self
+            .client
+            .get(parsed)
+            .send()
             .await
-            .map_err(|why| format!("could not be fetched: {why}"))
+            .map_err(|err| format!("could not be fetched: {}", failure_text(&err)))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!(
+                "could not be fetched: the server answered {status}"
+            ));
+        }
+        let declared = response.content_length();
+        collect_capped(response.bytes_stream(), declared, self.max_bytes, |err| {
+            failure_text(&err)
+        })
+        .await
+        .map_err(|err| match err {
+            FetchError::TooLarge { .. } => self.too_large(),
+            FetchError::Failed(why) => format!("could not be fetched: {why}"),
+        })
     }
 
     /// The bytes of a data URL after `data:`: `<type>;base64,<data>`.
@@ -228,6 +220,55 @@ mod tests {
                     && message.contains(expected),
                 "{url}: {message}"
             );
+        }
+    }
+
+    /// Serves `body` once per connection on 127.0.0.1, with or without a
+    /// `Content-Length` header; returns its URL.
+    async fn serve(body: Vec<u8>, with_length: bool) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut request = [0_u8; 2048];
+                let _ = socket.read(&mut request).await;
+                let length = if with_length {
+                    format!("Content-Length: {}\r\n", body.len())
+                } else {
+                    String::new()
+                };
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: image/png\r\n{length}Connection: close\r\n\r\n"
+                );
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
+            }
+        });
+        format!("http://{address}/image.png")
+    }
+
+    #[tokio::test]
+    async fn an_http_image_over_the_cap_is_refused_whether_or_not_its_size_is_announced() {
+        let rules = HttpGetConfig {
+            allow_private: true,
+            ..HttpGetConfig::default()
+        };
+        let png = crate::media::TINY_PNG.to_vec();
+        let cap = png.len() as u64 - 1;
+        let small = ImageFetcher::new(&rules, cap).expect("client");
+        for with_length in [true, false] {
+            let url = serve(png.clone(), with_length).await;
+            let message = refused(small.take(&[part(&url)]).await);
+            assert!(
+                message.contains("is too large") && message.contains(&cap.to_string()),
+                "{message}"
+            );
+            let fits = ImageFetcher::new(&rules, 1024).expect("client");
+            let taken = fits.take(&[part(&url)]).await.expect("taken");
+            assert_eq!(taken[0].media_type.as_deref(), Some("image/png"));
         }
     }
 }

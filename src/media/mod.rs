@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use switchboard_contract::{Attachment, FetchError};
 
 use crate::config::MediaSettings;
-use blobs::{BlobError, BlobStore, LocalBlobs, hash_of};
+use blobs::{BlobError, BlobStore, hash_of};
 use voice::Transcriber;
 
 /// A file attached to a user message, by its blob.
@@ -361,31 +361,26 @@ pub struct Media {
 
 impl Media {
     /// The service over `blobs` with `settings`' limits.
-    #[must_use]
-    pub fn new(blobs: Arc<dyn BlobStore>, settings: &MediaSettings) -> Self {
-        Self {
+    ///
+    /// # Errors
+    /// `[media.transcription]` is set and its HTTP client cannot be built.
+    pub fn new(
+        blobs: Arc<dyn BlobStore>,
+        settings: &MediaSettings,
+    ) -> Result<Self, reqwest::Error> {
+        Ok(Self {
             blobs,
             max_file_bytes: settings.max_file_bytes,
             max_text_bytes: settings.max_text_bytes,
             vision_models: settings.vision_models.clone(),
             max_image_side: settings.max_image_side,
             max_image_bytes: settings.max_image_bytes,
-            transcriber: settings.transcription.as_ref().and_then(|transcription| {
-                Transcriber::new(transcription)
-                    .inspect_err(|err| {
-                        tracing::error!(error = %err, "the transcription client cannot be built");
-                    })
-                    .ok()
-            }),
-        }
-    }
-
-    /// The service of `settings` over the local folder `media.folder`,
-    /// whatever `media.store` says (the gateway opens the configured store
-    /// with [`blobs::open`]).
-    #[must_use]
-    pub fn from_settings(settings: &MediaSettings) -> Self {
-        Self::new(Arc::new(LocalBlobs::new(&settings.folder)), settings)
+            transcriber: settings
+                .transcription
+                .as_ref()
+                .map(Transcriber::new)
+                .transpose()?,
+        })
     }
 
     /// The blob store files are kept in.
@@ -690,7 +685,7 @@ mod tests {
             vision_models: vec!["seeing".to_owned()],
             ..MediaSettings::default()
         };
-        Media::new(Arc::new(blobs.clone()), &settings)
+        Media::new(Arc::new(blobs.clone()), &settings).expect("media")
     }
 
     #[tokio::test]
@@ -775,7 +770,7 @@ mod tests {
             max_text_bytes: 4,
             ..MediaSettings::default()
         };
-        let small = Media::new(Arc::new(blobs.clone()), &settings);
+        let small = Media::new(Arc::new(blobs.clone()), &settings).expect("media");
         let long = Attachment {
             fetch: Some(MediaFetcher::new(Serve(b"too long".to_vec()))),
             ..Attachment::new("document", Some("a.txt".to_owned()))
@@ -842,7 +837,7 @@ mod tests {
             max_image_side: 100,
             ..MediaSettings::default()
         };
-        let media = Media::new(Arc::new(blobs.clone()), &settings);
+        let media = Media::new(Arc::new(blobs.clone()), &settings).expect("media");
         let png = switchboard_test_support::media::gradient_png(400, 200, false);
         let mut refs = media
             .ingest(&[photo(&png)], &ALL)
@@ -927,7 +922,7 @@ mod tests {
             }),
             ..MediaSettings::default()
         };
-        let media = Media::new(Arc::new(blobs.clone()), &settings);
+        let media = Media::new(Arc::new(blobs.clone()), &settings).expect("media");
         let wav = switchboard_test_support::media::tone_wav(20);
         let note = Attachment {
             kind: "voice".to_owned(),

@@ -192,10 +192,10 @@ fn bind<'q>(
 
 /// Copies `sql` into `out`, letting `placeholder` write what stands in
 /// for each `$N` (given N). The one scanner of placeholders: SQLite batches
-/// shift them ([`renumber`]), PostgreSQL batches write the arguments in
-/// ([`inline`]). A `$` not followed by digits is copied as it is. Statements
-/// here never hold a `$` inside a string literal of their own SQL; the values
-/// written in are not scanned again.
+/// shift them ([`renumber`]), PostgreSQL batches check them against the
+/// arguments before preparing ([`check_placeholders`]). A `$` not followed
+/// by digits is copied as it is. Statements here never hold a `$` inside a
+/// string literal of their own SQL.
 fn rewrite_placeholders<E>(
     sql: &str,
     out: &mut String,

@@ -1,9 +1,9 @@
 //! Bound values written into SQL text as literals, for PostgreSQL batches.
 //!
 //! A batch reaches PostgreSQL as one simple-protocol query string (see
-//! `batch`), and the simple protocol takes no parameters. So each `$N` of a
-//! batched statement is replaced by a literal of its argument here. Two
-//! properties make that safe and faithful:
+//! `batch`), and the simple protocol takes no parameters. So the arguments
+//! of each `EXECUTE` of a batched (prepared) statement are written here as
+//! literals. Two properties make that safe and faithful:
 //!
 //! - **Nothing in a value can end the literal.** Text becomes an escape
 //!   string `E'…'` in which every backslash and every single quote is
@@ -17,11 +17,11 @@
 //!   included, so each literal is wrapped in `CAST(… AS BIGINT)` or
 //!   `CAST(… AS TEXT)`: `$1 * 1000` must not become 32-bit arithmetic just
 //!   because the value happens to fit in 32 bits. `CAST(…)` reads as one
-//!   operand wherever a `$N` may stand, and takes `i64::MIN` (whose digits
-//!   alone, without the sign, do not fit in a `bigint`).
+//!   expression in an `EXECUTE`'s argument list, and takes `i64::MIN` (whose
+//!   digits alone, without the sign, do not fit in a `bigint`).
 //!
-//! The values are written into the text the placeholder scanner of `batch`
-//! produces and never scanned again, so a `$1` inside a value stays text.
+//! The values go into the `EXECUTE` only, never into a statement's SQL, so a
+//! `$1` inside a value stays text.
 
 use std::fmt::Write as _;
 
