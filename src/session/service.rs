@@ -233,14 +233,15 @@ impl SessionService {
             && !message.attachments.is_empty()
             // A redelivery is dropped below: its files were taken (and
             // counted) the first time.
-            && !self
+            && self
                 .store
-                .inbound_event_recorded(
+                .inbound_id_of_event(
                     message.platform.as_str(),
                     message.account.as_str(),
                     message.event_id.as_str(),
                 )
                 .await?
+                .is_none()
         {
             let budget = &self.media_budget;
             let allowance = budget.allowance(&self.store, identity.principal).await?;

@@ -91,28 +91,6 @@ impl Store {
         Ok(pruned)
     }
 
-    /// Whether the platform event `event_id` of `account` on `platform` was
-    /// recorded (a redelivery: its files were taken and counted then).
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn inbound_event_recorded(
-        &self,
-        platform: &str,
-        account: &str,
-        event_id: &str,
-    ) -> Result<bool, StoreError> {
-        let found = sqlx::query_scalar::<_, i64>(
-            "SELECT id FROM inbound WHERE platform = $1 AND account = $2 AND event_id = $3",
-        )
-        .bind(platform)
-        .bind(account)
-        .bind(event_id)
-        .fetch_optional(&mut *self.read_conn().await?)
-        .await?;
-        Ok(found.is_some())
-    }
-
     /// Every blob hash a stored message refers to: the files of inbound
     /// messages (`inbound.media`) and of transcript entries
     /// (`messages.media`).
