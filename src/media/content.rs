@@ -1,10 +1,13 @@
-//! What a stored file becomes for models, worked out once when it arrives:
-//! an image over the provider limits gets a smaller re-encoded version
-//! ([`resize`](super::resize)), a PDF its text ([`pdf`](super::pdf)), a voice
-//! note or audio file its transcript ([`voice`](super::voice)). A derived
-//! version is a blob of its own, named by the [`MediaRef`]'s
-//! [`Derived`]; a transcript is kept in the [`MediaRef`] itself. Either way
-//! later turns replay the same bytes without working them out again.
+//! What a stored file becomes for models, worked out once: an image over the
+//! provider limits gets a smaller re-encoded version
+//! ([`resize`](super::resize)) and a PDF its text ([`pdf`](super::pdf)) when
+//! they arrive; a voice note or audio file gets its transcript
+//! ([`voice`](super::voice)) when its turn starts, so that a slow
+//! transcription server holds up that one conversation, never the
+//! platform's next messages. A derived version is a blob of its own, named
+//! by the [`MediaRef`]'s [`Derived`]; a transcript is kept in the
+//! [`MediaRef`] itself, and so in the stored user message. Either way later
+//! turns replay the same bytes without working them out again.
 
 use super::blobs::hash_of;
 use super::pdf::{self, PdfError};
@@ -15,9 +18,9 @@ use super::{Derived, Media, MediaError, MediaRef, Refusal};
 impl Media {
     /// Works out what `media` (with the bytes `bytes`; `name` as the sender
     /// would call it) becomes for models, and sets it. `Ok(Err(_))` is the
-    /// reply when it cannot be made readable. Audio is stored before it is
-    /// transcribed, so that a failing transcription server loses nothing;
-    /// other files are stored by the caller once this succeeds.
+    /// reply when it cannot be made readable. The caller stores the file
+    /// once this succeeds; audio is transcribed later
+    /// ([`Media::transcribe`]).
     ///
     /// # Errors
     /// The blob store failed.
@@ -91,31 +94,44 @@ impl Media {
                 }));
             }
             media.derived = Some(self.keep(text.as_bytes(), "text/plain", None).await?);
-        } else if media.media_type.starts_with("audio/") {
+        }
+        Ok(Ok(()))
+    }
+
+    /// Transcribes each voice note or audio file of `media` (a message's
+    /// files, its audio stored on arrival) that has no transcript yet, and
+    /// returns how many it did. `Ok(Err(_))` is the reply when one cannot
+    /// be: transcription is not (or no longer) configured, the audio is no
+    /// longer stored, the server failed, or it heard no speech.
+    ///
+    /// # Errors
+    /// The blob store failed.
+    pub async fn transcribe(
+        &self,
+        media: &mut [MediaRef],
+    ) -> Result<Result<usize, Refusal>, MediaError> {
+        let mut done = 0;
+        for file in media.iter_mut().filter(|file| file.awaits_transcript()) {
+            let name = file.name.as_deref().filter(|name| !name.trim().is_empty());
+            let name = name.map_or_else(|| "your voice note".to_owned(), |n| format!("\"{n}\""));
             let Some(transcriber) = &self.transcriber else {
                 return Ok(Err(Refusal::Voice));
             };
-            let new = self.blobs.put(&media.hash, bytes).await?;
-            tracing::debug!(hash = %media.hash, new, size = bytes.len(), "audio stored");
-            match transcriber
-                .transcribe(bytes.to_vec(), &media.media_type)
-                .await
-            {
-                Ok(text) => media.transcript = Some(text),
-                Err(TranscribeError::NoSpeech) => {
-                    return Ok(Err(Refusal::NoSpeech {
-                        name: name.to_owned(),
-                    }));
-                }
+            let Some(bytes) = self.blobs.get(&file.hash).await? else {
+                tracing::warn!(hash = %file.hash, "a voice note to transcribe is no longer stored");
+                return Ok(Err(Refusal::Unavailable { name }));
+            };
+            match transcriber.transcribe(bytes, &file.media_type).await {
+                Ok(text) => file.transcript = Some(text),
+                Err(TranscribeError::NoSpeech) => return Ok(Err(Refusal::NoSpeech { name })),
                 Err(TranscribeError::Failed(reason)) => {
                     tracing::warn!(%reason, "a voice note could not be transcribed");
-                    return Ok(Err(Refusal::TranscriptionFailed {
-                        name: name.to_owned(),
-                    }));
+                    return Ok(Err(Refusal::TranscriptionFailed { name }));
                 }
             }
+            done += 1;
         }
-        Ok(Ok(()))
+        Ok(Ok(done))
     }
 
     /// Stores `bytes`, a version of a file made for models, as a blob.

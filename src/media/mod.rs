@@ -13,12 +13,14 @@
 //! original is over them, [`resize`]); another model gets a one-line note
 //! in their place. Every model gets a document's text, between a header and
 //! a footer naming the file, and a voice note's transcript after a marker.
-//! What a file becomes for models is worked out once, on arrival
-//! ([`content`]). A file over the cap, of another type, or that cannot be
-//! downloaded or read is answered with a reply that says so, and no turn
-//! runs for that message; so is a voice note or audio file when no
-//! transcription is configured (the reply says voice notes are not
-//! enabled).
+//! What a file becomes for models is worked out once ([`content`]): on
+//! arrival, except a voice note's transcript, made when its turn starts. A
+//! file over the cap, of another type, or that cannot be downloaded or read
+//! is answered with a reply that says so, and no turn runs for that message;
+//! so is a voice note or audio file when no transcription is configured
+//! (the reply says voice notes are not enabled), and one the transcription
+//! server fails on or hears no speech in (its turn ends with that reply
+//! before any model call).
 
 pub mod blobs;
 pub mod budget;
@@ -112,6 +114,13 @@ impl MediaRef {
         self.media_type.starts_with("image/")
     }
 
+    /// Whether this is a voice note or audio file not transcribed yet
+    /// (see [`Media::transcribe`]).
+    #[must_use]
+    pub fn awaits_transcript(&self) -> bool {
+        self.media_type.starts_with("audio/") && self.transcript.is_none()
+    }
+
     /// The blob models are shown: the derived version's, else the file's.
     #[must_use]
     pub fn shown_hash(&self) -> &str {
@@ -162,6 +171,12 @@ impl MediaRef {
     pub fn note(&self) -> String {
         if let Some(transcript) = &self.transcript {
             return self.transcript_text(transcript);
+        }
+        if self.awaits_transcript() {
+            return match self.name.as_deref().filter(|name| !name.trim().is_empty()) {
+                Some(name) => format!("[audio: {name}, not transcribed]"),
+                None => "[voice note, not transcribed]".to_owned(),
+            };
         }
         if !self.is_image() {
             return self.document_text();
@@ -503,7 +518,10 @@ impl Media {
                 shown: Shown::NoVision,
             };
             // What models are shown is worked out first, so that a file
-            // refused for its content is not kept (audio is, see `prepare`).
+            // refused for its content is not kept. Audio is transcribed when
+            // its turn starts (`Media::transcribe`), not here: a slow
+            // transcription server must not hold up the platform's next
+            // messages.
             if let Err(refusal) = self.prepare(&name, &mut media, &bytes).await? {
                 return Ok(Err(refusal));
             }
@@ -522,7 +540,7 @@ impl Media {
     pub async fn show(&self, model: &str, refs: &mut [MediaRef]) -> Result<(), MediaError> {
         let vision = self.has_vision(model);
         for media in refs {
-            media.shown = if media.transcript.is_some() {
+            media.shown = if media.transcript.is_some() || media.awaits_transcript() {
                 Shown::NoVision
             } else if !media.is_image() {
                 match self.blobs.get(media.shown_hash()).await? {
@@ -935,8 +953,23 @@ mod tests {
             .expect("ingest")
             .expect("taken");
         assert_eq!(refs[0].media_type, "audio/wav");
+        assert_eq!(refs[0].transcript, None, "transcribed when its turn starts");
+        assert!(server.requests().is_empty());
+        assert_eq!(blobs.len(), 1, "the audio, stored on arrival");
+        // Not transcribed (yet), it is a note, never its bytes as text.
+        media.show("blind", &mut refs).await.expect("show");
+        assert_eq!(
+            user_parts("", &refs),
+            vec![Part::Text(Cow::Owned(
+                "[voice note, not transcribed]".to_owned()
+            ))]
+        );
+        assert_eq!(
+            media.transcribe(&mut refs).await.expect("transcribe"),
+            Ok(1)
+        );
         assert_eq!(refs[0].transcript.as_deref(), Some("call mum at six"));
-        assert_eq!(blobs.len(), 1, "the audio");
+        assert_eq!(server.requests()[0].file, wav);
         media.show("blind", &mut refs).await.expect("show");
         assert_eq!(
             user_parts("", &refs),
@@ -944,12 +977,38 @@ mod tests {
                 "[voice note, transcribed] call mum at six".to_owned()
             ))]
         );
+        assert_eq!(
+            media.transcribe(&mut refs).await.expect("transcribe"),
+            Ok(0),
+            "a transcript is made once"
+        );
+        assert_eq!(server.requests().len(), 1);
+        // The server fails, or hears nothing: the reply for the sender.
         server.fail_with(500);
-        let refusal = media
+        let mut again = media
             .ingest(std::slice::from_ref(&note), &ALL)
             .await
-            .expect("ingest");
-        assert!(matches!(refusal, Err(Refusal::TranscriptionFailed { .. })));
+            .expect("ingest")
+            .expect("taken");
+        assert!(matches!(
+            media.transcribe(&mut again).await.expect("transcribe"),
+            Err(Refusal::TranscriptionFailed { .. })
+        ));
+        server.answer("  ");
+        let refusal = media.transcribe(&mut again).await.expect("transcribe");
+        assert_eq!(
+            refusal.map_err(|refusal| refusal.reply()),
+            Err("Sorry, I could not make out any speech in your voice note.".to_owned())
+        );
+        // Gone from the blob store by the time its turn starts.
+        let gone = MediaRef {
+            hash: "0".repeat(64),
+            ..again[0].clone()
+        };
+        assert!(matches!(
+            media.transcribe(&mut [gone]).await.expect("transcribe"),
+            Err(Refusal::Unavailable { .. })
+        ));
         // Audio in a format the API does not take (AMR) is refused by name.
         let amr = Attachment {
             fetch: Some(MediaFetcher::new(Serve(b"#!AMR\n\x3c".to_vec()))),

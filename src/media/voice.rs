@@ -1,8 +1,9 @@
 //! Voice notes and audio files to text: the audio is sent to an
 //! OpenAI-compatible `POST {base_url}/audio/transcriptions` (multipart:
 //! `file`, `model`, optional `language`; OpenAI's own, or a local whisper
-//! server that speaks the same API), once, when it arrives. The transcript
-//! is kept with the [`MediaRef`](super::MediaRef) and reaches the model as
+//! server that speaks the same API), once, when its turn starts (the audio
+//! is stored on arrival). The transcript is kept with the
+//! [`MediaRef`](super::MediaRef), in the stored user message, and reaches the model as
 //! the user's text after a marker (`[voice note, transcribed] …`); the audio
 //! itself stays stored as a blob.
 //!

@@ -156,6 +156,7 @@ pub fn turn_reply(outcome: &TurnOutcome) -> Cow<'_, str> {
         TurnOutcome::BudgetExhausted => {
             "Sorry, this task used up its step budget before an answer was ready.".into()
         }
+        TurnOutcome::MediaRefused { reply } => reply.as_str().into(),
     }
 }
 

@@ -22,7 +22,7 @@ use crate::agent::run::{
 use crate::agent::wallet::{Budget, Purse, Wallet};
 use crate::config::{AgentSettings, ContextSettings, LimitSettings, MemorySettings};
 use crate::llm::{ChatMessage, ModelFailure};
-use crate::media::Media;
+use crate::media::{Media, MediaRef};
 use crate::store::{
     Batch, Fence, InboundRow, InboundStatus, NewMessage, OutboxRow, SessionRow, SessionView, Store,
     StoreError, TurnEnd, WireEntry,
@@ -172,6 +172,10 @@ pub enum TurnOutcome {
     SpendLimit { reason: String },
     /// The step budget was spent before the model could answer.
     BudgetExhausted,
+    /// A file of the message could not be made readable when the turn
+    /// started (a voice note the transcription server failed on, or with
+    /// no speech in it); `reply` says which and why. No model call.
+    MediaRefused { reply: String },
 }
 
 impl TurnOutcome {
@@ -191,7 +195,8 @@ impl TurnOutcome {
             | Self::TokenLimit { .. }
             | Self::NoProgress { .. }
             | Self::SpendLimit { .. }
-            | Self::BudgetExhausted => InboundStatus::Failed,
+            | Self::BudgetExhausted
+            | Self::MediaRefused { .. } => InboundStatus::Failed,
         }
     }
 
@@ -209,6 +214,7 @@ impl TurnOutcome {
             Self::TokenLimit { .. } => "token_limit",
             Self::NoProgress { .. } => "no_progress",
             Self::BudgetExhausted => "budget_exhausted",
+            Self::MediaRefused { .. } => "media_refused",
         }
     }
 
@@ -320,7 +326,15 @@ impl TurnExecutor {
         if let Some(answer) = self.compact(store, inbound, &mut turn).await? {
             return Self::finish(store, inbound, &answer, None, Batch::new(), started).await;
         }
-        let task = self.start_task(store, inbound, control, turn).await?;
+        let media = match self.user_media(inbound, &turn).await? {
+            Ok(media) => media,
+            Err(refused) => {
+                return Self::finish(store, inbound, &refused, None, Batch::new(), started).await;
+            }
+        };
+        let task = self
+            .start_task(store, inbound, control, turn, media)
+            .await?;
         let time_limit = Duration::from_secs(self.limits.task_timeout_secs);
         let purse = Arc::clone(&task.purse);
         let result = run_within_limits(task, control, time_limit).await;
@@ -464,15 +478,44 @@ impl TurnExecutor {
         }))
     }
 
+    /// The files of the task's message as its stored user message keeps
+    /// them: voice notes transcribed now, when the message is not stored
+    /// yet (a resumed task's message has its transcripts). `Err` ends the
+    /// turn with the reply for a file that cannot be transcribed.
+    ///
+    /// A restart between the transcription and the first model call (which
+    /// stores the message) transcribes again; nothing else is lost.
+    async fn user_media(
+        &self,
+        inbound: &InboundRow,
+        turn: &Prepared,
+    ) -> Result<Result<Vec<MediaRef>, TurnOutcome>, StoreError> {
+        let mut media = inbound.media.clone();
+        if !media.iter().any(MediaRef::awaits_transcript) || asked(&turn.stored, inbound.id) {
+            return Ok(Ok(media));
+        }
+        match self.media.transcribe(&mut media).await {
+            Ok(Ok(done)) => {
+                tracing::info!(transcribed = done, "voice notes transcribed");
+                Ok(Ok(media))
+            }
+            Ok(Err(refusal)) => Ok(Err(TurnOutcome::MediaRefused {
+                reply: refusal.reply(),
+            })),
+            Err(err) => Err(StoreError::Corrupt(format!("media: {err}"))),
+        }
+    }
+
     /// Opens the task: settles model calls a restart cut short, stages the
-    /// task's message (committed with its first model call), and opens its
-    /// purse with what the task has left.
+    /// task's message with its files `media` (committed with its first
+    /// model call), and opens its purse with what the task has left.
     async fn start_task(
         &self,
         store: &Store,
         inbound: &InboundRow,
         control: &TurnControl,
         turn: Prepared,
+        media: Vec<MediaRef>,
     ) -> Result<StartedTask, StoreError> {
         let Prepared {
             session,
@@ -481,9 +524,7 @@ impl TurnExecutor {
             policy,
             spend,
         } = turn;
-        let asked = stored.iter().any(|entry| {
-            entry.task_id == Some(inbound.id) && matches!(entry.message, ChatMessage::User { .. })
-        });
+        let asked = asked(&stored, inbound.id);
         if asked {
             let interrupted_calls = store.fail_interrupted_model_calls(inbound.id).await?;
             if interrupted_calls > 0 {
@@ -499,7 +540,7 @@ impl TurnExecutor {
         if !asked {
             let user = ChatMessage::User {
                 content: speaker::content(inbound.speaker.as_deref(), &inbound.text),
-                media: inbound.media.clone(),
+                media,
             };
             first_writes.append_message(&NewMessage::from_wire(
                 &session.id,
@@ -639,6 +680,14 @@ impl TurnExecutor {
     }
 }
 
+/// Whether the user message of task `inbound_id` is stored in `stored`
+/// (the task is resumed, not new).
+fn asked(stored: &[WireEntry], inbound_id: i64) -> bool {
+    stored.iter().any(|entry| {
+        entry.task_id == Some(inbound_id) && matches!(entry.message, ChatMessage::User { .. })
+    })
+}
+
 /// A turn's session, loaded.
 struct Prepared {
     session: SessionRow,
@@ -741,6 +790,15 @@ mod tests {
         assert_eq!(TurnOutcome::Compacted.status(), InboundStatus::Command);
         assert_eq!(TurnOutcome::Compacted.as_str(), "compact");
         assert_eq!(TurnOutcome::CompactionOverSpend.as_str(), "spend_limit");
+        let refused = TurnOutcome::MediaRefused {
+            reply: "Sorry, I could not make out any speech in your voice note.".to_owned(),
+        };
+        assert_eq!(refused.status(), InboundStatus::Failed);
+        assert_eq!(refused.as_str(), "media_refused");
+        assert_eq!(
+            texts::turn_reply(&refused),
+            "Sorry, I could not make out any speech in your voice note."
+        );
         assert_eq!(TurnOutcome::Cancelled.status(), InboundStatus::Failed);
         let answered = TurnOutcome::Answered {
             text: "hi".to_owned(),

@@ -6,8 +6,9 @@
 //! clear reply with the audio kept and a resend working; a PDF's text
 //! reaches the model and a PDF without text gets a reply; a Discord image
 //! attachment and voice message reach the model through the fake Discord;
-//! turns with every kind of media keep the prompt prefix byte-identical; and
-//! a transcript made before a restart is answered after it, not made again.
+//! turns with every kind of media keep the prompt prefix byte-identical; a
+//! voice note held across a restart is transcribed once, by the instance
+//! that answers it; and a slow transcription holds up only its own chat.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -24,6 +25,10 @@ use crate::helpers::{files_under, last_user_content};
 const ADA: TgUser = TgUser {
     id: 778,
     first_name: "Ada",
+};
+const GRACE: TgUser = TgUser {
+    id: 779,
+    first_name: "Grace",
 };
 
 /// Waits for one more message to Ada than `before`, and returns it.
@@ -292,7 +297,7 @@ async fn turns_with_every_kind_of_media_keep_the_prompt_prefix_byte_identical() 
             .is_some_and(|url| url.starts_with("data:image/png;base64,")),
         "{shown}"
     );
-    assert_eq!(server.requests().len(), 1, "transcribed once, on arrival");
+    assert_eq!(server.requests().len(), 1, "transcribed once, for its turn");
     gateway.stop().await;
 }
 
@@ -364,7 +369,7 @@ async fn discord_attachments_reach_the_model_as_an_image_part_and_a_transcript()
 }
 
 #[tokio::test]
-async fn a_transcript_survives_a_restart_before_the_answer_and_is_not_made_again() {
+async fn a_voice_note_held_across_a_restart_is_transcribed_once_by_the_instance_that_answers() {
     let telegram = FakeTelegram::start().await;
     telegram.add_file("voice-r", &tone_wav(40));
     let server = FakeTranscription::start("are you still there").await;
@@ -394,8 +399,47 @@ async fn a_transcript_survives_a_restart_before_the_answer_and_is_not_made_again
     assert_eq!(
         server.requests().len(),
         1,
-        "transcribed once, before the restart"
+        "transcribed once, when its turn started"
     );
     assert_eq!(telegram.downloads("voice-r"), 1, "not downloaded again");
     second.stop().await;
+}
+
+/// Transcription happens when the voice note's turn starts, not while the
+/// adapter takes the update: a transcription server that does not answer
+/// holds up only that conversation, and another user's message, polled
+/// after it, is answered meanwhile.
+#[tokio::test]
+async fn a_slow_transcription_holds_up_only_its_own_conversation() {
+    let telegram = FakeTelegram::start().await;
+    telegram.add_file("voice-slow", &tone_wav(60));
+    let server = FakeTranscription::start("this one took a while").await;
+    server.hold();
+    let llm = FakeLlm::echo().await;
+    let gateway = TestApp::spawn_with(&llm, |s| {
+        s.telegram = Some(telegram_settings(&telegram));
+        s.media.transcription = Some(transcription(&server));
+    })
+    .await;
+
+    telegram.dm_voice(ADA, "voice-slow");
+    telegram
+        .wait_for("the transcription to be asked for", || {
+            !server.requests().is_empty()
+        })
+        .await;
+    telegram.dm(GRACE, "hello from another chat");
+    let reply = next_reply(&telegram, 0, "the other chat's reply").await;
+    assert!(reply.contains("hello from another chat"), "{reply}");
+    assert_eq!(telegram.sent()[0].chat_id, GRACE.id);
+
+    server.release();
+    let reply = next_reply(&telegram, 1, "the voice note's reply").await;
+    assert!(
+        reply.contains("[voice note, transcribed] this one took a while"),
+        "{reply}"
+    );
+    assert_eq!(telegram.sent()[1].chat_id, ADA.id);
+    assert_eq!(server.requests().len(), 1);
+    gateway.stop().await;
 }

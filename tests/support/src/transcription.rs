@@ -2,7 +2,8 @@
 //! `POST /v1/audio/transcriptions` reads the multipart form as OpenAI (and a
 //! local whisper server) does (`file`, `model`, optional `language` and
 //! `response_format`), records it, and answers `{"text": …}` with the text
-//! it was given, or fails with the status it was told to.
+//! it was given, or fails with the status it was told to. Told to hold, it
+//! records requests and answers none until released (a slow server).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -31,6 +32,8 @@ struct FakeState {
     requests: Mutex<Vec<TranscriptionRequest>>,
     /// What the next requests get: the text, or a failing status.
     answer: Mutex<Option<Result<String, u16>>>,
+    /// While true, requests are recorded and then wait.
+    held: tokio::sync::watch::Sender<bool>,
 }
 
 /// The running fake.
@@ -73,6 +76,17 @@ impl FakeTranscription {
     /// Later requests fail with `status`.
     pub fn fail_with(&self, status: u16) {
         *lock(&self.state.answer) = Some(Err(status));
+    }
+
+    /// Later requests are recorded and then wait, unanswered, until
+    /// [`FakeTranscription::release`].
+    pub fn hold(&self) {
+        self.state.held.send_replace(true);
+    }
+
+    /// Held requests (and later ones) are answered.
+    pub fn release(&self) {
+        self.state.held.send_replace(false);
     }
 
     /// The requests received so far.
@@ -134,6 +148,9 @@ async fn transcribe(
         )
             .into_response();
     }
+    let mut held = state.held.subscribe();
+    // The sender lives in `state`, so the wait ends only on a release.
+    let _ = held.wait_for(|held| !held).await;
     let answer = lock(&state.answer).clone();
     match answer {
         Some(Ok(text)) => Json(json!({"text": text})).into_response(),
