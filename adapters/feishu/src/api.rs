@@ -15,7 +15,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use switchboard_contract::FetchError;
+use switchboard_contract::{FetchError, collect_capped};
 
 use crate::token::{Clock, IssuedToken, TokenCache};
 
@@ -316,7 +316,7 @@ impl OpenApi {
             encode_path_segment(message_id),
             encode_path_segment(key)
         );
-        let mut response = self
+        let response = self
             .http
             .get(url)
             .query(&[("type", kind)])
@@ -327,27 +327,11 @@ impl OpenApi {
         if !response.status().is_success() {
             return Err(failed(format!("HTTP {}", response.status().as_u16())));
         }
-        if let Some(size) = response.content_length().filter(|&size| size > max_bytes) {
-            return Err(FetchError::TooLarge {
-                size,
-                limit: max_bytes,
-            });
-        }
-        let mut out = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|err| failed(err.without_url().to_string()))?
-        {
-            out.extend_from_slice(&chunk);
-            if out.len() as u64 > max_bytes {
-                return Err(FetchError::TooLarge {
-                    size: out.len() as u64,
-                    limit: max_bytes,
-                });
-            }
-        }
-        Ok(out)
+        let declared = response.content_length();
+        collect_capped(response.bytes_stream(), declared, max_bytes, |err| {
+            err.without_url().to_string()
+        })
+        .await
     }
 
     async fn tenant_token(&self) -> Result<SecretString, ApiError> {
