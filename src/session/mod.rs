@@ -15,6 +15,7 @@
 //! model.
 
 pub mod access;
+mod arrivals;
 pub mod commands;
 pub mod drafts;
 pub mod key;

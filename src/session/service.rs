@@ -4,7 +4,9 @@
 //! address the bot), resolves the sender to a principal (created on first
 //! contact), lets [`access`](super::access) decide whether it may talk,
 //! finds the chat's session through [`routing`](super::routing), records
-//! the message once (a redelivered event is a duplicate), and then either
+//! the message once (a redelivered event is a duplicate; one arriving while
+//! the first delivery's files are still fetched waits for it, see
+//! [`arrivals`](super::arrivals)), and then either
 //! answers it as a [command](super::commands) or queues it for the
 //! session's runner.
 
@@ -15,6 +17,7 @@ use switchboard_contract::{ChatKind, InboundMessage, InboundSink, SubmitError, S
 use tokio::sync::oneshot;
 
 use super::access::{Access, Gate};
+use super::arrivals::Arrivals;
 use super::commands::{Answer, Command, CommandSettings, Commands, Context, Dispatched};
 use super::routing::{Place, Routing};
 use super::runner::{Runner, TurnReply};
@@ -102,6 +105,8 @@ pub struct SessionService {
     media: Arc<Media>,
     /// How much a message and a person may send.
     media_budget: MediaBudget,
+    /// Events whose files are being fetched.
+    arrivals: Arrivals,
 }
 
 /// The outcome recorded for a command's answer.
@@ -139,6 +144,7 @@ impl SessionService {
             busy: settings.sessions.busy,
             media,
             media_budget: MediaBudget::new(&settings.media),
+            arrivals: Arrivals::default(),
         }
     }
 
@@ -228,6 +234,21 @@ impl SessionService {
         // cannot be taken is answered at once instead.
         let mut media = Vec::new();
         let mut refusal = None;
+        // Held until the message is recorded: a redelivery arriving while
+        // the files are fetched waits, then finds it recorded.
+        let _arrival = if message.attachments.is_empty() {
+            None
+        } else {
+            Some(
+                self.arrivals
+                    .hold(
+                        message.platform.as_str(),
+                        message.account.as_str(),
+                        message.event_id.as_str(),
+                    )
+                    .await,
+            )
+        };
         if pairing.is_none()
             && command.is_none()
             && !message.attachments.is_empty()

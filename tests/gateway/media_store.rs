@@ -3,21 +3,29 @@
 //! over HTTP on 127.0.0.1) and reaches the model from there; a message over
 //! `media.max_message_bytes` and a person over `media.principal_daily_bytes`
 //! (counted in the database, across a restart) get a reply naming the limit,
-//! with nothing stored and no model call; housekeeping removes old blobs no
+//! with nothing stored and no model call; a redelivery of an event whose
+//! files are still being fetched waits for the first delivery and is a
+//! duplicate (one download, counted once); housekeeping removes old blobs no
 //! message refers to, and keeps referenced and recent ones, in a local
 //! folder and in S3; and the Telegram file URL, which holds the bot token,
 //! is in no log line and nowhere in the database.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::Value;
 use switchboard::config::{BlobStoreKind, S3Settings, Settings};
-use switchboard_test_support::eventually;
+use switchboard_contract::{
+    AccountId, Attachment, ChatKind, EventId, FetchError, FetchMedia, InboundMessage, InboundSink,
+    MediaFetcher, PlatformName, Submitted,
+};
 use switchboard_test_support::s3::{ACCESS_KEY_ID, FakeS3, SECRET_ACCESS_KEY};
 use switchboard_test_support::telegram::{self, FakeTelegram, TgUser};
+use switchboard_test_support::{eventually, inbound};
 use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{FakeLlm, ServeProcess, TestApp, telegram_settings, test_settings};
@@ -534,4 +542,56 @@ async fn switchboard_check_reaches_the_bucket_and_shows_no_secret() {
         "{stdout}"
     );
     assert!(s3.keys().is_empty());
+}
+
+/// A download that takes a while and counts itself.
+struct SlowFile {
+    bytes: &'static [u8],
+    fetches: Arc<AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl FetchMedia for SlowFile {
+    async fn fetch(&self, _max_bytes: u64) -> Result<Vec<u8>, FetchError> {
+        self.fetches.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok(self.bytes.to_vec())
+    }
+}
+
+#[tokio::test]
+async fn a_redelivery_while_the_files_are_fetched_waits_and_is_a_duplicate() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn_with(&llm, |s| s.media.principal_daily_bytes = 1_000_000).await;
+    let fetches = Arc::new(AtomicUsize::new(0));
+    // The same event twice, as a platform retrying a slow answer sends it.
+    let delivery = || InboundMessage {
+        platform: PlatformName::parse("api").expect("id"),
+        account: AccountId::parse("default").expect("id"),
+        event_id: EventId::parse("photo-event-1").expect("id"),
+        attachments: vec![Attachment {
+            fetch: Some(MediaFetcher::new(SlowFile {
+                bytes: PNG,
+                fetches: Arc::clone(&fetches),
+            })),
+            ..Attachment::new("photo", Some("dot.png".to_owned()))
+        }],
+        ..inbound::message("u1", "photo-chat", ChatKind::Direct, "what is this?")
+    };
+    let sink: &dyn InboundSink = app.gateway.service.as_ref();
+    let (first, second) = tokio::join!(sink.submit(delivery()), sink.submit(delivery()));
+    let mut outcomes = [first.expect("submitted"), second.expect("submitted")];
+    outcomes.sort_by_key(|outcome| matches!(outcome, Submitted::Duplicate));
+    assert!(
+        matches!(outcomes, [Submitted::Accepted, Submitted::Duplicate]),
+        "{outcomes:?}"
+    );
+    assert_eq!(fetches.load(Ordering::SeqCst), 1, "downloaded once");
+    assert_eq!(
+        counted_today(&app).await,
+        vec![PNG.len() as i64],
+        "counted once"
+    );
+    eventually("the turn", || async { llm.requests().len() == 1 }).await;
+    app.stop().await;
 }
