@@ -6,7 +6,7 @@
 //! finds the chat's session through [`routing`](super::routing), records
 //! the message once (a redelivered event is a duplicate; one arriving while
 //! the first delivery's files are still fetched waits for it, see
-//! [`arrivals`](super::arrivals)), and then either
+//! `session::arrivals`), and then either
 //! answers it as a [command](super::commands) or queues it for the
 //! session's runner.
 
