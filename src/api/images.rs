@@ -88,12 +88,12 @@ impl ImageFetcher {
         if let Some(refusal) = refusal_of(&parsed, &self.rules) {
             return Err(format!("cannot be fetched: {refusal}"));
         }
-        let response = self
-            .client
-            .get(parsed)
-            .send()
-            .await
-            .map_err(|err| format!("could not be fetched: {}", failure_text(&err)))?;
+        let response = self.client.get(parsed).send().await.map_err(|err| {
+            format!(
+                "could not be fetched: {}",
+                failure_text(&err, self.rules.timeout())
+            )
+        })?;
         let status = response.status();
         if !status.is_success() {
             return Err(format!(
@@ -102,7 +102,7 @@ impl ImageFetcher {
         }
         let declared = response.content_length();
         collect_capped(response.bytes_stream(), declared, self.max_bytes, |err| {
-            failure_text(&err)
+            failure_text(&err, self.rules.timeout())
         })
         .await
         .map_err(|err| match err {

@@ -120,14 +120,11 @@ impl Content {
             match part.kind.as_str() {
                 "text" => texts.extend(part.text.as_deref()),
                 "image_url" => {
-                    let url = match &part.image_url {
-                        Some(serde_json::Value::String(url)) => Some(url),
-                        Some(serde_json::Value::Object(fields)) => match fields.get("url") {
-                            Some(serde_json::Value::String(url)) => Some(url),
-                            _ => None,
-                        },
-                        _ => None,
-                    };
+                    let url = part.image_url.as_ref().and_then(|image| {
+                        image
+                            .as_str()
+                            .or_else(|| image.get("url").and_then(serde_json::Value::as_str))
+                    });
                     let url = url.filter(|url| !url.trim().is_empty()).ok_or_else(|| {
                         ApiError::BadRequest(format!(
                             "{place}: an image_url part needs `image_url.url`, a data: or \
@@ -136,7 +133,7 @@ impl Content {
                     })?;
                     images.push(ImagePart {
                         place,
-                        url: url.clone(),
+                        url: url.to_owned(),
                     });
                 }
                 other => {

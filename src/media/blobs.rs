@@ -22,6 +22,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
+use crate::store::now_ms;
+
 /// A blob store failure.
 #[derive(Debug, thiserror::Error)]
 pub enum BlobError {
@@ -76,11 +78,12 @@ pub trait BlobStore: Send + Sync {
     /// A bad hash or a storage failure.
     async fn stat(&self, hash: &str) -> Result<Option<BlobInfo>, BlobError>;
 
-    /// Removes the blob of `hash`. Returns whether it was stored.
+    /// Removes the blob of `hash`; one not stored is no error (S3 does not
+    /// tell the two apart; ask [`BlobStore::stat`] first when it matters).
     ///
     /// # Errors
     /// A bad hash or a storage failure.
-    async fn delete(&self, hash: &str) -> Result<bool, BlobError>;
+    async fn delete(&self, hash: &str) -> Result<(), BlobError>;
 
     /// Every blob stored (anything else in the store is left out).
     ///
@@ -100,12 +103,6 @@ pub fn open(settings: &crate::config::MediaSettings) -> Result<Arc<dyn BlobStore
             Arc::new(super::s3::S3Blobs::from_settings(&settings.s3)?)
         }
     })
-}
-
-/// Now, in milliseconds since the Unix epoch.
-#[must_use]
-pub fn now_ms() -> i64 {
-    system_ms(SystemTime::now())
 }
 
 /// `time` in milliseconds since the Unix epoch (0 before it).
@@ -216,11 +213,11 @@ impl BlobStore for LocalBlobs {
         }
     }
 
-    async fn delete(&self, hash: &str) -> Result<bool, BlobError> {
+    async fn delete(&self, hash: &str) -> Result<(), BlobError> {
         let path = self.path_of(hash)?;
         match tokio::fs::remove_file(&path).await {
-            Ok(()) => Ok(true),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Ok(()) => Ok(()),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(err) => Err(err.into()),
         }
     }
@@ -333,9 +330,10 @@ impl BlobStore for MemoryBlobs {
         }))
     }
 
-    async fn delete(&self, hash: &str) -> Result<bool, BlobError> {
+    async fn delete(&self, hash: &str) -> Result<(), BlobError> {
         let hash = checked(hash)?;
-        Ok(self.lock().remove(hash).is_some())
+        self.lock().remove(hash);
+        Ok(())
     }
 
     async fn list(&self) -> Result<Vec<BlobInfo>, BlobError> {
@@ -402,8 +400,12 @@ pub(crate) async fn check_store(store: &dyn BlobStore, age: &dyn Fn(&str, i64)) 
     let mut both = vec![hash.clone(), other.clone()];
     both.sort();
     assert_eq!(listed, both);
-    assert!(store.delete(&hash).await.expect("delete"));
-    assert!(!store.delete(&hash).await.expect("delete again"));
+    store.delete(&hash).await.expect("delete");
+    assert_eq!(store.stat(&hash).await.expect("stat deleted"), None);
+    store
+        .delete(&hash)
+        .await
+        .expect("deleting what is gone is no error");
     assert_eq!(store.get(&hash).await.expect("get deleted"), None);
     let left: Vec<String> = store
         .list()

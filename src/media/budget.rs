@@ -60,11 +60,7 @@ impl Allowance {
 /// The UTC date of `ms` (milliseconds since the Unix epoch), `YYYY-MM-DD`.
 #[must_use]
 pub fn utc_day(ms: i64) -> String {
-    jiff::Timestamp::from_millisecond(ms)
-        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
-        .to_zoned_datetime(jiff::tz::TimeZone::UTC)
-        .date()
-        .to_string()
+    crate::usage::day_label(ms.div_euclid(86_400_000))
 }
 
 /// The limits of `media` settings.

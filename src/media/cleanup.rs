@@ -20,9 +20,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::blobs::{BlobError, BlobStore, now_ms};
+use super::blobs::{BlobError, BlobStore};
 use super::budget::utc_day;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, now_ms};
 
 /// How often housekeeping of the blob store runs, across all instances.
 pub const EVERY: Duration = Duration::from_secs(3600);
@@ -85,10 +85,9 @@ pub async fn remove_unreferenced(
             Some(now) if now.modified_ms < cutoff => {}
             _ => continue,
         }
-        if blobs.delete(&blob.hash).await? {
-            swept.removed += 1;
-            swept.bytes += blob.size;
-        }
+        blobs.delete(&blob.hash).await?;
+        swept.removed += 1;
+        swept.bytes += blob.size;
     }
     Ok(swept)
 }

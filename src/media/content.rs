@@ -112,8 +112,9 @@ impl Media {
     ) -> Result<Result<usize, Refusal>, MediaError> {
         let mut done = 0;
         for file in media.iter_mut().filter(|file| file.awaits_transcript()) {
-            let name = file.name.as_deref().filter(|name| !name.trim().is_empty());
-            let name = name.map_or_else(|| "your voice note".to_owned(), |n| format!("\"{n}\""));
+            let name = file
+                .given_name()
+                .map_or_else(|| "your voice note".to_owned(), |n| format!("\"{n}\""));
             let Some(transcriber) = &self.transcriber else {
                 return Ok(Err(Refusal::Voice));
             };

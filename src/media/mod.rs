@@ -139,12 +139,17 @@ impl MediaRef {
             })
     }
 
-    /// A transcript after its marker: `[voice note, transcribed] …`, or
-    /// for a named audio file `[audio: talk.mp3, transcribed] …`.
-    fn transcript_text(&self, transcript: &str) -> String {
-        match self.name.as_deref().filter(|name| !name.trim().is_empty()) {
-            Some(name) => format!("[audio: {name}, transcribed] {transcript}"),
-            None => format!("[voice note, transcribed] {transcript}"),
+    /// The file name the sender gave, when it is not blank.
+    fn given_name(&self) -> Option<&str> {
+        self.name.as_deref().filter(|name| !name.trim().is_empty())
+    }
+
+    /// The marker of a voice note, `[voice note, STATE]`, or of a named
+    /// audio file, `[audio: talk.mp3, STATE]`.
+    fn audio_marker(&self, state: &str) -> String {
+        match self.given_name() {
+            Some(name) => format!("[audio: {name}, {state}]"),
+            None => format!("[voice note, {state}]"),
         }
     }
 
@@ -170,13 +175,10 @@ impl MediaRef {
     #[must_use]
     pub fn note(&self) -> String {
         if let Some(transcript) = &self.transcript {
-            return self.transcript_text(transcript);
+            return format!("{} {transcript}", self.audio_marker("transcribed"));
         }
         if self.awaits_transcript() {
-            return match self.name.as_deref().filter(|name| !name.trim().is_empty()) {
-                Some(name) => format!("[audio: {name}, not transcribed]"),
-                None => "[voice note, not transcribed]".to_owned(),
-            };
+            return self.audio_marker("not transcribed");
         }
         if !self.is_image() {
             return self.document_text();
@@ -189,7 +191,7 @@ impl MediaRef {
             Shown::Missing => "not shown: the file is no longer stored",
             _ => "not shown: this model has no vision",
         };
-        match self.name.as_deref().filter(|name| !name.is_empty()) {
+        match self.given_name() {
             Some(name) => format!("[image: {name}, {size}, {why}]"),
             None => format!("[image: {size}, {why}]"),
         }

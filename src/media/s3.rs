@@ -18,8 +18,9 @@ use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
 
-use super::blobs::{BlobError, BlobInfo, BlobStore, RENEW_AFTER_MS, checked, is_hash, now_ms};
+use super::blobs::{BlobError, BlobInfo, BlobStore, RENEW_AFTER_MS, checked, is_hash};
 use crate::config::S3Settings;
+use crate::store::now_ms;
 
 /// Blobs in an S3-compatible bucket.
 #[derive(Debug, Clone)]
@@ -150,12 +151,10 @@ impl BlobStore for S3Blobs {
         }
     }
 
-    async fn delete(&self, hash: &str) -> Result<bool, BlobError> {
+    async fn delete(&self, hash: &str) -> Result<(), BlobError> {
         let path = self.path_of(hash)?;
-        // S3 answers a delete the same whether or not the object was there.
-        let stored = self.stat(hash).await?.is_some();
         match self.store.delete(&path).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(stored),
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(err) => Err(remote(&err)),
         }
     }

@@ -234,11 +234,10 @@ impl SessionService {
         // cannot be taken is answered at once instead.
         let mut media = Vec::new();
         let mut refusal = None;
+        let fetches = pairing.is_none() && command.is_none() && !message.attachments.is_empty();
         // Held until the message is recorded: a redelivery arriving while
         // the files are fetched waits, then finds it recorded.
-        let _arrival = if message.attachments.is_empty() {
-            None
-        } else {
+        let _arrival = if fetches {
             Some(
                 self.arrivals
                     .hold(
@@ -248,10 +247,10 @@ impl SessionService {
                     )
                     .await,
             )
+        } else {
+            None
         };
-        if pairing.is_none()
-            && command.is_none()
-            && !message.attachments.is_empty()
+        if fetches
             // A redelivery is dropped below: its files were taken (and
             // counted) the first time.
             && self

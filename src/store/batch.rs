@@ -290,19 +290,13 @@ fn push_prepare(out: &mut String, name: &str, statement: &Statement) -> Result<(
     check_placeholders(&statement.sql, &statement.args)?;
     out.push_str("PREPARE ");
     out.push_str(name);
-    if !statement.args.is_empty() {
-        out.push('(');
-        for (index, arg) in statement.args.iter().enumerate() {
-            if index > 0 {
-                out.push_str(", ");
-            }
-            out.push_str(match arg {
-                Arg::Int(_) => "BIGINT",
-                Arg::Text(_) => "TEXT",
-            });
-        }
-        out.push(')');
-    }
+    push_args(out, &statement.args, |out, arg| {
+        out.push_str(match arg {
+            Arg::Int(_) => "BIGINT",
+            Arg::Text(_) => "TEXT",
+        });
+        Ok(())
+    })?;
     out.push_str(" AS ");
     out.push_str(&statement.sql);
     out.push_str(";\n");
@@ -317,17 +311,29 @@ fn push_prepare(out: &mut String, name: &str, statement: &Statement) -> Result<(
 fn push_execute(out: &mut String, name: &str, statement: &Statement) -> Result<(), LiteralError> {
     out.push_str("EXECUTE ");
     out.push_str(name);
-    if !statement.args.is_empty() {
-        out.push('(');
-        for (index, arg) in statement.args.iter().enumerate() {
-            if index > 0 {
-                out.push_str(", ");
-            }
-            push_literal(out, arg)?;
-        }
-        out.push(')');
-    }
+    push_args(out, &statement.args, push_literal)?;
     out.push_str(";\n");
+    Ok(())
+}
+
+/// Appends `(…, …)`, each of `args` written by `each`, to `out`; nothing
+/// when there are none.
+fn push_args(
+    out: &mut String,
+    args: &[Arg],
+    mut each: impl FnMut(&mut String, &Arg) -> Result<(), LiteralError>,
+) -> Result<(), LiteralError> {
+    if args.is_empty() {
+        return Ok(());
+    }
+    out.push('(');
+    for (index, arg) in args.iter().enumerate() {
+        if index > 0 {
+            out.push_str(", ");
+        }
+        each(out, arg)?;
+    }
+    out.push(')');
     Ok(())
 }
 

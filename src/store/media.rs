@@ -4,24 +4,8 @@
 
 use std::collections::HashSet;
 
-use serde::Deserialize;
-
+use super::inbound::parse_media;
 use super::{PrincipalId, Store, StoreError, to_u64};
-
-/// The part of a stored file reference housekeeping needs: its blob, and
-/// the blob of the version made for models (a scaled-down image, a PDF's
-/// text), if any.
-#[derive(Deserialize)]
-struct HashOnly {
-    hash: String,
-    #[serde(default)]
-    derived: Option<DerivedHash>,
-}
-
-#[derive(Deserialize)]
-struct DerivedHash {
-    hash: String,
-}
 
 impl Store {
     /// The bytes of files `principal` sent on `day` (`YYYY-MM-DD`, UTC).
@@ -107,9 +91,7 @@ impl Store {
         .await?;
         let mut hashes = HashSet::new();
         for list in lists {
-            let files: Vec<HashOnly> = serde_json::from_str(&list)
-                .map_err(|err| StoreError::Corrupt(format!("media: {err}")))?;
-            for file in files {
+            for file in parse_media(Some(list))? {
                 hashes.extend(file.derived.map(|derived| derived.hash));
                 hashes.insert(file.hash);
             }
@@ -120,27 +102,12 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::super::StoreOptions;
-    use super::super::test_support::{fresh_postgres, scratch_store};
+    use super::super::test_support::every_backend;
     use super::*;
-
-    /// A scratch SQLite store, and a fresh PostgreSQL one when
-    /// `TEST_DATABASE_URL` is set, each with what keeps its database.
-    async fn stores() -> Vec<(Store, Box<dyn std::any::Any>)> {
-        let (sqlite, dir) = scratch_store().await;
-        let mut stores: Vec<(Store, Box<dyn std::any::Any>)> = vec![(sqlite, Box::new(dir))];
-        if let Some(database) = fresh_postgres().await {
-            let store = Store::connect(&StoreOptions::new(database.url()))
-                .await
-                .expect("store");
-            stores.push((store, Box::new(database)));
-        }
-        stores
-    }
 
     #[tokio::test]
     async fn the_daily_count_stops_at_the_limit_and_past_days_are_pruned() {
-        for (store, _keep) in stores().await {
+        for (store, _keep) in every_backend().await {
             let ada = PrincipalId::new(1);
             let day = "2026-12-01";
             assert!(store.add_media_bytes(ada, day, 60, 100).await.expect("add"));
@@ -175,7 +142,7 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_messages_never_pass_the_daily_limit_together() {
-        for (store, _keep) in stores().await {
+        for (store, _keep) in every_backend().await {
             let ada = PrincipalId::new(1);
             let adders = (0..8).map(|_| {
                 let store = store.clone();

@@ -117,26 +117,10 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::scratch_store;
-    use super::super::{Store, StoreOptions};
+    use super::super::Store;
+    use super::super::test_support::every_backend;
 
     const MINUTE: i64 = 60_000;
-
-    /// The stores to run each test on: a scratch SQLite file, and a fresh
-    /// PostgreSQL database when `TEST_DATABASE_URL` is set.
-    /// Each store with what keeps its database (the SQLite file's folder,
-    /// the PostgreSQL database's guard).
-    async fn stores() -> Vec<(Store, Box<dyn std::any::Any>)> {
-        let (sqlite, dir) = scratch_store().await;
-        let mut stores: Vec<(Store, Box<dyn std::any::Any>)> = vec![(sqlite, Box::new(dir))];
-        if let Some(database) = super::super::test_support::fresh_postgres().await {
-            let store = Store::connect(&StoreOptions::new(database.url()))
-                .await
-                .expect("store");
-            stores.push((store, Box::new(database)));
-        }
-        stores
-    }
 
     /// Moves the lease's expiry `by_ms` into the past, as if its holder had
     /// stalled that long.
@@ -165,7 +149,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_free_lease_is_taken_and_refused_to_others_while_it_runs() {
-        for (store, _dir) in stores().await {
+        for (store, _dir) in every_backend().await {
             let first = store
                 .acquire_platform_lease("telegram:1", "a", MINUTE)
                 .await
@@ -190,7 +174,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_holder_acquiring_again_or_renewing_keeps_its_token() {
-        for (store, _dir) in stores().await {
+        for (store, _dir) in every_backend().await {
             let token = store
                 .acquire_platform_lease("telegram:1", "a", 1_000)
                 .await
@@ -214,7 +198,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_expired_lease_goes_to_the_next_taker_with_a_new_token() {
-        for (store, _dir) in stores().await {
+        for (store, _dir) in every_backend().await {
             let first = store
                 .acquire_platform_lease("telegram:1", "a", MINUTE)
                 .await
@@ -245,7 +229,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_expired_lease_is_a_new_grant_even_for_its_old_holder() {
-        for (store, _dir) in stores().await {
+        for (store, _dir) in every_backend().await {
             let first = store
                 .acquire_platform_lease("telegram:1", "a", MINUTE)
                 .await
@@ -267,7 +251,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_released_lease_is_free_at_once_and_keeps_its_token() {
-        for (store, _dir) in stores().await {
+        for (store, _dir) in every_backend().await {
             let first = store
                 .acquire_platform_lease("telegram:1", "a", MINUTE)
                 .await
@@ -306,7 +290,7 @@ mod tests {
 
     #[tokio::test]
     async fn renewing_a_token_of_an_earlier_holding_fails() {
-        for (store, _dir) in stores().await {
+        for (store, _dir) in every_backend().await {
             let first = store
                 .acquire_platform_lease("telegram:1", "a", MINUTE)
                 .await
@@ -337,7 +321,7 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_takers_of_a_free_lease_get_one_grant() {
-        for (store, _dir) in stores().await {
+        for (store, _dir) in every_backend().await {
             let takers = (0..8).map(|i| {
                 let store = store.clone();
                 tokio::spawn(async move {

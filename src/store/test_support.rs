@@ -62,3 +62,19 @@ pub(super) async fn write_unchecked(store: &Store, statements: &[&str]) {
             .expect("written");
     }
 }
+
+/// The stores to run a test on: a scratch SQLite file, and a fresh
+/// PostgreSQL database when `TEST_DATABASE_URL` is set. Each store comes
+/// with what keeps its database (the SQLite file's folder, the PostgreSQL
+/// database's guard).
+pub(crate) async fn every_backend() -> Vec<(Store, Box<dyn std::any::Any>)> {
+    let (sqlite, dir) = scratch_store().await;
+    let mut stores: Vec<(Store, Box<dyn std::any::Any>)> = vec![(sqlite, Box::new(dir))];
+    if let Some(database) = fresh_postgres().await {
+        let store = Store::connect(&StoreOptions::new(database.url()))
+            .await
+            .expect("store");
+        stores.push((store, Box::new(database)));
+    }
+    stores
+}

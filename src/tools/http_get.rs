@@ -64,7 +64,7 @@ impl Default for HttpGetConfig {
 }
 
 impl HttpGetConfig {
-    fn timeout(&self) -> Duration {
+    pub(crate) fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout_secs.max(1))
     }
 }
@@ -147,28 +147,11 @@ impl HttpGet {
     /// A short message for the model; the details go to the log.
     fn failure(&self, error: &reqwest::Error) -> ToolError {
         tracing::debug!(error = %error, source = ?error.source(), "http_get request failed");
-        if let Some(message) = shown_message(error) {
-            return ToolError::Failed(message);
-        }
-        let message = if error.is_timeout() {
-            self.timeout_message()
-        } else if error.is_redirect() {
-            "the redirect could not be followed".to_owned()
-        } else if error.is_connect() {
-            "could not connect to the server".to_owned()
-        } else if error.is_body() || error.is_decode() {
-            "the connection failed while reading the response".to_owned()
-        } else {
-            "the request failed".to_owned()
-        };
-        ToolError::Failed(message)
+        ToolError::Failed(failure_text(error, self.config.timeout()))
     }
 
     fn timeout_message(&self) -> String {
-        format!(
-            "the request timed out after {} s",
-            self.config.timeout().as_secs()
-        )
+        timeout_text(self.config.timeout())
     }
 }
 
@@ -271,22 +254,28 @@ pub(crate) fn refusal_of(url: &Url, config: &HttpGetConfig) -> Option<String> {
     check_url(url, config).err().map(|refusal| refusal.0)
 }
 
-/// What to tell a user about a failed request of a [`guarded_client`]: the
-/// policy's own words for a refused redirect or address, else a short
-/// description without the URL.
-pub(crate) fn failure_text(error: &reqwest::Error) -> String {
+/// What to tell a user about a failed request of a [`guarded_client`]
+/// whose timeout is `timeout`: the policy's own words for a refused
+/// redirect or address, else a short description without the URL.
+pub(crate) fn failure_text(error: &reqwest::Error, timeout: Duration) -> String {
     if let Some(message) = shown_message(error) {
         return message;
     }
     if error.is_timeout() {
-        "the request timed out".to_owned()
+        timeout_text(timeout)
     } else if error.is_redirect() {
         "the redirect could not be followed".to_owned()
     } else if error.is_connect() {
         "could not connect to the server".to_owned()
+    } else if error.is_body() || error.is_decode() {
+        "the connection failed while reading the response".to_owned()
     } else {
         "the request failed".to_owned()
     }
+}
+
+fn timeout_text(timeout: Duration) -> String {
+    format!("the request timed out after {} s", timeout.as_secs())
 }
 
 /// An error whose message is meant for the model; found in reqwest's error
