@@ -106,8 +106,7 @@ pub fn open(settings: &crate::config::MediaSettings) -> Result<Arc<dyn BlobStore
 }
 
 /// `time` in milliseconds since the Unix epoch (0 before it).
-#[must_use]
-pub fn system_ms(time: SystemTime) -> i64 {
+fn system_ms(time: SystemTime) -> i64 {
     time.duration_since(UNIX_EPOCH).map_or(0, |elapsed| {
         i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
     })
