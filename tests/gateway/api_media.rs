@@ -14,29 +14,28 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use switchboard_test_support::media::gradient_png;
 
+use crate::api_sessions::{Answer, answer_of};
 use crate::helpers::{FakeLlm, TestApp};
-use crate::helpers::{files_under, last_user_content};
+use crate::helpers::{assert_prefix_holds, files_under, last_user_content};
 
-/// Posts `body`; returns the status, the session header and the JSON body.
-async fn post(app: &TestApp, body: &Value) -> (StatusCode, Option<String>, Value) {
-    let response = app
+/// Posts `messages` (a JSON array).
+async fn post(app: &TestApp, messages: Value) -> Answer {
+    let request = app
         .http
         .post(app.url("/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-        .expect("request sent");
-    let status = response.status();
-    let session = response
-        .headers()
-        .get("x-session-id")
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned);
-    (
-        status,
-        session,
-        response.json().await.unwrap_or(Value::Null),
-    )
+        .json(&json!({"messages": messages}));
+    answer_of(request.send().await.expect("sent")).await
+}
+
+/// Posts one user message of `content`.
+async fn ask(app: &TestApp, content: Value) -> Answer {
+    post(app, json!([{"role": "user", "content": content}])).await
+}
+
+/// The error message of `answer`, which must be a 400.
+fn refused(answer: &Answer) -> &str {
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+    answer.body["error"]["message"].as_str().expect("message")
 }
 
 /// A server on 127.0.0.1 serving `png` at `/cat.png` and text at
@@ -72,21 +71,19 @@ fn with_image(text: &str, url: &str) -> Value {
 #[tokio::test]
 async fn a_data_url_image_reaches_the_vision_model_and_a_resent_transcript_continues() {
     let llm = FakeLlm::echo().await;
-    let blobs = tempfile::tempdir().expect("tempdir");
-    let folder = blobs.path().join("media");
     let app = TestApp::spawn_with(&llm, |s| {
         s.media.vision_models = vec!["fake-model".to_owned()];
-        s.media.folder.clone_from(&folder);
     })
     .await;
+    let folder = app.gateway.settings.media.folder.clone();
     let png = gradient_png(8, 8, false);
     // Declared as JPEG: the type is read off the bytes.
     let url = format!("data:image/jpeg;base64,{}", BASE64.encode(&png));
     let first_message = json!({"role": "user", "content": with_image("what is this?", &url)});
 
-    let (status, session, body) = post(&app, &json!({"messages": [first_message]})).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let reply = body["choices"][0]["message"]["content"]
+    let first = post(&app, json!([first_message])).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+    let reply = first.body["choices"][0]["message"]["content"]
         .as_str()
         .expect("reply")
         .to_owned();
@@ -104,25 +101,23 @@ async fn a_data_url_image_reaches_the_vision_model_and_a_resent_transcript_conti
 
     // A stateless client resends the whole transcript: the same session,
     // and the model request begins with the first one's messages.
-    let (status, again, body) = post(
+    let again = post(
         &app,
-        &json!({"messages": [
+        json!([
             first_message,
             {"role": "assistant", "content": reply},
             {"role": "user", "content": "and its colours?"},
-        ]}),
+        ]),
     )
     .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(again, session, "the transcript continues its session");
-    let requests = llm.requests();
-    let before = requests[0].raw_messages();
-    assert!(
-        requests[1]
-            .raw_messages()
-            .starts_with(before.trim_end_matches(']')),
-        "the prompt prefix changed"
+    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    assert_eq!(
+        again.session, first.session,
+        "the transcript continues its session"
     );
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    assert_prefix_holds(&requests);
     assert_eq!(files_under(&folder).len(), 1, "nothing stored again");
     app.stop().await;
 }
@@ -132,13 +127,10 @@ async fn an_http_image_url_is_fetched_under_the_http_get_rules() {
     let png = gradient_png(4, 4, true);
     let server = image_server(png.clone()).await;
     let llm = FakeLlm::echo().await;
-    let blobs = tempfile::tempdir().expect("tempdir");
-    let folder = blobs.path().join("media");
 
     // By default a loopback address is refused, by IP and by name.
     let strict = TestApp::spawn_with(&llm, |s| {
         s.media.vision_models = vec!["fake-model".to_owned()];
-        s.media.folder.clone_from(&folder);
     })
     .await;
     let port = server.rsplit(':').next().expect("port");
@@ -149,76 +141,47 @@ async fn an_http_image_url_is_fetched_under_the_http_get_rules() {
             "resolves to a private",
         ),
     ] {
-        let (status, _, body) = post(
-            &strict,
-            &json!({"messages": [{"role": "user", "content": with_image("look", &url)}]}),
-        )
-        .await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-        let message = body["error"]["message"].as_str().expect("message");
+        let answer = ask(&strict, with_image("look", &url)).await;
+        let message = refused(&answer);
         assert!(
             message.starts_with("messages[0].content[1]: image_url ") && message.contains(expected),
             "{message}"
         );
     }
     assert_eq!(strict.count("inbound").await, 0, "nothing stored");
-    assert!(files_under(&folder).is_empty());
+    assert!(files_under(&strict.gateway.settings.media.folder).is_empty());
     strict.stop().await;
 
     // Allowed, the image is fetched; a body that is no image is refused.
     let open = TestApp::spawn_with(&llm, |s| {
         s.media.vision_models = vec!["fake-model".to_owned()];
-        s.media.folder.clone_from(&folder);
         s.tools.http_get.allow_private = true;
     })
     .await;
-    let (status, _, body) = post(
-        &open,
-        &json!({"messages": [{"role": "user", "content": with_image("look", &format!("{server}/cat.png"))}]}),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    let answer = ask(&open, with_image("look", &format!("{server}/cat.png"))).await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
     assert_eq!(
         last_user_content(&llm.requests()[0].json())[1]["image_url"]["url"],
         json!(format!("data:image/png;base64,{}", BASE64.encode(&png)))
     );
-    let (status, _, body) = post(
-        &open,
-        &json!({"messages": [{"role": "user", "content": with_image("look", &format!("{server}/not-an-image.png"))}]}),
-    )
-    .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .is_some_and(|message| message.contains("is not a PNG, JPEG, GIF or WebP image")),
-        "{body}"
-    );
-    let (status, _, body) = post(
-        &open,
-        &json!({"messages": [{"role": "user", "content": with_image("look", &format!("{server}/missing.png"))}]}),
-    )
-    .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .is_some_and(|message| message.contains("404")),
-        "{body}"
-    );
+    for (path, expected) in [
+        ("not-an-image.png", "is not a PNG, JPEG, GIF or WebP image"),
+        ("missing.png", "404"),
+    ] {
+        let answer = ask(&open, with_image("look", &format!("{server}/{path}"))).await;
+        let message = refused(&answer);
+        assert!(message.contains(expected), "{message}");
+    }
     assert_eq!(llm.requests().len(), 1, "one model call, for the image");
-    assert_eq!(files_under(&folder).len(), 1);
+    assert_eq!(files_under(&open.gateway.settings.media.folder).len(), 1);
     open.stop().await;
 }
 
 #[tokio::test]
 async fn malformed_image_parts_get_a_400_naming_them_and_nothing_is_stored() {
     let llm = FakeLlm::echo().await;
-    let blobs = tempfile::tempdir().expect("tempdir");
-    let folder = blobs.path().join("media");
     let app = TestApp::spawn_with(&llm, |s| {
         s.media.vision_models = vec!["fake-model".to_owned()];
-        s.media.folder.clone_from(&folder);
         s.media.max_file_bytes = 2048;
     })
     .await;
@@ -256,18 +219,16 @@ async fn malformed_image_parts_get_a_400_naming_them_and_nothing_is_stored() {
         ),
     ];
     for (content, expected) in cases {
-        let (status, _, body) = post(
-            &app,
-            &json!({"messages": [{"role": "user", "content": content}]}),
-        )
-        .await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-        let message = body["error"]["message"].as_str().expect("message");
+        let answer = ask(&app, content).await;
+        let message = refused(&answer);
         assert!(message.starts_with(expected), "{message}");
     }
     assert!(llm.requests().is_empty(), "no model call");
     assert_eq!(app.count("inbound").await, 0, "nothing stored");
     assert_eq!(app.count("sessions").await, 0, "no session");
-    assert!(files_under(&folder).is_empty(), "no blob");
+    assert!(
+        files_under(&app.gateway.settings.media.folder).is_empty(),
+        "no blob"
+    );
     app.stop().await;
 }

@@ -1168,3 +1168,16 @@ pub fn last_user_content(body: &serde_json::Value) -> serde_json::Value {
         .map(|message| message["content"].clone())
         .unwrap_or_default()
 }
+
+/// Each request begins with the previous request's messages, byte for byte.
+pub fn assert_prefix_holds(requests: &[Recorded]) {
+    for pair in requests.windows(2) {
+        let previous = pair[0].raw_messages();
+        let next = pair[1].raw_messages();
+        let open = previous.strip_suffix(']').expect("array");
+        assert!(
+            next.starts_with(open),
+            "prefix changed:\nprevious: {previous}\nnext:     {next}"
+        );
+    }
+}

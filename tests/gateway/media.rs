@@ -21,17 +21,6 @@ const ADA: TgUser = TgUser {
     first_name: "Ada",
 };
 
-/// Sends `caption` with the photo `file_id` from Ada and waits for the
-/// reply, which it returns.
-async fn send_photo(telegram: &FakeTelegram, file_id: &str, caption: Option<&str>) -> String {
-    let before = telegram.sent().len();
-    telegram.dm_photo(ADA, file_id, (1, 1), caption);
-    telegram
-        .wait_for("the reply to the photo", || telegram.sent().len() > before)
-        .await;
-    telegram.sent().swap_remove(before).text
-}
-
 #[tokio::test]
 async fn a_vision_model_sees_the_photo_stored_once_and_the_prefix_holds() {
     let telegram = FakeTelegram::start().await;
@@ -47,8 +36,10 @@ async fn a_vision_model_sees_the_photo_stored_once_and_the_prefix_holds() {
     .await;
 
     // A photo without a caption is answered, not dropped.
-    send_photo(&telegram, "photo-1", None).await;
-    send_photo(&telegram, "photo-1", Some("and again")).await;
+    telegram.ask_with_photo(ADA, "photo-1", None).await;
+    telegram
+        .ask_with_photo(ADA, "photo-1", Some("and again"))
+        .await;
 
     let requests = llm.requests();
     assert_eq!(requests.len(), 2, "one model call per photo");
@@ -114,7 +105,9 @@ async fn an_anthropic_vision_model_gets_an_image_block() {
     })
     .await;
 
-    send_photo(&telegram, "photo-a", Some("what is this?")).await;
+    telegram
+        .ask_with_photo(ADA, "photo-a", Some("what is this?"))
+        .await;
 
     let content = last_user_content(&llm.requests()[0].json());
     let blocks = content.as_array().expect("blocks");
@@ -137,7 +130,7 @@ async fn a_model_without_vision_gets_a_note_instead() {
     let gateway =
         TestApp::spawn_with(&llm, |s| s.telegram = Some(telegram_settings(&telegram))).await;
 
-    let reply = send_photo(&telegram, "photo-2", Some("look")).await;
+    let reply = telegram.ask_with_photo(ADA, "photo-2", Some("look")).await;
 
     let note = "[image: 1×1, not shown: this model has no vision]";
     assert_eq!(
@@ -162,7 +155,9 @@ async fn an_oversized_photo_gets_the_limit_reply_and_no_turn() {
     })
     .await;
 
-    let reply = send_photo(&telegram, "photo-3", Some("big one")).await;
+    let reply = telegram
+        .ask_with_photo(ADA, "photo-3", Some("big one"))
+        .await;
 
     assert!(
         reply.contains("too large") && reply.contains("64 bytes"),
@@ -222,11 +217,8 @@ async fn a_text_document_reaches_the_model_and_a_binary_one_gets_a_reply() {
     let gateway =
         TestApp::spawn_with(&llm, |s| s.telegram = Some(telegram_settings(&telegram))).await;
 
-    let before = telegram.sent().len();
     telegram.dm_document(ADA, "doc-1", "stock.csv", "text/csv", Some("sum it"));
-    telegram
-        .wait_for("the reply to the CSV", || telegram.sent().len() > before)
-        .await;
+    telegram.reply_after(0, ADA.id, "the CSV").await;
     assert_eq!(
         last_user_content(&llm.requests()[0].json()),
         Value::String(
@@ -234,14 +226,8 @@ async fn a_text_document_reaches_the_model_and_a_binary_one_gets_a_reply() {
         )
     );
 
-    let before = telegram.sent().len();
     telegram.dm_document(ADA, "doc-2", "report.zip", "application/zip", None);
-    telegram
-        .wait_for("the reply to the archive", || {
-            telegram.sent().len() > before
-        })
-        .await;
-    let reply = telegram.sent().swap_remove(before).text;
+    let reply = telegram.reply_after(1, ADA.id, "the archive").await;
     assert!(
         reply.contains("report.zip") && reply.contains("application/zip"),
         "{reply}"

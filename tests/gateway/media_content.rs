@@ -19,8 +19,8 @@ use switchboard_test_support::media::{gradient_png, test_pdf, tone_wav};
 use switchboard_test_support::telegram::{FakeTelegram, TgUser};
 use switchboard_test_support::transcription::FakeTranscription;
 
-use crate::helpers::{FakeLlm, Recorded, TestApp, telegram_settings};
-use crate::helpers::{files_under, last_user_content};
+use crate::helpers::{FakeLlm, TestApp, telegram_settings};
+use crate::helpers::{assert_prefix_holds, files_under, last_user_content};
 
 const ADA: TgUser = TgUser {
     id: 778,
@@ -30,14 +30,6 @@ const GRACE: TgUser = TgUser {
     id: 779,
     first_name: "Grace",
 };
-
-/// Waits for one more message to Ada than `before`, and returns it.
-async fn next_reply(telegram: &FakeTelegram, before: usize, what: &str) -> String {
-    telegram
-        .wait_for(what, || telegram.sent().len() > before)
-        .await;
-    telegram.sent().swap_remove(before).text
-}
 
 /// Transcription through `server`, without a key.
 fn transcription(server: &FakeTranscription) -> TranscriptionSettings {
@@ -49,39 +41,24 @@ fn transcription(server: &FakeTranscription) -> TranscriptionSettings {
     }
 }
 
-/// Each request begins with the previous request's messages, byte for byte.
-fn assert_prefix_holds(requests: &[Recorded]) {
-    for pair in requests.windows(2) {
-        let previous = pair[0].raw_messages();
-        let next = pair[1].raw_messages();
-        let open = previous.strip_suffix(']').expect("array");
-        assert!(
-            next.starts_with(open),
-            "prefix changed:\nprevious: {previous}\nnext:     {next}"
-        );
-    }
-}
-
 #[tokio::test]
 async fn a_large_photo_reaches_the_vision_model_scaled_down_the_same_on_every_turn() {
     let telegram = FakeTelegram::start().await;
     let png = gradient_png(640, 320, false);
     telegram.add_file("big-1", &png);
     let llm = FakeLlm::echo().await;
-    let blobs = tempfile::tempdir().expect("tempdir");
-    let folder = blobs.path().join("media");
     let gateway = TestApp::spawn_with(&llm, |s| {
         s.telegram = Some(telegram_settings(&telegram));
         s.media.vision_models = vec!["fake-model".to_owned()];
         s.media.max_image_side = 160;
-        s.media.folder.clone_from(&folder);
     })
     .await;
+    let folder = &gateway.gateway.settings.media.folder;
 
     telegram.dm_photo(ADA, "big-1", (640, 320), Some("what is it?"));
-    next_reply(&telegram, 0, "the reply to the photo").await;
+    telegram.reply_after(0, ADA.id, "the photo").await;
     telegram.dm_photo(ADA, "big-1", (640, 320), Some("and again"));
-    next_reply(&telegram, 1, "the reply to the second photo").await;
+    telegram.reply_after(1, ADA.id, "the second photo").await;
 
     let requests = llm.requests();
     assert_eq!(requests.len(), 2);
@@ -100,7 +77,7 @@ async fn a_large_photo_reaches_the_vision_model_scaled_down_the_same_on_every_tu
     assert_eq!(second[1], first[1]);
     assert_prefix_holds(&requests);
     // Stored: the original as sent, and the scaled-down version, once each.
-    let mut stored: Vec<Vec<u8>> = files_under(&folder)
+    let mut stored: Vec<Vec<u8>> = files_under(folder)
         .iter()
         .map(|path| std::fs::read(path).expect("blob"))
         .collect();
@@ -116,17 +93,15 @@ async fn a_voice_note_reaches_the_model_as_its_transcript_and_a_failure_loses_no
     telegram.add_file("voice-t", &wav);
     let server = FakeTranscription::start("remind me to buy milk").await;
     let llm = FakeLlm::echo().await;
-    let blobs = tempfile::tempdir().expect("tempdir");
-    let folder = blobs.path().join("media");
     let gateway = TestApp::spawn_with(&llm, |s| {
         s.telegram = Some(telegram_settings(&telegram));
         s.media.transcription = Some(transcription(&server));
-        s.media.folder.clone_from(&folder);
     })
     .await;
+    let folder = gateway.gateway.settings.media.folder.clone();
 
     telegram.dm_voice(ADA, "voice-t");
-    let reply = next_reply(&telegram, 0, "the reply to the voice note").await;
+    let reply = telegram.reply_after(0, ADA.id, "the voice note").await;
 
     let transcribed = "[voice note, transcribed] remind me to buy milk";
     assert_eq!(
@@ -145,7 +120,9 @@ async fn a_voice_note_reaches_the_model_as_its_transcript_and_a_failure_loses_no
     // The server fails: a clear reply, no turn, the audio still kept.
     server.fail_with(502);
     telegram.dm_voice(ADA, "voice-t");
-    let reply = next_reply(&telegram, 1, "the reply to the failed voice note").await;
+    let reply = telegram
+        .reply_after(1, ADA.id, "the failed voice note")
+        .await;
     assert!(
         reply.contains("could not transcribe") && reply.contains("try again"),
         "{reply}"
@@ -156,7 +133,9 @@ async fn a_voice_note_reaches_the_model_as_its_transcript_and_a_failure_loses_no
     // Sent again once the server is back, it goes through.
     server.answer("remind me to buy bread");
     telegram.dm_voice(ADA, "voice-t");
-    next_reply(&telegram, 2, "the reply to the resent voice note").await;
+    telegram
+        .reply_after(2, ADA.id, "the resent voice note")
+        .await;
     assert_eq!(
         last_user_content(&llm.requests()[1].json()),
         Value::String("[voice note, transcribed] remind me to buy bread".to_owned())
@@ -187,7 +166,7 @@ async fn a_pdf_reaches_the_model_as_text_and_one_without_text_gets_a_reply() {
         "application/pdf",
         Some("sum up"),
     );
-    next_reply(&telegram, 0, "the reply to the PDF").await;
+    telegram.reply_after(0, ADA.id, "the PDF").await;
     let Value::String(text) = last_user_content(&llm.requests()[0].json()) else {
         panic!("text content")
     };
@@ -197,13 +176,13 @@ async fn a_pdf_reaches_the_model_as_text_and_one_without_text_gets_a_reply() {
     assert!(text.ends_with("\n[end of file: report.pdf]"), "{text}");
 
     telegram.dm_document(ADA, "pdf-2", "scan.pdf", "application/pdf", None);
-    let reply = next_reply(&telegram, 1, "the reply to the empty PDF").await;
+    let reply = telegram.reply_after(1, ADA.id, "the empty PDF").await;
     assert!(
         reply.contains("scan.pdf") && reply.contains("no text"),
         "{reply}"
     );
     telegram.dm_document(ADA, "pdf-3", "torn.pdf", "application/pdf", None);
-    let reply = next_reply(&telegram, 2, "the reply to the broken PDF").await;
+    let reply = telegram.reply_after(2, ADA.id, "the broken PDF").await;
     assert!(
         reply.contains("torn.pdf") && reply.contains("could not read"),
         "{reply}"
@@ -271,15 +250,15 @@ async fn turns_with_every_kind_of_media_keep_the_prompt_prefix_byte_identical() 
     .await;
 
     telegram.dm_photo(ADA, "p-photo", (300, 200), Some("look"));
-    next_reply(&telegram, 0, "the photo's reply").await;
+    telegram.reply_after(0, ADA.id, "the photo").await;
     telegram.dm_document(ADA, "p-pdf", "notes.pdf", "application/pdf", None);
-    next_reply(&telegram, 1, "the PDF's reply").await;
+    telegram.reply_after(1, ADA.id, "the PDF").await;
     telegram.dm_voice(ADA, "p-voice");
-    next_reply(&telegram, 2, "the voice note's reply").await;
+    telegram.reply_after(2, ADA.id, "the voice note").await;
     telegram.dm_document(ADA, "p-text", "t.csv", "text/csv", Some("and this"));
-    next_reply(&telegram, 3, "the CSV's reply").await;
+    telegram.reply_after(3, ADA.id, "the CSV").await;
     telegram.dm(ADA, "thanks");
-    next_reply(&telegram, 4, "the text's reply").await;
+    telegram.reply_after(4, ADA.id, "the text").await;
 
     let requests = llm.requests();
     assert_eq!(requests.len(), 5);
@@ -390,7 +369,9 @@ async fn a_voice_note_held_across_a_restart_is_transcribed_once_by_the_instance_
     assert!(llm.requests().is_empty(), "not answered before the restart");
 
     let second = TestApp::start(settings, tempfile::tempdir().expect("tempdir")).await;
-    next_reply(&telegram, 0, "the reply after the restart").await;
+    telegram
+        .reply_after(0, ADA.id, "the voice note, after the restart")
+        .await;
 
     assert_eq!(
         last_user_content(&llm.requests()[0].json()),
@@ -429,17 +410,17 @@ async fn a_slow_transcription_holds_up_only_its_own_conversation() {
         })
         .await;
     telegram.dm(GRACE, "hello from another chat");
-    let reply = next_reply(&telegram, 0, "the other chat's reply").await;
+    let reply = telegram
+        .reply_after(0, GRACE.id, "the other chat's message")
+        .await;
     assert!(reply.contains("hello from another chat"), "{reply}");
-    assert_eq!(telegram.sent()[0].chat_id, GRACE.id);
 
     server.release();
-    let reply = next_reply(&telegram, 1, "the voice note's reply").await;
+    let reply = telegram.reply_after(1, ADA.id, "the voice note").await;
     assert!(
         reply.contains("[voice note, transcribed] this one took a while"),
         "{reply}"
     );
-    assert_eq!(telegram.sent()[1].chat_id, ADA.id);
     assert_eq!(server.requests().len(), 1);
     gateway.stop().await;
 }

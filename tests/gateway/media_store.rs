@@ -19,6 +19,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::Value;
 use switchboard::config::{BlobStoreKind, S3Settings, Settings};
+use switchboard::media::blobs::hash_of;
 use switchboard_contract::{
     AccountId, Attachment, ChatKind, EventId, FetchError, FetchMedia, InboundMessage, InboundSink,
     MediaFetcher, PlatformName, Submitted,
@@ -41,11 +42,6 @@ const BOB: TgUser = TgUser {
 };
 
 const DAY: Duration = Duration::from_secs(86_400);
-
-/// The SHA-256 of `bytes` in hex: a blob's name.
-fn hash_of(bytes: &[u8]) -> String {
-    switchboard::media::blobs::hash_of(bytes)
-}
 
 /// Where `fake` keeps the blob of `hash` under the prefix `media`.
 fn s3_key(hash: &str) -> String {
@@ -74,16 +70,6 @@ fn s3_settings(fake: &FakeS3, test: &str) -> S3Settings {
     }
 }
 
-/// Sends the photo `file_id` from `user` and returns the reply.
-async fn send_photo(telegram: &FakeTelegram, user: TgUser, file_id: &str) -> String {
-    let before = telegram.sent().len();
-    telegram.dm_photo(user, file_id, (1, 1), Some("look"));
-    telegram
-        .wait_for("the reply to the photo", || telegram.sent().len() > before)
-        .await;
-    telegram.sent().swap_remove(before).text
-}
-
 #[tokio::test]
 async fn a_photo_is_kept_in_the_s3_bucket_and_reaches_the_model_from_there() {
     let telegram = FakeTelegram::start().await;
@@ -98,8 +84,8 @@ async fn a_photo_is_kept_in_the_s3_bucket_and_reaches_the_model_from_there() {
     })
     .await;
 
-    send_photo(&telegram, ADA, "photo-s3").await;
-    send_photo(&telegram, ADA, "photo-s3").await;
+    telegram.ask_with_photo(ADA, "photo-s3", Some("look")).await;
+    telegram.ask_with_photo(ADA, "photo-s3", Some("look")).await;
 
     let hash = hash_of(PNG);
     assert_eq!(s3.keys(), vec![s3_key(&hash)], "one object for the photo");
@@ -143,7 +129,9 @@ async fn a_message_over_the_message_cap_gets_the_limit_reply_and_nothing_is_kept
     })
     .await;
 
-    let reply = send_photo(&telegram, ADA, "photo-big").await;
+    let reply = telegram
+        .ask_with_photo(ADA, "photo-big", Some("look"))
+        .await;
 
     assert!(
         reply.contains("add up to at most 50 bytes"),
@@ -181,14 +169,14 @@ async fn the_daily_budget_is_counted_in_the_database_and_holds_across_a_restart(
     let folder = settings.media.folder.clone();
 
     let first = TestApp::start(settings.clone(), tempfile::tempdir().expect("tempdir")).await;
-    send_photo(&telegram, ADA, "photo-1").await;
-    send_photo(&telegram, ADA, "photo-2").await;
+    telegram.ask_with_photo(ADA, "photo-1", Some("look")).await;
+    telegram.ask_with_photo(ADA, "photo-2", Some("look")).await;
     assert_eq!(llm.requests().len(), 2);
     assert_eq!(
         counted_today(&first).await,
         vec![(PNG.len() * 2 + 1) as i64]
     );
-    let reply = send_photo(&telegram, ADA, "photo-3").await;
+    let reply = telegram.ask_with_photo(ADA, "photo-3", Some("look")).await;
     let limit = format!("at most {} bytes a day", PNG.len() * 2 + 2);
     assert!(reply.contains(&limit), "the reply names the limit: {reply}");
     assert_eq!(llm.requests().len(), 2, "no model call");
@@ -196,7 +184,7 @@ async fn the_daily_budget_is_counted_in_the_database_and_holds_across_a_restart(
 
     // Another instance (a restart) reads the same count.
     let second = TestApp::start(settings, tempfile::tempdir().expect("tempdir")).await;
-    let reply = send_photo(&telegram, ADA, "photo-3").await;
+    let reply = telegram.ask_with_photo(ADA, "photo-3", Some("look")).await;
     assert!(
         reply.contains(&limit),
         "still over after a restart: {reply}"
@@ -209,7 +197,7 @@ async fn the_daily_budget_is_counted_in_the_database_and_holds_across_a_restart(
         "the photo over the budget is not kept"
     );
     // Bob has a budget of his own.
-    send_photo(&telegram, BOB, "photo-3").await;
+    telegram.ask_with_photo(BOB, "photo-3", Some("look")).await;
     assert_eq!(llm.requests().len(), 3);
     let mut counts = counted_today(&second).await;
     counts.sort_unstable();
@@ -312,8 +300,12 @@ async fn housekeeping_removes_old_unreferenced_blobs_only(kept: Kept, test: &str
             == 1
     })
     .await;
-    send_photo(&telegram, ADA, "photo-kept").await;
-    send_photo(&telegram, ADA, "photo-large").await;
+    telegram
+        .ask_with_photo(ADA, "photo-kept", Some("look"))
+        .await;
+    telegram
+        .ask_with_photo(ADA, "photo-large", Some("look"))
+        .await;
     let media: String =
         sqlx::query_scalar("SELECT media FROM inbound WHERE media LIKE '%derived%'")
             .fetch_one(&mut *first.gateway.store.conn().await.expect("conn"))
@@ -356,7 +348,9 @@ async fn housekeeping_removes_old_unreferenced_blobs_only(kept: Kept, test: &str
     assert!(kept.has_blob(&derived), "and its scaled-down version");
     assert!(kept.has(fresh), "a recent blob stays");
     // The photo still reaches the model from the store.
-    send_photo(&telegram, ADA, "photo-kept").await;
+    telegram
+        .ask_with_photo(ADA, "photo-kept", Some("look"))
+        .await;
     assert_eq!(llm.requests().len(), 3);
     second.stop().await;
 }
@@ -447,9 +441,11 @@ async fn the_telegram_file_url_with_the_token_is_never_logged_or_stored() {
 
     // One photo that downloads, and one whose download fails (the file is
     // not there): the failure is logged and answered.
-    let ok = send_photo(&telegram, ADA, "photo-ok").await;
+    let ok = telegram.ask_with_photo(ADA, "photo-ok", Some("look")).await;
     assert!(ok.contains("look"), "{ok}");
-    let failed = send_photo(&telegram, ADA, "photo-gone").await;
+    let failed = telegram
+        .ask_with_photo(ADA, "photo-gone", Some("look"))
+        .await;
     assert!(failed.contains("could not download"), "{failed}");
     let logs = serve.stop().await;
 

@@ -152,14 +152,29 @@ impl FakeTelegram {
     pub async fn ask(&self, user: TgUser, text: &str) -> String {
         let before = self.sent().len();
         self.dm(user, text);
-        self.reply_after(before, user.id, text).await
+        self.reply_after(before, user.id, &format!("{text:?}"))
+            .await
     }
 
     /// `user` writes `text` in the group `chat`; returns the reply there.
     pub async fn ask_in_group(&self, chat: i64, user: TgUser, text: &str) -> String {
         let before = self.sent().len();
         self.group(chat, user, text);
-        self.reply_after(before, chat, text).await
+        self.reply_after(before, chat, &format!("{text:?}")).await
+    }
+
+    /// `user` sends the photo `file_id` (declared 1×1, see
+    /// [`FakeTelegram::dm_photo`]) with `caption` in their private chat;
+    /// returns the reply, which must come back to that chat.
+    pub async fn ask_with_photo(
+        &self,
+        user: TgUser,
+        file_id: &str,
+        caption: Option<&str>,
+    ) -> String {
+        let before = self.sent().len();
+        self.dm_photo(user, file_id, (1, 1), caption);
+        self.reply_after(before, user.id, "the photo").await
     }
 
     /// The bodies of every call of `method` (any case), oldest first.
@@ -255,13 +270,16 @@ impl FakeTelegram {
         eventually(what, || std::future::ready(done())).await;
     }
 
-    async fn reply_after(&self, before: usize, chat: i64, text: &str) -> String {
-        let what = format!("a reply to {text:?}");
-        self.wait_for(&what, || self.sent().len() > before).await;
+    /// Waits for the bot's message after the first `before` (counted as
+    /// [`FakeTelegram::sent`] counts), which must go to `chat`; returns its
+    /// text. `what` names what it answers.
+    pub async fn reply_after(&self, before: usize, chat: i64, what: &str) -> String {
+        self.wait_for(&format!("a reply to {what}"), || self.sent().len() > before)
+            .await;
         let reply = self.sent().swap_remove(before);
         assert_eq!(
             reply.chat_id, chat,
-            "the reply to {text:?} goes to the chat it came from: {reply:?}"
+            "the reply to {what} goes to the chat it came from: {reply:?}"
         );
         reply.text
     }
@@ -291,13 +309,6 @@ impl FakeTelegram {
     /// [`FakeTelegram::add_file`], of `width`×`height`) from `user` in
     /// their private chat, with `caption` if any.
     pub fn dm_photo(&self, user: TgUser, file_id: &str, size: (u32, u32), caption: Option<&str>) {
-        let bytes = self
-            .api
-            .files
-            .lock()
-            .expect("lock")
-            .get(file_id)
-            .map(Vec::len);
         let mut message = self.new_message(
             json!({"id": user.id, "type": "private", "first_name": user.first_name}),
             user,
@@ -306,7 +317,7 @@ impl FakeTelegram {
             {"file_id": format!("{file_id}-thumb"), "file_unique_id": "thumb",
              "width": 1, "height": 1},
             {"file_id": file_id, "file_unique_id": file_id, "width": size.0,
-             "height": size.1, "file_size": bytes.unwrap_or(0)},
+             "height": size.1, "file_size": self.file_size(file_id).unwrap_or(0)},
         ]);
         if let Some(caption) = caption {
             message["caption"] = json!(caption);
@@ -325,19 +336,13 @@ impl FakeTelegram {
         mime_type: &str,
         caption: Option<&str>,
     ) {
-        let bytes = self
-            .api
-            .files
-            .lock()
-            .expect("lock")
-            .get(file_id)
-            .map(Vec::len);
         let mut message = self.new_message(
             json!({"id": user.id, "type": "private", "first_name": user.first_name}),
             user,
         );
         message["document"] = json!({"file_id": file_id, "file_unique_id": file_id,
-            "file_name": file_name, "mime_type": mime_type, "file_size": bytes.unwrap_or(0)});
+            "file_name": file_name, "mime_type": mime_type,
+            "file_size": self.file_size(file_id).unwrap_or(0)});
         if let Some(caption) = caption {
             message["caption"] = json!(caption);
         }
@@ -347,20 +352,24 @@ impl FakeTelegram {
     /// Queues a voice note (the file `file_id`) from `user` in their
     /// private chat.
     pub fn dm_voice(&self, user: TgUser, file_id: &str) {
-        let bytes = self
-            .api
-            .files
-            .lock()
-            .expect("lock")
-            .get(file_id)
-            .map_or(12, Vec::len);
         let mut message = self.new_message(
             json!({"id": user.id, "type": "private", "first_name": user.first_name}),
             user,
         );
         message["voice"] = json!({"file_id": file_id, "file_unique_id": file_id,
-            "duration": 2, "mime_type": "audio/ogg", "file_size": bytes});
+            "duration": 2, "mime_type": "audio/ogg",
+            "file_size": self.file_size(file_id).unwrap_or(12)});
         self.push_built(message);
+    }
+
+    /// The size of the file `file_id`, if added.
+    fn file_size(&self, file_id: &str) -> Option<usize> {
+        self.api
+            .files
+            .lock()
+            .expect("lock")
+            .get(file_id)
+            .map(Vec::len)
     }
 
     /// A message from `user` in `chat`, numbered, without content.
