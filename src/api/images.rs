@@ -12,7 +12,9 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use switchboard_contract::{Attachment, FetchError, FetchMedia, MediaFetcher, collect_capped};
+use switchboard_contract::{
+    Attachment, AttachmentKind, FetchError, FetchMedia, MediaFetcher, collect_capped,
+};
 use url::Url;
 
 use super::ApiError;
@@ -69,7 +71,7 @@ impl ImageFetcher {
                 media_type: Some(media_type.to_owned()),
                 size: Some(bytes.len() as u64),
                 fetch: Some(MediaFetcher::new(Held(bytes))),
-                ..Attachment::new("photo", None)
+                ..Attachment::new(AttachmentKind::Image, None)
             });
         }
         Ok(attachments)

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
-use switchboard_contract::{Attachment, FetchError};
+use switchboard_contract::{Attachment, AttachmentKind, FetchError};
 
 use crate::config::MediaSettings;
 use blobs::{BlobError, BlobStore, hash_of};
@@ -451,7 +451,7 @@ impl Media {
             let Some(fetch) = &attachment.fetch else {
                 return Ok(Err(Refusal::Unsupported {
                     name,
-                    kind: attachment.kind.clone(),
+                    kind: attachment.kind.to_string(),
                 }));
             };
             let bytes = match fetch.fetch(self.max_file_bytes).await {
@@ -477,9 +477,9 @@ impl Media {
                     ),
                     Err(_) => (image, None, None),
                 }
-            } else if let Some(audio) = voice::sniff_audio(&bytes).filter(|_| {
-                is_audio(attachment) || attachment.kind == "file" || attachment.kind == "document"
-            }) {
+            } else if let Some(audio) = voice::sniff_audio(&bytes)
+                .filter(|_| is_audio(attachment) || attachment.kind == AttachmentKind::Document)
+            {
                 if self.transcriber.is_none() {
                     return Ok(Err(Refusal::Voice));
                 }
@@ -500,7 +500,7 @@ impl Media {
                 let kind = attachment
                     .media_type
                     .clone()
-                    .unwrap_or_else(|| attachment.kind.clone());
+                    .unwrap_or_else(|| attachment.kind.to_string());
                 return Ok(Err(Refusal::Unsupported { name, kind }));
             };
             taken = taken.saturating_add(bytes.len() as u64);
@@ -565,7 +565,7 @@ impl Media {
 /// Whether `attachment` is a voice note or an audio file (by the
 /// platform's kind or declared type; it is not downloaded).
 fn is_audio(attachment: &Attachment) -> bool {
-    matches!(attachment.kind.as_str(), "voice" | "audio")
+    attachment.kind.is_audio()
         || attachment
             .media_type
             .as_deref()
@@ -695,7 +695,7 @@ mod tests {
     fn photo(bytes: &[u8]) -> Attachment {
         Attachment {
             fetch: Some(MediaFetcher::new(Serve(bytes.to_vec()))),
-            ..Attachment::new("photo", Some("dot.png".to_owned()))
+            ..Attachment::new(AttachmentKind::Image, Some("dot.png".to_owned()))
         }
     }
 
@@ -746,7 +746,7 @@ mod tests {
             .expect("ingest");
         assert!(matches!(refusal, Err(Refusal::Unsupported { .. })));
         let voice = Attachment {
-            kind: "voice".to_owned(),
+            kind: AttachmentKind::Voice,
             ..photo(TINY_PNG)
         };
         let refusal = media.ingest(&[voice], &ALL).await.expect("ingest");
@@ -765,7 +765,7 @@ mod tests {
         let media = media(&blobs, 1024);
         let notes = Attachment {
             fetch: Some(MediaFetcher::new(Serve(b"# Plan\nship it".to_vec()))),
-            ..Attachment::new("document", Some("plan.md".to_owned()))
+            ..Attachment::new(AttachmentKind::Document, Some("plan.md".to_owned()))
         };
         let mut refs = media
             .ingest(&[notes], &ALL)
@@ -782,7 +782,7 @@ mod tests {
         );
         let binary = Attachment {
             fetch: Some(MediaFetcher::new(Serve(vec![0, 1, 2, 3]))),
-            ..Attachment::new("document", Some("data.txt".to_owned()))
+            ..Attachment::new(AttachmentKind::Document, Some("data.txt".to_owned()))
         };
         let refusal = media.ingest(&[binary], &ALL).await.expect("ingest");
         assert!(matches!(refusal, Err(Refusal::Unsupported { .. })));
@@ -793,7 +793,7 @@ mod tests {
         let small = Media::new(Arc::new(blobs.clone()), &settings).expect("media");
         let long = Attachment {
             fetch: Some(MediaFetcher::new(Serve(b"too long".to_vec()))),
-            ..Attachment::new("document", Some("a.txt".to_owned()))
+            ..Attachment::new(AttachmentKind::Document, Some("a.txt".to_owned()))
         };
         let refusal = small.ingest(&[long], &ALL).await.expect("ingest");
         let Err(refusal) = refusal else {
@@ -899,7 +899,7 @@ mod tests {
         let pdf = switchboard_test_support::media::test_pdf(&["Invoice 42", "Total 99 EUR"]);
         let attachment = Attachment {
             fetch: Some(MediaFetcher::new(Serve(pdf))),
-            ..Attachment::new("document", Some("invoice.pdf".to_owned()))
+            ..Attachment::new(AttachmentKind::Document, Some("invoice.pdf".to_owned()))
         };
         let mut refs = media
             .ingest(&[attachment], &ALL)
@@ -921,7 +921,7 @@ mod tests {
             fetch: Some(MediaFetcher::new(Serve(
                 switchboard_test_support::media::test_pdf(&[]),
             ))),
-            ..Attachment::new("document", Some("scan.pdf".to_owned()))
+            ..Attachment::new(AttachmentKind::Document, Some("scan.pdf".to_owned()))
         };
         assert_eq!(blobs.len(), 2, "the PDF and its text");
         let refusal = media.ingest(&[blank], &ALL).await.expect("ingest");
@@ -945,7 +945,7 @@ mod tests {
         let media = Media::new(Arc::new(blobs.clone()), &settings).expect("media");
         let wav = switchboard_test_support::media::tone_wav(20);
         let note = Attachment {
-            kind: "voice".to_owned(),
+            kind: AttachmentKind::Voice,
             ..photo(&wav)
         };
         let note = Attachment { name: None, ..note };

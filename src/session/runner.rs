@@ -1070,6 +1070,7 @@ fn outbound_of(row: &OutboxRow) -> OutboundMessage {
         thread: row.thread_id.clone(),
         reply_to: row.reply_to.clone(),
         text: row.text.clone(),
+        buttons: Vec::new(),
     }
 }
 

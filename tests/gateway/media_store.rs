@@ -21,8 +21,8 @@ use serde_json::Value;
 use switchboard::config::{BlobStoreKind, S3Settings, Settings};
 use switchboard::media::blobs::hash_of;
 use switchboard_contract::{
-    AccountId, Attachment, ChatKind, EventId, FetchError, FetchMedia, InboundMessage, InboundSink,
-    MediaFetcher, PlatformName, Submitted,
+    AccountId, Attachment, AttachmentKind, ChatKind, EventId, FetchError, FetchMedia,
+    InboundMessage, InboundSink, MediaFetcher, PlatformName, Submitted,
 };
 use switchboard_test_support::s3::{ACCESS_KEY_ID, FakeS3, SECRET_ACCESS_KEY};
 use switchboard_test_support::telegram::{self, FakeTelegram, TgUser};
@@ -570,7 +570,7 @@ async fn a_redelivery_while_the_files_are_fetched_waits_and_is_a_duplicate() {
                 bytes: PNG,
                 fetches: Arc::clone(&fetches),
             })),
-            ..Attachment::new("photo", Some("dot.png".to_owned()))
+            ..Attachment::new(AttachmentKind::Image, Some("dot.png".to_owned()))
         }],
         ..inbound::message("u1", "photo-chat", ChatKind::Direct, "what is this?")
     };

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{AccountId, ChatId, EventId, PlatformName, ThreadId, UserId};
+use crate::interaction::Button;
 use crate::media::MediaFetcher;
 
 /// What kind of conversation a chat is; group rules (mention gating, shared
@@ -24,15 +25,63 @@ pub struct Sender {
     pub is_bot: bool,
 }
 
+/// What kind of file an attachment is, as the platform declared it (each
+/// adapter maps its platform's words onto these; the core never sees them).
+/// The core checks the bytes themselves: the kind only decides how a file
+/// is named in a reply and whether audio is expected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttachmentKind {
+    /// A photo or picture.
+    Image,
+    /// A voice note recorded in the chat app.
+    Voice,
+    /// An audio file.
+    Audio,
+    /// A video or an animation.
+    Video,
+    /// A sticker.
+    Sticker,
+    /// A document or any other file.
+    Document,
+}
+
+impl AttachmentKind {
+    /// The kind's name, as a reply names a file that has no name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Image => "image",
+            Self::Voice => "voice note",
+            Self::Audio => "audio file",
+            Self::Video => "video",
+            Self::Sticker => "sticker",
+            Self::Document => "file",
+        }
+    }
+
+    /// Whether the platform says this is sound (a voice note or an audio
+    /// file).
+    #[must_use]
+    pub fn is_audio(self) -> bool {
+        matches!(self, Self::Voice | Self::Audio)
+    }
+}
+
+impl std::fmt::Display for AttachmentKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A file or media item attached to a message.
 ///
-/// `kind` is the platform's word for it (`photo`, `document`, `voice`,
-/// `image`, `file`…). When the adapter can download it, `fetch` gets its
-/// bytes for the core (which stores them); `url` is only ever a link that
-/// carries no credential.
+/// When the adapter can download it, `fetch` gets its bytes for the core
+/// (which stores them); `url` is only ever a link that carries no
+/// credential.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attachment {
-    pub kind: String,
+    pub kind: AttachmentKind,
     pub url: Option<String>,
     pub name: Option<String>,
     /// The media type the platform declared (`image/png`), if any; the core
@@ -50,9 +99,9 @@ pub struct Attachment {
 impl Attachment {
     /// An attachment of `kind` named `name`, with nothing else known.
     #[must_use]
-    pub fn new(kind: impl Into<String>, name: Option<String>) -> Self {
+    pub fn new(kind: AttachmentKind, name: Option<String>) -> Self {
         Self {
-            kind: kind.into(),
+            kind,
             url: None,
             name,
             media_type: None,
@@ -115,6 +164,10 @@ pub struct OutboundMessage {
     /// out as a new message instead.
     #[serde(default)]
     pub replaces: Option<String>,
+    /// Buttons under the reply (a question for the person), shown under
+    /// its last part; empty for an ordinary reply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buttons: Vec<Button>,
 }
 
 impl OutboundMessage {

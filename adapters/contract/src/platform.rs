@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::draft::Draft;
+use crate::interaction::{ActionReply, InboundAction};
 use crate::message::{ChatRef, DeliveryReceipt, InboundMessage, OutboundMessage};
 
 /// The result of submitting an inbound message to the core.
@@ -40,6 +41,17 @@ pub trait InboundSink: Send + Sync {
     /// Records the message (deduplicated by platform, account and event id)
     /// and queues it for its session. Returns quickly: the turn runs later.
     async fn submit(&self, message: InboundMessage) -> Result<Submitted, SubmitError>;
+
+    /// Takes a press of one of the core's buttons and says what to show.
+    /// Returns quickly (within a platform's interaction deadline): the work
+    /// it wakes runs later. The default knows no buttons.
+    ///
+    /// # Errors
+    /// [`SubmitError::Unavailable`] when the press could not be recorded
+    /// (the adapter tells the person to try again).
+    async fn act(&self, _action: InboundAction) -> Result<ActionReply, SubmitError> {
+        Ok(ActionReply::default())
+    }
 }
 
 /// Why a send failed.
@@ -100,5 +112,18 @@ pub trait PlatformSender: Send + Sync {
     /// replaces it by itself. Best effort: the caller skips a failed draft.
     async fn draft(&self, _draft: &Draft) -> Result<Option<String>, SendError> {
         Ok(None)
+    }
+
+    /// Replaces the text of the message `message_id` in `chat` (one this
+    /// sender sent) with `text`, and removes its buttons: a question once it
+    /// is answered. The default cannot edit.
+    ///
+    /// # Errors
+    /// As [`PlatformSender::send`]; [`SendError::Permanent`] where the
+    /// platform cannot edit messages.
+    async fn edit(&self, _chat: &ChatRef, _message_id: &str, _text: &str) -> Result<(), SendError> {
+        Err(SendError::Permanent(
+            "this platform's messages cannot be edited".to_owned(),
+        ))
     }
 }

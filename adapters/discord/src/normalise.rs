@@ -18,8 +18,8 @@
 use serenity::model::channel::{Message, MessageType};
 use serenity::model::id::UserId;
 use switchboard_contract::{
-    AccountId, Attachment, ChatId, ChatKind, EventId, IdError, InboundMessage, PlatformName,
-    Sender, UserId as ContractUserId,
+    AccountId, Attachment, AttachmentKind, ChatId, ChatKind, EventId, IdError, InboundMessage,
+    PlatformName, Sender, UserId as ContractUserId,
 };
 
 /// The platform name the core knows this adapter by.
@@ -172,12 +172,18 @@ fn strip_mention(content: &str, bot_id: UserId) -> String {
 }
 
 fn attachment(file: &serenity::model::channel::Attachment) -> Attachment {
-    let kind = file
+    let top = file
         .content_type
         .as_deref()
-        .and_then(|mime| mime.split('/').next())
-        .filter(|top| matches!(*top, "image" | "video" | "audio"))
-        .unwrap_or("file");
+        .and_then(|mime| mime.split('/').next());
+    let kind = match top {
+        Some("image") => AttachmentKind::Image,
+        Some("video") => AttachmentKind::Video,
+        // Discord's voice messages are audio attachments with a waveform.
+        Some("audio") if file.waveform.is_some() => AttachmentKind::Voice,
+        Some("audio") => AttachmentKind::Audio,
+        _ => AttachmentKind::Document,
+    };
     Attachment {
         url: Some(file.url.clone()),
         media_type: file.content_type.clone(),

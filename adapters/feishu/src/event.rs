@@ -19,8 +19,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::Deserialize;
 use switchboard_contract::{
-    AccountId, Attachment, ChatId, ChatKind, EventId, FetchError, FetchMedia, IdError,
-    InboundMessage, MediaFetcher, PlatformName, Sender, ThreadId, UserId,
+    AccountId, Attachment, AttachmentKind, ChatId, ChatKind, EventId, FetchError, FetchMedia,
+    IdError, InboundMessage, MediaFetcher, PlatformName, Sender, ThreadId, UserId,
 };
 
 use crate::PLATFORM;
@@ -206,7 +206,7 @@ impl FetchMedia for FeishuResource {
 fn resource_of(
     message_type: &str,
     content: &str,
-) -> Option<(&'static str, &'static str, String, Option<String>)> {
+) -> Option<(AttachmentKind, &'static str, String, Option<String>)> {
     #[derive(Deserialize)]
     struct Content {
         #[serde(default)]
@@ -218,9 +218,14 @@ fn resource_of(
     }
     let content: Content = serde_json::from_str(content).ok()?;
     match message_type {
-        "image" => Some(("image", "image", content.image_key?, None)),
-        "file" => Some(("file", "file", content.file_key?, content.file_name)),
-        "audio" => Some(("audio", "file", content.file_key?, None)),
+        "image" => Some((AttachmentKind::Image, "image", content.image_key?, None)),
+        "file" => Some((
+            AttachmentKind::Document,
+            "file",
+            content.file_key?,
+            content.file_name,
+        )),
+        "audio" => Some((AttachmentKind::Voice, "file", content.file_key?, None)),
         _ => None,
     }
 }

@@ -15,11 +15,11 @@
 use std::collections::HashSet;
 use std::ops::Range;
 
-use switchboard_contract::MediaFetcher;
 use switchboard_contract::{
     AccountId, Attachment, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender,
     ThreadId, UserId,
 };
+use switchboard_contract::{AttachmentKind, MediaFetcher};
 use teloxide_core::types::{FileMeta, Message, MessageEntityKind, Update, UpdateKind};
 
 use crate::PLATFORM;
@@ -228,28 +228,29 @@ fn strip(text: &str, mut cuts: Vec<Range<usize>>) -> String {
 /// is taken at its largest size.
 fn attachments(message: &Message, files: Option<&Files>) -> Vec<Attachment> {
     let mut found = Vec::new();
-    let mut add = |kind: &str, file: &FileMeta, name: Option<&String>, mime: Option<String>| {
-        let size = Some(u64::from(file.size)).filter(|&size| size > 0);
-        found.push(Attachment {
-            media_type: mime,
-            size,
-            fetch: files.map(|files| {
-                MediaFetcher::new(TelegramFile {
-                    files: files.clone(),
-                    file_id: file.id.0.clone(),
-                    size,
-                })
-            }),
-            ..Attachment::new(kind, name.cloned())
-        });
-    };
+    let mut add =
+        |kind: AttachmentKind, file: &FileMeta, name: Option<&String>, mime: Option<String>| {
+            let size = Some(u64::from(file.size)).filter(|&size| size > 0);
+            found.push(Attachment {
+                media_type: mime,
+                size,
+                fetch: files.map(|files| {
+                    MediaFetcher::new(TelegramFile {
+                        files: files.clone(),
+                        file_id: file.id.0.clone(),
+                        size,
+                    })
+                }),
+                ..Attachment::new(kind, name.cloned())
+            });
+        };
     if let Some(largest) = message.photo().and_then(<[_]>::last) {
-        add("photo", &largest.file, None, None);
+        add(AttachmentKind::Image, &largest.file, None, None);
     }
     if let Some(document) = message.document() {
         let mime = document.mime_type.as_ref().map(ToString::to_string);
         add(
-            "document",
+            AttachmentKind::Document,
             &document.file,
             document.file_name.as_ref(),
             mime,
@@ -257,18 +258,28 @@ fn attachments(message: &Message, files: Option<&Files>) -> Vec<Attachment> {
     }
     if let Some(audio) = message.audio() {
         let mime = audio.mime_type.as_ref().map(ToString::to_string);
-        add("audio", &audio.file, audio.file_name.as_ref(), mime);
+        add(
+            AttachmentKind::Audio,
+            &audio.file,
+            audio.file_name.as_ref(),
+            mime,
+        );
     }
     if let Some(video) = message.video() {
         let mime = video.mime_type.as_ref().map(ToString::to_string);
-        add("video", &video.file, video.file_name.as_ref(), mime);
+        add(
+            AttachmentKind::Video,
+            &video.file,
+            video.file_name.as_ref(),
+            mime,
+        );
     }
     if let Some(voice) = message.voice() {
         let mime = voice.mime_type.as_ref().map(ToString::to_string);
-        add("voice", &voice.file, None, mime);
+        add(AttachmentKind::Voice, &voice.file, None, mime);
     }
     if let Some(sticker) = message.sticker() {
-        add("sticker", &sticker.file, None, None);
+        add(AttachmentKind::Sticker, &sticker.file, None, None);
     }
     found
 }

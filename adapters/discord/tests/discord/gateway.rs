@@ -256,7 +256,7 @@ async fn an_attachment_comes_with_a_fetcher_of_its_bytes_within_the_cap() {
     let message = app.sink.submitted().remove(0);
     assert_eq!(message.text, "", "a file without text is not dropped");
     let file = &message.attachments[0];
-    assert_eq!(file.kind, "image");
+    assert_eq!(file.kind, switchboard_contract::AttachmentKind::Image);
     assert_eq!(file.name.as_deref(), Some("dot.png"));
     assert_eq!(file.media_type.as_deref(), Some("image/png"));
     assert_eq!(file.size, Some(bytes.len() as u64));

@@ -110,6 +110,7 @@ impl TestAdapter {
             text: text.to_owned(),
             idempotency_key: format!("sb-{row_id}"),
             replaces: None,
+            buttons: Vec::new(),
         }
     }
 }

@@ -196,6 +196,7 @@ impl TestApp {
             text: text.to_owned(),
             idempotency_key: key.to_owned(),
             replaces: None,
+            buttons: Vec::new(),
         }
     }
 

@@ -317,7 +317,10 @@ async fn image_messages_are_submitted_with_a_fetcher_and_stickers_ignored() {
     assert_eq!(submissions.len(), 1);
     let attachments = &submissions[0].attachments;
     assert_eq!(attachments.len(), 1);
-    assert_eq!(attachments[0].kind, "image");
+    assert_eq!(
+        attachments[0].kind,
+        switchboard_contract::AttachmentKind::Image
+    );
     assert!(attachments[0].fetch.is_some(), "the core can download it");
     assert_eq!(attachments[0].url, None, "no URL leaves the adapter");
 

@@ -146,6 +146,7 @@ pub fn outbound(
         text: text.to_owned(),
         idempotency_key: format!("outbox-{chat}-{}", text.len()),
         replaces: None,
+        buttons: Vec::new(),
     }
 }
 

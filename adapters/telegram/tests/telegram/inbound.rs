@@ -1,7 +1,7 @@
 //! Normalisation: what the adapter submits for each kind of update.
 
 use serde_json::json;
-use switchboard_contract::ChatKind;
+use switchboard_contract::{AttachmentKind, ChatKind};
 
 use crate::helpers::*;
 use switchboard_test_support::telegram::{BOT_ID, me};
@@ -271,7 +271,7 @@ async fn a_caption_counts_as_text() {
     assert!(inbound.mentions_bot);
     assert_eq!(inbound.text, "what is this?");
     assert_eq!(inbound.attachments.len(), 1);
-    assert_eq!(inbound.attachments[0].kind, "photo");
+    assert_eq!(inbound.attachments[0].kind, AttachmentKind::Image);
     assert_eq!(
         inbound.attachments[0].url, None,
         "file URLs would carry the token"
