@@ -1071,6 +1071,7 @@ fn outbound_of(row: &OutboxRow) -> OutboundMessage {
         reply_to: row.reply_to.clone(),
         text: row.text.clone(),
         buttons: Vec::new(),
+        redelivery: row.attempts > 0,
     }
 }
 

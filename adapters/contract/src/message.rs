@@ -168,6 +168,12 @@ pub struct OutboundMessage {
     /// its last part; empty for an ordinary reply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub buttons: Vec<Button>,
+    /// Whether an earlier delivery of this reply may have reached the
+    /// platform unrecorded (a crash or a lost claim came between sending it
+    /// and recording it). A platform without idempotent sends that can look
+    /// up what the bot sent checks before sending again.
+    #[serde(default)]
+    pub redelivery: bool,
 }
 
 impl OutboundMessage {

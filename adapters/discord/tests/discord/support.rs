@@ -111,6 +111,7 @@ impl TestAdapter {
             idempotency_key: format!("sb-{row_id}"),
             replaces: None,
             buttons: Vec::new(),
+            redelivery: false,
         }
     }
 }

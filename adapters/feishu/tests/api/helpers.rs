@@ -197,6 +197,7 @@ impl TestApp {
             idempotency_key: key.to_owned(),
             replaces: None,
             buttons: Vec::new(),
+            redelivery: false,
         }
     }
 

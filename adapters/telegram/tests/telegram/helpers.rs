@@ -147,6 +147,7 @@ pub fn outbound(
         idempotency_key: format!("outbox-{chat}-{}", text.len()),
         replaces: None,
         buttons: Vec::new(),
+        redelivery: false,
     }
 }
 
