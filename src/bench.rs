@@ -29,12 +29,12 @@ use switchboard_contract::{
 use crate::agent::cache::ProviderFactory;
 use crate::agent::live::LiveEvent;
 use crate::config::Settings;
+use crate::domain::LocalPlatform;
+use crate::domain::{ChatMessage, StopReason, ToolCall, Usage};
 use crate::gateway::Gateway;
 use crate::llm::{
-    ChatMessage, LlmError, ModelRequest, ModelResponse, OnStream, Provider, ProviderKind,
-    StopReason, StreamEvent, ToolCall, Usage,
+    LlmError, ModelRequest, ModelResponse, OnStream, Provider, ProviderKind, StreamEvent,
 };
-use crate::session::local::LocalPlatform;
 use crate::session::service::SubmitOptions;
 use crate::store::StoreStats;
 

@@ -2,6 +2,7 @@
 //! the agent cache, the runner and the session service from the settings,
 //! and owns the process-wide resources (the HTTP client, the shutdown token).
 
+use crate::metrics::Metrics;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -123,6 +124,7 @@ impl Gateway {
             max_tokens: settings.llm.max_tokens,
             prices: Arc::new(settings.prices.clone()),
             media: Arc::clone(&media),
+            metrics: Metrics::default(),
         };
         let runner = Runner::new(
             store.clone(),
@@ -213,7 +215,7 @@ impl Gateway {
                     () = stop.cancelled() => return,
                 }
                 match store
-                    .prune_finished(crate::store::now_ms() - retention_ms)
+                    .prune_finished(crate::domain::now_ms() - retention_ms)
                     .await
                 {
                     Ok(0) => {}

@@ -21,6 +21,7 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod console;
+pub mod domain;
 pub mod gateway;
 pub mod llm;
 pub mod media;

@@ -1,10 +1,10 @@
 //! Prometheus metrics: the registry this process's counters, histograms
 //! and gauges live in, and the text `GET /metrics` serves.
 //!
-//! The registry belongs to the [`Store`](crate::store::Store) the gateway
-//! opens (every part that owns a fact already holds the store), not to a
-//! process-wide recorder: two gateways in one process (the tests) count
-//! apart. The points that own the facts record them with one call each: a
+//! The registry belongs to the gateway that builds it and is handed to the
+//! parts that own facts (the turn executor, the runner, the agent loop), not
+//! to a process-wide recorder: two gateways in one process (the tests)
+//! count apart. The points that own the facts record them with one call each: a
 //! turn's end ([`Metrics::turn_finished`], in `session::turn`), a model call
 //! (`agent::step`), a tool call (`agent::round`), a duplicate event
 //! (`session::service`), a delivery attempt (`session::runner`). What is a
@@ -33,7 +33,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::llm::Usage;
+use crate::domain::Usage;
 
 /// The content type of [`Metrics::render`]'s text (OpenMetrics, which
 /// Prometheus reads).

@@ -18,8 +18,8 @@ use sqlx::postgres::PgListener;
 use switchboard_contract::backoff::{self, Backoff, Wait};
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::SessionId;
 use crate::session::runner::Runner;
-use crate::store::SessionId;
 
 /// The channel every instance listens on.
 pub const CHANNEL: &str = "switchboard";

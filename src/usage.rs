@@ -1,12 +1,12 @@
 //! `switchboard usage`: tokens and cost per principal, session and day, with the
 //! provider-cache reads and writes that make prompt caching visible.
 
+use crate::domain::{Usage, day_label};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Deserialize;
 
-use crate::llm::Usage;
 use crate::store::UsageRow;
 
 /// Prices of one model, in US dollars per million tokens.
@@ -56,13 +56,6 @@ pub fn price_for<'a>(
 /// how the report (and the console) prices its rows.
 pub fn cost_of(prices: &BTreeMap<String, Price>, model: &str, usage: &Usage) -> Option<f64> {
     prices.get(model).map(|price| price.cost(usage))
-}
-
-/// A day since the Unix epoch as `YYYY-MM-DD` (UTC).
-pub fn day_label(day: i64) -> String {
-    jiff::Timestamp::from_second(day.saturating_mul(86_400))
-        .map(|t| t.strftime("%Y-%m-%d").to_string())
-        .unwrap_or_else(|_| day.to_string())
 }
 
 /// Renders the usage report as a text table.
@@ -170,7 +163,7 @@ mod tests {
     fn the_report_lists_rows_and_a_total() {
         let rows = [UsageRow {
             principal_id: Some(7),
-            session_id: crate::store::SessionId::parse("s1").expect("valid id"),
+            session_id: crate::domain::SessionId::parse("s1").expect("valid id"),
             day: 20_000,
             model: "m".to_owned(),
             summary: UsageSummary {

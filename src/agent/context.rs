@@ -14,11 +14,13 @@
 //! Between compactions the view is a pure function of the database, so the
 //! prefix stays byte-stable.
 
+use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 
 use crate::config::{ContextSettings, MemorySettings};
-use crate::llm::{ChatMessage, ModelRequest, Provider};
-use crate::store::{Batch, Compaction, ModelCallStart, SessionId, Store, StoreError, WireEntry};
+use crate::domain::{ChatMessage, SessionId};
+use crate::llm::{ModelRequest, Provider};
+use crate::store::{Batch, Compaction, ModelCallStart, Store, StoreError, WireEntry};
 use crate::usage::Price;
 
 use super::extract::extract_facts;
@@ -80,6 +82,7 @@ impl From<crate::llm::LlmError> for CompactError {
 /// recorded and whom it is charged to.
 pub struct Summariser<'a> {
     pub store: &'a Store,
+    pub metrics: &'a Metrics,
     pub provider: &'a dyn Provider,
     pub model: &'a str,
     pub session_id: &'a SessionId,
@@ -271,7 +274,8 @@ async fn summarise(
         request_chars: None,
     };
     let call = async { Ok::<_, CompactError>(by.provider.complete(&request).await?) };
-    let recorded = step::recorded(by.store, &start, by.prices, Batch::new(), call).await?;
+    let recorded =
+        step::recorded(by.store, by.metrics, &start, by.prices, Batch::new(), call).await?;
     let summary = recorded.response.content.clone().unwrap_or_default();
     let compaction = Compaction {
         pinned_id: view[pinned].id,
@@ -449,7 +453,7 @@ mod tests {
                 4,
                 ChatMessage::Assistant {
                     content: None,
-                    tool_calls: vec![crate::llm::ToolCall {
+                    tool_calls: vec![crate::domain::ToolCall {
                         id: "c".to_owned(),
                         name: "t".to_owned(),
                         arguments: "{}".to_owned(),
@@ -504,7 +508,7 @@ mod tests {
     }
 
     fn round(id: i64, task: i64) -> [WireEntry; 2] {
-        let call = crate::llm::ToolCall {
+        let call = crate::domain::ToolCall {
             id: format!("c{id}"),
             name: "t".to_owned(),
             arguments: "{}".to_owned(),

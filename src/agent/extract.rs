@@ -11,8 +11,9 @@
 //! the compaction goes on without it.
 
 use crate::config::MemorySettings;
-use crate::llm::{ChatMessage, ModelRequest};
-use crate::store::{Batch, ModelCallStart, PrincipalId, Remembered, StoreError};
+use crate::domain::{ChatMessage, PrincipalId};
+use crate::llm::ModelRequest;
+use crate::store::{Batch, ModelCallStart, Remembered, StoreError};
 use crate::tools::memory::normalise_fact;
 
 use super::context::{CompactError, Summariser};
@@ -80,14 +81,15 @@ pub async fn extract_facts(
         request_chars: None,
     };
     let call = async { Ok::<_, CompactError>(by.provider.complete(&request).await?) };
-    let recorded = match step::recorded(by.store, &start, by.prices, Batch::new(), call).await {
-        Ok(recorded) => recorded,
-        Err(CompactError::Store(err)) => return Err(err),
-        Err(CompactError::Model(err)) => {
-            tracing::warn!(error = %err, "extracting facts failed; the compaction goes on");
-            return Ok(0);
-        }
-    };
+    let recorded =
+        match step::recorded(by.store, by.metrics, &start, by.prices, Batch::new(), call).await {
+            Ok(recorded) => recorded,
+            Err(CompactError::Store(err)) => return Err(err),
+            Err(CompactError::Model(err)) => {
+                tracing::warn!(error = %err, "extracting facts failed; the compaction goes on");
+                return Ok(0);
+            }
+        };
     let answer = recorded.response.content.clone().unwrap_or_default();
     let mut batch = Batch::new();
     recorded.finish(&mut batch);

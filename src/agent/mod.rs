@@ -23,7 +23,9 @@ use std::sync::Arc;
 use secrecy::ExposeSecret;
 use sha2::{Digest, Sha256};
 
-use crate::llm::{Endpoint, Provider, ProviderKind, canonical_json};
+use crate::llm::{Endpoint, Provider, ProviderKind};
+
+use crate::domain::canonical_json;
 use crate::tools::Toolset;
 
 /// A stateless agent instance: what to call and with which tools.

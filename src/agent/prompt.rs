@@ -13,8 +13,8 @@
 use std::path::Path;
 
 use crate::config::AgentSettings;
-use crate::llm::ToolSpec;
-use crate::store::{MemoryEntry, SessionId, Store, StoreError};
+use crate::domain::{SessionId, ToolSpec};
+use crate::store::{MemoryEntry, Store, StoreError};
 use crate::tools::memory::MEMORY;
 
 /// Largest memory file read into a prompt; the rest is cut off with a note.

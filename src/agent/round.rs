@@ -27,8 +27,8 @@ use super::live::LiveEvent;
 use super::run::{InterruptedRound, LoopEnv};
 use super::subagent::SubAgentRunner;
 use super::wallet::Purse;
-use crate::llm::{ChatMessage, ToolCall, canonical_json};
-use crate::store::{Batch, PrincipalId, StoreError, ToolCheckpoint, round_request_id};
+use crate::domain::{ChatMessage, PrincipalId, ToolCall, canonical_json};
+use crate::store::{Batch, StoreError, ToolCheckpoint, round_request_id};
 use crate::tools::cache::{Caller, cache_key, ttl_ms};
 use crate::tools::{ToolContext, ToolError};
 
@@ -159,9 +159,7 @@ pub(super) async fn resume_round(
                 } else {
                     tracing::warn!(call_id = %call.id, "recovery: tool outcome unknown, not retried");
                     let known = agent.toolset.get(&call.name).is_some();
-                    env.store
-                        .metrics()
-                        .tool_call(&call.name, known, "outcome_unknown");
+                    env.metrics.tool_call(&call.name, known, "outcome_unknown");
                     let content =
                         canonical_json(&result_object(Err(ToolCallError::OutcomeUnknown)));
                     env.store
@@ -234,7 +232,7 @@ async fn run_started_call(
     let cache_hit = hit.is_some();
     let (content, failed) = match hit {
         Some(content) => {
-            env.store.metrics().tool_call(&call.name, true, "ok");
+            env.metrics.tool_call(&call.name, true, "ok");
             (content, false)
         }
         None => {
@@ -242,7 +240,7 @@ async fn run_started_call(
             let failed = outcome.is_err();
             let kind = outcome.as_ref().err().map_or("ok", ToolCallError::kind);
             let known = agent.toolset.get(&call.name).is_some();
-            env.store.metrics().tool_call(&call.name, known, kind);
+            env.metrics.tool_call(&call.name, known, kind);
             let content = canonical_json(&result_object(outcome));
             if let (Some((key, ttl)), false) = (&cache, failed)
                 && let Err(err) = env

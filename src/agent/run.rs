@@ -11,6 +11,7 @@
 //! it arrives, with tool calls as they start and end; the stored steps are
 //! the same either way.
 
+use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,12 +25,9 @@ use super::live::{LiveEvent, LiveTurn};
 use super::round::{resume_round, run_round};
 use super::step;
 use super::wallet::{Budget, CallKind, Purse};
-use crate::llm::{
-    ChatMessage, LlmError, ModelRequest, ModelResponse, OnStream, StreamEvent, ToolCall,
-};
-use crate::store::{
-    Batch, MessageMeta, ModelCallStart, NewMessage, RoundStart, SessionId, Store, StoreError,
-};
+use crate::domain::{ChatMessage, SessionId, ToolCall};
+use crate::llm::{LlmError, ModelRequest, ModelResponse, OnStream, StreamEvent};
+use crate::store::{Batch, MessageMeta, ModelCallStart, NewMessage, RoundStart, Store, StoreError};
 use crate::usage::Price;
 
 /// The note that asks for a summary when the wallet is spent. Stored like any
@@ -42,6 +40,8 @@ pub const BUDGET_NOTE: &str = "[switchboard] The step budget for this task is us
 #[derive(Debug, Clone)]
 pub struct LoopEnv {
     pub store: Store,
+    /// Where the loop counts its model and tool calls.
+    pub metrics: Metrics,
     pub session_id: SessionId,
     pub task_id: i64,
     /// `""` for the session's own conversation; a sub-agent's path otherwise.
@@ -399,6 +399,7 @@ async fn call_step(
     let call = call_model(agent, env, request);
     let recorded = step::recorded(
         &env.store,
+        &env.metrics,
         &start,
         &env.prices,
         std::mem::take(pending),
@@ -646,6 +647,7 @@ impl MidTaskCompaction {
         let view = context::apply(entries, latest.as_ref());
         let summariser = Summariser {
             store: &env.store,
+            metrics: &env.metrics,
             provider: agent.provider.as_ref(),
             model: &agent.model,
             session_id: &env.session_id,

@@ -7,6 +7,7 @@
 //! the resumed task marks failed; the call still counts against the task's
 //! budget, because the provider may have billed it.
 
+use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
@@ -55,6 +56,7 @@ pub fn request_id() -> String {
 /// The call's own error (recorded as `failed` first), or a database failure.
 pub async fn recorded<E>(
     store: &Store,
+    metrics: &Metrics,
     start: &ModelCallStart<'_>,
     prices: &BTreeMap<String, Price>,
     mut before: Batch,
@@ -73,9 +75,7 @@ where
     let started = std::time::Instant::now();
     let result = call.await;
     let usage = result.as_ref().ok().map(|response| &response.usage);
-    store
-        .metrics()
-        .model_call(start.provider, start.model, usage, started.elapsed());
+    metrics.model_call(start.provider, start.model, usage, started.elapsed());
     match result {
         Ok(response) => {
             let cost_nanousd = price_for(prices, &response.model, start.model)

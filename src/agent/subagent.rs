@@ -10,7 +10,7 @@ use super::Agent;
 use super::prompt::sub_agent_prompt;
 use super::run::{LoopEnv, run_loop};
 use super::wallet::Purse;
-use crate::llm::ChatMessage;
+use crate::domain::ChatMessage;
 use crate::tools::delegate::DELEGATE;
 use crate::tools::{SubAgentError, SubAgents};
 

@@ -37,10 +37,11 @@ use super::sessions::with_session_header;
 use super::transcript::{self, RequestMessage, Transcript};
 use super::{ApiError, ApiState, SESSION_HEADER};
 use crate::agent::live::{LiveEvent, LiveSubscription};
-use crate::session::local::LocalPlatform;
+use crate::domain::LocalPlatform;
+use crate::domain::SessionId;
 use crate::session::runner::TurnReply;
 use crate::session::service::{Admission, SubmitOptions};
-use crate::store::{InboundStatus, SessionId};
+use crate::store::InboundStatus;
 
 /// The part of an OpenAI request the gateway reads; other fields are
 /// accepted and ignored (the server owns the history and the settings).

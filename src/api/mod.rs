@@ -178,7 +178,7 @@ async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
             .collect(),
         draining: runner.is_draining(),
     };
-    let text = store.metrics().render(&snapshot);
+    let text = runner.metrics().render(&snapshot);
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
 }
 

@@ -22,8 +22,9 @@ use serde_json::{Value, json};
 
 use super::caller::Caller;
 use super::{ApiError, ApiState, SESSION_HEADER};
+use crate::domain::SessionId;
 use crate::store::{
-    ApiScope, ApiSession, InboundStatus, Role, SessionCursor, SessionId, TurnMessage, TurnRecord,
+    ApiScope, ApiSession, InboundStatus, Role, SessionCursor, TurnMessage, TurnRecord,
 };
 
 /// Page sizes: the default and the largest accepted.

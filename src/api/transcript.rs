@@ -56,9 +56,9 @@ use super::caller::Caller;
 pub use super::images::ImagePart;
 use super::sessions::reachable;
 use super::{ApiError, ApiState};
-use crate::llm::{ChatMessage, ToolCall, canonical_json};
+use crate::domain::{ChatMessage, SessionId, ToolCall, canonical_json};
 use crate::session::service::SubmitOptions;
-use crate::store::{SessionId, StoreError, TranscriptOwner};
+use crate::store::{StoreError, TranscriptOwner};
 
 /// One message of a request, as OpenAI clients send it.
 #[derive(Debug, Deserialize)]

@@ -339,7 +339,7 @@ pub async fn guard(
     }
     let credentials = &state.credentials;
     let reads = matches!(*request.method(), Method::GET | Method::HEAD);
-    let now = crate::store::now_ms();
+    let now = crate::domain::now_ms();
     let session = cookie(request.headers(), SESSION_COOKIE)
         .and_then(|value| credentials.verify(value, Kind::Session, now));
     let bearer = credentials.bearer_matches(request.headers());

@@ -19,14 +19,11 @@ use super::ConsoleState;
 use super::auth::{Admin, Kind, LOGIN_COOKIE, LOGIN_PATH, SESSION_COOKIE, cookie, same_origin};
 use super::charts::Bar;
 use super::templates::{self, DayFigures, Nav, OverviewView, SearchForm, UsageLine};
-use crate::llm::Usage;
+use crate::domain::{SessionId, Usage, day_label, now_ms, start_of_today_ms};
 use crate::session::access::Decision;
 use crate::session::texts::NO_PAIRING_REQUEST;
-use crate::store::{
-    PairingStatus, SessionFilter, SessionId, StoreError, UsageGroup, UsageKey, now_ms,
-    start_of_today_ms,
-};
-use crate::usage::{cost_of, day_label};
+use crate::store::{PairingStatus, SessionFilter, StoreError, UsageGroup, UsageKey};
+use crate::usage::cost_of;
 
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * HOUR_MS;

@@ -691,7 +691,7 @@ pub fn usage(view: &UsageView<'_>) -> Markup {
             }
             @for row in view.rows {
                 tr {
-                    td { (crate::usage::day_label(row.day)) }
+                    td { (crate::domain::day_label(row.day)) }
                     td { (row.principal_id.map(|id| id.to_string()).unwrap_or_else(|| "-".to_owned())) }
                     td { a href=(format!("/console/conversations/{}", row.session_id)) { (row.session_id) } }
                     td { (row.model) }

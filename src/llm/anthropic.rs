@@ -24,11 +24,8 @@ use super::sse::SseEvent;
 use super::stream::{
     OnStream, Restarts, StreamDecoder, StreamEvent, bad_event, cut_short, in_stream_error,
 };
-use super::{
-    ChatMessage, Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind,
-    StopReason, ToolCall, Usage, canonical_json,
-};
-use crate::media::Part;
+use super::{Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind};
+use crate::domain::{ChatMessage, Part, StopReason, ToolCall, Usage, canonical_json};
 
 /// The API version this module's wire format follows.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -210,10 +207,10 @@ struct ImageSource<'a> {
 }
 
 /// A user message's blocks: its text, then its files (images, or their
-/// notes), as [`crate::media::user_parts`] orders them (which leaves out
+/// notes), as [`crate::domain::user_parts`] orders them (which leaves out
 /// the empty text of a message with images).
-fn user_blocks<'a>(content: &'a str, media: &'a [crate::media::MediaRef]) -> Vec<Block<'a>> {
-    crate::media::user_parts(content, media)
+fn user_blocks<'a>(content: &'a str, media: &'a [crate::domain::MediaRef]) -> Vec<Block<'a>> {
+    crate::domain::user_parts(content, media)
         .into_iter()
         .map(|part| match part {
             Part::Text(text) => Block::Text {

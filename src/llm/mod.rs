@@ -12,7 +12,6 @@
 //! Errors never carry an API key.
 
 pub mod anthropic;
-pub mod canonical;
 mod http;
 pub mod openai;
 pub mod retry;
@@ -21,6 +20,7 @@ pub mod stream;
 #[cfg(test)]
 mod test_support;
 
+use crate::domain::{ChatMessage, StopReason, ToolCall, ToolSpec, Usage};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +29,6 @@ use async_trait::async_trait;
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
-pub use canonical::canonical_json;
 pub use retry::RetryPolicy;
 pub use stream::{OnStream, StreamEvent};
 
@@ -52,59 +51,6 @@ impl ProviderKind {
     }
 }
 
-/// A tool as offered to the model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolSpec {
-    pub name: String,
-    pub description: String,
-    /// JSON Schema of the arguments object.
-    pub parameters: serde_json::Value,
-}
-
-/// A tool call the model asked for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolCall {
-    /// The provider's id for the call; results are matched to it.
-    pub id: String,
-    pub name: String,
-    /// The arguments as JSON text, re-serialised canonically (sorted keys, no
-    /// whitespace) when they parse; kept verbatim when they don't, so the loop
-    /// can report the error to the model.
-    pub arguments: String,
-}
-
-/// One message as the model sees it: internal fields stripped.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "role", rename_all = "snake_case")]
-pub enum ChatMessage {
-    User {
-        content: String,
-        /// Files sent with the message (images), by blob hash; shown as
-        /// image parts to a vision model, as notes to others.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        media: Vec<crate::media::MediaRef>,
-    },
-    Assistant {
-        content: Option<String>,
-        tool_calls: Vec<ToolCall>,
-    },
-    Tool {
-        tool_call_id: String,
-        content: String,
-        is_error: bool,
-    },
-}
-
-impl ChatMessage {
-    /// A user message of text alone.
-    pub fn user(content: impl Into<String>) -> Self {
-        Self::User {
-            content: content.into(),
-            media: Vec::new(),
-        }
-    }
-}
-
 /// Everything one model call needs. The system prompt is passed separately
 /// and never appears in `messages`.
 #[derive(Debug, Clone, Copy)]
@@ -117,32 +63,6 @@ pub struct ModelRequest<'a> {
     /// Routes the request to a warm prompt cache: the session id.
     pub cache_key: &'a str,
     pub max_tokens: u32,
-}
-
-/// Why the model stopped.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    /// The model is done (`stop`, `end_turn`, `stop_sequence`).
-    EndTurn,
-    /// The model asked for tools.
-    ToolUse,
-    /// The output hit the token limit.
-    MaxTokens,
-    /// The provider refused or filtered the output.
-    Refused,
-    /// Anything else, verbatim.
-    Other(String),
-}
-
-/// Token counts of one model call.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    /// All input tokens, including those read from or written to the cache.
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cache_read_tokens: u64,
-    pub cache_write_tokens: u64,
 }
 
 /// What one model call returned.

@@ -28,11 +28,8 @@ use super::sse::SseEvent;
 use super::stream::{
     OnStream, Restarts, StreamDecoder, StreamEvent, bad_event, cut_short, in_stream_error,
 };
-use super::{
-    ChatMessage, Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind,
-    StopReason, ToolCall, Usage, canonical_json,
-};
-use crate::media::Part;
+use super::{Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind};
+use crate::domain::{ChatMessage, Part, StopReason, ToolCall, Usage, canonical_json};
 
 /// A provider speaking OpenAI Chat Completions.
 pub struct OpenAiProvider {
@@ -179,8 +176,8 @@ struct WireImageUrl {
 }
 
 /// A user message: its text, or content parts when it shows images.
-fn user_message<'a>(content: &'a str, media: &'a [crate::media::MediaRef]) -> WireMessage<'a> {
-    let mut parts = crate::media::user_parts(content, media);
+fn user_message<'a>(content: &'a str, media: &'a [crate::domain::MediaRef]) -> WireMessage<'a> {
+    let mut parts = crate::domain::user_parts(content, media);
     if let [Part::Text(_)] = parts.as_slice()
         && let Some(Part::Text(text)) = parts.pop()
     {

@@ -21,9 +21,10 @@ use secrecy::SecretString;
 use super::sse::SseParser;
 use super::stream::{StreamDecoder, StreamEvent};
 use super::{
-    ChatMessage, Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind,
-    RetryPolicy, ToolSpec, build_provider,
+    Endpoint, LlmError, ModelRequest, ModelResponse, Provider, ProviderKind, RetryPolicy,
+    build_provider,
 };
+use crate::domain::{ChatMessage, ToolSpec};
 
 /// What a streamed call passed on: its text, `<restart>` for each restart.
 #[derive(Debug, Default)]

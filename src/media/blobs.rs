@@ -22,7 +22,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
-use crate::store::now_ms;
+use crate::domain::now_ms;
 
 /// A blob store failure.
 #[derive(Debug, thiserror::Error)]

@@ -13,9 +13,10 @@
 //! first.
 
 use crate::config::MediaSettings;
-use crate::store::{PrincipalId, Store, StoreError};
+use crate::domain::{MediaRef, PrincipalId};
+use crate::store::{Store, StoreError};
 
-use super::{MediaRef, Refusal};
+use super::Refusal;
 
 /// What one message's files may add up to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +61,7 @@ impl Allowance {
 /// The UTC date of `ms` (milliseconds since the Unix epoch), `YYYY-MM-DD`.
 #[must_use]
 pub fn utc_day(ms: i64) -> String {
-    crate::usage::day_label(ms.div_euclid(86_400_000))
+    crate::domain::day_label(ms.div_euclid(86_400_000))
 }
 
 /// The limits of `media` settings.
@@ -92,7 +93,7 @@ impl MediaBudget {
         let daily = if self.principal_daily_bytes == 0 {
             None
         } else {
-            let day = utc_day(crate::store::now_ms());
+            let day = utc_day(crate::domain::now_ms());
             let used = store.media_bytes_on(principal, &day).await?;
             Some((self.principal_daily_bytes, used))
         };
@@ -117,7 +118,7 @@ impl MediaBudget {
         if self.principal_daily_bytes == 0 || bytes == 0 {
             return Ok(Ok(()));
         }
-        let day = utc_day(crate::store::now_ms());
+        let day = utc_day(crate::domain::now_ms());
         let added = store
             .add_media_bytes(principal, &day, bytes, self.principal_daily_bytes)
             .await?;

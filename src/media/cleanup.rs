@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use super::blobs::{BlobError, BlobStore};
 use super::budget::utc_day;
-use crate::store::{Store, StoreError, now_ms};
+use crate::domain::now_ms;
+use crate::store::{Store, StoreError};
 
 /// How often housekeeping of the blob store runs, across all instances.
 pub const EVERY: Duration = Duration::from_secs(3600);

@@ -13,7 +13,8 @@ use super::blobs::hash_of;
 use super::pdf::{self, PdfError};
 use super::resize::{self, Fitted};
 use super::voice::TranscribeError;
-use super::{Derived, Media, MediaError, MediaRef, Refusal};
+use super::{Media, MediaError, Refusal};
+use crate::domain::{Derived, MediaRef};
 
 impl Media {
     /// Works out what `media` (with the bytes `bytes`; `name` as the sender

@@ -20,7 +20,7 @@ use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
 
 use super::blobs::{BlobError, BlobInfo, BlobStore, RENEW_AFTER_MS, checked, is_hash};
 use crate::config::S3Settings;
-use crate::store::now_ms;
+use crate::domain::now_ms;
 
 /// Blobs in an S3-compatible bucket.
 #[derive(Debug, Clone)]

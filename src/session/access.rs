@@ -11,10 +11,11 @@ use switchboard_contract::{ChatKind, InboundMessage};
 
 use super::commands::Command;
 use super::link::LinkCode;
-use super::local::LocalPlatform;
 use super::texts;
 use crate::config::AccessSettings;
-use crate::store::{Applicant, Identity, PairingStatus, PrincipalId, Store, StoreError};
+use crate::domain::LocalPlatform;
+use crate::domain::PrincipalId;
+use crate::store::{Applicant, Identity, PairingStatus, Store, StoreError};
 
 /// What access control does with a message.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use std::fmt;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use switchboard_contract::{AccountId, ChatId, PlatformName, ThreadId, UserId};
 
-use crate::store::PrincipalId;
+use crate::domain::PrincipalId;
 
 /// Everything except ASCII letters, digits, `_` and `.` is encoded.
 const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'_').remove(b'.');

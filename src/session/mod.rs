@@ -9,7 +9,7 @@
 //! processes) and delivers replies through the outbox, showing them growing
 //! on chat platforms meanwhile ([`drafts`]). [`turn`] is one
 //! turn: load the session and its history from the database, run the loop,
-//! end the turn atomically with its reply; [`local`] names the platforms
+//! end the turn atomically with its reply; [`LocalPlatform`](crate::domain::LocalPlatform) names the platforms
 //! served inside this process. [`texts`] holds every text the
 //! gateway writes to a chat itself; [`speaker`] names group members to the
 //! model.
@@ -20,7 +20,7 @@ pub mod commands;
 pub mod drafts;
 pub mod key;
 pub mod link;
-pub mod local;
+
 pub mod routing;
 pub mod runner;
 pub mod service;

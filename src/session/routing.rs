@@ -17,8 +17,8 @@ use super::key::{Origin, RouteKey};
 use super::service::ServiceError;
 use crate::agent::prompt::{build_system_prompt, offers_memory, with_person_memory};
 use crate::config::{AgentSettings, DmSessions, GroupSessions, SessionSettings};
-use crate::llm::ChatMessage;
-use crate::store::{NewSession, PrincipalId, SessionId, Store, StoreError};
+use crate::domain::{ChatMessage, PrincipalId, SessionId};
+use crate::store::{NewSession, Store, StoreError};
 use crate::tools::ToolRegistry;
 
 /// Where a message belongs.

@@ -23,6 +23,7 @@
 //! is asked their texts joined by newlines, and its reply, which answers
 //! the burst's first message, reaches the callers waiting on any of them.
 
+use crate::metrics::Metrics;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -35,12 +36,13 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::drafts::DraftWriter;
-use super::local::LocalPlatform;
 use super::turn::{StopCause, TurnControl, TurnExecutor};
 use crate::agent::live::LiveHub;
+use crate::domain::LocalPlatform;
+use crate::domain::SessionId;
 use crate::store::{
-    Batch, Burst, Claim, Fence, InboundRow, InboundStatus, Next, OutboxRow, Renewal, SessionId,
-    Store, StoreError,
+    Batch, Burst, Claim, Fence, InboundRow, InboundStatus, Next, OutboxRow, Renewal, Store,
+    StoreError,
 };
 
 /// How a turn ended, for whoever waits on it.
@@ -1001,9 +1003,14 @@ impl Runner {
 }
 
 impl Runner {
+    /// Where this gateway's turns, calls and deliveries are counted.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.turns.metrics
+    }
+
     /// Counts one delivery attempt to `platform` in the metrics.
     fn count_delivery<T>(&self, platform: &str, sent: &Result<T, SendError>) {
-        let metrics = self.inner.store.metrics();
+        let metrics = &self.inner.turns.metrics;
         match sent {
             Ok(_) => metrics.delivered(platform),
             Err(SendError::Transient(_)) => metrics.delivery_failed(platform, "transient"),

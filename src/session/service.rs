@@ -24,9 +24,10 @@ use super::runner::{Runner, TurnReply};
 use super::turn::StopCause;
 use crate::agent::live::LiveSubscription;
 use crate::config::{BusyMode, Settings};
+use crate::domain::{PrincipalId, SessionId};
 use crate::media::budget::MediaBudget;
 use crate::media::{Media, MediaError};
-use crate::store::{InboundStatus, NewInbound, PrincipalId, SessionId, Store, StoreError, TurnEnd};
+use crate::store::{InboundStatus, NewInbound, Store, StoreError, TurnEnd};
 use crate::tools::ToolRegistry;
 use crate::tools::memory::MEMORY;
 
@@ -166,7 +167,7 @@ impl SessionService {
         &self,
         message: &InboundMessage,
         id: SessionId,
-        seed: &[crate::llm::ChatMessage],
+        seed: &[crate::domain::ChatMessage],
     ) -> Result<bool, StoreError> {
         let identity = self
             .store
@@ -289,7 +290,7 @@ impl SessionService {
         record.media = media;
         let Some(inbound_id) = self.store.record_inbound(&record).await? else {
             tracing::debug!(event_id = %message.event_id, "duplicate event dropped");
-            self.store
+            self.runner
                 .metrics()
                 .duplicate_dropped(message.platform.as_str());
             return Ok(Submission::without_reply(Admission::Duplicate));

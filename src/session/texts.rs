@@ -10,10 +10,9 @@ use super::access::Decision;
 use super::link::CODE_TTL;
 use super::turn::TurnOutcome;
 use crate::config::DmSessions;
+use crate::domain::SessionId;
 use crate::llm::ModelFailure;
-use crate::store::{
-    MemoryEntry, PairingRequest, SessionId, SessionRow, SessionSummary, UsageSummary,
-};
+use crate::store::{MemoryEntry, PairingRequest, SessionRow, SessionSummary, UsageSummary};
 
 /// The help text listing the commands.
 pub const HELP: &str = "Commands:\n\

@@ -2,6 +2,7 @@
 //! even when a cached agent exists), run the agent loop, and end the turn in
 //! one transaction with its reply in the outbox.
 
+use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,8 +22,9 @@ use crate::agent::run::{
 };
 use crate::agent::wallet::{Budget, Purse, Wallet};
 use crate::config::{AgentSettings, ContextSettings, LimitSettings, MemorySettings};
-use crate::llm::{ChatMessage, ModelFailure};
-use crate::media::{Media, MediaRef};
+use crate::domain::{ChatMessage, MediaRef};
+use crate::llm::ModelFailure;
+use crate::media::Media;
 use crate::store::{
     Batch, Fence, InboundRow, InboundStatus, NewMessage, OutboxRow, SessionRow, SessionView, Store,
     StoreError, TurnEnd, WireEntry,
@@ -49,6 +51,8 @@ pub struct TurnExecutor {
     pub prices: Arc<BTreeMap<String, Price>>,
     /// The blob store images are shown to vision models from.
     pub media: Arc<Media>,
+    /// Where turns, model calls and tool calls are counted.
+    pub metrics: Metrics,
 }
 
 /// Why a running turn was stopped.
@@ -281,7 +285,8 @@ impl TurnExecutor {
         let store = self.store.fenced(fence);
         match self.run_fenced(&store, inbound, control, started).await {
             Err(err) if !matches!(err, StoreError::LeaseLost) => {
-                Self::store_failed(&store, inbound, err, Batch::new(), started).await
+                self.store_failed(&store, inbound, err, Batch::new(), started)
+                    .await
             }
             result => result,
         }
@@ -291,6 +296,7 @@ impl TurnExecutor {
     /// `writes` (bookkeeping of the turn that is still worth keeping).
     /// Returns `err` when even that cannot be written.
     async fn store_failed(
+        &self,
         store: &Store,
         inbound: &InboundRow,
         err: StoreError,
@@ -302,7 +308,10 @@ impl TurnExecutor {
             "storing the conversation failed; the turn ends with an apology"
         );
         let outcome = TurnOutcome::StoreFailed;
-        match Self::finish(store, inbound, &outcome, None, writes, started).await {
+        match self
+            .finish(store, inbound, &outcome, None, writes, started)
+            .await
+        {
             Ok(finished) => Ok(finished),
             Err(again) => {
                 tracing::error!(
@@ -324,12 +333,16 @@ impl TurnExecutor {
     ) -> Result<(OutboxRow, InboundStatus), StoreError> {
         let mut turn = self.prepare(inbound).await?;
         if let Some(answer) = self.compact(store, inbound, &mut turn).await? {
-            return Self::finish(store, inbound, &answer, None, Batch::new(), started).await;
+            return self
+                .finish(store, inbound, &answer, None, Batch::new(), started)
+                .await;
         }
         let media = match self.user_media(inbound, &turn).await? {
             Ok(media) => media,
             Err(refused) => {
-                return Self::finish(store, inbound, &refused, None, Batch::new(), started).await;
+                return self
+                    .finish(store, inbound, &refused, None, Batch::new(), started)
+                    .await;
             }
         };
         let task = self
@@ -357,22 +370,26 @@ impl TurnExecutor {
             ),
         };
         if final_message.is_none() {
-            return Self::finish(store, inbound, &outcome, None, writes, started).await;
+            return self
+                .finish(store, inbound, &outcome, None, writes, started)
+                .await;
         }
         // The answer's entry may be what the database refuses; the
         // bookkeeping that rides with it is then kept without it.
-        match Self::finish(
-            store,
-            inbound,
-            &outcome,
-            final_message.as_ref(),
-            writes.clone(),
-            started,
-        )
-        .await
+        match self
+            .finish(
+                store,
+                inbound,
+                &outcome,
+                final_message.as_ref(),
+                writes.clone(),
+                started,
+            )
+            .await
         {
             Err(err) if !matches!(err, StoreError::LeaseLost) => {
-                Self::store_failed(store, inbound, err, writes, started).await
+                self.store_failed(store, inbound, err, writes, started)
+                    .await
             }
             result => result,
         }
@@ -447,6 +464,7 @@ impl TurnExecutor {
         }
         let summariser = Summariser {
             store,
+            metrics: &self.metrics,
             provider: turn.agent.provider.as_ref(),
             model: &turn.agent.model,
             session_id: &turn.session.id,
@@ -603,6 +621,7 @@ impl TurnExecutor {
     ) -> LoopEnv {
         LoopEnv {
             store: store.clone(),
+            metrics: self.metrics.clone(),
             session_id: session.id.clone(),
             task_id: inbound.id,
             scope: String::new(),
@@ -637,7 +656,7 @@ impl TurnExecutor {
         let daily_nanousd = (daily * 1e9).round() as i64;
         let spent_before = self
             .store
-            .principal_spend_since(principal, crate::store::start_of_today_ms())
+            .principal_spend_since(principal, crate::domain::start_of_today_ms())
             .await?;
         Ok(Some(SpendLimit {
             daily_nanousd,
@@ -650,6 +669,7 @@ impl TurnExecutor {
     /// message's status and outcome. The turn, `started` then, is counted
     /// once its end is stored.
     async fn finish(
+        &self,
         store: &Store,
         inbound: &InboundRow,
         outcome: &TurnOutcome,
@@ -673,8 +693,7 @@ impl TurnExecutor {
             outcome: outcome.as_str(),
         };
         let row = store.finish_turn_with(&end, writes).await?;
-        store
-            .metrics()
+        self.metrics
             .turn_finished(outcome.as_str(), started.elapsed());
         Ok((row, status))
     }

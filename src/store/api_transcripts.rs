@@ -7,8 +7,8 @@
 use sqlx::Row;
 
 use super::session_id::session_id_from_row;
-use super::{Arg, Batch, NewMessage, NewSession, SessionId, Store, StoreError, now_ms};
-use crate::llm::ChatMessage;
+use super::{Arg, Batch, NewMessage, NewSession, Store, StoreError};
+use crate::domain::{ChatMessage, SessionId, now_ms};
 
 /// The caller a transcript key belongs to: the API key's namespace and the
 /// API user (`user`, or the anonymous sender).

@@ -13,7 +13,8 @@ use super::inbound::InboundStatus;
 use super::messages::{MESSAGE_COLUMNS, message_from_row};
 use super::platform_ids::id_from_row;
 use super::session_id::session_id_from_row;
-use super::{SessionId, Store, StoreError, StoredMessage};
+use super::{Store, StoreError, StoredMessage};
+use crate::domain::SessionId;
 
 /// Whose sessions a read may return: the API identities in `account`,
 /// limited to `users` when given.

@@ -54,7 +54,8 @@ use sqlx::any::{AnyQueryResult, AnyRow};
 use sqlx::{Either, Executor, Row};
 
 use super::literal::{LiteralError, push_literal};
-use super::{Backend, SessionId, Store, StoreError, leases};
+use super::{Backend, Store, StoreError, leases};
+use crate::domain::SessionId;
 
 /// One bound value.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,8 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::messages::{parse_wire_view, wire_view_aggregate};
-use super::{Arg, Backend, Batch, SessionId, Store, StoreError, WireEntry, now_ms, to_u64};
+use super::{Arg, Backend, Batch, Store, StoreError, WireEntry, to_u64};
+use crate::domain::{SessionId, now_ms};
 
 /// A summary and the range of messages it replaces.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! What the operators' web console ([`crate::console`]) reads: turn counts
+//! What the operators' web console reads: turn counts
 //! and latencies, usage grouped by day, model or principal, limit hits,
 //! conversations found by platform, principal, title or text, a
 //! conversation's turns, messages and compactions, and the principals with
@@ -10,7 +10,8 @@ use sqlx::any::AnyRow;
 use super::inbound::MERGED_OUTCOME;
 use super::session_id::parse_stored;
 use super::usage::UsageSums;
-use super::{Identity, PrincipalId, SessionId, Store, StoreError, UsageSummary};
+use super::{Identity, Store, StoreError, UsageSummary};
+use crate::domain::{PrincipalId, SessionId};
 
 /// The outcomes that mean a limit stopped a turn (`inbound.outcome`).
 pub const LIMIT_OUTCOMES: [&str; 5] = [

@@ -2,7 +2,9 @@
 //! last exchange from the wire view (`/undo`, `/retry`). Hidden entries stay
 //! stored, marked `hidden = 1`; only [`Store::wire_history`] leaves them out.
 
-use super::{SessionId, Store, StoreError, now_ms};
+use super::{Store, StoreError};
+
+use crate::domain::{SessionId, now_ms};
 
 /// The exchange [`Store::hide_last_exchange`] hid.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,8 +14,8 @@ use switchboard_contract::{AccountId, ChatId, EventId, PlatformName, ThreadId, U
 use super::leases::{Fence, granted_token};
 use super::platform_ids::{id_from_row, optional_id_from_row};
 use super::session_id::{parse_stored, session_id_from_row};
-use super::{Arg, Batch, SessionId, Store, StoreError, now_ms};
-use crate::media::MediaRef;
+use super::{Arg, Batch, Store, StoreError};
+use crate::domain::{MediaRef, SessionId, now_ms};
 
 /// Where an inbound message is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -429,7 +429,7 @@ impl Store {
 
 /// The platforms whose messages are never held for a burst: the HTTP API
 /// and the terminal send whole messages, and a caller waits on each (the
-/// names of [`crate::session::local::LocalPlatform`]).
+/// names of [`crate::domain::LocalPlatform`]).
 const UNDEBOUNCED: &str = "'api', 'terminal'";
 
 /// Claims the session's next message, if the lease is ours (`holder` is
@@ -639,7 +639,7 @@ mod tests {
 
     #[test]
     fn the_undebounced_platforms_are_the_local_ones() {
-        let names: Vec<String> = crate::session::local::LocalPlatform::ALL
+        let names: Vec<String> = crate::domain::LocalPlatform::ALL
             .iter()
             .map(|local| format!("'{}'", local.name()))
             .collect();

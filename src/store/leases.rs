@@ -16,7 +16,9 @@ use std::sync::Arc;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::{Arg, Backend, Batch, SessionId, Store, StoreError};
+use super::{Arg, Backend, Batch, Store, StoreError};
+
+use crate::domain::SessionId;
 
 /// One grant of a session's lease: the writes of a turn run under it.
 #[derive(Debug, Clone, PartialEq, Eq)]

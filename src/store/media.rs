@@ -5,7 +5,8 @@
 use std::collections::HashSet;
 
 use super::inbound::parse_media;
-use super::{PrincipalId, Store, StoreError, to_u64};
+use super::{Store, StoreError, to_u64};
+use crate::domain::PrincipalId;
 
 impl Store {
     /// The bytes of files `principal` sent on `day` (`YYYY-MM-DD`, UTC).

@@ -9,7 +9,9 @@
 
 use sqlx::{Connection, Row};
 
-use super::{PrincipalId, SessionId, Store, StoreError, now_ms, to_u64};
+use super::{Store, StoreError, to_u64};
+
+use crate::domain::{PrincipalId, SessionId, now_ms};
 
 /// One remembered fact.
 #[derive(Debug, Clone, PartialEq, Eq)]

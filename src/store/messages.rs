@@ -10,9 +10,8 @@ use sqlx::any::AnyRow;
 
 use super::inbound::{media_json, parse_media};
 use super::session_id::session_id_from_row;
-use super::{Arg, Backend, Batch, SessionId, Store, StoreError, now_ms, to_i64, to_u64};
-use crate::llm::{ChatMessage, ToolCall, Usage};
-use crate::media::MediaRef;
+use super::{Arg, Backend, Batch, Store, StoreError, to_i64, to_u64};
+use crate::domain::{ChatMessage, MediaRef, SessionId, ToolCall, Usage, now_ms};
 
 /// Who a transcript entry is from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -110,7 +110,7 @@ use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::pool::PoolConnection;
@@ -118,8 +118,8 @@ use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 use self::checkpoint::Checkpointer;
-use crate::metrics::Metrics;
 
+pub use crate::domain::{InvalidSessionId, SessionId};
 pub use api_transcripts::{TranscriptCandidate, TranscriptOwner};
 pub use api_views::{ApiScope, ApiSession, SessionCursor, TurnMessage, TurnRecord};
 pub use batch::{Arg, Batch};
@@ -138,8 +138,7 @@ pub use messages::{MessageMeta, NewMessage, Role, StoredMessage};
 pub use messages::{RoundStart, ToolCheckpoint, WireEntry, round_request_id};
 pub use outbox::{OutboxRow, OutboxStatus, StoredReply, TurnEnd};
 pub use pairing::{Applicant, PairingRequest, PairingStatus};
-pub use principals::{Identity, PrincipalId, Redemption, SessionSummary};
-pub use session_id::{InvalidSessionId, SessionId};
+pub use principals::{Identity, Redemption, SessionSummary};
 pub use sessions::{NewSession, SessionRow, SessionTotals, SessionView};
 pub use stats::StoreStats;
 pub use usage::{ModelCallEnd, ModelCallStart, UsageRow, UsageSummary};
@@ -291,9 +290,6 @@ pub struct Store {
     instance: Arc<Instance>,
     /// What was sent to the database (see `stats`).
     stats: Arc<stats::Counters>,
-    /// The process's metrics: every part that owns a fact holds the store
-    /// (see [`crate::metrics`]).
-    metrics: Metrics,
     /// The database's random id, once read (see [`Store::database_id`]).
     database_id: Arc<tokio::sync::OnceCell<Option<String>>>,
 }
@@ -465,7 +461,6 @@ impl Store {
             fence: None,
             instance: Arc::new(Instance::ephemeral()),
             stats: Arc::default(),
-            metrics: Metrics::default(),
             database_id: Arc::default(),
         })
     }
@@ -548,11 +543,6 @@ impl Store {
         }
     }
 
-    /// The metrics of the gateway this store serves (shared by its clones).
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
     /// What the store has sent to the database since it was opened.
     pub fn stats(&self) -> StoreStats {
         self.stats.snapshot()
@@ -630,23 +620,6 @@ fn is_in_memory(url: &str) -> bool {
     rest.is_empty() || rest.starts_with(":memory:") || rest.contains("mode=memory")
 }
 
-/// The current time in Unix milliseconds.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX)
-        })
-}
-
-/// The start of the current UTC day in Unix milliseconds: where daily
-/// spend and `/usage` count from.
-pub fn start_of_today_ms() -> i64 {
-    const DAY_MS: i64 = 24 * 60 * 60 * 1000;
-    let now = now_ms();
-    now - now.rem_euclid(DAY_MS)
-}
-
 fn backend_of(url: &str) -> Result<Backend, StoreError> {
     if url.starts_with("sqlite:") {
         Ok(Backend::Sqlite)
@@ -706,6 +679,7 @@ pub(crate) fn to_u64(value: i64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::now_ms;
 
     #[test]
     fn sqlite_urls_gain_create_mode_and_keep_their_path() {

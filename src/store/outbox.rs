@@ -16,7 +16,8 @@ use switchboard_contract::{AccountId, ChatId, PlatformName, ThreadId};
 
 use super::platform_ids::{id_from_row, optional_id_from_row};
 use super::session_id::session_id_from_row;
-use super::{Arg, Batch, InboundStatus, NewMessage, SessionId, Store, StoreError, now_ms};
+use super::{Arg, Batch, InboundStatus, NewMessage, Store, StoreError};
+use crate::domain::{SessionId, now_ms};
 
 /// Where a reply is in its delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

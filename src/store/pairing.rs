@@ -8,7 +8,8 @@ use sqlx::any::AnyRow;
 use switchboard_contract::{AccountId, PlatformName, UserId};
 
 use super::platform_ids::id_from_row;
-use super::{Identity, PrincipalId, Store, StoreError, now_ms};
+use super::{Identity, Store, StoreError};
+use crate::domain::{PrincipalId, now_ms};
 
 /// Where a pairing request stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

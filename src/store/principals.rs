@@ -10,7 +10,7 @@
 //! Link codes are credentials: only their SHA-256 is stored
 //! (`link_codes.code_sha256`), and a code is looked up by it.
 
-use std::fmt;
+use crate::domain::{PrincipalId, SessionId, now_ms};
 
 use sha2::{Digest, Sha256};
 use sqlx::{Connection, Row};
@@ -18,27 +18,7 @@ use switchboard_contract::PlatformName;
 
 use super::platform_ids::id_from_row;
 use super::session_id::{parse_stored, session_id_from_row};
-use super::{SessionId, Store, StoreError, UsageSummary, now_ms, to_u64};
-
-/// A principal's id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PrincipalId(i64);
-
-impl PrincipalId {
-    pub fn new(id: i64) -> Self {
-        Self(id)
-    }
-
-    pub fn get(self) -> i64 {
-        self.0
-    }
-}
-
-impl fmt::Display for PrincipalId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
+use super::{Store, StoreError, UsageSummary, to_u64};
 
 /// A platform identity and the principal it belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +91,7 @@ impl Store {
             tracing::info!(principal_id = principal, platform, "new principal");
             return Ok(Identity {
                 id,
-                principal: PrincipalId(principal),
+                principal: PrincipalId::new(principal),
             });
         }
         // A concurrent first message created it.
@@ -145,7 +125,7 @@ impl Store {
              VALUES ($1, $2, $3, $4)",
         )
         .bind(code_digest(code))
-        .bind(identity.principal.0)
+        .bind(identity.principal.get())
         .bind(identity.id)
         .bind(expires_at)
         .execute(&mut *tx)
@@ -242,8 +222,8 @@ impl Store {
         }
         tx.commit().await?;
         Ok(Redemption::Linked {
-            from: PrincipalId(from),
-            to: PrincipalId(target),
+            from: PrincipalId::new(from),
+            to: PrincipalId::new(target),
         })
     }
 
@@ -283,7 +263,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(Some(PrincipalId(principal)))
+        Ok(Some(PrincipalId::new(principal)))
     }
 
     /// A principal's sessions, most recently active first.
@@ -302,7 +282,7 @@ impl Store {
              FROM sessions s WHERE s.principal_id = $1 \
              ORDER BY s.updated_at DESC, s.created_at DESC LIMIT $2",
         )
-        .bind(principal.0)
+        .bind(principal.get())
         .bind(limit)
         .fetch_all(&mut *self.conn().await?)
         .await?;
@@ -334,7 +314,7 @@ impl Store {
         let ids = sqlx::query_scalar::<_, String>(
             "SELECT id FROM sessions WHERE principal_id = $1 AND id LIKE $2 ORDER BY id LIMIT 2",
         )
-        .bind(principal.0)
+        .bind(principal.get())
         .bind(format!("{prefix}%"))
         .fetch_all(&mut *self.conn().await?)
         .await?;
@@ -364,7 +344,7 @@ impl Store {
                  AND d.user_id = i.sender_id \
                  WHERE d.principal_id = $1 AND u.created_at >= $2",
             )
-            .bind(principal.0)
+            .bind(principal.get())
             .bind(since_ms)
             .fetch_one(&mut *self.read_conn().await?)
             .await?;
@@ -391,7 +371,7 @@ impl Store {
         .await?;
         Ok(row.map(|(id, principal)| Identity {
             id,
-            principal: PrincipalId(principal),
+            principal: PrincipalId::new(principal),
         }))
     }
 }

@@ -1,67 +1,11 @@
-//! [`SessionId`]: the id of a session, checked once where it enters (made
-//! fresh, read from a row, or sent by a client) and passed around typed.
-
-use std::fmt;
+//! Reading a [`SessionId`] back from a row: one that does not parse is
+//! corrupt data.
 
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::StoreError;
-
-/// The id of a session: today a UUID v4 in its hyphenated text form, but
-/// any non-empty run of at most [`SessionId::MAX_LEN`] printable ASCII
-/// characters other than space is accepted, so ids stored by earlier
-/// versions (or by tests) still read back.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionId(String);
-
-/// Text that cannot be a session id.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid session id {0:?}: it must be 1 to 128 printable ASCII characters without spaces")]
-pub struct InvalidSessionId(String);
-
-impl SessionId {
-    /// The longest id accepted, in bytes (the `X-Session-Id` header's limit).
-    pub const MAX_LEN: usize = 128;
-
-    /// A fresh id: a random UUID v4, hyphenated.
-    pub fn generate() -> Self {
-        Self(uuid::Uuid::new_v4().to_string())
-    }
-
-    /// Checks that `text` may be a session id.
-    ///
-    /// # Errors
-    /// Empty text, text longer than [`Self::MAX_LEN`] bytes, or a character
-    /// that is not printable ASCII (a space or a control character included).
-    pub fn parse(text: &str) -> Result<Self, InvalidSessionId> {
-        let valid = !text.is_empty()
-            && text.len() <= Self::MAX_LEN
-            && text.bytes().all(|byte| byte.is_ascii_graphic());
-        if valid {
-            Ok(Self(text.to_owned()))
-        } else {
-            Err(InvalidSessionId(text.to_owned()))
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-// As the bare string, so logs read as they did when ids were `String`s.
-impl fmt::Debug for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
+use crate::domain::SessionId;
 
 /// A session id read from `column` of a row; one that does not parse is
 /// corrupt data.
@@ -80,38 +24,6 @@ mod tests {
     use super::super::test_support::{scratch_store, write_unchecked};
     use super::*;
 
-    #[test]
-    fn generated_ids_are_hyphenated_uuids_that_parse_back() {
-        let id = SessionId::generate();
-        assert_eq!(id.as_str().len(), 36);
-        assert!(uuid::Uuid::parse_str(id.as_str()).is_ok());
-        assert_eq!(SessionId::parse(id.as_str()), Ok(id));
-    }
-
-    #[test]
-    fn short_printable_ids_are_accepted() {
-        for text in ["s1", "a", "session-42_x.y", &"x".repeat(SessionId::MAX_LEN)] {
-            assert_eq!(
-                SessionId::parse(text).map(|id| id.to_string()).as_deref(),
-                Ok(text)
-            );
-        }
-    }
-
-    #[test]
-    fn empty_long_spaced_or_non_ascii_ids_are_rejected() {
-        for text in [
-            "",
-            " ",
-            "a b",
-            "tab\there",
-            "é",
-            &"x".repeat(SessionId::MAX_LEN + 1),
-        ] {
-            assert!(SessionId::parse(text).is_err(), "{text:?} was accepted");
-        }
-    }
-
     #[tokio::test]
     async fn a_stored_id_that_does_not_parse_is_corrupt_data() {
         let (store, _dir) = scratch_store().await;
@@ -125,11 +37,5 @@ mod tests {
         let read = store.route("r").await;
 
         assert!(matches!(read, Err(StoreError::Corrupt(_))), "{read:?}");
-    }
-
-    #[test]
-    fn debug_prints_the_bare_string() {
-        let id = SessionId::parse("s1").expect("valid");
-        assert_eq!(format!("{id:?}"), "\"s1\"");
     }
 }

@@ -11,8 +11,8 @@ use switchboard_contract::{AccountId, ChatId, PlatformName, ThreadId};
 use super::compactions::{Compaction, conversation_columns, conversation_from_row};
 use super::platform_ids::{id_from_row, optional_id_from_row};
 use super::session_id::{parse_stored, session_id_from_row};
-use super::{PrincipalId, SessionId, Store, StoreError, WireEntry, now_ms, to_u64};
-use crate::tools::StoredTool;
+use super::{Store, StoreError, WireEntry, to_u64};
+use crate::domain::{PrincipalId, SessionId, StoredTool, now_ms};
 
 /// A session as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]

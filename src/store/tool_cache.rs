@@ -1,9 +1,11 @@
 //! The shared cache of tool results (`tool_cache`): rows keyed by
-//! [`crate::tools::cache::CacheKey`], each holding the exact result text the
+//! the tool cache's keys (`tools::cache::CacheKey`), each holding the exact result text the
 //! model saw from a live call, until its expiry. Every instance on the
 //! database reads and writes the same rows; housekeeping deletes expired ones.
 
-use super::{Batch, Store, StoreError, now_ms};
+use super::{Batch, Store, StoreError};
+
+use crate::domain::now_ms;
 
 impl Store {
     /// The stored result for `key`, unless it expired.

@@ -3,8 +3,8 @@
 use sqlx::Row;
 
 use super::session_id::parse_stored;
-use super::{Arg, Batch, SessionId, Store, StoreError, now_ms, to_i64, to_u64};
-use crate::llm::Usage;
+use super::{Arg, Batch, Store, StoreError, to_i64, to_u64};
+use crate::domain::{SessionId, Usage, now_ms};
 
 /// A model call about to be made: written `running` before the request goes
 /// out, so a crash mid-call leaves a trace.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogSettings;
-use crate::store::SessionId;
+use crate::domain::SessionId;
 
 /// The chat's files, all in one folder.
 #[derive(Debug, Clone)]

@@ -11,9 +11,9 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::oneshot;
 
 use crate::agent::live::{LiveEvent, LiveSubscription};
+use crate::domain::SessionId;
 use crate::session::runner::{Runner, TurnReply};
 use crate::session::turn::StopCause;
-use crate::store::SessionId;
 
 /// How following a turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

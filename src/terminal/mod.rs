@@ -23,10 +23,11 @@ use switchboard_contract::{
     AccountId, ChatId, ChatKind, EventId, IdError, InboundMessage, PlatformName, Sender, UserId,
 };
 
+use crate::domain::LocalPlatform;
+use crate::domain::{PrincipalId, SessionId};
 use crate::session::key::Origin;
-use crate::session::local::LocalPlatform;
 use crate::session::service::{Admission, ServiceError, SessionService, SubmitOptions};
-use crate::store::{InboundStatus, PrincipalId, SessionId, StoreError};
+use crate::store::{InboundStatus, StoreError};
 pub use files::{ChatFiles, log_to_file};
 use follow::Followed;
 

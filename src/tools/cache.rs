@@ -15,8 +15,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::CachePolicy;
-use crate::llm::canonical_json;
-use crate::store::SessionId;
+use crate::domain::{SessionId, canonical_json};
 
 /// Whose calls share cached results.
 #[derive(Debug, Clone, Copy)]

@@ -381,7 +381,7 @@ mod tests {
     fn ctx() -> ToolContext {
         ToolContext {
             request_id: "r".to_owned(),
-            session_id: crate::store::SessionId::parse("s").expect("valid id"),
+            session_id: crate::domain::SessionId::parse("s").expect("valid id"),
             principal: None,
             subagents: None,
         }

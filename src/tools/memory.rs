@@ -19,7 +19,8 @@ use serde_json::{Value, json};
 
 use super::{Tool, ToolContext, ToolError, arguments_schema};
 use crate::config::MemorySettings;
-use crate::store::{PrincipalId, Remembered, Store, StoreError};
+use crate::domain::PrincipalId;
+use crate::store::{Remembered, Store, StoreError};
 
 /// The tool's name.
 pub const MEMORY: &str = "memory";
@@ -217,8 +218,9 @@ fn store_failed(err: StoreError) -> ToolError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::SessionId;
+    use crate::store::NewSession;
     use crate::store::test_support::scratch_store;
-    use crate::store::{NewSession, SessionId};
 
     /// The schema is in every cached prompt: its bytes must not drift.
     #[test]

@@ -25,6 +25,7 @@ pub mod http_get;
 pub mod mcp;
 pub mod memory;
 
+use crate::domain::{PrincipalId, SessionId, StoredTool, ToolSpec};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,9 +35,6 @@ use schemars::generate::SchemaSettings;
 use schemars::transform::RecursiveTransform;
 use schemars::{JsonSchema, Schema};
 use serde_json::Value;
-
-use crate::llm::ToolSpec;
-use crate::store::{PrincipalId, SessionId};
 
 /// What a tool call knows about its surroundings.
 #[derive(Clone)]
@@ -121,37 +119,6 @@ impl std::fmt::Display for ToolSource {
             Self::BuiltIn => f.write_str("built-in"),
             Self::Mcp(server) => write!(f, "mcp:{server}"),
         }
-    }
-}
-
-/// A tool as a session stores it: a built-in by name, an MCP tool with the
-/// spec it was offered with (kept until `/new`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(untagged)]
-pub enum StoredTool {
-    Name(String),
-    Spec(ToolSpec),
-}
-
-impl StoredTool {
-    /// The tool's name as the model calls it.
-    pub fn name(&self) -> &str {
-        match self {
-            Self::Name(name) => name,
-            Self::Spec(spec) => &spec.name,
-        }
-    }
-}
-
-impl AsRef<str> for StoredTool {
-    fn as_ref(&self) -> &str {
-        self.name()
-    }
-}
-
-impl From<&str> for StoredTool {
-    fn from(name: &str) -> Self {
-        Self::Name(name.to_owned())
     }
 }
 

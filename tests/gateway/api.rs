@@ -291,7 +291,7 @@ async fn an_unknown_session_id_names_a_new_session_of_the_callers() {
         .await
         .into_iter()
         .filter_map(|entry| match entry.message {
-            switchboard::llm::ChatMessage::User { content, .. } => Some(content),
+            switchboard::domain::ChatMessage::User { content, .. } => Some(content),
             _ => None,
         })
         .collect();

@@ -491,7 +491,7 @@ fn shown_duration(ms: i64) -> String {
 
 /// The figures the overview should show, read from the database.
 async fn expected_overview(app: &TestApp) -> Vec<(&'static str, String)> {
-    let today = switchboard::store::start_of_today_ms();
+    let today = switchboard::domain::start_of_today_ms();
     let sum = |column: &str| {
         format!(
             "SELECT CAST(COALESCE(SUM({column}), 0) AS BIGINT) FROM usage WHERE created_at >= {today}"

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::json;
-use switchboard::llm::ChatMessage;
+use switchboard::domain::ChatMessage;
 use switchboard::store::{Store, StoreOptions};
 
 use switchboard_test_support::wait::within;

@@ -101,13 +101,13 @@ async fn a_task_over_its_token_limit_stops_and_the_history_stays_valid() {
     let calls: usize = history
         .iter()
         .map(|e| match &e.message {
-            switchboard::llm::ChatMessage::Assistant { tool_calls, .. } => tool_calls.len(),
+            switchboard::domain::ChatMessage::Assistant { tool_calls, .. } => tool_calls.len(),
             _ => 0,
         })
         .sum();
     let results = history
         .iter()
-        .filter(|e| matches!(e.message, switchboard::llm::ChatMessage::Tool { .. }))
+        .filter(|e| matches!(e.message, switchboard::domain::ChatMessage::Tool { .. }))
         .count();
     assert_eq!(calls, results);
     app.stop().await;

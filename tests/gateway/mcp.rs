@@ -494,7 +494,7 @@ async fn a_cacheable_tool_called_twice_runs_once_with_the_same_bytes() {
         entries
             .iter()
             .find_map(|entry| match &entry.message {
-                switchboard::llm::ChatMessage::Tool { content, .. } => Some(content.clone()),
+                switchboard::domain::ChatMessage::Tool { content, .. } => Some(content.clone()),
                 _ => None,
             })
             .expect("a tool result")

@@ -274,7 +274,7 @@ async fn dedup_records_are_kept_72_hours_then_pruned_without_touching_transcript
             .expect("backdate");
     }
     app.say(None, "just now").await;
-    let cutoff = switchboard::store::now_ms() - 72 * 3_600_000;
+    let cutoff = switchboard::domain::now_ms() - 72 * 3_600_000;
 
     let pruned = store.prune_finished(cutoff).await.expect("pruned");
 

@@ -119,7 +119,7 @@ async fn a_session_leased_by_another_process_waits_for_the_lease() {
     // runner may not have given its lease up yet: the reply goes out first).
     // Its grant carries the next fencing token, as a real grant does, so
     // our runner's late release (of its own token) cannot end it.
-    let expires = switchboard::store::now_ms() + 1500;
+    let expires = switchboard::domain::now_ms() + 1500;
     sqlx::query(
         "INSERT INTO session_leases (session_id, owner, expires_at) VALUES ($1, $2, $3) \
          ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, \
@@ -136,7 +136,7 @@ async fn a_session_leased_by_another_process_waits_for_the_lease() {
 
     assert_eq!(reply, "echo: second");
     assert!(
-        switchboard::store::now_ms() >= expires,
+        switchboard::domain::now_ms() >= expires,
         "no turn ran while the other process held the lease"
     );
     assert_eq!(llm.requests().len(), 2);

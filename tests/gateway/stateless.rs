@@ -8,7 +8,7 @@
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use switchboard::llm::ChatMessage;
+use switchboard::domain::ChatMessage;
 
 use crate::api_sessions::{Answer, answer_of};
 use crate::helpers::{

@@ -137,7 +137,7 @@ async fn a_principal_over_its_daily_spend_is_stopped_and_others_go_on() {
     let history = app.wire_history(&session).await;
     let last = history.last().expect("entries");
     assert!(
-        matches!(last.message, switchboard::llm::ChatMessage::Tool { .. }),
+        matches!(last.message, switchboard::domain::ChatMessage::Tool { .. }),
         "the last call has its result"
     );
 

@@ -261,7 +261,7 @@ async fn deltas_reach_the_client_before_the_turn_ends() {
     assert!(
         history.iter().all(|entry| !matches!(
             entry.message,
-            switchboard::llm::ChatMessage::Assistant { .. }
+            switchboard::domain::ChatMessage::Assistant { .. }
         )),
         "no reply is stored yet: {history:?}"
     );
@@ -373,8 +373,8 @@ async fn a_cut_stream_is_retried(provider: ProviderKind) {
     assert_eq!(
         history,
         [
-            switchboard::llm::ChatMessage::user("hi"),
-            switchboard::llm::ChatMessage::Assistant {
+            switchboard::domain::ChatMessage::user("hi"),
+            switchboard::domain::ChatMessage::Assistant {
                 content: Some("Hello world.".to_owned()),
                 tool_calls: Vec::new()
             },

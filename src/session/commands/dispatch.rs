@@ -7,13 +7,14 @@
 
 use super::Command;
 use crate::config::{DmSessions, MemorySettings, Settings};
+use crate::domain::{SessionId, now_ms, start_of_today_ms};
 use crate::session::access::{Access, Decision};
 use crate::session::link::{CODE_TTL, FAILURE_WINDOW, LinkCode, MAX_FAILURES};
 use crate::session::routing::{Place, Routing};
 use crate::session::runner::Runner;
 use crate::session::texts;
 use crate::session::turn::StopCause;
-use crate::store::{Identity, Redemption, SessionId, Store, StoreError, now_ms, start_of_today_ms};
+use crate::store::{Identity, Redemption, Store, StoreError};
 
 /// What commands act on: the service's parts, borrowed for one message.
 pub struct Commands<'a> {

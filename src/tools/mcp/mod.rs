@@ -26,7 +26,7 @@ pub use server::{McpServer, ServerStatus};
 pub use settings::{McpServerSettings, McpSettings, ToolFilter};
 pub use tool::McpTool;
 
-use crate::llm::ToolSpec;
+use crate::domain::ToolSpec;
 use crate::tools::Tool;
 use settings::SEPARATOR;
 

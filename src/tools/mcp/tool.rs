@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::server::Link;
 use super::settings::McpServerSettings;
-use crate::llm::ToolSpec;
+use crate::domain::ToolSpec;
 use crate::tools::{CachePolicy, Tool, ToolContext, ToolError, ToolSource};
 
 /// One tool of one MCP server.

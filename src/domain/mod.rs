@@ -1,0 +1,23 @@
+//! The ground floor: plain domain types that every other part of the
+//! gateway shares and that depend on nothing of it — the conversation model
+//! ([`conversation`], [`media`]), the gateway's own identifiers ([`ids`]),
+//! the states and outcomes records go through ([`status`]), the platforms
+//! served in this process ([`platform`]), canonical JSON ([`canonical`])
+//! and the clock ([`clock`]).
+//!
+//! A string becomes one of these types where it enters (an adapter, the
+//! configuration, a row) and a string again only where it leaves.
+
+pub mod canonical;
+pub mod clock;
+pub mod conversation;
+pub mod ids;
+pub mod media;
+pub mod platform;
+
+pub use canonical::canonical_json;
+pub use clock::{DAY_MS, day_label, now_ms, start_of_today_ms};
+pub use conversation::{ChatMessage, StopReason, StoredTool, ToolCall, ToolSpec, Usage};
+pub use ids::{InvalidSessionId, PrincipalId, SessionId};
+pub use media::{Derived, MediaRef, Part, Shown, user_parts};
+pub use platform::LocalPlatform;
