@@ -83,6 +83,15 @@ pub trait Adapter: Send + Sync + 'static {
     /// (the core calls again after a backoff), [`StartError::Configuration`]
     /// when it never will be with these settings.
     async fn start(&self, hookup: Hookup) -> Result<Started, StartError>;
+
+    /// Reaches the platform the way [`Adapter::start`] would, changing
+    /// nothing there (no webhook registered, no connection held), and says
+    /// what it found (`getMe answered: bot @name`), for `switchboard
+    /// check`. The text names no secret.
+    ///
+    /// # Errors
+    /// What went wrong, as [`Adapter::start`] would report it.
+    async fn check(&self) -> Result<String, StartError>;
 }
 
 /// A started adapter.
