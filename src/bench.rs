@@ -148,10 +148,11 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     let run_id = run_id.get(..8).unwrap_or(&run_id).to_owned();
     settings.agent.tools = vec!["current_time".to_owned()];
-    settings.runner.max_concurrent_turns = options.sessions.max(1);
+    settings.runner.max_concurrent_turns =
+        std::num::NonZeroUsize::new(options.sessions).unwrap_or(std::num::NonZeroUsize::MIN);
     // Each measured message is a turn of its own, started at once: the
     // burst window's wait is not the gateway's cost.
-    settings.sessions.burst_window_ms = 0;
+    settings.sessions.burst_window = std::time::Duration::from_millis(0);
     // The `--http` server takes any caller (it listens on loopback only).
     settings.api.keys_env = "SWITCHBOARD_BENCH_NO_API_KEYS".to_owned();
     let factory: ProviderFactory = Arc::new(|_| Arc::new(InstantModel) as Arc<dyn Provider>);

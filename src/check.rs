@@ -75,7 +75,7 @@ pub async fn run(settings: &Settings, source: &str) -> Vec<Finding> {
 async fn media(settings: &Settings) -> Option<Finding> {
     use crate::media::blobs::{BlobStore as _, hash_of};
 
-    if settings.media.store != crate::config::BlobStoreKind::S3 {
+    if settings.media.store != crate::media::settings::BlobStoreKind::S3 {
         return None;
     }
     const SUBJECT: &str = "media store";
@@ -199,7 +199,7 @@ async fn model(settings: &Settings) -> Vec<Finding> {
             ),
         ));
     }
-    let base = llm.base_url.trim_end_matches('/');
+    let base = llm.base_url.as_str();
     let url = match llm.provider {
         ProviderKind::Openai => format!("{base}/models"),
         ProviderKind::Anthropic => format!("{base}/v1/models"),

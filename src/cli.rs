@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
@@ -296,7 +295,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let background_stop = CancellationToken::new();
     let background = gateway.spawn_background(&background_stop);
     let routes = std::mem::take(&mut platforms.routes);
-    let grace = Duration::from_secs(gateway.settings.server.shutdown_grace_secs);
+    let grace = gateway.settings.server.shutdown_grace;
     // On SIGTERM the runner drains (no new claims, queued sessions handed
     // back, running turns given the grace period). The server keeps
     // accepting meanwhile, so that `/readyz` and new API requests get 503
@@ -366,12 +365,15 @@ pub async fn run_server(
         store: gateway.store.clone(),
         keys,
         models,
-        reply_timeout: Duration::from_secs(settings.api.reply_timeout_secs),
+        reply_timeout: settings.api.reply_timeout,
         drain_deadline: gateway.drain_deadline.clone(),
         platforms: gateway.platform_status.clone(),
         serve_metrics: settings.server.metrics,
-        images: api::ImageFetcher::new(&settings.tools.http_get, settings.media.max_file_bytes)
-            .context("building the image_url client")?,
+        images: api::ImageFetcher::new(
+            &settings.tools.http_get,
+            settings.media.max_file_bytes.get(),
+        )
+        .context("building the image_url client")?,
     });
     let console = ConsoleState::from_settings(
         settings,
@@ -407,7 +409,7 @@ async fn chat(
     list: bool,
     files: terminal::ChatFiles,
 ) -> anyhow::Result<()> {
-    let reply_timeout = Duration::from_secs(settings.api.reply_timeout_secs);
+    let reply_timeout = settings.api.reply_timeout;
     let database = crate::check::shown_url(&settings.database.url);
     let gateway = Gateway::build(settings)
         .await

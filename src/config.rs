@@ -1,6 +1,14 @@
 //! Typed settings, layered: built-in defaults, then a TOML file, then
 //! `SWITCHBOARD__SECTION__KEY` environment variables.
 //!
+//! Each feature owns its settings (`llm::settings`, `agent::settings`,
+//! `session::settings`, `tools::settings`, `media::settings`,
+//! `store::settings`, the adapters' crates) and checks them itself; this
+//! module assembles them into [`Settings`], holds the settings of the
+//! floors above the features (the HTTP server, the API, the console, the
+//! logs), reads the layers and reports a mistake once, naming the file or
+//! variable, the key and what would be valid.
+//!
 //! Secrets are never written in the file: the file names the environment
 //! variable that holds each one (`api_key_env`, `keys_env`), and they are read
 //! once at start into [`secrecy::SecretString`]s.
@@ -13,25 +21,18 @@ use schemars::JsonSchema;
 use secrecy::SecretString;
 use serde::Deserialize;
 
-use crate::llm::{Endpoint, ProviderKind, RetryPolicy};
-use crate::tools::http_get::HttpGetConfig;
+use crate::agent::settings::{AgentCacheSettings, AgentSettings, ContextSettings, LimitSettings};
+use crate::domain::InvalidSetting;
+use crate::domain::setting;
+use crate::llm::settings::LlmSettings;
+use crate::media::settings::MediaSettings;
+use crate::session::settings::{AccessSettings, RunnerSettings, SessionSettings};
+use crate::store::settings::DatabaseSettings;
+use crate::tools::settings::{MemorySettings, ToolSettings};
 
 mod layers;
 
-pub use layers::{ACCESS_PLATFORMS, ENV_PREFIX, closest};
-
-/// The tools `agent.tools` may name.
-pub const BUILT_IN_TOOLS: [&str; 5] = [
-    "calculator",
-    "current_time",
-    "delegate",
-    "http_get",
-    "memory",
-];
-
-/// The longest `memory.max_entry_chars` allowed: facts are short, and every
-/// one of them is in each of the person's new system prompts.
-pub const MAX_MEMORY_ENTRY_CHARS: u32 = 4000;
+pub use layers::{ACCESS_PLATFORMS, ENV_PREFIX};
 
 /// Why the settings could not be loaded. Each message is complete (where,
 /// which key, what would be valid); none has a `source()` to repeat.
@@ -47,6 +48,15 @@ pub enum ConfigError {
     /// A value that parses but makes no sense.
     #[error("invalid setting `{key}`: {reason}")]
     Invalid { key: &'static str, reason: String },
+}
+
+impl From<InvalidSetting> for ConfigError {
+    fn from(invalid: InvalidSetting) -> Self {
+        Self::Invalid {
+            key: invalid.key,
+            reason: invalid.reason,
+        }
+    }
 }
 
 /// All settings.
@@ -89,7 +99,12 @@ pub struct ServerSettings {
     /// Address the HTTP server listens on.
     pub bind: String,
     /// How long shutdown waits for running turns.
-    pub shutdown_grace_secs: u64,
+    #[serde(
+        rename = "shutdown_grace_secs",
+        deserialize_with = "setting::secs::deserialize"
+    )]
+    #[schemars(with = "u64")]
+    pub shutdown_grace: Duration,
     /// Names this instance in the database's lease and claim rows; unique
     /// per running instance, and the same across its restarts so that a
     /// restart takes its own unfinished work back at once. Default: the
@@ -104,328 +119,9 @@ impl Default for ServerSettings {
     fn default() -> Self {
         Self {
             bind: "127.0.0.1:8080".to_owned(),
-            shutdown_grace_secs: 10,
+            shutdown_grace: Duration::from_secs(10),
             instance_id: None,
             metrics: true,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct DatabaseSettings {
-    /// `sqlite://path/to/file.db` (created on first run) or `postgres://…`.
-    pub url: String,
-    /// PostgreSQL pool size (SQLite always uses one connection).
-    pub max_connections: u32,
-    /// Whether each commit waits for its flush to disk. Unset keeps each
-    /// engine's default: SQLite (WAL, `synchronous = NORMAL`) does not, so
-    /// a power cut can lose the last commits but a crash of the process
-    /// cannot; PostgreSQL (`synchronous_commit = on`) does. `true` makes
-    /// SQLite flush too (`synchronous = FULL`); `false` lets PostgreSQL
-    /// answer before the flush (`synchronous_commit = off`: a crash of the
-    /// database server can lose its last ~0.6 s of commits).
-    pub flush_commits: Option<bool>,
-}
-
-impl Default for DatabaseSettings {
-    fn default() -> Self {
-        Self {
-            url: "sqlite://data/switchboard.db".to_owned(),
-            max_connections: 10,
-            flush_commits: None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct LlmSettings {
-    /// `openai` (any Chat Completions server) or `anthropic`.
-    pub provider: ProviderKind,
-    /// OpenAI: up to and including `/v1`. Anthropic: the host root.
-    pub base_url: String,
-    /// The model new sessions use.
-    pub model: String,
-    /// Further models clients may pick (`GET /v1/models`).
-    pub extra_models: Vec<String>,
-    /// Name of the environment variable holding the API key.
-    pub api_key_env: String,
-    pub timeout_secs: u64,
-    pub max_retries: u32,
-    pub retry_base_ms: u64,
-    pub retry_max_ms: u64,
-    /// Output token cap per call.
-    pub max_tokens: u32,
-}
-
-impl Default for LlmSettings {
-    fn default() -> Self {
-        Self {
-            provider: ProviderKind::Openai,
-            base_url: "https://api.openai.com/v1".to_owned(),
-            model: "gpt-4o-mini".to_owned(),
-            extra_models: Vec::new(),
-            api_key_env: "OPENAI_API_KEY".to_owned(),
-            timeout_secs: 120,
-            max_retries: 3,
-            retry_base_ms: 500,
-            retry_max_ms: 20_000,
-            max_tokens: 4096,
-        }
-    }
-}
-
-impl LlmSettings {
-    /// The endpoint, with the key read from the environment (empty when the
-    /// variable is unset: local servers often need none).
-    pub fn endpoint(&self) -> Endpoint {
-        let key = std::env::var(&self.api_key_env).unwrap_or_default();
-        Endpoint {
-            kind: self.provider,
-            base_url: self.base_url.clone(),
-            api_key: SecretString::from(key),
-            timeout: Duration::from_secs(self.timeout_secs),
-            retry: RetryPolicy {
-                max_retries: self.max_retries,
-                base_delay: Duration::from_millis(self.retry_base_ms),
-                max_delay: Duration::from_millis(self.retry_max_ms),
-            },
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct AgentSettings {
-    /// Who the agent is; the first part of every new session's system prompt.
-    pub persona: String,
-    /// House rules appended to the persona.
-    pub rules: String,
-    /// A memory/context file read when a session starts (later edits reach
-    /// new sessions only).
-    pub memory_file: Option<PathBuf>,
-    /// Tools offered to new sessions.
-    pub tools: Vec<String>,
-    /// Model calls one task (one user message) may make, sub-agents included.
-    pub max_iterations: u32,
-    /// How deep `delegate` may nest (the top agent is depth 0).
-    pub max_delegation_depth: u32,
-    /// Model calls a parent keeps for itself while children run.
-    pub parent_reserve: u32,
-    /// Longest a single tool call may run.
-    pub tool_timeout_secs: u64,
-}
-
-impl Default for AgentSettings {
-    fn default() -> Self {
-        Self {
-            persona: "You are Switchboard, a helpful assistant reachable from several chat \
-                      platforms. Answer clearly and concisely."
-                .to_owned(),
-            rules: "Use tools when they help; say so when you are unsure. Format answers in \
-                    Markdown."
-                .to_owned(),
-            memory_file: None,
-            tools: [
-                "calculator",
-                "current_time",
-                "delegate",
-                "http_get",
-                "memory",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-            max_iterations: 90,
-            max_delegation_depth: 2,
-            parent_reserve: 2,
-            tool_timeout_secs: 60,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct AgentCacheSettings {
-    /// Most agent instances kept.
-    pub max_capacity: u64,
-    /// An instance unused this long is dropped.
-    pub idle_ttl_secs: u64,
-}
-
-impl Default for AgentCacheSettings {
-    fn default() -> Self {
-        Self {
-            max_capacity: 1000,
-            idle_ttl_secs: 1800,
-        }
-    }
-}
-
-/// How group chats map to sessions.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum GroupSessions {
-    /// One session per group chat (or thread).
-    #[default]
-    PerChat,
-    /// One session per sender within a group chat.
-    PerUser,
-}
-
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct ContextSettings {
-    /// Context window in tokens for models not listed in `windows`.
-    pub window_tokens: u64,
-    /// Context windows by model name.
-    pub windows: std::collections::BTreeMap<String, u64>,
-    /// Compact when the history would pass this share of the window.
-    pub compact_threshold: f64,
-    /// Turns kept verbatim after a compaction.
-    pub keep_recent_turns: usize,
-}
-
-impl Default for ContextSettings {
-    fn default() -> Self {
-        Self {
-            window_tokens: 128_000,
-            windows: std::collections::BTreeMap::new(),
-            compact_threshold: 0.75,
-            keep_recent_turns: 4,
-        }
-    }
-}
-
-/// The longest `sessions.burst_window_ms`: every reply waits that long.
-pub const MAX_BURST_WINDOW_MS: u64 = 10_000;
-
-/// What a message does when its session is busy with a turn.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum BusyMode {
-    /// Wait for the running turn, then run.
-    #[default]
-    Queue,
-    /// Stop the running turn, then run.
-    Interrupt,
-}
-
-/// How a principal's direct chats map to sessions.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum DmSessions {
-    /// One conversation across all the principal's linked identities: start
-    /// on one platform, continue on another.
-    #[default]
-    Shared,
-    /// One conversation per direct chat.
-    PerPlatform,
-}
-
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct SessionSettings {
-    pub group_sessions: GroupSessions,
-    pub dm_sessions: DmSessions,
-    pub busy: BusyMode,
-    /// Messages from one sender arriving within this many milliseconds of
-    /// the first, while no turn runs in their session, become one turn
-    /// (their texts joined by newlines). A session's next turn waits until
-    /// its first waiting message is this old. 0 turns merging off.
-    pub burst_window_ms: u64,
-}
-
-impl Default for SessionSettings {
-    fn default() -> Self {
-        Self {
-            group_sessions: GroupSessions::default(),
-            dm_sessions: DmSessions::default(),
-            busy: BusyMode::default(),
-            burst_window_ms: 300,
-        }
-    }
-}
-
-/// Who may talk to the agent on the chat platforms. The HTTP API (its own
-/// bearer keys) and the terminal (local) are not restricted.
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct AccessSettings {
-    /// `"platform:user_id"` or `"principal:ID"` entries; a principal is
-    /// allowed when it or one of its identities is listed. Empty: everyone.
-    /// Otherwise an unknown sender in a direct chat gets a pairing code and
-    /// no answer until `switchboard pairing approve CODE`; in groups it is
-    /// ignored.
-    pub allowlist: Vec<String>,
-    /// Principals (same entry forms) always allowed, who may also approve or
-    /// deny pairing codes in a direct chat (`/approve CODE`, `/deny CODE`).
-    pub admins: Vec<String>,
-    /// Allowlists of single platforms, by platform name: bare user ids of
-    /// that platform, or the entry forms above. A platform is gated when
-    /// the global list or its own list is set; a sender on it is allowed
-    /// when either lists them.
-    pub platforms: std::collections::BTreeMap<String, Vec<String>>,
-}
-
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct LimitSettings {
-    /// Longest one task (one user message) may run, in seconds.
-    pub task_timeout_secs: u64,
-    /// Input plus output tokens one task may use over all its model calls;
-    /// 0 for no limit.
-    pub task_max_tokens: u64,
-    /// The same tool call giving the same result this many times in a row
-    /// stops the task; 0 never stops.
-    pub repeat_limit: u32,
-    /// A model tried once when the session's model keeps failing (429/5xx).
-    pub fallback_model: Option<String>,
-    /// US dollars one principal may spend per UTC day, estimated from
-    /// `[prices]`; 0 for no limit.
-    pub principal_daily_usd: f64,
-}
-
-impl Default for LimitSettings {
-    fn default() -> Self {
-        Self {
-            task_timeout_secs: 900,
-            task_max_tokens: 2_000_000,
-            repeat_limit: 3,
-            fallback_model: None,
-            principal_daily_usd: 0.0,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct RunnerSettings {
-    /// Turns running at once across all sessions; others wait in order.
-    pub max_concurrent_turns: usize,
-    /// How long a session lease lasts without renewal.
-    pub lease_ttl_secs: u64,
-    /// How long deduplication records of finished messages are kept (at
-    /// least 72 h: Feishu retries for 6 h, Telegram and Discord redeliver
-    /// after restarts).
-    pub dedup_retention_hours: u64,
-    /// How often housekeeping runs (pruning old deduplication records).
-    pub maintenance_interval_secs: u64,
-    /// How often each instance looks for work nobody is doing: sessions
-    /// whose lease expired with messages unfinished (their instance died),
-    /// replies nobody is delivering. A dead instance's turns resume within
-    /// `lease_ttl_secs` plus this.
-    pub sweep_interval_secs: u64,
-}
-
-impl Default for RunnerSettings {
-    fn default() -> Self {
-        Self {
-            max_concurrent_turns: 32,
-            lease_ttl_secs: 30,
-            dedup_retention_hours: 72,
-            maintenance_interval_secs: 60,
-            sweep_interval_secs: 5,
         }
     }
 }
@@ -447,7 +143,12 @@ pub struct ApiSettings {
     /// Largest request body accepted.
     pub max_body_bytes: usize,
     /// Longest a request waits for its turn's reply.
-    pub reply_timeout_secs: u64,
+    #[serde(
+        rename = "reply_timeout_secs",
+        deserialize_with = "setting::secs::deserialize"
+    )]
+    #[schemars(with = "u64")]
+    pub reply_timeout: Duration,
 }
 
 impl Default for ApiSettings {
@@ -457,7 +158,7 @@ impl Default for ApiSettings {
             keys_env: "SWITCHBOARD_API_KEYS".to_owned(),
             keys: std::collections::BTreeMap::new(),
             max_body_bytes: 1024 * 1024,
-            reply_timeout_secs: 600,
+            reply_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -586,7 +287,12 @@ pub struct ConsoleSettings {
     /// over HTTPS).
     pub secure_cookie: bool,
     /// How long a login lasts, in hours.
-    pub session_hours: u64,
+    #[serde(
+        rename = "session_hours",
+        deserialize_with = "setting::hours::deserialize"
+    )]
+    #[schemars(with = "u64")]
+    pub session_lifetime: Duration,
 }
 
 impl Default for ConsoleSettings {
@@ -597,7 +303,7 @@ impl Default for ConsoleSettings {
             admin_key_env: "SWITCHBOARD_CONSOLE_KEY".to_owned(),
             secret_env: "SWITCHBOARD_CONSOLE_SECRET".to_owned(),
             secure_cookie: false,
-            session_hours: 12,
+            session_lifetime: Duration::from_secs(12 * 3600),
         }
     }
 }
@@ -612,219 +318,15 @@ impl ConsoleSettings {
                 reason: "not an argon2 hash; make one with `switchboard console-hash`".to_owned(),
             });
         }
-        if !(1..=24 * 30).contains(&self.session_hours) {
+        if !(Duration::from_secs(3600)..=Duration::from_secs(720 * 3600))
+            .contains(&self.session_lifetime)
+        {
             return Err(ConfigError::Invalid {
-                key: "console.session_hours",
+                key: "console.session_lifetime",
                 reason: "must be 1 to 720".to_owned(),
             });
         }
         Ok(())
-    }
-}
-
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct ToolSettings {
-    pub http_get: HttpGetConfig,
-}
-
-/// Long-term memory: short facts per person (principal), written by the
-/// `memory` tool and frozen into the system prompt of the person's new
-/// direct-chat sessions.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct MemorySettings {
-    /// Whether the `memory` tool is offered (when `agent.tools` names it),
-    /// new sessions read the person's facts, and `/memory` works.
-    pub enabled: bool,
-    /// Most facts kept per person; the tool refuses more.
-    pub max_entries: u32,
-    /// Longest fact, in characters; the tool refuses longer ones.
-    pub max_entry_chars: u32,
-    /// Whether a compaction of a direct-chat session also asks the model
-    /// for the person's facts in the turns it summarises (one more model
-    /// call per compaction) and keeps the new ones.
-    pub extract_at_compaction: bool,
-}
-
-impl Default for MemorySettings {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            max_entries: 50,
-            max_entry_chars: 500,
-            extract_at_compaction: false,
-        }
-    }
-}
-
-/// Photos and files sent to the bot: where they are kept, how large they
-/// may be, and which models are shown images (see `media`).
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct MediaSettings {
-    /// Where blobs are kept: `local` (the folder `folder`; one instance, or
-    /// instances sharing that folder) or `s3` (the bucket of `[media.s3]`,
-    /// which several instances share).
-    pub store: BlobStoreKind,
-    /// The folder blobs are kept in, each file once under its SHA-256. A
-    /// relative path is resolved against the folder of the file that sets
-    /// it, or else the working directory; the path kept is absolute.
-    pub folder: PathBuf,
-    /// The S3-compatible bucket blobs are kept in when `store = "s3"`.
-    pub s3: S3Settings,
-    /// The most bytes one message's files may add up to; a message over it
-    /// is answered with a reply naming the limit, and none of it is kept.
-    pub max_message_bytes: u64,
-    /// The most bytes of files one person may send in a UTC day, counted
-    /// in the database (so across instances and restarts); a message over
-    /// it is answered with a reply naming the limit. 0: no daily limit.
-    pub principal_daily_bytes: u64,
-    /// Housekeeping removes blobs that no message refers to once they are
-    /// this many days old. 0: blobs are never removed.
-    pub retention_days: u32,
-    /// The largest file taken, in bytes; a larger one is answered with a
-    /// reply naming the limit.
-    pub max_file_bytes: u64,
-    /// The longest text document taken (plain text, Markdown, code, CSV,
-    /// JSON), in bytes; its whole text reaches the model.
-    pub max_text_bytes: u64,
-    /// The models (as `llm.model` / `llm.extra_models` name them) shown
-    /// images as image content parts; other models get a one-line note in
-    /// the image's place.
-    pub vision_models: Vec<String>,
-    /// The longest side, in pixels, of an image shown to a model; a larger
-    /// one is scaled down (and re-encoded) once on arrival, the original
-    /// kept too. 1568 is what Anthropic recommends; OpenAI scales images
-    /// down to 2048 anyway.
-    pub max_image_side: u32,
-    /// The largest image file shown to a model, in bytes; a larger one is
-    /// re-encoded (and scaled down further if need be) to fit. Anthropic
-    /// takes at most 5 MB of base64, about 3.75 MB of image.
-    pub max_image_bytes: u64,
-    /// Where voice notes and audio files are transcribed; unset, they are
-    /// answered that voice notes are not enabled.
-    pub transcription: Option<crate::media::voice::TranscriptionSettings>,
-}
-
-impl Default for MediaSettings {
-    fn default() -> Self {
-        Self {
-            store: BlobStoreKind::Local,
-            folder: PathBuf::from("data/media"),
-            s3: S3Settings::default(),
-            max_message_bytes: 50 * 1024 * 1024,
-            principal_daily_bytes: 0,
-            retention_days: 30,
-            max_file_bytes: 20 * 1024 * 1024,
-            max_text_bytes: 100_000,
-            vision_models: Vec::new(),
-            max_image_side: 1568,
-            max_image_bytes: 3_750_000,
-            transcription: None,
-        }
-    }
-}
-
-impl S3Settings {
-    /// Checks the bucket settings used with `media.store = "s3"`.
-    ///
-    /// # Errors
-    /// The first invalid value, by key.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |key, reason: &str| ConfigError::Invalid {
-            key,
-            reason: reason.to_owned(),
-        };
-        if self.bucket.trim().is_empty() {
-            return Err(invalid(
-                "media.s3.bucket",
-                "must name the bucket when media.store is \"s3\"",
-            ));
-        }
-        let endpoint = self.endpoint.trim();
-        if !endpoint.is_empty() {
-            match url::Url::parse(endpoint) {
-                Ok(url) if url.scheme() == "https" => {}
-                Ok(url) if url.scheme() == "http" && self.allow_http => {}
-                Ok(url) if url.scheme() == "http" => {
-                    return Err(invalid(
-                        "media.s3.endpoint",
-                        "is http://: set media.s3.allow_http = true to allow it",
-                    ));
-                }
-                _ => {
-                    return Err(invalid(
-                        "media.s3.endpoint",
-                        "must be an http(s) URL, like https://s3.example.com",
-                    ));
-                }
-            }
-        }
-        if self.region.trim().is_empty() {
-            return Err(invalid("media.s3.region", "must not be empty"));
-        }
-        for (key, name) in [
-            ("media.s3.access_key_id_env", &self.access_key_id_env),
-            (
-                "media.s3.secret_access_key_env",
-                &self.secret_access_key_env,
-            ),
-        ] {
-            if name.trim().is_empty() {
-                return Err(invalid(key, "must name an environment variable"));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Where blobs are kept (`media.store`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum BlobStoreKind {
-    /// A local folder (`media.folder`).
-    Local,
-    /// An S3-compatible bucket (`[media.s3]`).
-    S3,
-}
-
-/// An S3-compatible bucket for blobs (`[media.s3]`). The credentials are
-/// read from the environment variables named here, never from the file.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct S3Settings {
-    /// The bucket's name.
-    pub bucket: String,
-    /// The service's URL, for an S3-compatible service other than AWS
-    /// (MinIO, Ceph, R2, …): requests go path-style to
-    /// `<endpoint>/<bucket>/<key>`. Empty: AWS S3 in `region`.
-    pub endpoint: String,
-    /// The region (`us-east-1` when the service has none).
-    pub region: String,
-    /// Blobs are kept under this key prefix (`media` keeps
-    /// `media/ab/ab12…`); empty: at the bucket's root.
-    pub prefix: String,
-    /// Whether an `http://` endpoint is allowed (a service on the same
-    /// host or private network); otherwise only `https://`.
-    pub allow_http: bool,
-    /// The environment variable holding the access key id.
-    pub access_key_id_env: String,
-    /// The environment variable holding the secret access key.
-    pub secret_access_key_env: String,
-}
-
-impl Default for S3Settings {
-    fn default() -> Self {
-        Self {
-            bucket: String::new(),
-            endpoint: String::new(),
-            region: "us-east-1".to_owned(),
-            prefix: "media".to_owned(),
-            allow_http: false,
-            access_key_id_env: "SWITCHBOARD_S3_ACCESS_KEY_ID".to_owned(),
-            secret_access_key_env: "SWITCHBOARD_S3_SECRET_ACCESS_KEY".to_owned(),
-        }
     }
 }
 
@@ -924,130 +426,22 @@ impl Settings {
         Ok(settings)
     }
 
-    /// Checks values that parse but make no sense.
+    /// Checks values that parse but make no sense, each feature's by that
+    /// feature.
     ///
     /// # Errors
     /// The first invalid value, by key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |key, reason: &str| ConfigError::Invalid {
-            key,
-            reason: reason.to_owned(),
-        };
         self.bind_addr()?;
-        if !(self.database.url.starts_with("sqlite:")
-            || self.database.url.starts_with("postgres://")
-            || self.database.url.starts_with("postgresql://"))
-        {
-            return Err(invalid(
-                "database.url",
-                "use sqlite://PATH (a file) or postgres://USER@HOST/DATABASE",
-            ));
-        }
-        if !(self.llm.base_url.starts_with("http://") || self.llm.base_url.starts_with("https://"))
-        {
-            return Err(invalid(
-                "llm.base_url",
-                "must be an http(s) URL, like https://api.openai.com/v1",
-            ));
-        }
-        if self.llm.model.trim().is_empty() {
-            return Err(invalid("llm.model", "must not be empty"));
-        }
-        if let Some(unknown) = self
-            .agent
-            .tools
-            .iter()
-            .find(|tool| !BUILT_IN_TOOLS.contains(&tool.as_str()))
-        {
-            let hint = closest(unknown, BUILT_IN_TOOLS.iter().copied())
-                .map(|best| format!(" (did you mean `{best}`?)"))
-                .unwrap_or_default();
-            return Err(invalid(
-                "agent.tools",
-                &format!(
-                    "unknown tool `{unknown}`{hint}; known tools: {}",
-                    BUILT_IN_TOOLS.join(", ")
-                ),
-            ));
-        }
-        if self.memory.max_entries == 0 {
-            return Err(invalid("memory.max_entries", "must be at least 1"));
-        }
-        if !(1..=MAX_MEMORY_ENTRY_CHARS).contains(&self.memory.max_entry_chars) {
-            return Err(invalid(
-                "memory.max_entry_chars",
-                &format!("must be from 1 to {MAX_MEMORY_ENTRY_CHARS}"),
-            ));
-        }
-        if self.media.max_file_bytes == 0 {
-            return Err(invalid("media.max_file_bytes", "must be at least 1"));
-        }
-        if self.media.max_text_bytes == 0 {
-            return Err(invalid("media.max_text_bytes", "must be at least 1"));
-        }
-        if self.media.folder.as_os_str().is_empty() {
-            return Err(invalid("media.folder", "must name a folder"));
-        }
-        if self.media.max_message_bytes == 0 {
-            return Err(invalid("media.max_message_bytes", "must be at least 1"));
-        }
-        if self.media.store == BlobStoreKind::S3 {
-            self.media.s3.validate()?;
-        }
-        if self.media.max_image_side < 16 {
-            return Err(invalid("media.max_image_side", "must be at least 16"));
-        }
-        if self.media.max_image_bytes < 1024 {
-            return Err(invalid("media.max_image_bytes", "must be at least 1024"));
-        }
-        if let Some(transcription) = &self.media.transcription {
-            if !(transcription.base_url.starts_with("http://")
-                || transcription.base_url.starts_with("https://"))
-            {
-                return Err(invalid(
-                    "media.transcription.base_url",
-                    "must be an http(s) URL, like https://api.openai.com/v1",
-                ));
-            }
-            if transcription.model.trim().is_empty() {
-                return Err(invalid("media.transcription.model", "must not be empty"));
-            }
-        }
-        if self.agent.max_iterations == 0 {
-            return Err(invalid("agent.max_iterations", "must be at least 1"));
-        }
-        if !(self.context.compact_threshold > 0.0 && self.context.compact_threshold <= 1.0) {
-            return Err(invalid(
-                "context.compact_threshold",
-                "must be more than 0 and at most 1",
-            ));
-        }
-        if self.runner.dedup_retention_hours < 72 {
-            return Err(invalid(
-                "runner.dedup_retention_hours",
-                "must be at least 72",
-            ));
-        }
-        for (key, entries) in [
-            ("access.allowlist", &self.access.allowlist),
-            ("access.admins", &self.access.admins),
-        ] {
-            if let Some(bad) = entries.iter().find(|entry| !valid_access_entry(entry)) {
-                return Err(invalid(
-                    key,
-                    &format!("`{bad}` is neither `platform:user_id` nor `principal:ID`"),
-                ));
-            }
-        }
-        if self.sessions.burst_window_ms > MAX_BURST_WINDOW_MS {
-            return Err(invalid(
-                "sessions.burst_window_ms",
-                &format!("must be at most {MAX_BURST_WINDOW_MS} (every reply waits this long)"),
-            ));
-        }
-        if self.runner.max_concurrent_turns == 0 {
-            return Err(invalid("runner.max_concurrent_turns", "must be at least 1"));
-        }
+        self.database.validate()?;
+        self.llm.validate()?;
+        self.agent.validate()?;
+        self.memory.validate()?;
+        self.media.validate()?;
+        self.context.validate()?;
+        self.runner.validate()?;
+        self.access.validate()?;
+        self.sessions.validate()?;
         self.mcp
             .validate()
             .map_err(|(key, reason)| ConfigError::Invalid { key, reason })?;
@@ -1144,17 +538,11 @@ fn absolute_path(path: &Path, base: Option<&Path>) -> PathBuf {
     std::path::absolute(&joined).unwrap_or(joined)
 }
 
-fn valid_access_entry(entry: &str) -> bool {
-    match entry.split_once(':') {
-        Some(("principal", id)) => id.parse::<i64>().is_ok(),
-        Some((platform, user)) => !platform.is_empty() && !user.is_empty(),
-        None => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::media::settings::BlobStoreKind;
+    use crate::tools::settings::MAX_MEMORY_ENTRY_CHARS;
 
     #[test]
     fn defaults_are_valid() {
@@ -1172,8 +560,8 @@ mod tests {
         .expect("write");
         let settings = Settings::load(Some(&path)).expect("loads");
         assert_eq!(settings.llm.model, "m-1");
-        assert_eq!(settings.agent.max_iterations, 7);
-        assert_eq!(settings.runner.max_concurrent_turns, 32);
+        assert_eq!(settings.agent.max_iterations.get(), 7);
+        assert_eq!(settings.runner.max_concurrent_turns.get(), 32);
 
         std::fs::write(&path, "[llm]\nmodle = \"typo\"\n").expect("write");
         assert!(Settings::load(Some(&path)).is_err());
@@ -1296,7 +684,11 @@ deny = ["fs__write_file", "fs__edit_file"]
         let settings = Settings::load_from(Some(&path), Vec::new()).expect("loads");
         let transcription = settings.media.transcription.expect("set");
         assert_eq!(transcription.model, "small");
-        assert_eq!(transcription.timeout_secs, 60, "the defaults fill the rest");
+        assert_eq!(
+            transcription.timeout,
+            Duration::from_secs(60),
+            "the defaults fill the rest"
+        );
     }
 
     #[test]
@@ -1525,10 +917,16 @@ deny = ["fs__write_file", "fs__edit_file"]
 
     #[test]
     fn memory_limits_are_checked() {
-        let mut settings = Settings::default();
-        settings.memory.max_entries = 0;
-        let err = settings.validate().expect_err("invalid").to_string();
-        assert!(err.contains("memory.max_entries"), "{err}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, "[memory]\nmax_entries = 0\n").expect("write");
+        let err = Settings::load_from(Some(&path), Vec::new())
+            .expect_err("invalid")
+            .to_string();
+        assert!(
+            err.contains("memory.max_entries") && err.contains("must be at least 1"),
+            "{err}"
+        );
 
         for chars in [0, MAX_MEMORY_ENTRY_CHARS + 1] {
             let mut settings = Settings::default();

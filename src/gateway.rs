@@ -17,7 +17,7 @@ use crate::platform_status::PlatformStatus;
 use crate::session::runner::Runner;
 use crate::session::service::SessionService;
 use crate::session::turn::TurnExecutor;
-use crate::store::{Instance, Store, StoreError, StoreOptions};
+use crate::store::{Instance, Store, StoreError};
 use crate::tools::ToolRegistry;
 use crate::tools::calculator::Calculator;
 use crate::tools::current_time::CurrentTime;
@@ -86,25 +86,19 @@ impl Gateway {
         settings: Settings,
         factory: ProviderFactory,
     ) -> Result<Self, StartError> {
-        let store = Store::connect(&StoreOptions {
-            max_connections: settings.database.max_connections,
-            flush_commits: settings.database.flush_commits,
-            ..StoreOptions::new(&settings.database.url)
-        })
-        .await?
-        .with_instance(Instance {
-            id: instance_id(&settings),
-            lease_ttl_ms: i64::try_from(settings.runner.lease_ttl_secs.max(1))
-                .unwrap_or(i64::MAX / 1000)
-                .saturating_mul(1000),
-        });
+        let store = Store::connect(&settings.database.options())
+            .await?
+            .with_instance(Instance {
+                id: instance_id(&settings),
+                lease_ttl: settings.runner.lease_ttl,
+            });
         let shutdown = CancellationToken::new();
         let registry = Arc::new(build_registry(&settings, &store, &shutdown).await?);
         let cache = Arc::new(AgentCache::new(
             settings.llm.endpoint(),
             factory,
             settings.agent_cache.max_capacity,
-            Duration::from_secs(settings.agent_cache.idle_ttl_secs),
+            settings.agent_cache.idle_ttl,
         ));
         let instance_id = store.instance().id.clone();
         let blobs = crate::media::blobs::open(&settings.media)
@@ -129,8 +123,8 @@ impl Gateway {
         let runner = Runner::new(
             store.clone(),
             turns,
-            settings.runner.max_concurrent_turns,
-            Duration::from_millis(settings.sessions.burst_window_ms),
+            settings.runner.max_concurrent_turns.get(),
+            settings.sessions.burst_window,
             shutdown.clone(),
         );
         let service = Arc::new(SessionService::new(
@@ -171,7 +165,7 @@ impl Gateway {
     pub fn spawn_background(&self, stop: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
         let runner = self.service.runner();
         let (shutdown, deadline) = (self.shutdown.clone(), self.drain_deadline.clone());
-        let grace = Duration::from_secs(self.settings.server.shutdown_grace_secs);
+        let grace = self.settings.server.shutdown_grace;
         let mut tasks = vec![
             tokio::spawn(async move {
                 shutdown.cancelled().await;
@@ -203,10 +197,8 @@ impl Gateway {
             self.settings.media.retention_days,
             self.instance_id.clone(),
         );
-        let every = Duration::from_secs(self.settings.runner.maintenance_interval_secs.max(1));
-        let retention_ms = i64::try_from(self.settings.runner.dedup_retention_hours)
-            .unwrap_or(i64::MAX)
-            .saturating_mul(3_600_000);
+        let every = self.settings.runner.maintenance_interval;
+        let retention_ms = crate::domain::millis(self.settings.runner.dedup_retention);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             loop {
@@ -244,7 +236,7 @@ impl Gateway {
     /// `runner.sweep_interval_secs`, until `stop`.
     fn spawn_sweep(&self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         let runner = self.service.runner().clone();
-        let every = Duration::from_secs(self.settings.runner.sweep_interval_secs.max(1));
+        let every = self.settings.runner.sweep_interval;
         tokio::spawn(async move {
             let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -270,9 +262,7 @@ impl Gateway {
         self.shutdown.cancel();
         self.service
             .runner()
-            .shutdown(Duration::from_secs(
-                self.settings.server.shutdown_grace_secs,
-            ))
+            .shutdown(self.settings.server.shutdown_grace)
             .await;
         self.store.close().await;
     }
@@ -330,9 +320,6 @@ pub async fn build_registry(
         return Ok(registry);
     }
     let mcp = McpRegistry::start(&settings.mcp, shutdown);
-    mcp.wait_started(Duration::from_secs(
-        settings.mcp.startup_timeout_secs.max(1),
-    ))
-    .await;
+    mcp.wait_started(settings.mcp.startup_timeout).await;
     Ok(registry.with_mcp(mcp))
 }

@@ -119,7 +119,7 @@ impl Platforms {
             leases: gateway.store.is_shared().then(|| Leases {
                 store: gateway.store.clone(),
                 owner: gateway.instance_id.clone(),
-                ttl: Duration::from_secs(gateway.settings.runner.lease_ttl_secs.max(1)),
+                ttl: gateway.settings.runner.lease_ttl,
             }),
         };
         let mut platforms = Self {

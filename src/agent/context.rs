@@ -17,10 +17,12 @@
 use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 
-use crate::config::{ContextSettings, MemorySettings};
+use crate::agent::settings::ContextSettings;
+
 use crate::domain::{ChatMessage, SessionId};
 use crate::llm::{ModelRequest, Provider};
 use crate::store::{Batch, Compaction, ModelCallStart, Store, StoreError, WireEntry};
+use crate::tools::settings::MemorySettings;
 use crate::usage::Price;
 
 use super::extract::extract_facts;

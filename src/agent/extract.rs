@@ -10,11 +10,11 @@
 //! recorded and charged like the summary's (scope `memory`); when it fails
 //! the compaction goes on without it.
 
-use crate::config::MemorySettings;
 use crate::domain::{ChatMessage, PrincipalId};
 use crate::llm::ModelRequest;
 use crate::store::{Batch, ModelCallStart, Remembered, StoreError};
 use crate::tools::memory::normalise_fact;
+use crate::tools::settings::MemorySettings;
 
 use super::context::{CompactError, Summariser};
 use super::step;
@@ -113,7 +113,7 @@ async fn keep(
 ) -> Result<usize, StoreError> {
     let mut kept = 0;
     for fact in facts {
-        let max_entries = u64::from(settings.max_entries);
+        let max_entries = u64::from(settings.max_entries.get());
         match by
             .store
             .remember(owner, fact, Some(by.session_id), max_entries)

@@ -14,6 +14,7 @@ pub mod live;
 pub mod prompt;
 pub mod round;
 pub mod run;
+pub mod settings;
 pub mod step;
 pub mod subagent;
 pub mod wallet;

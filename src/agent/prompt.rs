@@ -12,7 +12,7 @@
 
 use std::path::Path;
 
-use crate::config::AgentSettings;
+use crate::agent::settings::AgentSettings;
 use crate::domain::{SessionId, ToolSpec};
 use crate::store::{MemoryEntry, Store, StoreError};
 use crate::tools::memory::MEMORY;

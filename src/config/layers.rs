@@ -17,6 +17,7 @@ use serde_json::Value as Json;
 use toml::Value;
 
 use super::{ConfigError, Settings};
+use crate::domain::closest;
 
 /// Prefix of the environment variables that set keys (`SWITCHBOARD__LLM__MODEL`).
 pub const ENV_PREFIX: &str = "SWITCHBOARD__";
@@ -525,13 +526,4 @@ fn unknown_platform(origin: &str, name: &str) -> ConfigError {
             ACCESS_PLATFORMS.join(", ")
         ),
     }
-}
-
-/// The candidate closest to `given`, if any is close enough to be a typo.
-pub fn closest<'a>(given: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    candidates
-        .map(|candidate| (strsim::jaro_winkler(given, candidate), candidate))
-        .filter(|(score, _)| *score >= 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, candidate)| candidate)
 }

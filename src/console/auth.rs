@@ -141,9 +141,7 @@ impl Credentials {
             password_hash,
             admin_key,
             secure_cookie: settings.secure_cookie,
-            session_ms: i64::try_from(settings.session_hours)
-                .unwrap_or(1)
-                .saturating_mul(3_600_000),
+            session_ms: crate::domain::millis(settings.session_lifetime),
         })
     }
 

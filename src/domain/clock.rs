@@ -2,10 +2,17 @@
 //! of the UTC day that daily spend counts from ([`start_of_today_ms`]) and
 //! the day's label ([`day_label`]).
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// One day in milliseconds.
 pub const DAY_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// `duration` in whole milliseconds, as the database keeps times
+/// (saturating: no duration the gateway uses comes near `i64::MAX`).
+#[must_use]
+pub fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
 
 /// The current time in Unix milliseconds.
 #[must_use]

@@ -14,10 +14,12 @@ pub mod conversation;
 pub mod ids;
 pub mod media;
 pub mod platform;
+pub mod setting;
 
 pub use canonical::canonical_json;
-pub use clock::{DAY_MS, day_label, now_ms, start_of_today_ms};
+pub use clock::{DAY_MS, day_label, millis, now_ms, start_of_today_ms};
 pub use conversation::{ChatMessage, StopReason, StoredTool, ToolCall, ToolSpec, Usage};
 pub use ids::{InvalidSessionId, PrincipalId, SessionId};
 pub use media::{Derived, MediaRef, Part, Shown, user_parts};
 pub use platform::LocalPlatform;
+pub use setting::{BaseUrl, InvalidSetting, closest};

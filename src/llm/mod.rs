@@ -15,6 +15,7 @@ pub mod anthropic;
 mod http;
 pub mod openai;
 pub mod retry;
+pub mod settings;
 mod sse;
 pub mod stream;
 #[cfg(test)]

@@ -96,10 +96,12 @@ pub trait BlobStore: Send + Sync {
 ///
 /// # Errors
 /// The S3 bucket's credentials are missing or its settings unusable.
-pub fn open(settings: &crate::config::MediaSettings) -> Result<Arc<dyn BlobStore>, BlobError> {
+pub fn open(
+    settings: &crate::media::settings::MediaSettings,
+) -> Result<Arc<dyn BlobStore>, BlobError> {
     Ok(match settings.store {
-        crate::config::BlobStoreKind::Local => Arc::new(LocalBlobs::new(&settings.folder)),
-        crate::config::BlobStoreKind::S3 => {
+        crate::media::settings::BlobStoreKind::Local => Arc::new(LocalBlobs::new(&settings.folder)),
+        crate::media::settings::BlobStoreKind::S3 => {
             Arc::new(super::s3::S3Blobs::from_settings(&settings.s3)?)
         }
     })

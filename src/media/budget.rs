@@ -12,8 +12,8 @@
 //! statement that adds nothing when another instance's message got there
 //! first.
 
-use crate::config::MediaSettings;
 use crate::domain::{MediaRef, PrincipalId};
+use crate::media::settings::MediaSettings;
 use crate::store::{Store, StoreError};
 
 use super::Refusal;
@@ -76,7 +76,7 @@ impl MediaBudget {
     #[must_use]
     pub fn new(settings: &MediaSettings) -> Self {
         Self {
-            max_message_bytes: settings.max_message_bytes,
+            max_message_bytes: settings.max_message_bytes.into(),
             principal_daily_bytes: settings.principal_daily_bytes,
         }
     }

@@ -29,6 +29,7 @@ mod content;
 pub mod pdf;
 pub mod resize;
 pub mod s3;
+pub mod settings;
 pub mod voice;
 
 use crate::domain::{MediaRef, Shown};
@@ -36,7 +37,7 @@ use std::sync::Arc;
 
 use switchboard_contract::{Attachment, AttachmentKind, FetchError};
 
-use crate::config::MediaSettings;
+use crate::media::settings::MediaSettings;
 use blobs::{BlobError, BlobStore, hash_of};
 use voice::Transcriber;
 
@@ -179,8 +180,8 @@ impl Media {
     ) -> Result<Self, reqwest::Error> {
         Ok(Self {
             blobs,
-            max_file_bytes: settings.max_file_bytes,
-            max_text_bytes: settings.max_text_bytes,
+            max_file_bytes: settings.max_file_bytes.into(),
+            max_text_bytes: settings.max_text_bytes.into(),
             vision_models: settings.vision_models.clone(),
             max_image_side: settings.max_image_side,
             max_image_bytes: settings.max_image_bytes,
@@ -496,7 +497,7 @@ mod tests {
 
     fn media(blobs: &MemoryBlobs, max: u64) -> Media {
         let settings = MediaSettings {
-            max_file_bytes: max,
+            max_file_bytes: std::num::NonZero::new(max).unwrap(),
             vision_models: vec!["seeing".to_owned()],
             ..MediaSettings::default()
         };
@@ -582,7 +583,7 @@ mod tests {
         let refusal = media.ingest(&[binary], &ALL).await.expect("ingest");
         assert!(matches!(refusal, Err(Refusal::Unsupported { .. })));
         let settings = MediaSettings {
-            max_text_bytes: 4,
+            max_text_bytes: std::num::NonZero::new(4).unwrap(),
             ..MediaSettings::default()
         };
         let small = Media::new(Arc::new(blobs.clone()), &settings).expect("media");
@@ -731,7 +732,7 @@ mod tests {
         let blobs = MemoryBlobs::default();
         let settings = MediaSettings {
             transcription: Some(voice::TranscriptionSettings {
-                base_url: server.base_url(),
+                base_url: crate::domain::BaseUrl::parse(&server.base_url()).expect("the fake URL"),
                 api_key_env: "SWITCHBOARD_TEST_NO_SUCH_KEY".to_owned(),
                 ..voice::TranscriptionSettings::default()
             }),

@@ -19,8 +19,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
 
 use super::blobs::{BlobError, BlobInfo, BlobStore, RENEW_AFTER_MS, checked, is_hash};
-use crate::config::S3Settings;
 use crate::domain::now_ms;
+use crate::media::settings::S3Settings;
 
 /// Blobs in an S3-compatible bucket.
 #[derive(Debug, Clone)]

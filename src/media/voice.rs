@@ -20,6 +20,8 @@ use schemars::JsonSchema;
 use secrecy::{ExposeSecret as _, SecretString};
 use serde::Deserialize;
 
+use crate::domain::setting::{self, BaseUrl, InvalidSetting};
+
 /// `[media.transcription]`: where voice notes are transcribed. Without the
 /// section, voice notes and audio files are answered that voice notes are
 /// not enabled.
@@ -28,7 +30,7 @@ use serde::Deserialize;
 pub struct TranscriptionSettings {
     /// The API base, up to and including `/v1`: the request goes to
     /// `{base_url}/audio/transcriptions`.
-    pub base_url: String,
+    pub base_url: BaseUrl,
     /// The transcription model (`whisper-1`, `gpt-4o-mini-transcribe`, or
     /// what a local server calls its model).
     pub model: String,
@@ -38,19 +40,46 @@ pub struct TranscriptionSettings {
     /// The language spoken, as an ISO-639-1 code (`en`); unset lets the
     /// model detect it.
     pub language: Option<String>,
-    /// Bound on one transcription request, in seconds (at least 1).
-    pub timeout_secs: u64,
+    /// Bound on one transcription request (`timeout_secs`, at least 1).
+    #[serde(
+        rename = "timeout_secs",
+        deserialize_with = "setting::secs::deserialize"
+    )]
+    #[schemars(with = "u64")]
+    pub timeout: Duration,
 }
 
 impl Default for TranscriptionSettings {
     fn default() -> Self {
         Self {
-            base_url: "https://api.openai.com/v1".to_owned(),
+            base_url: BaseUrl::parse("https://api.openai.com/v1").expect("a valid URL"),
             model: "whisper-1".to_owned(),
             api_key_env: "OPENAI_API_KEY".to_owned(),
             language: None,
-            timeout_secs: 60,
+            timeout: Duration::from_secs(60),
         }
+    }
+}
+
+impl TranscriptionSettings {
+    /// Checks what parses but cannot be used.
+    ///
+    /// # Errors
+    /// An empty model, or a timeout under a second.
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        if self.model.trim().is_empty() {
+            return Err(InvalidSetting::new(
+                "media.transcription.model",
+                "must not be empty",
+            ));
+        }
+        if self.timeout < Duration::from_secs(1) {
+            return Err(InvalidSetting::new(
+                "media.transcription.timeout_secs",
+                "must be at least 1",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -91,15 +120,12 @@ impl Transcriber {
     pub fn new(settings: &TranscriptionSettings) -> Result<Self, reqwest::Error> {
         let client = reqwest::Client::builder()
             .user_agent(concat!("switchboard/", env!("CARGO_PKG_VERSION")))
-            .timeout(Duration::from_secs(settings.timeout_secs.max(1)))
+            .timeout(settings.timeout)
             .build()?;
         let key = std::env::var(&settings.api_key_env).unwrap_or_default();
         Ok(Self {
             client,
-            url: format!(
-                "{}/audio/transcriptions",
-                settings.base_url.trim_end_matches('/')
-            ),
+            url: format!("{}/audio/transcriptions", settings.base_url),
             model: settings.model.clone(),
             language: settings.language.clone().filter(|code| !code.is_empty()),
             key: SecretString::from(key),
@@ -214,7 +240,7 @@ mod tests {
 
     fn settings(base_url: String) -> TranscriptionSettings {
         TranscriptionSettings {
-            base_url,
+            base_url: BaseUrl::parse(&base_url).expect("the fake's URL"),
             model: "whisper-test".to_owned(),
             api_key_env: "SWITCHBOARD_TEST_NO_SUCH_KEY".to_owned(),
             language: Some("en".to_owned()),

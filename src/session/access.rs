@@ -12,9 +12,9 @@ use switchboard_contract::{ChatKind, InboundMessage};
 use super::commands::Command;
 use super::link::LinkCode;
 use super::texts;
-use crate::config::AccessSettings;
 use crate::domain::LocalPlatform;
 use crate::domain::PrincipalId;
+use crate::session::settings::AccessSettings;
 use crate::store::{Applicant, Identity, PairingStatus, Store, StoreError};
 
 /// What access control does with a message.

@@ -24,6 +24,7 @@ pub mod link;
 pub mod routing;
 pub mod runner;
 pub mod service;
+pub mod settings;
 pub mod speaker;
 pub mod texts;
 pub mod turn;

@@ -16,8 +16,9 @@ use switchboard_contract::{ChatKind, InboundMessage};
 use super::key::{Origin, RouteKey};
 use super::service::ServiceError;
 use crate::agent::prompt::{build_system_prompt, offers_memory, with_person_memory};
-use crate::config::{AgentSettings, DmSessions, GroupSessions, SessionSettings};
+use crate::agent::settings::AgentSettings;
 use crate::domain::{ChatMessage, PrincipalId, SessionId};
+use crate::session::settings::{DmSessions, GroupSessions, SessionSettings};
 use crate::store::{NewSession, Store, StoreError};
 use crate::tools::ToolRegistry;
 

@@ -176,11 +176,10 @@ impl Runner {
         burst_window: Duration,
         shutdown: CancellationToken,
     ) -> Self {
-        let lease_ttl =
-            Duration::from_millis(u64::try_from(store.instance().lease_ttl_ms).unwrap_or(1000));
+        let lease_ttl = store.instance().lease_ttl;
         Self {
             inner: Arc::new(Inner {
-                max_iterations: turns.agent.max_iterations,
+                max_iterations: turns.agent.max_iterations.into(),
                 store,
                 turns,
                 lease_ttl,
@@ -206,7 +205,7 @@ impl Runner {
     }
 
     fn ttl_ms(&self) -> i64 {
-        self.inner.store.instance().lease_ttl_ms
+        self.inner.store.instance().lease_ttl_ms()
     }
 
     /// The live events of turns run here (subscribe before queuing a turn

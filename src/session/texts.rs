@@ -9,9 +9,9 @@ use std::fmt::Write as _;
 use super::access::Decision;
 use super::link::CODE_TTL;
 use super::turn::TurnOutcome;
-use crate::config::DmSessions;
 use crate::domain::SessionId;
 use crate::llm::ModelFailure;
+use crate::session::settings::DmSessions;
 use crate::store::{MemoryEntry, PairingRequest, SessionRow, SessionSummary, UsageSummary};
 
 /// The help text listing the commands.

@@ -20,8 +20,8 @@ use crate::agent::run::{
     InterruptedRound, LoopEnd, LoopEnv, LoopError, LoopOutcome, SpendLimit, TaskLimits, run_loop,
     warn_at_80_percent,
 };
+use crate::agent::settings::{AgentSettings, ContextSettings, LimitSettings};
 use crate::agent::wallet::{Budget, Purse, Wallet};
-use crate::config::{AgentSettings, ContextSettings, LimitSettings, MemorySettings};
 use crate::domain::{ChatMessage, MediaRef};
 use crate::llm::ModelFailure;
 use crate::media::Media;
@@ -31,6 +31,7 @@ use crate::store::{
 };
 use crate::tools::ToolRegistry;
 use crate::tools::memory::MEMORY;
+use crate::tools::settings::MemorySettings;
 use crate::usage::Price;
 
 /// Tokens per character no real tokenizer exceeds for ordinary text; a view
@@ -348,7 +349,7 @@ impl TurnExecutor {
         let task = self
             .start_task(store, inbound, control, turn, media)
             .await?;
-        let time_limit = Duration::from_secs(self.limits.task_timeout_secs);
+        let time_limit = self.limits.task_timeout;
         let purse = Arc::clone(&task.purse);
         let result = run_within_limits(task, control, time_limit).await;
         tracing::info!(model_calls = purse.task_calls(), "turn finished");
@@ -580,7 +581,7 @@ impl TurnExecutor {
         } else {
             0
         };
-        let budget = u64::from(self.agent.max_iterations).saturating_sub(spent);
+        let budget = u64::from(self.agent.max_iterations.get()).saturating_sub(spent);
         let purse = Arc::new(Wallet::open(u32::try_from(budget).unwrap_or(0)));
         let _ = control.purse.set(Arc::clone(&purse));
         Ok(StartedTask {
@@ -629,7 +630,7 @@ impl TurnExecutor {
             prices: Arc::clone(&self.prices),
             system_prompt: session.system_prompt.clone(),
             max_tokens: self.max_tokens,
-            tool_timeout: Duration::from_secs(self.agent.tool_timeout_secs),
+            tool_timeout: self.agent.tool_timeout,
             depth: 0,
             max_depth: self.agent.max_delegation_depth,
             parent_reserve: self.agent.parent_reserve,

@@ -99,6 +99,7 @@ mod platform_leases;
 mod principals;
 mod session_id;
 mod sessions;
+pub mod settings;
 mod stats;
 #[cfg(test)]
 pub(crate) mod test_support;
@@ -214,7 +215,7 @@ impl From<sqlx::migrate::MigrateError> for StoreError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Instance {
     pub id: String,
-    pub lease_ttl_ms: i64,
+    pub lease_ttl: Duration,
 }
 
 impl Instance {
@@ -223,8 +224,13 @@ impl Instance {
     pub fn ephemeral() -> Self {
         Self {
             id: uuid::Uuid::new_v4().to_string(),
-            lease_ttl_ms: 30_000,
+            lease_ttl: Duration::from_secs(30),
         }
+    }
+
+    /// How long its claims last, in milliseconds (as the rows keep it).
+    pub fn lease_ttl_ms(&self) -> i64 {
+        crate::domain::millis(self.lease_ttl)
     }
 }
 

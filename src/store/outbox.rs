@@ -151,7 +151,7 @@ impl Store {
                 Arg::from(now),
                 Arg::from(end.inbound_id),
                 self.instance.id.as_str().into(),
-                Arg::from(self.instance.lease_ttl_ms),
+                Arg::from(self.instance.lease_ttl_ms()),
             ],
         );
         batch.push(
@@ -245,7 +245,7 @@ impl Store {
              ORDER BY id LIMIT $3{skip_locked}) RETURNING {OUTBOX_COLUMNS}"
         ))
         .bind(self.instance.id.as_str())
-        .bind(self.instance.lease_ttl_ms)
+        .bind(self.instance.lease_ttl_ms())
         .bind(limit)
         .fetch_all(&mut *self.conn().await?)
         .await?;
@@ -266,7 +266,7 @@ impl Store {
              WHERE id = $2 AND claimed_by = $3 AND status = 'pending' RETURNING id",
             self.clock_sql()
         ))
-        .bind(self.instance.lease_ttl_ms)
+        .bind(self.instance.lease_ttl_ms())
         .bind(id)
         .bind(self.instance.id.as_str())
         .fetch_optional(&mut *self.conn().await?)

@@ -28,7 +28,7 @@ pub(super) async fn scratch_instance(
         .expect("another connection")
         .with_instance(Instance {
             id: id.to_owned(),
-            lease_ttl_ms,
+            lease_ttl: std::time::Duration::from_millis(u64::try_from(lease_ttl_ms).unwrap_or(0)),
         })
 }
 

@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 use url::{Host, Url};
 
 use super::{Tool, ToolContext, ToolError, arguments_schema};
+use crate::domain::setting;
 
 /// Limits and host rules for [`HttpGet`].
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -45,7 +46,12 @@ pub struct HttpGetConfig {
     /// Bodies are cut off after this many bytes.
     pub max_bytes: usize,
     /// Bound on the whole request, redirects and body included (at least 1).
-    pub timeout_secs: u64,
+    #[serde(
+        rename = "timeout_secs",
+        deserialize_with = "setting::secs::deserialize"
+    )]
+    #[schemars(with = "u64")]
+    pub timeout: Duration,
     /// Redirects followed before giving up.
     pub max_redirects: usize,
 }
@@ -57,7 +63,7 @@ impl Default for HttpGetConfig {
             deny_hosts: Vec::new(),
             allow_private: false,
             max_bytes: 512 * 1024,
-            timeout_secs: 15,
+            timeout: Duration::from_secs(15),
             max_redirects: 5,
         }
     }
@@ -65,7 +71,7 @@ impl Default for HttpGetConfig {
 
 impl HttpGetConfig {
     pub(crate) fn timeout(&self) -> Duration {
-        Duration::from_secs(self.timeout_secs.max(1))
+        self.timeout
     }
 }
 
@@ -798,7 +804,7 @@ mod tests {
     async fn timeout_is_reported() {
         let addr = serve().await;
         let tool = HttpGet::new(HttpGetConfig {
-            timeout_secs: 1,
+            timeout: Duration::from_secs(1),
             ..local_config()
         })
         .unwrap();
@@ -909,7 +915,7 @@ mod tests {
         assert!(config.allow_hosts.is_empty());
         assert!(!config.allow_private);
         assert_eq!(config.max_bytes, 512 * 1024);
-        assert_eq!(config.timeout_secs, 15);
+        assert_eq!(config.timeout, Duration::from_secs(15));
         assert_eq!(config.max_redirects, 5);
         let tool = HttpGet::new(config).unwrap();
         assert_eq!(tool.name(), "http_get");

@@ -18,9 +18,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Tool, ToolContext, ToolError, arguments_schema};
-use crate::config::MemorySettings;
 use crate::domain::PrincipalId;
 use crate::store::{Remembered, Store, StoreError};
+use crate::tools::settings::MemorySettings;
 
 /// The tool's name.
 pub const MEMORY: &str = "memory";
@@ -139,7 +139,7 @@ impl Memory {
                  shorten it"
             )));
         }
-        let max_entries = u64::from(self.settings.max_entries);
+        let max_entries = u64::from(self.settings.max_entries.get());
         let remembered = self
             .store
             .remember(principal, &text, Some(&ctx.session_id), max_entries)
@@ -253,7 +253,7 @@ mod tests {
             store.clone(),
             MemorySettings {
                 enabled: true,
-                max_entries,
+                max_entries: std::num::NonZeroU32::new(max_entries).expect("at least 1"),
                 max_entry_chars,
                 extract_at_compaction: false,
             },

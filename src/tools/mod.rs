@@ -17,6 +17,7 @@
 //! server gave then, so a server changing its list does not change a running
 //! session's prompt prefix.
 
+pub mod builtin;
 pub mod cache;
 pub mod calculator;
 pub mod current_time;
@@ -24,6 +25,7 @@ pub mod delegate;
 pub mod http_get;
 pub mod mcp;
 pub mod memory;
+pub mod settings;
 
 use crate::domain::{PrincipalId, SessionId, StoredTool, ToolSpec};
 use std::collections::BTreeMap;

@@ -182,7 +182,7 @@ async fn malformed_image_parts_get_a_400_naming_them_and_nothing_is_stored() {
     let llm = FakeLlm::echo().await;
     let app = TestApp::spawn_with(&llm, |s| {
         s.media.vision_models = vec!["fake-model".to_owned()];
-        s.media.max_file_bytes = 2048;
+        s.media.max_file_bytes = std::num::NonZero::new(2048).unwrap();
     })
     .await;
     let big = format!(

@@ -88,9 +88,9 @@ async fn gated_app(llm: &GatedLlm) -> TestApp {
     let unused = FakeLlm::echo().await;
     let base = llm.base.clone();
     TestApp::spawn_with(&unused, move |s| {
-        s.llm.base_url = base;
-        s.llm.timeout_secs = 300;
-        s.api.reply_timeout_secs = 1;
+        s.llm.base_url = switchboard::domain::BaseUrl::parse(&base).expect("a test URL");
+        s.llm.timeout = std::time::Duration::from_secs(300);
+        s.api.reply_timeout = std::time::Duration::from_secs(1);
     })
     .await
 }

@@ -51,7 +51,7 @@ fn runaway(body: &Value) -> Reply {
 async fn deep_and_wide_delegation_never_exceeds_the_task_budget() {
     let llm = FakeLlm::start(runaway).await;
     let app = TestApp::spawn_with(&llm, |s| {
-        s.agent.max_iterations = 40;
+        s.agent.max_iterations = std::num::NonZero::new(40).unwrap();
         s.limits.repeat_limit = 0;
     })
     .await;
@@ -100,7 +100,7 @@ async fn a_tool_loop_without_delegation_stops_at_the_budget_with_a_summary() {
     })
     .await;
     let app = TestApp::spawn_with(&llm, |s| {
-        s.agent.max_iterations = 5;
+        s.agent.max_iterations = std::num::NonZero::new(5).unwrap();
         s.limits.repeat_limit = 0;
     })
     .await;

@@ -24,7 +24,7 @@ const WINDOW_MS: u64 = 2_000;
 async fn gateway(llm: &FakeLlm, telegram: &FakeTelegram, window_ms: u64) -> TestApp {
     TestApp::spawn_with(llm, |s| {
         s.telegram = Some(telegram_settings(telegram));
-        s.sessions.burst_window_ms = window_ms;
+        s.sessions.burst_window = std::time::Duration::from_millis(window_ms);
     })
     .await
 }

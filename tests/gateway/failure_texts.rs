@@ -65,7 +65,7 @@ async fn a_wrong_base_url_is_reported_as_a_misconfigured_endpoint() {
     let llm = FakeLlm::echo().await;
     let wrong = format!("http://{}/wrong/v1", llm.addr);
     let app = TestApp::spawn_with(&llm, |s| {
-        s.llm.base_url = wrong;
+        s.llm.base_url = switchboard::domain::BaseUrl::parse(&wrong).expect("a test URL");
         s.llm.max_retries = 0;
     })
     .await;
@@ -88,7 +88,9 @@ async fn a_closed_port_is_reported_as_unreachable() {
     };
     let llm = FakeLlm::echo().await;
     let app = TestApp::spawn_with(&llm, |s| {
-        s.llm.base_url = format!("http://127.0.0.1:{port}/v1");
+        s.llm.base_url =
+            switchboard::domain::BaseUrl::parse(&format!("http://127.0.0.1:{port}/v1"))
+                .expect("a test URL");
         s.llm.max_retries = 1;
     })
     .await;

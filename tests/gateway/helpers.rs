@@ -951,22 +951,23 @@ pub async fn test_settings(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {
     let database = fresh_database(dir.path()).await;
     settings.database.url = database.url.clone();
     UNCLAIMED.lock().expect("lock").push(database);
-    settings.llm.base_url = llm.openai_base();
+    settings.llm.base_url =
+        switchboard::domain::BaseUrl::parse(&llm.openai_base()).expect("a test URL");
     settings.llm.model = "fake-model".to_owned();
     settings.llm.api_key_env = "SWITCHBOARD_TEST_LLM_KEY".to_owned();
-    settings.llm.retry_base_ms = 1;
-    settings.llm.retry_max_ms = 5;
-    settings.llm.timeout_secs = 10;
+    settings.llm.retry_base = std::time::Duration::from_millis(1);
+    settings.llm.retry_max = std::time::Duration::from_millis(5);
+    settings.llm.timeout = std::time::Duration::from_secs(10);
     settings.agent.tools = vec![
         "calculator".to_owned(),
         "current_time".to_owned(),
         "delegate".to_owned(),
     ];
     settings.api.keys_env = "SWITCHBOARD_TEST_API_KEYS_UNSET".to_owned();
-    settings.api.reply_timeout_secs = 60;
+    settings.api.reply_timeout = std::time::Duration::from_secs(60);
     // One turn per message, at once: the tests send messages faster than a
     // burst window and count turns (the burst tests set their own window).
-    settings.sessions.burst_window_ms = 0;
+    settings.sessions.burst_window = std::time::Duration::from_millis(0);
     // Files sent to the bot stay in the test's folder.
     settings.media.folder = dir.path().join("media");
     settings

@@ -162,7 +162,7 @@ async fn a_link_code_works_once() {
 
     assert_eq!(
         first,
-        switchboard::session::texts::linked(switchboard::config::DmSessions::Shared)
+        switchboard::session::texts::linked(switchboard::session::settings::DmSessions::Shared)
     );
     assert!(
         second.contains("wrong, expired or already used"),
@@ -311,7 +311,7 @@ async fn sessions_lists_conversations_and_resume_switches_the_chat_back() {
 
 #[tokio::test]
 async fn direct_chats_can_be_kept_per_platform() {
-    use switchboard::config::DmSessions;
+    use switchboard::session::settings::DmSessions;
     let llm = FakeLlm::echo().await;
     let app = TestApp::spawn_with(&llm, |s| s.sessions.dm_sessions = DmSessions::PerPlatform).await;
     let fake = Fake::register(&app);

@@ -62,7 +62,10 @@ async fn stop_cancels_a_running_turn_and_confirms() {
 #[tokio::test]
 async fn a_task_past_its_time_limit_stops_with_a_message() {
     let llm = FakeLlm::start_with_delay(slow_echo, Duration::from_secs(5)).await;
-    let app = TestApp::spawn_with(&llm, |s| s.limits.task_timeout_secs = 1).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.limits.task_timeout = std::time::Duration::from_secs(1)
+    })
+    .await;
 
     let (_, reply) = app.say(None, "slow please").await;
 
@@ -171,7 +174,7 @@ async fn in_interrupt_mode_a_new_message_stops_the_running_turn() {
     )
     .await;
     let app = TestApp::spawn_with(&llm, |s| {
-        s.sessions.busy = switchboard::config::BusyMode::Interrupt;
+        s.sessions.busy = switchboard::session::settings::BusyMode::Interrupt;
     })
     .await;
     let (session, _) = app.say(None, "/help").await;

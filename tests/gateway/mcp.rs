@@ -35,8 +35,8 @@ fn stdio_server(log: &Path, extra: Option<&Path>) -> McpServerSettings {
 
 fn with_server(settings: &mut Settings, server: McpServerSettings) {
     settings.mcp.servers.insert("fake".to_owned(), server);
-    settings.mcp.restart_base_ms = 50;
-    settings.mcp.restart_max_secs = 1;
+    settings.mcp.restart_base = std::time::Duration::from_millis(50);
+    settings.mcp.restart_max = std::time::Duration::from_secs(1);
 }
 
 /// The lines of the server's call log.
@@ -266,9 +266,9 @@ async fn a_hung_server_is_restarted_and_answers_again() {
     let llm = FakeLlm::start(caller).await;
     let app = TestApp::spawn_with(&llm, |s| {
         with_server(s, stdio_server(&log, None));
-        s.agent.tool_timeout_secs = 1;
-        s.mcp.refresh_secs = 1;
-        s.mcp.startup_timeout_secs = 1;
+        s.agent.tool_timeout = std::time::Duration::from_secs(1);
+        s.mcp.refresh = std::time::Duration::from_secs(1);
+        s.mcp.startup_timeout = std::time::Duration::from_secs(1);
     })
     .await;
     let mcp = app.gateway.tools.mcp().expect("MCP servers").clone();
@@ -318,7 +318,7 @@ async fn the_prompt_prefix_is_byte_stable_across_ten_turns_with_mcp_tools() {
     let app = TestApp::spawn_with(&llm, |s| {
         with_server(s, stdio_server(&log, None));
         // Re-listed every second: the listing must not disturb the prefix.
-        s.mcp.refresh_secs = 1;
+        s.mcp.refresh = std::time::Duration::from_secs(1);
     })
     .await;
 
@@ -423,7 +423,7 @@ async fn a_changed_tool_list_reaches_new_sessions_and_running_ones_keep_theirs()
     let llm = FakeLlm::start(caller).await;
     let app = TestApp::spawn_with(&llm, |s| {
         with_server(s, stdio_server(&log, Some(&extra)));
-        s.mcp.refresh_secs = 1;
+        s.mcp.refresh = std::time::Duration::from_secs(1);
     })
     .await;
     let (old, _) = app.say(None, "hello").await;

@@ -100,7 +100,8 @@ async fn an_anthropic_vision_model_gets_an_image_block() {
     let gateway = TestApp::spawn_with(&llm, |s| {
         s.telegram = Some(telegram_settings(&telegram));
         s.llm.provider = ProviderKind::Anthropic;
-        s.llm.base_url = llm.anthropic_base();
+        s.llm.base_url =
+            switchboard::domain::BaseUrl::parse(&llm.anthropic_base()).expect("a test URL");
         s.media.vision_models = vec!["fake-model".to_owned()];
     })
     .await;
@@ -150,7 +151,7 @@ async fn an_oversized_photo_gets_the_limit_reply_and_no_turn() {
     let folder = blobs.path().join("media");
     let gateway = TestApp::spawn_with(&llm, |s| {
         s.telegram = Some(telegram_settings(&telegram));
-        s.media.max_file_bytes = 64;
+        s.media.max_file_bytes = std::num::NonZero::new(64).unwrap();
         s.media.folder.clone_from(&folder);
     })
     .await;
@@ -272,7 +273,7 @@ async fn a_restart_between_receiving_and_answering_loses_nothing() {
     // The first instance records the photo but holds it (a long burst
     // window), then stops before answering it.
     let mut holding = settings.clone();
-    holding.sessions.burst_window_ms = 600_000;
+    holding.sessions.burst_window = std::time::Duration::from_millis(600_000);
     let first = TestApp::start(holding, tempfile::tempdir().expect("tempdir")).await;
     telegram.dm_photo(ADA, "photo-r", (1, 1), Some("still there?"));
     crate::helpers::eventually_recorded(&first).await;

@@ -34,7 +34,7 @@ const GRACE: TgUser = TgUser {
 /// Transcription through `server`, without a key.
 fn transcription(server: &FakeTranscription) -> TranscriptionSettings {
     TranscriptionSettings {
-        base_url: server.base_url(),
+        base_url: switchboard::domain::BaseUrl::parse(&server.base_url()).expect("the fake URL"),
         model: "whisper-test".to_owned(),
         api_key_env: "SWITCHBOARD_TEST_NO_SUCH_KEY".to_owned(),
         ..TranscriptionSettings::default()
@@ -361,7 +361,7 @@ async fn a_voice_note_held_across_a_restart_is_transcribed_once_by_the_instance_
     // The first instance records the voice note but holds it (a long burst
     // window), then stops before answering it.
     let mut holding = settings.clone();
-    holding.sessions.burst_window_ms = 600_000;
+    holding.sessions.burst_window = std::time::Duration::from_millis(600_000);
     let first = TestApp::start(holding, tempfile::tempdir().expect("tempdir")).await;
     telegram.dm_voice(ADA, "voice-r");
     crate::helpers::eventually_recorded(&first).await;

@@ -18,8 +18,9 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::Value;
-use switchboard::config::{BlobStoreKind, S3Settings, Settings};
+use switchboard::config::Settings;
 use switchboard::media::blobs::hash_of;
+use switchboard::media::settings::{BlobStoreKind, S3Settings};
 use switchboard_contract::{
     AccountId, Attachment, AttachmentKind, ChatKind, EventId, FetchError, FetchMedia,
     InboundMessage, InboundSink, MediaFetcher, PlatformName, Submitted,
@@ -125,7 +126,7 @@ async fn a_message_over_the_message_cap_gets_the_limit_reply_and_nothing_is_kept
     let llm = FakeLlm::echo().await;
     let gateway = TestApp::spawn_with(&llm, |s| {
         s.telegram = Some(telegram_settings(&telegram));
-        s.media.max_message_bytes = 50;
+        s.media.max_message_bytes = std::num::NonZero::new(50).unwrap();
     })
     .await;
 
@@ -284,7 +285,7 @@ async fn housekeeping_removes_old_unreferenced_blobs_only(kept: Kept, test: &str
     kept.configure(&mut settings, test);
     settings.media.retention_days = 30;
     settings.media.max_image_side = 16;
-    settings.runner.maintenance_interval_secs = 1;
+    settings.runner.maintenance_interval = std::time::Duration::from_secs(1);
     let _database = crate::helpers::hold_database(&settings);
 
     // Each instance runs the maintenance task, as `switchboard serve` does.

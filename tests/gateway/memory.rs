@@ -353,7 +353,7 @@ async fn the_limits_refuse_with_clear_errors() {
     let llm = FakeLlm::start(memory_model).await;
     let app = TestApp::spawn_with(&llm, |s| {
         with_memory(s);
-        s.memory.max_entries = 2;
+        s.memory.max_entries = std::num::NonZero::new(2).unwrap();
         s.memory.max_entry_chars = 30;
     })
     .await;

@@ -373,8 +373,9 @@ async fn queue_depth_and_running_turns_while_a_turn_waits_on_the_model() {
     let placeholder = FakeLlm::echo().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut settings = test_settings(&placeholder, &dir).await;
-    settings.llm.base_url = format!("http://{}/v1", llm.addr);
-    settings.runner.max_concurrent_turns = 1;
+    settings.llm.base_url = switchboard::domain::BaseUrl::parse(&format!("http://{}/v1", llm.addr))
+        .expect("a test URL");
+    settings.runner.max_concurrent_turns = std::num::NonZero::new(1).unwrap();
     let app = Arc::new(TestApp::start(settings, dir).await);
 
     let mut turns = JoinSet::new();

@@ -241,7 +241,7 @@ async fn group_messages_that_do_not_address_the_bot_and_bot_messages_are_ignored
 
 #[tokio::test]
 async fn group_sessions_can_be_per_user() {
-    use switchboard::config::GroupSessions;
+    use switchboard::session::settings::GroupSessions;
     let llm = FakeLlm::echo().await;
     let app =
         TestApp::spawn_with(&llm, |s| s.sessions.group_sessions = GroupSessions::PerUser).await;

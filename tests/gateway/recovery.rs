@@ -197,6 +197,6 @@ async fn settings_for(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {
     let mut settings = test_settings(llm, dir).await;
     settings.agent.tools = vec!["calculator".to_owned(), "delegate".to_owned()];
     // The crashed process's lease must expire before another takes over.
-    settings.runner.lease_ttl_secs = 1;
+    settings.runner.lease_ttl = std::time::Duration::from_secs(1);
     settings
 }

@@ -97,7 +97,10 @@ async fn the_global_turn_limit_caps_concurrent_model_calls() {
         Duration::from_millis(20),
     )
     .await;
-    let app = TestApp::spawn_with(&llm, |s| s.runner.max_concurrent_turns = 3).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.runner.max_concurrent_turns = std::num::NonZero::new(3).unwrap()
+    })
+    .await;
 
     let sends = (0..12).map(|i| {
         let app = &app;
@@ -113,7 +116,10 @@ async fn the_global_turn_limit_caps_concurrent_model_calls() {
 #[tokio::test]
 async fn a_session_leased_by_another_process_waits_for_the_lease() {
     let llm = FakeLlm::start(|body| Reply::Text(format!("echo: {}", last_user_text(body)))).await;
-    let app = TestApp::spawn_with(&llm, |settings| settings.runner.lease_ttl_secs = 1).await;
+    let app = TestApp::spawn_with(&llm, |settings| {
+        settings.runner.lease_ttl = std::time::Duration::from_secs(1)
+    })
+    .await;
     let (session, _) = app.say(None, "start").await;
     // Another gateway process takes the session for the next 1.5 s (our
     // runner may not have given its lease up yet: the reply goes out first).

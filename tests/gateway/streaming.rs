@@ -123,7 +123,7 @@ async fn same_rows_streamed_or_not(provider: ProviderKind) {
     };
     let app = TestApp::spawn_with(&llm, |settings| {
         settings.llm.provider = provider;
-        settings.llm.base_url = base;
+        settings.llm.base_url = switchboard::domain::BaseUrl::parse(&base).expect("a test URL");
     })
     .await;
 
@@ -348,7 +348,7 @@ async fn a_cut_stream_is_retried(provider: ProviderKind) {
     };
     let app = TestApp::spawn_with(&llm, |settings| {
         settings.llm.provider = provider;
-        settings.llm.base_url = base;
+        settings.llm.base_url = switchboard::domain::BaseUrl::parse(&base).expect("a test URL");
     })
     .await;
 

@@ -93,7 +93,7 @@ async fn anthropic_requests_carry_cache_breakpoints_and_tool_results_in_user_mes
     let base = llm.anthropic_base();
     let app = TestApp::spawn_with(&llm, |s| {
         s.llm.provider = ProviderKind::Anthropic;
-        s.llm.base_url = base;
+        s.llm.base_url = switchboard::domain::BaseUrl::parse(&base).expect("a test URL");
     })
     .await;
 

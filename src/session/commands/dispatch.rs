@@ -6,15 +6,17 @@
 //! principal's own sessions or facts.
 
 use super::Command;
-use crate::config::{DmSessions, MemorySettings, Settings};
+use crate::config::Settings;
 use crate::domain::{SessionId, now_ms, start_of_today_ms};
 use crate::session::access::{Access, Decision};
 use crate::session::link::{CODE_TTL, FAILURE_WINDOW, LinkCode, MAX_FAILURES};
 use crate::session::routing::{Place, Routing};
 use crate::session::runner::Runner;
+use crate::session::settings::DmSessions;
 use crate::session::texts;
 use crate::session::turn::StopCause;
 use crate::store::{Identity, Redemption, Store, StoreError};
+use crate::tools::settings::MemorySettings;
 
 /// What commands act on: the service's parts, borrowed for one message.
 pub struct Commands<'a> {
@@ -110,7 +112,7 @@ impl CommandSettings {
         Self {
             model,
             models,
-            max_iterations: settings.agent.max_iterations,
+            max_iterations: settings.agent.max_iterations.into(),
             daily_usd: settings.limits.principal_daily_usd,
             dm_sessions: settings.sessions.dm_sessions,
             memory: settings.memory.clone(),
@@ -320,7 +322,7 @@ impl Commands<'_> {
         Ok(match words.as_slice() {
             [] | ["list"] => {
                 let facts = self.store.memories(principal).await?;
-                texts::memory_list(&facts, self.settings.memory.max_entries)
+                texts::memory_list(&facts, self.settings.memory.max_entries.get())
             }
             ["forget", number] => {
                 let facts = self.store.memories(principal).await?;

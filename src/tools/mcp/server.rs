@@ -190,13 +190,9 @@ impl McpServer {
 
     /// Runs the supervisor until `shutdown`.
     pub(super) async fn supervise(self: Arc<Self>, mcp: McpSettings, shutdown: CancellationToken) {
-        let timeout = Duration::from_secs(mcp.startup_timeout_secs.max(1));
-        let refresh = Duration::from_secs(mcp.refresh_secs.max(1));
-        let mut retries = Backoff::new(
-            Duration::from_millis(mcp.restart_base_ms.max(1)),
-            Duration::from_secs(mcp.restart_max_secs.max(1)),
-        )
-        .retries();
+        let timeout = mcp.startup_timeout;
+        let refresh = mcp.refresh;
+        let mut retries = Backoff::new(mcp.restart_base, mcp.restart_max).retries();
         loop {
             let changed = Arc::new(Notify::new());
             let started = tokio::select! {

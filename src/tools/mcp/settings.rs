@@ -4,9 +4,12 @@
 //! allow/deny matching ([`ToolFilter`]).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
+
+use crate::domain::setting;
 
 /// Separates a server's name from its tool's name in the toolset.
 pub const SEPARATOR: &str = "__";
@@ -24,15 +27,35 @@ pub struct McpSettings {
     pub deny: Vec<String>,
     /// How often each server's tool list is read again, which also checks
     /// that the server still answers (at least 1).
-    pub refresh_secs: u64,
+    #[serde(
+        rename = "refresh_secs",
+        deserialize_with = "setting::secs::deserialize"
+    )]
+    #[schemars(with = "u64")]
+    pub refresh: Duration,
     /// Longest wait for a server to start and list its tools, and for a
     /// refresh to answer, before it counts as hung and is restarted.
-    pub startup_timeout_secs: u64,
+    #[serde(
+        rename = "startup_timeout_secs",
+        deserialize_with = "setting::secs::deserialize"
+    )]
+    #[schemars(with = "u64")]
+    pub startup_timeout: Duration,
     /// First delay before restarting a server that crashed, hung or failed
     /// to start; doubles per failure in a row (with jitter).
-    pub restart_base_ms: u64,
+    #[serde(
+        rename = "restart_base_ms",
+        deserialize_with = "setting::millis::deserialize"
+    )]
+    #[schemars(with = "u64")]
+    pub restart_base: Duration,
     /// Longest delay between restarts.
-    pub restart_max_secs: u64,
+    #[serde(
+        rename = "restart_max_secs",
+        deserialize_with = "setting::secs::deserialize"
+    )]
+    #[schemars(with = "u64")]
+    pub restart_max: Duration,
     /// The servers, by name (letters, digits, `-`; the name prefixes their
     /// tools: `NAME__tool`).
     pub servers: BTreeMap<String, McpServerSettings>,
@@ -43,10 +66,10 @@ impl Default for McpSettings {
         Self {
             allow: Vec::new(),
             deny: Vec::new(),
-            refresh_secs: 60,
-            startup_timeout_secs: 30,
-            restart_base_ms: 500,
-            restart_max_secs: 60,
+            refresh: Duration::from_secs(60),
+            startup_timeout: Duration::from_secs(30),
+            restart_base: Duration::from_millis(500),
+            restart_max: Duration::from_secs(60),
             servers: BTreeMap::new(),
         }
     }
@@ -97,11 +120,18 @@ impl McpSettings {
     /// The first problem found, as a reason for the key `mcp.servers`,
     /// `mcp.allow` or `mcp.deny`.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        if self.refresh_secs == 0 {
-            return Err(("mcp.refresh_secs", "must be at least 1".to_owned()));
+        let second = Duration::from_secs(1);
+        for (key, duration) in [
+            ("mcp.refresh_secs", self.refresh),
+            ("mcp.startup_timeout_secs", self.startup_timeout),
+            ("mcp.restart_max_secs", self.restart_max),
+        ] {
+            if duration < second {
+                return Err((key, "must be at least 1".to_owned()));
+            }
         }
-        if self.startup_timeout_secs == 0 {
-            return Err(("mcp.startup_timeout_secs", "must be at least 1".to_owned()));
+        if self.restart_base.is_zero() {
+            return Err(("mcp.restart_base_ms", "must be at least 1".to_owned()));
         }
         for (key, patterns) in [("mcp.allow", &self.allow), ("mcp.deny", &self.deny)] {
             if let Some(bad) = patterns.iter().find(|pattern| pattern.trim().is_empty()) {
