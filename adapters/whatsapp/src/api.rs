@@ -155,7 +155,7 @@ fn describe(error: &GraphError) -> String {
         .error_data
         .as_ref()
         .and_then(|data| data.details.as_deref())
-        .filter(|details| !details.is_empty());
+        .filter(|details| !details.is_empty() && *details != error.message);
     let text = match details {
         Some(details) => format!("{} ({details})", error.message),
         None => error.message.clone(),

@@ -136,7 +136,7 @@ impl Normaliser<'_> {
         if let Content::Ignored(why) = content {
             tracing::debug!(
                 kind = %message.kind,
-                message = %redact::message(&message.id),
+                wamid = %redact::message(&message.id),
                 why,
                 "WhatsApp message ignored"
             );
@@ -156,14 +156,8 @@ impl Normaliser<'_> {
         names: &HashMap<String, String>,
         content: Content,
     ) -> Result<Option<Item>, IdError> {
-        let event_id = EventId::parse(message.id.as_str())?;
-        let chat = ChatId::parse(message.from.as_str())?;
-        let sender = Sender {
-            id: UserId::parse(message.from.as_str())?,
-            display_name: names.get(&message.from).cloned(),
-            is_bot: false,
-        };
         let context = message.context.and_then(|context| context.id);
+        let mut press = None;
         let (text, reply_to, attachments) = match content {
             Content::Text { text, reply_to } => (text, reply_to.or(context), Vec::new()),
             Content::Media { kind, media } => {
@@ -171,45 +165,40 @@ impl Normaliser<'_> {
                 (text, context, vec![self.attachment(number, kind, media)])
             }
             Content::Press(id) => {
-                let Ok(action) = ActionId::parse(id) else {
-                    tracing::debug!("WhatsApp button press with an id that is not ours; ignored");
-                    return Ok(None);
-                };
-                return Ok(Some(Item::Action(InboundAction {
-                    platform: platform(),
-                    account: number.account.clone(),
-                    event_id,
-                    chat,
-                    chat_kind: ChatKind::Direct,
-                    thread: None,
-                    sender,
-                    action,
-                    message_id: context,
-                })));
+                press = Some(id);
+                (String::new(), context, Vec::new())
             }
             Content::Ignored(_) => return Ok(None),
         };
-        tracing::info!(
-            account = %number.account,
-            from = %redact::phone(&message.from),
-            message = %redact::message(&message.id),
-            kind = %message.kind,
-            "WhatsApp message received"
-        );
-        Ok(Some(Item::Message(Box::new(InboundMessage {
+        let normalised = InboundMessage {
             platform: platform(),
             account: number.account.clone(),
-            event_id,
-            chat,
+            event_id: EventId::parse(message.id.as_str())?,
+            chat: ChatId::parse(message.from.as_str())?,
             chat_kind: ChatKind::Direct,
             thread: None,
-            sender,
+            sender: Sender {
+                id: UserId::parse(message.from.as_str())?,
+                display_name: names.get(&message.from).cloned(),
+                is_bot: false,
+            },
             text,
             mentions_bot: true,
             reply_to,
-            message_id: Some(message.id),
+            message_id: Some(message.id.clone()),
             attachments,
-        }))))
+        };
+        if let Some(id) = press {
+            return Ok(action(normalised, id).map(Item::Action));
+        }
+        tracing::info!(
+            account = %number.account,
+            from = %redact::phone(&message.from),
+            wamid = %redact::message(&message.id),
+            kind = %message.kind,
+            "WhatsApp message received"
+        );
+        Ok(Some(Item::Message(Box::new(normalised))))
     }
 
     fn attachment(&self, number: &Number, kind: AttachmentKind, media: Media) -> Attachment {
@@ -227,6 +216,26 @@ impl Normaliser<'_> {
             fetch: Some(MediaFetcher::new(fetcher)),
         }
     }
+}
+
+/// The press of the button `id` that `message` (a reply to the question)
+/// is; `None` when the id cannot be one of the core's.
+fn action(message: InboundMessage, id: String) -> Option<InboundAction> {
+    let Ok(action) = ActionId::parse(id) else {
+        tracing::debug!("WhatsApp button press with an id that is not ours; ignored");
+        return None;
+    };
+    Some(InboundAction {
+        platform: message.platform,
+        account: message.account,
+        event_id: message.event_id,
+        chat: message.chat,
+        chat_kind: message.chat_kind,
+        thread: message.thread,
+        sender: message.sender,
+        action,
+        message_id: message.reply_to,
+    })
 }
 
 /// What `message` says, by its type.
@@ -343,14 +352,14 @@ fn status_item(number: &Number, status: Status) -> Option<Item> {
             return None;
         }
     };
-    let message = redact::message(&status.id);
+    let wamid = redact::message(&status.id);
     let recipient = redact::phone(&status.recipient_id);
     match &state {
         DeliveryState::Failed { reason, .. } => {
-            tracing::warn!(%message, %recipient, code, %reason, "WhatsApp message failed");
+            tracing::warn!(%wamid, %recipient, code, %reason, "WhatsApp message failed");
         }
         _ => {
-            tracing::debug!(%message, %recipient, state = %status.status, "WhatsApp delivery status")
+            tracing::debug!(%wamid, %recipient, state = %status.status, "WhatsApp delivery status")
         }
     }
     let chat = ChatId::parse(status.recipient_id).ok()?;

@@ -241,12 +241,7 @@ impl WhatsAppSender {
         for (index, item) in plan.iter().enumerate().skip(sent.len()) {
             let reply_to = if index == 0 { reply.reply_to } else { None };
             let body = item.body(reply.to, reply_to, &self.options.list_button);
-            match self
-                .parts
-                .graph
-                .send(&number.id, &number.token, &body)
-                .await
-            {
+            match self.post(number, &body).await {
                 Ok(id) => {
                     self.recent.insert(id.clone(), Arc::clone(&pending));
                     sent.push(id);
@@ -312,18 +307,13 @@ impl WhatsAppSender {
             tracing::debug!("a template carries no buttons; they are left out");
         }
         let body = outgoing::template(reply.to, template, reply.text);
-        match self
-            .parts
-            .graph
-            .send(&number.id, &number.token, &body)
-            .await
-        {
+        match self.post(number, &body).await {
             Ok(id) => {
                 tracing::info!(template = %template.name, "template sent in place of the reply");
                 Ok(id)
             }
             Err(ApiError::Refused { code, message, .. }) => {
-                tracing::error!(template = %template.name, code, %message, "WhatsApp refused the template");
+                tracing::error!(template = %template.name, code, reason = %message, "WhatsApp refused the template");
                 Err(SendError::Permanent(format!(
                     "WhatsApp refused the template `{}` ({}): code {code}: {message}",
                     template.name, template.language
@@ -381,10 +371,10 @@ impl WhatsAppSender {
             return;
         };
         self.parts.contacts.close(&number.id, status.chat.as_str());
-        let message = redact::message(&status.message_id);
+        let wamid = redact::message(&status.message_id);
         let Some(pending) = self.recent.get(&status.message_id) else {
             tracing::warn!(
-                %message,
+                %wamid,
                 "a message refused outside the 24-hour window was not sent from this process \
                  (or is forgotten); the core has its failed status"
             );
@@ -403,12 +393,18 @@ impl WhatsAppSender {
         };
         match self.send_template(&reply).await {
             Ok(_) => {
-                tracing::info!(%message, "a reply refused outside the 24-hour window went out as the template")
+                tracing::info!(%wamid, "a reply refused outside the 24-hour window went out as the template")
             }
             Err(err) => {
-                tracing::warn!(%message, error = %err, "a reply refused outside the 24-hour window is not delivered")
+                tracing::warn!(%wamid, error = %err, "a reply refused outside the 24-hour window is not delivered")
             }
         }
+    }
+
+    /// Sends one message from `number`.
+    async fn post(&self, number: &Number, body: &serde_json::Value) -> Result<String, ApiError> {
+        let graph = &self.parts.graph;
+        graph.send(&number.id, &number.token, body).await
     }
 
     fn number(&self, account: &AccountId) -> Result<Arc<Number>, SendError> {

@@ -202,7 +202,7 @@ async fn record(sink: &dyn InboundSink, items: Vec<Item>) -> Result<Vec<FollowUp
             Item::Message(message) => {
                 let id = redact::message(message.event_id.as_str()).to_string();
                 if let Some(submitted) = verdict(sink.submit(*message).await, &id)? {
-                    tracing::debug!(message = %id, ?submitted, "WhatsApp message recorded");
+                    tracing::debug!(wamid = %id, ?submitted, "WhatsApp message recorded");
                 }
             }
             Item::Action(action) => {
@@ -230,11 +230,11 @@ fn verdict<T>(result: Result<T, SubmitError>, id: &str) -> Result<Option<T>, Not
     match result {
         Ok(value) => Ok(Some(value)),
         Err(SubmitError::Rejected(reason)) => {
-            tracing::warn!(message = %id, %reason, "core rejected a WhatsApp item");
+            tracing::warn!(wamid = %id, %reason, "core rejected a WhatsApp item");
             Ok(None)
         }
         Err(SubmitError::Unavailable(reason)) => {
-            tracing::error!(message = %id, %reason, "core could not record a WhatsApp item");
+            tracing::error!(wamid = %id, %reason, "core could not record a WhatsApp item");
             Err(NotRecorded)
         }
     }

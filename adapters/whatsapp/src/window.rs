@@ -60,8 +60,9 @@ pub enum Window {
 struct Contact {
     /// When they last wrote, in Unix seconds.
     last_inbound: u64,
-    /// Their latest message's id.
-    last_message: String,
+    /// Their latest message's id, if they wrote since this process
+    /// started.
+    last_message: Option<String>,
     /// The API refused a free-form message since.
     closed: bool,
     /// A read receipt went out for `last_message`.
@@ -87,38 +88,37 @@ impl Contacts {
     /// `person` wrote `message` to `number` at `sent` (Unix seconds, as the
     /// payload says; a later delivery of an older message changes nothing).
     pub(crate) fn inbound(&self, number: &str, person: &str, message: &str, sent: u64) {
-        let mut map = self.lock();
-        let key = (number.to_owned(), person.to_owned());
-        if let Some(contact) = map.get_mut(&key) {
+        self.update(number, person, sent, |contact| {
             if sent >= contact.last_inbound {
                 contact.last_inbound = sent;
-                contact.last_message = message.to_owned();
+                contact.last_message = Some(message.to_owned());
                 contact.closed = false;
                 contact.read = false;
             }
-            return;
-        }
-        if map.len() >= self.capacity {
-            evict(&mut map, sent);
-        }
-        map.insert(
-            key,
-            Contact {
-                last_inbound: sent,
-                last_message: message.to_owned(),
-                closed: false,
-                read: false,
-            },
-        );
+        });
     }
 
     /// The API refused a free-form message to `person`: their window is
     /// closed until they write again.
     pub(crate) fn close(&self, number: &str, person: &str) {
+        self.update(number, person, 0, |contact| contact.closed = true);
+    }
+
+    /// Applies `change` to the contact, remembered from now on (as one who
+    /// last wrote at `sent`) if it was not.
+    fn update(&self, number: &str, person: &str, sent: u64, change: impl FnOnce(&mut Contact)) {
         let mut map = self.lock();
-        if let Some(contact) = map.get_mut(&(number.to_owned(), person.to_owned())) {
-            contact.closed = true;
+        let key = (number.to_owned(), person.to_owned());
+        if !map.contains_key(&key) && map.len() >= self.capacity {
+            evict(&mut map, sent);
         }
+        let contact = map.entry(key).or_insert(Contact {
+            last_inbound: sent,
+            last_message: None,
+            closed: false,
+            read: false,
+        });
+        change(contact);
     }
 
     /// What is known of the window of `person` on `number` at `now`.
@@ -136,7 +136,7 @@ impl Contacts {
     pub(crate) fn last_message(&self, number: &str, person: &str) -> Option<String> {
         let map = self.lock();
         map.get(&(number.to_owned(), person.to_owned()))
-            .map(|contact| contact.last_message.clone())
+            .and_then(|contact| contact.last_message.clone())
     }
 
     /// The id of the latest message `person` wrote to `number`, the first
@@ -148,7 +148,7 @@ impl Contacts {
             return None;
         }
         contact.read = true;
-        Some(contact.last_message.clone())
+        contact.last_message.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<(String, String), Contact>> {
@@ -201,6 +201,17 @@ mod tests {
         assert_eq!(contacts.window("n", "p", at(T0 + day - 1)), Window::Open);
         assert_eq!(contacts.window("n", "p", at(T0 + day)), Window::Closed);
         assert_eq!(contacts.window("other", "p", at(T0)), Window::Unknown);
+    }
+
+    #[test]
+    fn a_window_the_api_closed_is_remembered_for_a_stranger_too() {
+        let contacts = Contacts::new(10);
+        contacts.close("n", "p");
+        assert_eq!(contacts.window("n", "p", at(T0)), Window::Closed);
+        assert_eq!(contacts.last_message("n", "p"), None);
+        assert_eq!(contacts.unread("n", "p"), None);
+        contacts.inbound("n", "p", "m1", T0);
+        assert_eq!(contacts.window("n", "p", at(T0 + 1)), Window::Open);
     }
 
     #[test]
