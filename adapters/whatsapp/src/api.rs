@@ -3,7 +3,7 @@
 //! Graph errors.
 //!
 //! Errors come as `{"error": {"message", "type", "code", "error_data":
-//! {"details"}, "fbtrace_id"}}`; [`classify`] sorts them by code (as Meta
+//! {"details"}, "fbtrace_id"}}`; `classify` sorts them by code (as Meta
 //! advises, rather than by HTTP status) into what the sender acts on: a
 //! rate limit ([`RATE_LIMIT_CODES`] or HTTP 429), the closed 24-hour
 //! window ([`REENGAGEMENT_CODES`]), a refused access token, a transient

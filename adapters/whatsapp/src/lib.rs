@@ -4,8 +4,9 @@
 //! Inbound, Meta posts notifications to a webhook: the adapter answers the
 //! subscription handshake, checks each request's signature before parsing
 //! it, and hands people's messages (text, media, locations), presses of
-//! the core's buttons and delivery statuses to the core's [`InboundSink`],
-//! acknowledging a payload only once the core recorded it. Outbound,
+//! the core's buttons and delivery statuses to the core's
+//! [`InboundSink`](switchboard_contract::InboundSink), acknowledging a
+//! payload only once the core recorded it. Outbound,
 //! [`WhatsAppSender`] renders the agent's Markdown in WhatsApp's
 //! formatting, splits it under 4,096 characters, shows buttons as reply
 //! buttons or a list, and falls back to an approved template outside the
@@ -24,11 +25,11 @@
 //! numbers and their tokens), [`signature`] (webhook signatures),
 //! `webhook` (the route), `payload` and `inbound` (notifications →
 //! contract types), `media` (downloads), [`api`] (Graph client and
-//! errors), [`format`] (Markdown → WhatsApp, splitting), [`outgoing`]
-//! (message bodies), [`send`] (the sender), [`window`] (the 24-hour
-//! window), `memory` (bounded maps), [`tasks`] (hand-off tasks),
-//! [`check`] (the operator check), [`redact`] (phone numbers kept out of
-//! logs).
+//! errors), [`format`](mod@format) (Markdown → WhatsApp, splitting),
+//! [`outgoing`] (message bodies), [`send`] (the sender), [`window`] (the
+//! 24-hour window), `memory` (bounded maps), [`tasks`] (hand-off tasks),
+//! [`check`](mod@check) (the operator check), [`redact`] (phone numbers
+//! kept out of logs).
 //!
 //! The adapter depends on the contract crate only, never on the core.
 

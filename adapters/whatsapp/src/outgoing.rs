@@ -13,7 +13,7 @@
 //! under `buttons_prompt`.
 //!
 //! Outside the 24-hour window a reply goes as the configured template
-//! instead ([`template`]): its body parameter is the reply on one line
+//! instead (`template`): its body parameter is the reply on one line
 //! (WhatsApp refuses line breaks, tabs and runs of spaces in parameters),
 //! cut to `max_chars` and ended with the truncation note.
 

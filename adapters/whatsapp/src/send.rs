@@ -10,7 +10,7 @@
 //! errors are transient; a refused token or request is permanent.
 //!
 //! **The 24-hour window.** Outside it WhatsApp takes only templates. A
-//! reply goes straight to the configured template when [`Contacts`] knows
+//! reply goes straight to the configured template when the window's memory knows
 //! the person last wrote over 24 hours ago (or the API said so since), and
 //! also when the API refuses a free-form part with the re-engagement error
 //! (131047) — the API is the source of truth, on every instance. Without a

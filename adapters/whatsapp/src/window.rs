@@ -4,12 +4,12 @@
 //! their last message to the number; outside the window only an approved
 //! template goes through. The Graph API is the source of truth (it refuses
 //! a free-form message with the re-engagement error, and every instance
-//! sees that), but [`Contacts`] remembers, per number and person, when they
+//! sees that), but `Contacts` remembers, per number and person, when they
 //! last wrote (the message's own timestamp) and which message that was, so
 //! that:
 //!
 //! - a reply known to fall outside the window goes straight to the
-//!   template ([`Contacts::window`] is [`Window::Closed`]);
+//!   template (its window is [`Window::Closed`]);
 //! - a window the API reported closed stays closed here until the person
 //!   writes again;
 //! - the typing indicator and read receipt, which name the message they
