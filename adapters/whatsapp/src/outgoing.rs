@@ -136,6 +136,10 @@ pub(crate) fn template(to: &str, template: &TemplateSettings, markdown: &str) ->
 pub(crate) fn template_text(markdown: &str, template: &TemplateSettings) -> String {
     let rendered = WhatsAppMarkup.render(markdown);
     let flat = rendered.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.is_empty() {
+        // A parameter may not be empty (a reply of buttons only).
+        return "…".to_owned();
+    }
     if flat.chars().count() <= template.max_chars {
         return flat;
     }
@@ -287,6 +291,7 @@ mod tests {
             template_text("# Hi\n\n- a\n- b\n\n```\nx    y\n```", &settings),
             "*Hi* - a - b ```x y```"
         );
+        assert_eq!(template_text("", &settings), "…");
         settings.max_chars = 40;
         let text = template_text(&"long words ".repeat(20), &settings);
         assert_eq!(text.chars().count(), 40, "{text}");

@@ -213,9 +213,10 @@ async fn record(sink: &dyn InboundSink, items: Vec<Item>) -> Result<Vec<FollowUp
             }
             Item::Status { status, code } => {
                 let id = redact::message(&status.message_id).to_string();
-                let recorded = verdict(sink.delivery_status(status.clone()).await, &id)?;
-                let closed = code.is_some_and(|code| REENGAGEMENT_CODES.contains(&code));
-                if recorded.is_some() && closed {
+                verdict(sink.delivery_status(status.clone()).await, &id)?;
+                // Recorded, or refused by the core as unusable: either way
+                // the reply did not arrive, and its template may.
+                if code.is_some_and(|code| REENGAGEMENT_CODES.contains(&code)) {
                     follow_ups.push(FollowUp::WindowClosed(status));
                 }
             }

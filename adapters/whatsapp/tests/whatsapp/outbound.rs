@@ -437,3 +437,30 @@ async fn a_reply_for_an_account_not_configured_is_permanent() {
     assert!(matches!(err, SendError::Permanent(_)), "{err}");
     assert!(app.fake.requests().is_empty());
 }
+
+#[tokio::test]
+async fn a_late_window_failure_of_a_message_sent_elsewhere_closes_the_window_here() {
+    let app = spawn_app_with(with_template).await;
+    let payload = statuses(
+        PHONE_NUMBER_ID,
+        vec![failed_status(
+            "wamid.OTHER-INSTANCE",
+            131_047,
+            "Re-engagement message",
+        )],
+    );
+
+    assert_eq!(app.webhook.deliver(&payload).await, 200);
+
+    assert_eq!(app.sink.statuses().len(), 1, "the core has the failure");
+    // The window is marked closed by the payload's task right after the
+    // core recorded the status, before the webhook answered (the runtime
+    // has one thread, and nothing in between awaits).
+    app.sender
+        .send(&outbound("sb-20", "Still there?", None))
+        .await
+        .unwrap();
+    let requests = app.fake.requests();
+    assert_eq!(requests.len(), 1, "no free-form attempt");
+    assert_eq!(requests[0].kind(), "template");
+}
