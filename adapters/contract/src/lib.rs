@@ -34,8 +34,8 @@ pub use lifecycle::{Adapter, Connection, ConnectionError, Drain, Hookup, StartEr
 pub use markdown::{MarkupRenderer, PlainText, TelegramHtml, escape_html};
 pub use media::{FetchError, FetchMedia, MediaFetcher, collect_capped};
 pub use message::{
-    Attachment, AttachmentKind, ChatKind, ChatRef, DeliveryReceipt, InboundMessage,
-    OutboundMessage, Sender,
+    Attachment, AttachmentKind, ChatKind, ChatRef, DeliveryReceipt, DeliveryState, DeliveryStatus,
+    InboundMessage, OutboundMessage, Sender,
 };
 pub use platform::{InboundSink, LinkObserver, PlatformSender, SendError, SubmitError, Submitted};
 pub use split::{LengthUnit, split_message, split_message_fitting};

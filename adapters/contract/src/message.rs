@@ -194,3 +194,33 @@ pub struct DeliveryReceipt {
     /// The platform's ids of the messages sent (one per chunk).
     pub message_ids: Vec<String>,
 }
+
+/// What became of a message the bot sent, as the platform reported it after
+/// the send returned (WhatsApp's status callbacks: sent, delivered, read,
+/// failed). Platforms that report nothing of the kind never produce one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryStatus {
+    pub platform: PlatformName,
+    pub account: AccountId,
+    /// The chat the message went to.
+    pub chat: ChatId,
+    /// The platform's id of the message, one of the
+    /// [`DeliveryReceipt::message_ids`] its send returned.
+    pub message_id: String,
+    pub state: DeliveryState,
+}
+
+/// How far a sent message got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum DeliveryState {
+    /// The platform took it on.
+    Sent,
+    /// It reached the person's device.
+    Delivered,
+    /// The person read it.
+    Read,
+    /// It will not arrive. `code` is the platform's error code, if it gave
+    /// one; `reason` names no secret and no phone number.
+    Failed { code: Option<i64>, reason: String },
+}

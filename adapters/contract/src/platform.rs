@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use crate::draft::Draft;
 use crate::interaction::{ActionReply, InboundAction};
-use crate::message::{ChatRef, DeliveryReceipt, InboundMessage, OutboundMessage};
+use crate::message::{ChatRef, DeliveryReceipt, DeliveryStatus, InboundMessage, OutboundMessage};
 
 /// The result of submitting an inbound message to the core.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +51,17 @@ pub trait InboundSink: Send + Sync {
     /// (the adapter tells the person to try again).
     async fn act(&self, _action: InboundAction) -> Result<ActionReply, SubmitError> {
         Ok(ActionReply::default())
+    }
+
+    /// Takes what the platform reported about a message the bot sent
+    /// (delivered, read, failed), for the outbox. Reports may repeat and
+    /// come out of order. Returns quickly. The default records nothing.
+    ///
+    /// # Errors
+    /// [`SubmitError::Unavailable`] when the report could not be recorded
+    /// (the platform delivers it again).
+    async fn delivery_status(&self, _status: DeliveryStatus) -> Result<(), SubmitError> {
+        Ok(())
     }
 }
 

@@ -25,5 +25,6 @@ pub mod sender;
 pub mod telegram;
 pub mod transcription;
 pub mod wait;
+pub mod whatsapp;
 
 pub use wait::{eventually, eventually_some};
