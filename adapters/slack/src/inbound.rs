@@ -22,18 +22,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchboard_contract::{
-    ActionId, ActionReply, ChatId, ChatKind, ChatRef, EventId, InboundAction, InboundMessage,
-    InboundSink, PlatformName, PlatformSender, Sender, SubmitError, Submitted, ThreadId, UserId,
+    ActionReply, ChatRef, EventId, InboundAction, InboundMessage, InboundSink, PlatformSender,
+    SubmitError, Submitted,
 };
 use tokio::sync::oneshot;
 
-use crate::PLATFORM;
 use crate::api::WebApi;
 use crate::events::{Envelope, Interaction, MessageEvent};
 use crate::handoff::Handoff;
 use crate::media::Downloads;
 use crate::names::UserNames;
 use crate::normalise::{self, Context, Normalised, Rules};
+use crate::press;
 use crate::sender::SlackSender;
 use crate::workspace::{Workspace, Workspaces};
 
@@ -186,67 +186,21 @@ impl Inbound {
         }
     }
 
-    /// The press as the contract's action, and the presser's Slack id; `None`
-    /// (logged) for a press that is not of one of the core's buttons.
+    /// The press as the contract's action, and the presser's Slack id;
+    /// `None` (logged) for a press that is not of one of the core's
+    /// buttons.
     fn action(&self, interaction: &Interaction) -> Option<(InboundAction, String)> {
-        let team = interaction
-            .team
-            .as_ref()
-            .map(|team| team.id.clone())
-            .or_else(|| interaction.user.team_id.clone())
-            .unwrap_or_default();
-        let Some(workspace) = self.workspaces.by_team(&team) else {
+        let team = interaction.team_id().unwrap_or_default();
+        let Some(workspace) = self.workspaces.by_team(team) else {
             tracing::warn!(%team, "Slack button press for an unknown workspace ignored");
             return None;
         };
-        let pressed = interaction.actions.first()?;
-        let container = interaction.container.as_ref();
-        let channel = container
-            .and_then(|c| c.channel_id.clone())
-            .or_else(|| interaction.channel.as_ref().map(|c| c.id.clone()))?;
-        let message = interaction.message.as_ref();
-        let message_ts = container
-            .and_then(|c| c.message_ts.clone())
-            .or_else(|| message.map(|m| m.ts.clone()));
-        let thread = container
-            .and_then(|c| c.thread_ts.clone())
-            .or_else(|| message.and_then(|m| m.thread_ts.clone()));
-        let raw = pressed.value.as_deref().or(pressed.action_id.as_deref())?;
-        let Ok(action_id) = ActionId::parse(raw) else {
-            tracing::debug!("a Slack button that is not the core's was pressed");
-            return None;
-        };
-        let event = interaction
-            .trigger_id
-            .clone()
-            .or_else(|| pressed.action_ts.clone())?;
-        let built = (|| {
-            Ok::<_, switchboard_contract::IdError>(InboundAction {
-                platform: PlatformName::parse(PLATFORM)?,
-                account: workspace.account.clone(),
-                event_id: EventId::parse(event)?,
-                chat_kind: if channel.starts_with('D') {
-                    ChatKind::Direct
-                } else {
-                    ChatKind::Group
-                },
-                chat: ChatId::parse(channel)?,
-                thread: thread.map(ThreadId::parse).transpose()?,
-                sender: Sender {
-                    id: UserId::parse(interaction.user.id.as_str())?,
-                    display_name: interaction
-                        .user
-                        .name
-                        .clone()
-                        .or_else(|| interaction.user.username.clone()),
-                    is_bot: false,
-                },
-                action: action_id,
-                message_id: message_ts,
-            })
-        })();
-        match built {
-            Ok(action) => Some((action, interaction.user.id.clone())),
+        match press::action(interaction, &workspace.account) {
+            Ok(Some(action)) => Some((action, interaction.user.id.clone())),
+            Ok(None) => {
+                tracing::debug!("a Slack button that is not the core's was pressed");
+                None
+            }
             Err(err) => {
                 tracing::warn!(error = %err, "Slack button press with an unusable id dropped");
                 None

@@ -41,7 +41,8 @@
 //! token and bot identity), [`api`] (the Web API client), [`signature`]
 //! (request signatures), `webhook` (the HTTP routes), `socket` (Socket
 //! Mode), `inbound` (events and presses → the core), `events` (payloads),
-//! `normalise` (a message event → an inbound message), `text` (Slack's
+//! `normalise` (a message event → an inbound message), `press`
+//! (a button press → an inbound action), `text` (Slack's
 //! markup → plain text), `names` (display names), `media` (files),
 //! [`mrkdwn`] (Markdown → mrkdwn), `format` (splitting, blocks),
 //! [`sender`] (replies), [`handoff`] (tasks handing work to the core),
@@ -58,6 +59,7 @@ mod media;
 pub mod mrkdwn;
 mod names;
 mod normalise;
+mod press;
 pub mod sender;
 pub mod settings;
 pub mod signature;

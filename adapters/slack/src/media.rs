@@ -18,6 +18,10 @@ use url::Url;
 
 use crate::events::File;
 
+/// How long one download may take in all: longer than a Web API call
+/// (the client's own timeout), since files run to tens of megabytes.
+const DOWNLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// What downloads need: the HTTP client, the workspace's bot token, and
 /// the Web API's base URL (whose origin is trusted with the token).
 #[derive(Clone)]
@@ -108,6 +112,7 @@ impl FetchMedia for SlackFile {
             .http
             .get(&self.url)
             .bearer_auth(self.downloads.token.expose_secret())
+            .timeout(DOWNLOAD_TIMEOUT)
             .send()
             .await
             .map_err(failed)?;
