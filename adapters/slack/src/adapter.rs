@@ -17,6 +17,7 @@ use crate::handoff::Handoff;
 use crate::inbound::Inbound;
 use crate::names::UserNames;
 use crate::normalise::Rules;
+use crate::recent::Recent;
 use crate::sender::SlackSender;
 use crate::settings::{Mode, Secrets, SettingsError, SlackSettings, WorkspaceSecrets};
 use crate::socket::{SocketApp, SocketMode};
@@ -292,6 +293,7 @@ impl Adapter for SlackAdapter {
                 settings.user_cache_capacity,
             )),
             handoff: Arc::clone(&handoff),
+            recent: Recent::new(),
             sender: Arc::clone(&sender),
             rules: Rules {
                 free_response: settings.free_response_channels.iter().cloned().collect(),

@@ -10,7 +10,9 @@
 //!   ([`Ack::No`]: 503, or no Socket Mode ack) when the core is
 //!   unavailable or has not answered within the ack timeout, so that Slack
 //!   delivers it again; the core deduplicates the redelivery by its event
-//!   id. Events that are not for the core are acknowledged at once.
+//!   id. A second delivery of an event this process is recording or has
+//!   recorded is not submitted again ([`crate::recent`]). Events that are
+//!   not for the core are acknowledged at once.
 //! - A `block_actions` press becomes an [`InboundAction`] for
 //!   [`InboundSink::act`] and is acknowledged at once (Slack never delivers
 //!   a press twice, and wants the answer within 3 s); what the core
@@ -34,6 +36,7 @@ use crate::media::Downloads;
 use crate::names::UserNames;
 use crate::normalise::{self, Context, Normalised, Rules};
 use crate::press;
+use crate::recent::{self, Claim, Recent};
 use crate::sender::SlackSender;
 use crate::workspace::{Workspace, Workspaces};
 
@@ -57,6 +60,8 @@ pub(crate) struct Inbound {
     pub api: WebApi,
     pub names: Arc<UserNames>,
     pub handoff: Arc<Handoff>,
+    /// What this process handed to the core lately.
+    pub recent: Recent,
     pub sender: Arc<SlackSender>,
     pub rules: Rules,
     pub ack_timeout: Duration,
@@ -114,7 +119,8 @@ impl Inbound {
     }
 
     /// Hands `message` to the core in a task and waits for it up to the ack
-    /// timeout.
+    /// timeout; a repeat of an event this process is recording (or has
+    /// recorded) takes that outcome instead.
     async fn submit(&self, workspace: &Arc<Workspace>, mut message: InboundMessage) -> Ack {
         tracing::info!(
             team = %workspace.team_id(),
@@ -123,6 +129,18 @@ impl Inbound {
             event_id = %message.event_id,
             "Slack message received"
         );
+        let key = (message.account.to_string(), message.event_id.to_string());
+        let report = match self.recent.claim(key) {
+            Claim::First(report) => report,
+            Claim::Repeat(outcome) => {
+                tracing::debug!(event_id = %message.event_id, "Slack delivered this message again; not submitted twice");
+                return if recent::recorded(outcome, self.ack_timeout).await {
+                    Ack::Yes
+                } else {
+                    Ack::No("an earlier delivery of the event is not recorded")
+                };
+            }
+        };
         let (done, outcome) = oneshot::channel();
         let sink = Arc::clone(&self.sink);
         let names = Arc::clone(&self.names);
@@ -143,6 +161,8 @@ impl Inbound {
             let event_id = message.event_id.clone();
             let result = sink.submit(message).await;
             log_submitted(&event_id, &result);
+            let recorded = !matches!(result, Err(SubmitError::Unavailable(_)));
+            report.send_replace(Some(recorded));
             // The request may have stopped waiting; then nobody needs it.
             let _ = done.send(result);
         });
@@ -157,8 +177,7 @@ impl Inbound {
             // not change that).
             Ok(Ok(_)) => Ack::Yes,
             Ok(Err(_)) => Ack::No("the hand-off ended without an answer"),
-            // Recording goes on; if it succeeds, the redelivery is a
-            // duplicate.
+            // Recording goes on; if it succeeds, the redelivery takes it.
             Err(_) => Ack::No("the core was slow to record the event"),
         }
     }

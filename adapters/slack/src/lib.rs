@@ -42,7 +42,8 @@
 //! (request signatures), `webhook` (the HTTP routes), `socket` (Socket
 //! Mode), `inbound` (events and presses → the core), `events` (payloads),
 //! `normalise` (a message event → an inbound message), `press`
-//! (a button press → an inbound action), `text` (Slack's
+//! (a button press → an inbound action), `recent` (events handed over
+//! lately), `text` (Slack's
 //! markup → plain text), `names` (display names), `media` (files),
 //! [`mrkdwn`] (Markdown → mrkdwn), `format` (splitting, blocks),
 //! [`sender`] (replies), [`handoff`] (tasks handing work to the core),
@@ -60,6 +61,7 @@ pub mod mrkdwn;
 mod names;
 mod normalise;
 mod press;
+mod recent;
 pub mod sender;
 pub mod settings;
 pub mod signature;

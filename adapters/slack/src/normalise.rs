@@ -16,8 +16,10 @@
 //!   `thread_broadcast` are people's messages);
 //! - the [`EventId`] is `{channel}:{ts}`, the message's identity, so Slack's
 //!   retries of an event and the `message` event it sends beside an
-//!   `app_mention` for the same message carry the same id, and the core
-//!   answers the message once; `message_id` is the `ts`.
+//!   `app_mention` for the same message carry the same id: the adapter
+//!   submits a repeat it sees once only ([`crate::recent`]), the core drops
+//!   any other by its id, and the message is answered once; `message_id`
+//!   is the `ts`.
 
 use std::collections::HashSet;
 

@@ -2,7 +2,7 @@
 //! replies with `chat.postMessage` in the workspace the reply's account
 //! (its team id) names.
 //!
-//! - A reply is split and rendered by [`crate::format`] and posted part by
+//! - A reply is split and rendered by the `format` module and posted part by
 //!   part (`mrkdwn: true`), in the reply's thread (`thread_ts`) when it has
 //!   one: a channel conversation's thread, never a DM's top level.
 //!   `reply_to` is not used: Slack threads replies, it does not quote them.

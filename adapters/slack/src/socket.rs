@@ -129,6 +129,9 @@ impl SocketMode {
         let app = &self.apps[index];
         let mut retries = RECONNECT.retries();
         loop {
+            if stop.is_cancelled() {
+                return Ok(());
+            }
             let ended = match self.api.open_connection(&app.token).await {
                 Ok(url) => self.session(index, &url, stop, &mut retries).await,
                 Err(err) if err.is_auth() => {
