@@ -88,9 +88,10 @@ impl Inbound {
         }
         let event: MessageEvent = match serde_json::from_value(raw) {
             Ok(event) => event,
-            // Redelivery would not fix it: acknowledge, so Slack stops.
+            // Redelivery would not fix it: acknowledge, so Slack stops. The
+            // error's text may quote the message, so only its kind is logged.
             Err(err) => {
-                tracing::warn!(error = %err, event_id = ?envelope.event_id, "unreadable Slack message event dropped");
+                tracing::warn!(kind = ?err.classify(), line = err.line(), event_id = ?envelope.event_id, "unreadable Slack message event dropped");
                 return Ack::Yes;
             }
         };

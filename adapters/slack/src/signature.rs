@@ -81,16 +81,23 @@ fn mac(secret: &SecretString, timestamp: &str, body: &[u8]) -> Hmac<Sha256> {
     mac
 }
 
-/// Whether `timestamp` (Unix seconds) lies within `max_age` of `now`,
-/// either way. An unreadable timestamp is not fresh.
+/// Whether the request signed at `timestamp` (Unix seconds) was signed at
+/// most `max_age` before or after `now`. An unreadable timestamp is not
+/// fresh.
 fn is_fresh(timestamp: &str, now: SystemTime, max_age: Duration) -> bool {
-    let Ok(signed) = timestamp.trim().parse::<u64>() else {
+    let signed_at = timestamp
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|secs| UNIX_EPOCH.checked_add(Duration::from_secs(secs)));
+    let Some(signed_at) = signed_at else {
         return false;
     };
-    let Ok(now) = now.duration_since(UNIX_EPOCH) else {
-        return false;
-    };
-    now.as_secs().abs_diff(signed) <= max_age.as_secs()
+    // A timestamp ahead of this clock is as far off as one behind it.
+    let skew = now
+        .duration_since(signed_at)
+        .unwrap_or_else(|ahead| ahead.duration());
+    skew <= max_age
 }
 
 #[cfg(test)]

@@ -56,8 +56,8 @@ pub(crate) fn router(state: Arc<WebhookState>, paths: &Paths<'_>, max_body_bytes
         .with_state(state)
 }
 
-/// Why a request was refused; the variant picks the status, the reason is
-/// logged, and the response body stays generic.
+/// A refused request: its status comes from the variant; Slack is told
+/// no more than a generic word, the log gets the reason.
 #[derive(Debug, thiserror::Error)]
 enum Rejection {
     #[error("bad request: {0}")]
