@@ -186,3 +186,22 @@ async fn a_button_press_over_the_socket_reaches_act_and_is_acknowledged() {
     .await;
     assert_eq!(app.sink.actions()[0].action.as_str(), "ap:3:allow");
 }
+
+#[tokio::test]
+async fn a_refused_app_level_token_ends_the_connection_with_an_error() {
+    let fake = FakeSlack::start().await;
+    let settings = socket_settings(&fake);
+    let mut secrets = crate::helpers::secrets();
+    secrets.workspaces[0].app_token = Some(secrecy::SecretString::from("xapp-wrong"));
+    let mut app =
+        crate::helpers::spawn_with_secrets(fake, settings, secrets, RecordingSink::default()).await;
+
+    let ended = app.run.take().unwrap().await.unwrap();
+
+    let Err(ConnectionError::Failed(reason)) = ended else {
+        panic!("{ended:?}");
+    };
+    assert!(reason.contains("app-level token"), "{reason}");
+    assert!(!reason.contains("xapp-wrong"), "{reason}");
+    assert_eq!(app.observer.downs(), [reason]);
+}
