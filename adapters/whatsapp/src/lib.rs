@@ -217,6 +217,21 @@ impl Adapter for WhatsAppAdapter {
             .with_webhook(router)
             .with_drain(tasks))
     }
+
+    async fn check(&self) -> Result<String, StartError> {
+        let checks = check::check_with(&self.settings, &self.secrets)
+            .await
+            .map_err(|err| StartError::Configuration(err.to_string()))?;
+        let report = checks
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        match checks.iter().find(|number| number.result.is_err()) {
+            Some(_) => Err(StartError::Unavailable(report)),
+            None => Ok(report),
+        }
+    }
 }
 
 /// A failed start-up check of `number`: a refused token or id is the

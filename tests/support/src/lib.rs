@@ -22,6 +22,7 @@ pub mod postgres;
 pub mod s3;
 pub mod send;
 pub mod sender;
+pub mod slack;
 pub mod telegram;
 pub mod transcription;
 pub mod wait;
