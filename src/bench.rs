@@ -29,8 +29,7 @@ use switchboard_contract::{
 use crate::agent::cache::ProviderFactory;
 use crate::agent::live::LiveEvent;
 use crate::config::Settings;
-use crate::domain::LocalPlatform;
-use crate::domain::{ChatMessage, StopReason, ToolCall, Usage};
+use crate::domain::{ChatMessage, LocalPlatform, StopReason, ToolCall, Usage};
 use crate::gateway::Gateway;
 use crate::llm::{
     LlmError, ModelRequest, ModelResponse, OnStream, Provider, ProviderKind, StreamEvent,

@@ -15,9 +15,10 @@ use crate::api::{self, ApiState};
 use crate::bench::{self, BenchOptions};
 use crate::config::{self, Settings};
 use crate::console::ConsoleState;
+use crate::domain::PairingStatus;
 use crate::gateway::Gateway;
 use crate::platforms::Platforms;
-use crate::store::{PairingStatus, Store, StoreError, StoreOptions};
+use crate::store::{Store, StoreError, StoreOptions};
 use crate::{telemetry, terminal};
 
 /// A multi-platform chat gateway for an LLM agent.
@@ -151,7 +152,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Usage => {
             telemetry::init(&settings.log, Some("warn"));
             let store = open_existing(&settings).await?;
-            let rows = store.usage_report().await.context("reading usage")?;
+            let rows = store.usage().report().await.context("reading usage")?;
             store.close().await;
             println!("{}", crate::usage::render(&rows, &settings.prices));
             Ok(())
@@ -439,7 +440,7 @@ async fn pairing(settings: &Settings, action: PairingAction) -> anyhow::Result<(
     let store = open_existing(settings).await?;
     let result = match action {
         PairingAction::List => {
-            let requests = store.pairing_requests(PairingStatus::Pending).await;
+            let requests = store.pairing().requests(PairingStatus::Pending).await;
             requests.map(|requests| {
                 if requests.is_empty() {
                     println!("No pairing requests waiting.");
@@ -468,7 +469,8 @@ async fn pairing(settings: &Settings, action: PairingAction) -> anyhow::Result<(
 
 async fn decide(store: &Store, code: &str, approve: bool) -> Result<bool, StoreError> {
     let decided = store
-        .decide_pairing(&code.trim().to_ascii_uppercase(), approve)
+        .pairing()
+        .decide(&code.trim().to_ascii_uppercase(), approve)
         .await?;
     if let Some(request) = &decided {
         println!(

@@ -22,8 +22,7 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 use crate::agent::settings::{AgentCacheSettings, AgentSettings, ContextSettings, LimitSettings};
-use crate::domain::InvalidSetting;
-use crate::domain::setting;
+use crate::domain::{InvalidSetting, setting};
 use crate::llm::settings::LlmSettings;
 use crate::media::settings::MediaSettings;
 use crate::session::settings::{AccessSettings, RunnerSettings, SessionSettings};

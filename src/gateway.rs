@@ -207,6 +207,7 @@ impl Gateway {
                     () = stop.cancelled() => return,
                 }
                 match store
+                    .inbound()
                     .prune_finished(crate::domain::now_ms() - retention_ms)
                     .await
                 {
@@ -214,7 +215,7 @@ impl Gateway {
                     Ok(pruned) => tracing::info!(pruned, "old deduplication records pruned"),
                     Err(err) => tracing::warn!(error = %err, "pruning failed"),
                 }
-                match store.prune_tool_cache().await {
+                match store.tool_cache().prune().await {
                     Ok(0) => {}
                     Ok(pruned) => tracing::info!(pruned, "expired cached tool results removed"),
                     Err(err) => tracing::warn!(error = %err, "pruning the tool cache failed"),

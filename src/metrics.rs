@@ -33,7 +33,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::domain::Usage;
+use crate::domain::{Outcome, Usage};
 
 /// The content type of [`Metrics::render`]'s text (OpenMetrics, which
 /// Prometheus reads).
@@ -47,16 +47,6 @@ const TURN_BUCKETS: [f64; 14] = [
 /// Model call durations, in seconds.
 const MODEL_CALL_BUCKETS: [f64; 13] = [
     0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0,
-];
-
-/// The turn outcomes that mean a limit stopped the task, and the kind of
-/// limit each is counted as in `switchboard_limit_hits_total`.
-const LIMIT_OUTCOMES: [&str; 5] = [
-    "time_limit",
-    "token_limit",
-    "no_progress",
-    "spend_limit",
-    "budget_exhausted",
 ];
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -305,12 +295,21 @@ impl Inner {
 
 impl Metrics {
     /// A turn ended (its reply stored) with `outcome` after `elapsed`.
-    pub fn turn_finished(&self, outcome: &'static str, elapsed: Duration) {
+    /// A turn stopped by a limit counts in `switchboard_limit_hits_total`
+    /// as the kind of its outcome.
+    pub fn turn_finished(&self, outcome: Outcome, elapsed: Duration) {
         let inner = &self.inner;
-        inner.turns.get_or_create(&OutcomeLabel { outcome }).inc();
+        let name = outcome.as_str();
+        inner
+            .turns
+            .get_or_create(&OutcomeLabel { outcome: name })
+            .inc();
         inner.turn_duration.observe(elapsed.as_secs_f64());
-        if let Some(&kind) = LIMIT_OUTCOMES.iter().find(|kind| **kind == outcome) {
-            inner.limit_hits.get_or_create(&KindLabel { kind }).inc();
+        if Outcome::LIMITS.contains(&outcome) {
+            inner
+                .limit_hits
+                .get_or_create(&KindLabel { kind: name })
+                .inc();
         }
     }
 
@@ -465,8 +464,8 @@ mod tests {
     #[test]
     fn events_and_the_snapshot_appear_with_their_labels() {
         let metrics = Metrics::default();
-        metrics.turn_finished("answered", Duration::from_millis(300));
-        metrics.turn_finished("token_limit", Duration::from_secs(3));
+        metrics.turn_finished(Outcome::Answered, Duration::from_millis(300));
+        metrics.turn_finished(Outcome::TokenLimit, Duration::from_secs(3));
         let usage = Usage {
             input_tokens: 120,
             output_tokens: 7,

@@ -124,7 +124,7 @@ impl LeasedConnection {
             let attempt = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => return None,
-                attempt = self.store.acquire_platform_lease(&self.name, &self.owner, self.ttl_ms()) => attempt,
+                attempt = self.store.leases().acquire_platform(&self.name, &self.owner, self.ttl_ms()) => attempt,
             };
             let delay = match attempt {
                 // The database counts the TTL from a moment after `sent`.
@@ -216,7 +216,8 @@ impl LeasedConnection {
             }
             let renewal =
                 self.store
-                    .renew_platform_lease(&self.name, &self.owner, token, self.ttl_ms());
+                    .leases()
+                    .renew_platform(&self.name, &self.owner, token, self.ttl_ms());
             match tokio::time::timeout_at(expires_by, renewal).await {
                 Ok(Ok(true)) => {
                     failures.reset();
@@ -253,7 +254,8 @@ impl LeasedConnection {
     async fn release(&self, token: i64) {
         let release = self
             .store
-            .release_platform_lease(&self.name, &self.owner, token);
+            .leases()
+            .release_platform(&self.name, &self.owner, token);
         match tokio::time::timeout(RELEASE_LIMIT, release).await {
             Ok(Ok(())) => tracing::info!(lease = %self.name, token, "platform lease released"),
             Ok(Err(err)) => {

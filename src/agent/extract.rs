@@ -41,13 +41,14 @@ pub async fn extract_facts(
 ) -> Result<usize, StoreError> {
     let Some(owner) = by
         .store
-        .session(by.session_id)
+        .sessions()
+        .get(by.session_id)
         .await?
         .and_then(|session| session.principal)
     else {
         return Ok(0);
     };
-    let known = by.store.memories(owner).await?;
+    let known = by.store.memories().list(owner).await?;
     let known = if known.is_empty() {
         "(none)".to_owned()
     } else {
@@ -116,6 +117,7 @@ async fn keep(
         let max_entries = u64::from(settings.max_entries.get());
         match by
             .store
+            .memories()
             .remember(owner, fact, Some(by.session_id), max_entries)
             .await?
         {

@@ -104,7 +104,7 @@ pub async fn refreshed_prompt(
     store: &Store,
     session_id: &SessionId,
 ) -> Result<Option<String>, StoreError> {
-    let Some(session) = store.session(session_id).await? else {
+    let Some(session) = store.sessions().get(session_id).await? else {
         return Ok(None);
     };
     let Some(owner) = session
@@ -113,7 +113,7 @@ pub async fn refreshed_prompt(
     else {
         return Ok(None);
     };
-    let facts = store.memories(owner).await?;
+    let facts = store.memories().list(owner).await?;
     let prompt = with_person_memory(without_person_memory(&session.system_prompt), &facts);
     Ok((prompt != session.system_prompt).then_some(prompt))
 }

@@ -14,6 +14,7 @@
 //! live call gave, and its checkpoint is marked `cache_hit`; a live success
 //! is stored for the next same call.
 
+use crate::domain::{ChatMessage, PrincipalId, ToolCall, ToolCallStatus, canonical_json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -27,7 +28,6 @@ use super::live::LiveEvent;
 use super::run::{InterruptedRound, LoopEnv};
 use super::subagent::SubAgentRunner;
 use super::wallet::Purse;
-use crate::domain::{ChatMessage, PrincipalId, ToolCall, canonical_json};
 use crate::store::{Batch, StoreError, ToolCheckpoint, round_request_id};
 use crate::tools::cache::{Caller, cache_key, ttl_ms};
 use crate::tools::{ToolContext, ToolError};
@@ -136,16 +136,20 @@ pub(super) async fn resume_round(
         let request_id = round_request_id(round.assistant_id, index);
         let checkpoint = env
             .store
+            .transcript()
             .tool_call_checkpoint(&request_id)
             .await?
-            .map(|(status, result)| (CallStatus::parse(&status), result));
+            .map(|(status, result)| (status.parse::<ToolCallStatus>().ok(), result));
         let result = match checkpoint {
-            Some((Some(status @ (CallStatus::Done | CallStatus::Failed)), Some(result))) => {
+            Some((
+                Some(status @ (ToolCallStatus::Done | ToolCallStatus::Failed)),
+                Some(result),
+            )) => {
                 tracing::info!(call_id = %call.id, "recovery: reusing a finished tool result");
                 ChatMessage::Tool {
                     tool_call_id: call.id.clone(),
                     content: result,
-                    is_error: status == CallStatus::Failed,
+                    is_error: status == ToolCallStatus::Failed,
                 }
             }
             Some(_running) => {
@@ -163,6 +167,7 @@ pub(super) async fn resume_round(
                     let content =
                         canonical_json(&result_object(Err(ToolCallError::OutcomeUnknown)));
                     env.store
+                        .transcript()
                         .finish_tool_call(&request_id, &content, true)
                         .await?;
                     ChatMessage::Tool {
@@ -201,6 +206,7 @@ async fn run_call(
     call: &ToolCall,
 ) -> Result<ChatMessage, StoreError> {
     env.store
+        .transcript()
         .start_tool_call(&checkpoint(env, &request_id, call))
         .await?;
     let (result, finish) = run_started_call(agent, env, purse, request_id, call).await;
@@ -220,7 +226,7 @@ async fn run_started_call(
     let started = Instant::now();
     let cache = cache_slot(agent, env, call);
     let hit = match &cache {
-        Some((key, _)) => match env.store.cached_tool_result(key).await {
+        Some((key, _)) => match env.store.tool_cache().get(key).await {
             Ok(hit) => hit,
             Err(err) => {
                 tracing::warn!(error = %err, "reading the tool cache failed; calling the tool");
@@ -245,7 +251,8 @@ async fn run_started_call(
             if let (Some((key, ttl)), false) = (&cache, failed)
                 && let Err(err) = env
                     .store
-                    .store_tool_result(key, &call.name, &content, *ttl)
+                    .tool_cache()
+                    .put(key, &call.name, &content, *ttl)
                     .await
             {
                 tracing::warn!(error = %err, "storing a tool result in the cache failed");
@@ -254,9 +261,9 @@ async fn run_started_call(
         }
     };
     let status = if failed {
-        CallStatus::Failed
+        ToolCallStatus::Failed
     } else {
-        CallStatus::Done
+        ToolCallStatus::Done
     };
     env.publish(|| LiveEvent::ToolResult {
         id: call.id.clone(),
@@ -367,33 +374,6 @@ fn result_object(outcome: Result<Value, ToolCallError>) -> Value {
             fields.insert("success".to_owned(), Value::Bool(false));
             fields.insert("error".to_owned(), Value::String(error.to_string()));
             Value::Object(fields)
-        }
-    }
-}
-
-/// A checkpointed call's state, as the store's `tool_calls.status` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CallStatus {
-    Running,
-    Done,
-    Failed,
-}
-
-impl CallStatus {
-    fn parse(status: &str) -> Option<Self> {
-        match status {
-            "running" => Some(Self::Running),
-            "done" => Some(Self::Done),
-            "failed" => Some(Self::Failed),
-            _ => None,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Done => "done",
-            Self::Failed => "failed",
         }
     }
 }

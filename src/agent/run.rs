@@ -11,6 +11,7 @@
 //! it arrives, with tool calls as they start and end; the stored steps are
 //! the same either way.
 
+use crate::domain::{ChatMessage, Outcome, SessionId, ToolCall};
 use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,7 +26,6 @@ use super::live::{LiveEvent, LiveTurn};
 use super::round::{resume_round, run_round};
 use super::step;
 use super::wallet::{Budget, CallKind, Purse};
-use crate::domain::{ChatMessage, SessionId, ToolCall};
 use crate::llm::{LlmError, ModelRequest, ModelResponse, OnStream, StreamEvent};
 use crate::store::{Batch, MessageMeta, ModelCallStart, NewMessage, RoundStart, Store, StoreError};
 use crate::usage::Price;
@@ -124,10 +124,11 @@ pub enum LoopEnd {
 }
 
 impl LoopEnd {
-    pub fn as_str(self) -> &'static str {
+    /// The turn's outcome when the loop ended so.
+    pub fn outcome(self) -> Outcome {
         match self {
-            Self::Answered => "answered",
-            Self::BudgetExhausted => "budget_exhausted",
+            Self::Answered => Outcome::Answered,
+            Self::BudgetExhausted => Outcome::BudgetExhausted,
         }
     }
 }
@@ -643,7 +644,7 @@ impl MidTaskCompaction {
         }
         // The view is read back from the database, so it must be complete.
         env.store.write(std::mem::take(pending)).await?;
-        let (entries, latest) = env.store.conversation(&env.session_id).await?;
+        let (entries, latest) = env.store.transcript().conversation(&env.session_id).await?;
         let view = context::apply(entries, latest.as_ref());
         let summariser = Summariser {
             store: &env.store,

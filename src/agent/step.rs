@@ -89,6 +89,7 @@ where
         Err(err) => {
             let error = err.to_string();
             store
+                .usage()
                 .finish_model_call(usage_id, &ModelCallEnd::Failed { error: &error })
                 .await?;
             Err(err)

@@ -37,11 +37,9 @@ use super::sessions::with_session_header;
 use super::transcript::{self, RequestMessage, Transcript};
 use super::{ApiError, ApiState, SESSION_HEADER};
 use crate::agent::live::{LiveEvent, LiveSubscription};
-use crate::domain::LocalPlatform;
-use crate::domain::SessionId;
+use crate::domain::{InboundStatus, LocalPlatform, SessionId};
 use crate::session::runner::TurnReply;
 use crate::session::service::{Admission, SubmitOptions};
-use crate::store::InboundStatus;
 
 /// The part of an OpenAI request the gateway reads; other fields are
 /// accepted and ignored (the server owns the history and the settings).
@@ -271,7 +269,8 @@ async fn retried(
     let conflict = || ApiError::Conflict("this Idempotency-Key was used before".to_owned());
     let (inbound_id, session_id) = state
         .store
-        .inbound_id_of_event(platform.as_str(), account.as_str(), event_id.as_str())
+        .inbound()
+        .id_of_event(platform.as_str(), account.as_str(), event_id.as_str())
         .await
         .map_err(|err| ApiError::Internal(err.to_string()))?
         .ok_or_else(conflict)?;
@@ -524,6 +523,7 @@ impl Shown {
 async fn usage_of(state: &ApiState, inbound_id: i64) -> Result<Value, ApiError> {
     let usage = state
         .store
+        .usage()
         .task_usage(inbound_id)
         .await
         .map_err(|err| ApiError::Internal(err.to_string()))?;
@@ -548,7 +548,7 @@ impl Completion {
     /// The answer's id (from the inbound message), its time, and the model
     /// of its session (the requested one if the session cannot be read).
     async fn new(state: &ApiState, turn: &Turn, requested: Option<&str>) -> Self {
-        let model = match state.store.session(&turn.session_id).await {
+        let model = match state.store.sessions().get(&turn.session_id).await {
             Ok(Some(session)) => session.model,
             _ => requested.unwrap_or_default().to_owned(),
         };

@@ -139,7 +139,7 @@ async fn ready(State(state): State<Arc<ApiState>>) -> Response {
         tracing::error!(error = %err, "readiness check: database unreachable");
         return not_ready("unavailable");
     }
-    match state.store.pending_migrations().await {
+    match state.store.gauges().pending_migrations().await {
         Ok(pending) if pending.is_empty() => {}
         Ok(pending) => {
             tracing::error!(?pending, "readiness check: migrations not applied");
@@ -161,7 +161,10 @@ async fn ready(State(state): State<Arc<ApiState>>) -> Response {
 /// database, running turns, adapters, draining).
 async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
     let store = &state.store;
-    let (queue_depth, outbox_backlog) = tokio::join!(store.queue_depth(), store.outbox_backlog());
+    let (queue_depth, outbox_backlog) = tokio::join!(
+        store.gauges().queue_depth(),
+        store.gauges().outbox_backlog()
+    );
     if let Some(err) = queue_depth.as_ref().err().or(outbox_backlog.as_ref().err()) {
         tracing::warn!(error = %err, "metrics: the database did not answer");
     }

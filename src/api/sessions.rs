@@ -9,6 +9,7 @@
 //! or one without an owner (a group chat), is answered like a missing one.
 //! Responses about one session, errors included, carry `X-Session-Id`.
 
+use crate::domain::{InboundStatus, Outcome, Role, SessionId};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,10 +23,7 @@ use serde_json::{Value, json};
 
 use super::caller::Caller;
 use super::{ApiError, ApiState, SESSION_HEADER};
-use crate::domain::SessionId;
-use crate::store::{
-    ApiScope, ApiSession, InboundStatus, Role, SessionCursor, TurnMessage, TurnRecord,
-};
+use crate::store::{ApiScope, ApiSession, SessionCursor, TurnMessage, TurnRecord};
 
 /// Page sizes: the default and the largest accepted.
 const DEFAULT_SESSIONS: i64 = 20;
@@ -80,7 +78,8 @@ pub async fn list(
     };
     let mut sessions = state
         .store
-        .api_sessions(scope, cursor.as_ref(), limit + 1)
+        .api()
+        .sessions(scope, cursor.as_ref(), limit + 1)
         .await
         .map_err(internal)?;
     let has_more = sessions.len() > usize::try_from(limit).unwrap_or(usize::MAX);
@@ -120,7 +119,8 @@ pub async fn messages(
         let limit = page_size(query.limit, DEFAULT_MESSAGES)?;
         let mut entries = state
             .store
-            .api_messages(&session, query.after.unwrap_or(0), limit + 1)
+            .api()
+            .messages(&session, query.after.unwrap_or(0), limit + 1)
             .await
             .map_err(internal)?;
         let has_more = entries.len() > usize::try_from(limit).unwrap_or(usize::MAX);
@@ -129,7 +129,8 @@ pub async fn messages(
         if !has_more {
             let unwritten = state
                 .store
-                .api_unwritten_turns(&session)
+                .api()
+                .unwritten_turns(&session)
                 .await
                 .map_err(internal)?;
             data.extend(unwritten.iter().map(unwritten_json));
@@ -210,7 +211,8 @@ pub(super) async fn reachable(
     let session = SessionId::parse(id).map_err(|_| unknown())?;
     if state
         .store
-        .api_session_reachable(scope, &session)
+        .api()
+        .session_reachable(scope, &session)
         .await
         .map_err(internal)?
     {
@@ -225,7 +227,12 @@ async fn read_turn(
     session: &SessionId,
     turn: i64,
 ) -> Result<Option<TurnRecord>, ApiError> {
-    state.store.api_turn(session, turn).await.map_err(internal)
+    state
+        .store
+        .api()
+        .turn(session, turn)
+        .await
+        .map_err(internal)
 }
 
 /// The response with `X-Session-Id: id` (when it can be a header value).
@@ -268,12 +275,12 @@ fn parse_cursor(cursor: &str) -> Result<SessionCursor, ApiError> {
 }
 
 /// How a turn stands, as the API names it.
-fn turn_status(status: InboundStatus, outcome: Option<&str>) -> &'static str {
+fn turn_status(status: InboundStatus, outcome: Option<Outcome>) -> &'static str {
     match status {
         InboundStatus::Pending => "pending",
         InboundStatus::Running => "running",
         InboundStatus::Done | InboundStatus::Command => "done",
-        InboundStatus::Failed if matches!(outcome, Some("cancelled" | "interrupted")) => "stopped",
+        InboundStatus::Failed if outcome.is_some_and(Outcome::is_stopped) => "stopped",
         InboundStatus::Failed => "failed",
     }
 }
@@ -304,9 +311,10 @@ fn message_json(entry: &TurnMessage) -> Value {
     let message = &stored.message;
     // An entry without a turn record was written by a turn that finished
     // long ago (its record pruned), or by no turn at all.
-    let status = entry.turn.as_ref().map_or("done", |(status, outcome)| {
-        turn_status(*status, outcome.as_deref())
-    });
+    let status = entry
+        .turn
+        .as_ref()
+        .map_or("done", |(status, outcome)| turn_status(*status, *outcome));
     let mut body = json!({
         "id": stored.id,
         "object": "session.message",
@@ -342,13 +350,13 @@ fn unwritten_json(turn: &TurnRecord) -> Value {
         "role": "user",
         "content": turn.text,
         "turn": turn.id,
-        "status": turn_status(turn.status, turn.outcome.as_deref()),
+        "status": turn_status(turn.status, turn.outcome),
         "created_at": seconds(turn.received_at),
     })
 }
 
 fn turn_json(turn: &TurnRecord) -> Value {
-    let status = turn_status(turn.status, turn.outcome.as_deref());
+    let status = turn_status(turn.status, turn.outcome);
     let reply = finished(turn.status).then(|| {
         turn.reply
             .as_ref()

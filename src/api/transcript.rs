@@ -419,7 +419,8 @@ impl Route {
         };
         if let Err(err) = state
             .store
-            .record_api_transcript(owner, key, session_id, inbound_id)
+            .api()
+            .record_transcript(owner, key, session_id, inbound_id)
             .await
         {
             tracing::warn!(error = %err, "the transcript key of a turn was not stored");
@@ -451,7 +452,8 @@ pub async fn resolve(
         // A retry: it goes where its first attempt went (and gets its reply).
         let first = state
             .store
-            .inbound_id_of_event(
+            .inbound()
+            .id_of_event(
                 message.platform.as_str(),
                 message.account.as_str(),
                 message.event_id.as_str(),
@@ -501,7 +503,13 @@ async fn named_session(
     named: &str,
 ) -> Result<(), ApiError> {
     let exists = match SessionId::parse(named) {
-        Ok(id) => state.store.session(&id).await.map_err(internal)?.is_some(),
+        Ok(id) => state
+            .store
+            .sessions()
+            .get(&id)
+            .await
+            .map_err(internal)?
+            .is_some(),
         Err(_) => false,
     };
     if !exists {
@@ -553,7 +561,8 @@ async fn continued_session(
     };
     let candidates = state
         .store
-        .api_transcript_candidates(owner, &prefix)
+        .api()
+        .transcript_candidates(owner, &prefix)
         .await
         .map_err(internal)?;
     for candidate in candidates {
@@ -569,6 +578,7 @@ async fn continued_session(
             // Moved on: only the same request, still running, follows it.
             let twin = state
                 .store
+                .api()
                 .event_unfinished(message.platform.as_str(), caller.account(), event.as_str())
                 .await
                 .map_err(internal)?;
@@ -601,7 +611,7 @@ async fn tools_agree(
     session: &SessionId,
     history: &[ChatMessage],
 ) -> Result<bool, StoreError> {
-    let stored = state.store.wire_history(session, "").await?;
+    let stored = state.store.transcript().wire_history(session, "").await?;
     let stored_calls: Vec<&ToolCall> = stored
         .iter()
         .flat_map(|entry| match &entry.message {

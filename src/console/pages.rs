@@ -19,10 +19,10 @@ use super::ConsoleState;
 use super::auth::{Admin, Kind, LOGIN_COOKIE, LOGIN_PATH, SESSION_COOKIE, cookie, same_origin};
 use super::charts::Bar;
 use super::templates::{self, DayFigures, Nav, OverviewView, SearchForm, UsageLine};
-use crate::domain::{SessionId, Usage, day_label, now_ms, start_of_today_ms};
+use crate::domain::{PairingStatus, SessionId, Usage, day_label, now_ms, start_of_today_ms};
 use crate::session::access::Decision;
 use crate::session::texts::NO_PAIRING_REQUEST;
-use crate::store::{PairingStatus, SessionFilter, StoreError, UsageGroup, UsageKey};
+use crate::store::{SessionFilter, StoreError, UsageGroup, UsageKey};
 use crate::usage::cost_of;
 
 const HOUR_MS: i64 = 3_600_000;
@@ -147,15 +147,19 @@ pub async fn overview(
     let today = start_of_today_ms().div_euclid(DAY_MS);
     let first_day = today - (OVERVIEW_DAYS - 1);
     let since_day_ms = first_day * DAY_MS;
-    let per_hour = store.console_turns_per_hour(first_hour * HOUR_MS).await?;
-    let latencies = store.console_turn_latencies(now - DAY_MS).await?;
-    let by_day = store.console_usage_by(UsageKey::Day, since_day_ms).await?;
-    let by_model = store
-        .console_usage_by(UsageKey::Model, since_day_ms)
+    let per_hour = store.console().turns_per_hour(first_hour * HOUR_MS).await?;
+    let latencies = store.console().turn_latencies(now - DAY_MS).await?;
+    let by_day = store
+        .console()
+        .usage_by(UsageKey::Day, since_day_ms)
         .await?;
-    let limit_hits = store.console_limit_hits(since_day_ms).await?;
-    let outbox = store.outbox_backlog().await?;
-    let queue_depth = store.queue_depth().await?;
+    let by_model = store
+        .console()
+        .usage_by(UsageKey::Model, since_day_ms)
+        .await?;
+    let limit_hits = store.console().limit_hits(since_day_ms).await?;
+    let outbox = store.gauges().outbox_backlog().await?;
+    let queue_depth = store.gauges().queue_depth().await?;
 
     let turns_per_hour = (first_hour..=this_hour)
         .map(|hour| {
@@ -234,7 +238,8 @@ pub async fn conversations(
     };
     let mut sessions = state
         .store
-        .console_sessions(&filter, PAGE_ROWS + 1, offset_of(page, PAGE_ROWS))
+        .console()
+        .sessions(&filter, PAGE_ROWS + 1, offset_of(page, PAGE_ROWS))
         .await?;
     let more = sessions.len() > usize::try_from(PAGE_ROWS).unwrap_or(usize::MAX);
     sessions.truncate(usize::try_from(PAGE_ROWS).unwrap_or(usize::MAX));
@@ -255,18 +260,23 @@ pub async fn conversation(
 ) -> PageResult {
     let id = SessionId::parse(&id).map_err(|_| PageError::NotFound)?;
     let store = &state.store;
-    let session = store.session(&id).await?.ok_or(PageError::NotFound)?;
+    let session = store
+        .sessions()
+        .get(&id)
+        .await?
+        .ok_or(PageError::NotFound)?;
     let page = page_of(query.page);
     let mut turns = store
-        .console_turns(&id, PAGE_TURNS + 1, offset_of(page, PAGE_TURNS))
+        .console()
+        .turns(&id, PAGE_TURNS + 1, offset_of(page, PAGE_TURNS))
         .await?;
     let more = turns.len() > usize::try_from(PAGE_TURNS).unwrap_or(usize::MAX);
     turns.truncate(usize::try_from(PAGE_TURNS).unwrap_or(usize::MAX));
     let messages = match (turns.first(), turns.last()) {
-        (Some(first), Some(last)) => store.console_messages(&id, first.id, last.id).await?,
+        (Some(first), Some(last)) => store.console().messages(&id, first.id, last.id).await?,
         _ => Vec::new(),
     };
-    let compactions = store.console_compactions(&id).await?;
+    let compactions = store.console().compactions(&id).await?;
     let title = session
         .title
         .clone()
@@ -303,7 +313,8 @@ pub async fn people(
     let page = page_of(query.page);
     let store = &state.store;
     let mut principals = store
-        .console_principals(
+        .console()
+        .principals(
             PAGE_ROWS + 1,
             offset_of(page, PAGE_ROWS),
             start_of_today_ms(),
@@ -311,7 +322,7 @@ pub async fn people(
         .await?;
     let more = principals.len() > usize::try_from(PAGE_ROWS).unwrap_or(usize::MAX);
     principals.truncate(usize::try_from(PAGE_ROWS).unwrap_or(usize::MAX));
-    let pairing = store.pairing_requests(PairingStatus::Pending).await?;
+    let pairing = store.pairing().requests(PairingStatus::Pending).await?;
     let body = templates::people(&templates::PeopleView {
         principals: &principals,
         pairing: &pairing,
@@ -366,10 +377,11 @@ pub async fn unlink(
 ) -> PageResult {
     let store = &state.store;
     let identity = store
+        .console()
         .identity_by_id(form.identity_id)
         .await?
         .ok_or(PageError::NotFound)?;
-    let notice = match store.unlink_identity(&identity).await? {
+    let notice = match store.principals().unlink_identity(&identity).await? {
         Some(fresh) => {
             tracing::info!(from = %identity.principal, to = %fresh, "console: identity unlinked");
             "unlinked"
@@ -399,14 +411,17 @@ pub async fn usage(
     let store = &state.store;
     let since = start_of_today_ms() - (i64::from(days) - 1) * DAY_MS;
     let by_principal = lines(
-        &store.console_usage_by(UsageKey::Principal, since).await?,
+        &store.console().usage_by(UsageKey::Principal, since).await?,
         &state,
     );
     let by_model = lines(
-        &store.console_usage_by(UsageKey::Model, since).await?,
+        &store.console().usage_by(UsageKey::Model, since).await?,
         &state,
     );
-    let mut by_day = lines(&store.console_usage_by(UsageKey::Day, since).await?, &state);
+    let mut by_day = lines(
+        &store.console().usage_by(UsageKey::Day, since).await?,
+        &state,
+    );
     for line in &mut by_day {
         if let Ok(day) = line.key.parse::<i64>() {
             line.key = day_label(day);
@@ -414,7 +429,8 @@ pub async fn usage(
     }
     by_day.reverse();
     let mut rows = store
-        .usage_report_page(PAGE_USAGE_ROWS + 1, offset_of(page, PAGE_USAGE_ROWS))
+        .usage()
+        .report_page(PAGE_USAGE_ROWS + 1, offset_of(page, PAGE_USAGE_ROWS))
         .await?;
     let more = rows.len() > usize::try_from(PAGE_USAGE_ROWS).unwrap_or(usize::MAX);
     rows.truncate(usize::try_from(PAGE_USAGE_ROWS).unwrap_or(usize::MAX));
@@ -435,7 +451,7 @@ pub async fn usage(
 
 /// `GET /console/usage.csv`: the `switchboard usage` report as CSV.
 pub async fn usage_csv(State(state): State<Arc<ConsoleState>>) -> PageResult {
-    let rows = state.store.usage_report().await?;
+    let rows = state.store.usage().report().await?;
     let csv = crate::usage::render_csv(&rows, &state.prices);
     Ok((
         [

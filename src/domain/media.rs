@@ -82,7 +82,7 @@ impl MediaRef {
     }
 
     /// Whether this is a voice note or audio file not transcribed yet
-    /// (see [`Media::transcribe`]).
+    /// (see `media::Media::transcribe`).
     #[must_use]
     pub fn awaits_transcript(&self) -> bool {
         self.media_type.starts_with("audio/") && self.transcript.is_none()

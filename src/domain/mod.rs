@@ -15,6 +15,7 @@ pub mod ids;
 pub mod media;
 pub mod platform;
 pub mod setting;
+pub mod status;
 
 pub use canonical::canonical_json;
 pub use clock::{DAY_MS, day_label, millis, now_ms, start_of_today_ms};
@@ -23,3 +24,6 @@ pub use ids::{InvalidSessionId, PrincipalId, SessionId};
 pub use media::{Derived, MediaRef, Part, Shown, user_parts};
 pub use platform::LocalPlatform;
 pub use setting::{BaseUrl, InvalidSetting, closest};
+pub use status::{
+    InboundStatus, OutboxStatus, Outcome, PairingStatus, Role, StopCause, ToolCallStatus,
+};

@@ -94,7 +94,7 @@ impl MediaBudget {
             None
         } else {
             let day = utc_day(crate::domain::now_ms());
-            let used = store.media_bytes_on(principal, &day).await?;
+            let used = store.media().bytes_on(principal, &day).await?;
             Some((self.principal_daily_bytes, used))
         };
         Ok(Allowance {
@@ -120,7 +120,8 @@ impl MediaBudget {
         }
         let day = utc_day(crate::domain::now_ms());
         let added = store
-            .add_media_bytes(principal, &day, bytes, self.principal_daily_bytes)
+            .media()
+            .add_bytes(principal, &day, bytes, self.principal_daily_bytes)
             .await?;
         Ok(if added {
             Ok(())

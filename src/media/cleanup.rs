@@ -75,7 +75,7 @@ pub async fn remove_unreferenced(
     if old.is_empty() {
         return Ok(swept);
     }
-    let referenced = store.referenced_blob_hashes().await?;
+    let referenced = store.media().referenced_blob_hashes().await?;
     for blob in old {
         if referenced.contains(&blob.hash) {
             swept.referenced += 1;
@@ -136,7 +136,8 @@ impl MediaHousekeeping {
         let ttl_ms = i64::try_from(EVERY.as_millis()).unwrap_or(i64::MAX);
         let held = self
             .store
-            .acquire_platform_lease(LEASE, &self.owner, ttl_ms)
+            .leases()
+            .acquire_platform(LEASE, &self.owner, ttl_ms)
             .await?;
         // Held or not, this instance looks again in an hour (a failure to
         // reach the database is tried again at the next tick).
@@ -153,7 +154,7 @@ impl MediaHousekeeping {
     /// The store or the database failed.
     pub async fn run(&self) -> Result<Swept, CleanupError> {
         let now = now_ms();
-        self.store.prune_media_usage(&utc_day(now)).await?;
+        self.store.media().prune_usage(&utc_day(now)).await?;
         if self.retention_days == 0 {
             return Ok(Swept::default());
         }

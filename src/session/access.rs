@@ -12,10 +12,9 @@ use switchboard_contract::{ChatKind, InboundMessage};
 use super::commands::Command;
 use super::link::LinkCode;
 use super::texts;
-use crate::domain::LocalPlatform;
-use crate::domain::PrincipalId;
+use crate::domain::{LocalPlatform, PairingStatus, PrincipalId};
 use crate::session::settings::AccessSettings;
-use crate::store::{Applicant, Identity, PairingStatus, Store, StoreError};
+use crate::store::{Applicant, Identity, Store, StoreError};
 
 /// What access control does with a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,7 +84,7 @@ impl Access {
     pub async fn decide(&self, code: &str, decision: Decision) -> Result<String, StoreError> {
         let code = code.trim().to_ascii_uppercase();
         let approve = decision == Decision::Approve;
-        Ok(match self.store.decide_pairing(&code, approve).await? {
+        Ok(match self.store.pairing().decide(&code, approve).await? {
             Some(request) => {
                 tracing::info!(approve, platform = %request.platform, "pairing decided");
                 texts::pairing_decided(decision, &request)
@@ -130,7 +129,7 @@ impl Access {
                 return Ok(true);
             }
         }
-        self.store.principal_approved(identity.principal).await
+        self.store.principals().approved(identity.principal).await
     }
 
     /// Whether `entries` name the principal or one of its identities.
@@ -142,7 +141,7 @@ impl Access {
         if entries.contains(&by_id) {
             return Ok(true);
         }
-        let identities = self.store.principal_identities(principal).await?;
+        let identities = self.store.principals().identities(principal).await?;
         Ok(identities.iter().any(|(platform, user)| {
             entries
                 .iter()
@@ -167,7 +166,8 @@ impl Access {
         };
         let request = self
             .store
-            .pairing_request(&applicant, code.as_str())
+            .pairing()
+            .request(&applicant, code.as_str())
             .await?;
         Ok(match request.status {
             PairingStatus::Denied => {

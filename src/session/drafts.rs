@@ -10,7 +10,7 @@
 //! interval after the turn began (a reply quicker than that goes out whole,
 //! with no draft before it). A platform that shows
 //! drafts as a message says which; its id is recorded with the turn
-//! ([`Store::record_draft`]) the first time, so the reply, delivered through
+//! ([`Inbound::record_draft`]) the first time, so the reply, delivered through
 //! the outbox like every reply, edits that message instead of adding a second
 //! one, even when another instance finishes the turn after a crash.
 //!
@@ -201,7 +201,12 @@ impl DraftWriter {
                 if let Some(id) = message_id
                     && self.draft.message_id.as_deref() != Some(id.as_str())
                 {
-                    if let Err(err) = self.store.record_draft(self.inbound_id, &id).await {
+                    if let Err(err) = self
+                        .store
+                        .inbound()
+                        .record_draft(self.inbound_id, &id)
+                        .await
+                    {
                         tracing::warn!(error = %err, "draft message not recorded");
                     }
                     self.draft.message_id = Some(id);

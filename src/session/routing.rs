@@ -84,14 +84,22 @@ impl Routing {
         if let Some(requested) = session {
             let unknown = || ServiceError::UnknownSession(requested.to_owned());
             let session = SessionId::parse(requested).map_err(|_| unknown())?;
-            let row = self.store.session(&session).await?.ok_or_else(unknown)?;
+            let row = self
+                .store
+                .sessions()
+                .get(&session)
+                .await?
+                .ok_or_else(unknown)?;
             if row.principal.is_some_and(|owner| owner != principal) {
                 // Answered like a missing session: ids of other people's
                 // sessions are not confirmed.
                 tracing::warn!(principal_id = %principal, "refused another principal's session");
                 return Err(unknown());
             }
-            self.store.bind_route(route.as_str(), &session).await?;
+            self.store
+                .sessions()
+                .bind_route(route.as_str(), &session)
+                .await?;
         }
         let owner = direct.then_some(principal);
         let session_id = self.session_for(&route, &origin, owner).await?;
@@ -130,8 +138,11 @@ impl Routing {
         owner: Option<PrincipalId>,
     ) -> Result<SessionId, StoreError> {
         let session = self.new_session(origin, owner).await?;
-        self.store.create_session(&session).await?;
-        self.store.bind_route(route.as_str(), &session.id).await?;
+        self.store.sessions().create(&session).await?;
+        self.store
+            .sessions()
+            .bind_route(route.as_str(), &session.id)
+            .await?;
         Ok(session.id)
     }
 
@@ -156,6 +167,7 @@ impl Routing {
         };
         let created = self
             .store
+            .api()
             .create_seeded_session(origin.key().as_str(), &session, seed)
             .await?;
         if created {
@@ -204,13 +216,14 @@ impl Routing {
         origin: &Origin,
         owner: Option<PrincipalId>,
     ) -> Result<SessionId, StoreError> {
-        if let Some(session) = self.store.route(route.as_str()).await? {
+        if let Some(session) = self.store.sessions().route(route.as_str()).await? {
             return Ok(session);
         }
         let session = self.new_session(origin, owner).await?;
         let id = self
             .store
-            .create_routed_session(route.as_str(), &session)
+            .sessions()
+            .create_routed(route.as_str(), &session)
             .await?;
         if id == session.id {
             tracing::info!(session_id = %id, "session started");
@@ -229,7 +242,7 @@ impl Routing {
         let toolset = self.registry.offered();
         let mut system_prompt = build_system_prompt(&self.agent, toolset.specs());
         if let Some(owner) = owner.filter(|_| offers_memory(&toolset.names())) {
-            let facts = self.store.memories(owner).await?;
+            let facts = self.store.memories().list(owner).await?;
             system_prompt = with_person_memory(&system_prompt, &facts);
         }
         Ok(NewSession {

@@ -36,13 +36,11 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::drafts::DraftWriter;
-use super::turn::{StopCause, TurnControl, TurnExecutor};
+use super::turn::{TurnControl, TurnExecutor};
 use crate::agent::live::LiveHub;
-use crate::domain::LocalPlatform;
-use crate::domain::SessionId;
+use crate::domain::{InboundStatus, LocalPlatform, SessionId, StopCause};
 use crate::store::{
-    Batch, Burst, Claim, Fence, InboundRow, InboundStatus, Next, OutboxRow, Renewal, Store,
-    StoreError,
+    Batch, Burst, Claim, Fence, InboundRow, Next, OutboxRow, Renewal, Store, StoreError,
 };
 
 /// How a turn ended, for whoever waits on it.
@@ -281,7 +279,7 @@ impl Runner {
             }
         };
         for chunk in ids.chunks(500) {
-            for reply in self.inner.store.stored_replies(chunk).await? {
+            for reply in self.inner.store.outbox().stored_replies(chunk).await? {
                 self.answer_waiter(TurnReply {
                     inbound_id: reply.inbound_id,
                     session_id: reply.session_id,
@@ -361,6 +359,7 @@ impl Runner {
         let sessions = self
             .inner
             .store
+            .inbound()
             .sweep_orphans(self.owner(), self.ttl_ms(), 1000, true)
             .await?;
         if !sessions.is_empty() {
@@ -369,7 +368,7 @@ impl Runner {
         for session_id in sessions {
             self.notify(&session_id);
         }
-        let rows = self.inner.store.claim_pending_outbox(1000, true).await?;
+        let rows = self.inner.store.outbox().claim_pending(1000, true).await?;
         self.spawn_deliveries(rows);
         Ok(())
     }
@@ -388,6 +387,7 @@ impl Runner {
         let sessions = self
             .inner
             .store
+            .inbound()
             .sweep_orphans(self.owner(), self.ttl_ms(), 100, false)
             .await?;
         for session_id in &sessions {
@@ -397,7 +397,7 @@ impl Runner {
             );
             self.notify(session_id);
         }
-        let rows = self.inner.store.claim_pending_outbox(100, false).await?;
+        let rows = self.inner.store.outbox().claim_pending(100, false).await?;
         let replies = rows.len();
         self.spawn_deliveries(rows);
         Ok((sessions.len(), replies))
@@ -453,7 +453,7 @@ impl Runner {
             "shutdown grace period over; unfinished turns are handed back"
         );
         for fence in &unfinished {
-            if let Err(err) = self.inner.store.release_lease(fence, true).await {
+            if let Err(err) = self.inner.store.leases().release(fence, true).await {
                 tracing::warn!(error = %err, "handing a session back failed");
             }
         }
@@ -474,6 +474,7 @@ impl Runner {
         let requested = self
             .inner
             .store
+            .inbound()
             .request_stop(session_id, cause.as_str())
             .await?;
         let stopped_here = self.stop_local(session_id, cause);
@@ -508,8 +509,8 @@ impl Runner {
         if !lock(&self.inner.running).contains_key(session_id) {
             return Ok(());
         }
-        if let Some(cause) = self.inner.store.stop_request(session_id).await? {
-            self.stop_local(session_id, StopCause::parse(&cause));
+        if let Some(cause) = self.inner.store.inbound().stop_request(session_id).await? {
+            self.stop_local(session_id, StopCause::read(&cause));
         }
         Ok(())
     }
@@ -528,10 +529,10 @@ impl Runner {
                 budget_left: control.budget_left(),
             }));
         }
-        let Some(inbound_id) = self.inner.store.running_turn(session_id).await? else {
+        let Some(inbound_id) = self.inner.store.inbound().running_turn(session_id).await? else {
             return Ok(None);
         };
-        let calls = self.inner.store.task_usage(inbound_id).await?.calls;
+        let calls = self.inner.store.usage().task_usage(inbound_id).await?.calls;
         Ok(Some(Running {
             budget_left: Some(
                 u32::try_from(u64::from(self.inner.max_iterations).saturating_sub(calls))
@@ -594,6 +595,7 @@ impl Runner {
             // between the attempt and the wait is not missed.
             let handed_back = self.inner.handed_back.notified();
             match store
+                .inbound()
                 .lease_and_claim(session_id, self.owner(), self.ttl_ms(), self.inner.burst)
                 .await?
             {
@@ -614,7 +616,7 @@ impl Runner {
             Ok(Drained::Early(wait)) => Ok(Some(wait)),
             Ok(Drained::Stopped) => {
                 tracing::info!("draining: the session is handed back");
-                store.release_lease(&fence, true).await.map(|()| None)
+                store.leases().release(&fence, true).await.map(|()| None)
             }
             Err(StoreError::LeaseLost) => {
                 tracing::warn!(
@@ -624,7 +626,7 @@ impl Runner {
                 Ok(None)
             }
             Err(err) => {
-                if let Err(release) = store.release_lease(&fence, true).await {
+                if let Err(release) = store.leases().release(&fence, true).await {
                     tracing::warn!(error = %release, "giving the lease up failed");
                 }
                 Err(err)
@@ -642,7 +644,7 @@ impl Runner {
         let session_id = &fence.session_id;
         loop {
             // The later messages of its burst, merged into it by the claim.
-            let merged = store.burst_of(inbound.id).await?;
+            let merged = store.inbound().burst_of(inbound.id).await?;
             let merged_ids: Vec<i64> = merged.iter().map(|row| row.id).collect();
             if !merged.is_empty() {
                 tracing::info!(
@@ -662,7 +664,7 @@ impl Runner {
             let drafts = self.draft_writer(fence, &inbound);
             // A stop requested before the turn (re)started applies to it.
             if let Some(cause) = &inbound.stop_cause {
-                control.stop(StopCause::parse(cause));
+                control.stop(*cause);
             }
             lock(&self.inner.running)
                 .insert(session_id.clone(), (Arc::clone(&control), fence.clone()));
@@ -688,7 +690,7 @@ impl Runner {
             if let Some(id) = draft_message
                 && row.replaces.as_deref() != Some(id.as_str())
             {
-                if let Err(err) = store.set_outbox_replaces(row.id, &id).await {
+                if let Err(err) = store.outbox().set_replaces(row.id, &id).await {
                     tracing::warn!(error = %err, outbox_id = row.id, "draft message not recorded");
                 }
                 row.replaces = Some(id);
@@ -716,6 +718,7 @@ impl Runner {
                 return Ok(Drained::Stopped);
             }
             let next = match store
+                .inbound()
                 .claim_next_or_release(fence, delivered.clone(), self.inner.burst)
                 .await
             {
@@ -850,9 +853,9 @@ impl Runner {
             tokio::select! {
                 result = &mut work => return result,
                 _ = renew.tick() => {
-                    match self.inner.store.renew_lease(fence, inbound_id, self.ttl_ms()).await {
+                    match self.inner.store.leases().renew(fence, inbound_id, self.ttl_ms()).await {
                         Ok(Renewal::Held { stop: Some(cause) }) => {
-                            control.stop(StopCause::parse(&cause));
+                            control.stop(StopCause::read(&cause));
                         }
                         Ok(Renewal::Held { stop: None }) => {}
                         Ok(Renewal::Lost) => match on_lost {
@@ -949,7 +952,7 @@ impl Runner {
         let mut attempts = 0;
         let outcome = loop {
             if attempts > 0 {
-                match self.inner.store.renew_outbox_claim(row.id).await {
+                match self.inner.store.outbox().renew_claim(row.id).await {
                     Ok(true) => {}
                     Ok(false) => {
                         tracing::warn!(outbox_id = row.id, "another instance delivers this reply");

@@ -10,6 +10,7 @@
 //! answers it as a [command](super::commands) or queues it for the
 //! session's runner.
 
+use crate::domain::{InboundStatus, Outcome, PrincipalId, SessionId, StopCause};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -21,14 +22,12 @@ use super::arrivals::Arrivals;
 use super::commands::{Answer, Command, CommandSettings, Commands, Context, Dispatched};
 use super::routing::{Place, Routing};
 use super::runner::{Runner, TurnReply};
-use super::turn::StopCause;
 use crate::agent::live::LiveSubscription;
 use crate::config::Settings;
-use crate::domain::{PrincipalId, SessionId};
 use crate::media::budget::MediaBudget;
 use crate::media::{Media, MediaError};
 use crate::session::settings::BusyMode;
-use crate::store::{InboundStatus, NewInbound, Store, StoreError, TurnEnd};
+use crate::store::{NewInbound, Store, StoreError, TurnEnd};
 use crate::tools::ToolRegistry;
 use crate::tools::memory::MEMORY;
 
@@ -111,9 +110,6 @@ pub struct SessionService {
     arrivals: Arrivals,
 }
 
-/// The outcome recorded for a command's answer.
-const COMMAND_OUTCOME: &str = "command";
-
 impl SessionService {
     /// Builds the service from the settings it reads: `agent`, `llm.model`
     /// and `llm.extra_models`, `sessions`, `access`, `limits`; attachments
@@ -172,6 +168,7 @@ impl SessionService {
     ) -> Result<bool, StoreError> {
         let identity = self
             .store
+            .principals()
             .resolve_identity(
                 message.platform.as_str(),
                 message.account.as_str(),
@@ -199,6 +196,7 @@ impl SessionService {
         }
         let identity = self
             .store
+            .principals()
             .resolve_identity(
                 message.platform.as_str(),
                 message.account.as_str(),
@@ -228,7 +226,8 @@ impl SessionService {
         if let Some(model) = &options.model {
             // Before the message is queued, so that its turn uses it.
             self.store
-                .set_session_model(&place.session_id, model)
+                .sessions()
+                .set_model(&place.session_id, model)
                 .await?;
         }
         // A message for the model has its files fetched and stored before
@@ -257,7 +256,7 @@ impl SessionService {
             // counted) the first time.
             && self
                 .store
-                .inbound_id_of_event(
+                .inbound().id_of_event(
                     message.platform.as_str(),
                     message.account.as_str(),
                     message.event_id.as_str(),
@@ -289,7 +288,7 @@ impl SessionService {
             identity.principal,
         );
         record.media = media;
-        let Some(inbound_id) = self.store.record_inbound(&record).await? else {
+        let Some(inbound_id) = self.store.inbound().record(&record).await? else {
             tracing::debug!(event_id = %message.event_id, "duplicate event dropped");
             self.runner
                 .metrics()
@@ -385,12 +384,13 @@ impl SessionService {
         let waiters = self.runner.take_waiters(inbound_id);
         let mut row = self
             .store
+            .outbox()
             .finish_turn(&TurnEnd {
                 inbound_id,
                 final_message: None,
                 reply: stored.as_deref().unwrap_or(&text),
                 status: InboundStatus::Command,
-                outcome: COMMAND_OUTCOME,
+                outcome: Outcome::Command,
             })
             .await?;
         row.text.clone_from(&text);

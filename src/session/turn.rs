@@ -2,6 +2,7 @@
 //! even when a cached agent exists), run the agent loop, and end the turn in
 //! one transaction with its reply in the outbox.
 
+use crate::domain::{ChatMessage, InboundStatus, MediaRef, Outcome, StopCause};
 use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,12 +23,11 @@ use crate::agent::run::{
 };
 use crate::agent::settings::{AgentSettings, ContextSettings, LimitSettings};
 use crate::agent::wallet::{Budget, Purse, Wallet};
-use crate::domain::{ChatMessage, MediaRef};
 use crate::llm::ModelFailure;
 use crate::media::Media;
 use crate::store::{
-    Batch, Fence, InboundRow, InboundStatus, NewMessage, OutboxRow, SessionRow, SessionView, Store,
-    StoreError, TurnEnd, WireEntry,
+    Batch, Fence, InboundRow, NewMessage, OutboxRow, SessionRow, SessionView, Store, StoreError,
+    TurnEnd, WireEntry,
 };
 use crate::tools::ToolRegistry;
 use crate::tools::memory::MEMORY;
@@ -54,37 +54,6 @@ pub struct TurnExecutor {
     pub media: Arc<Media>,
     /// Where turns, model calls and tool calls are counted.
     pub metrics: Metrics,
-}
-
-/// Why a running turn was stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopCause {
-    /// `/stop`.
-    User,
-    /// A newer message, with `sessions.busy = "interrupt"`.
-    Interrupted,
-    /// The task's wall-clock limit.
-    TimeLimit,
-}
-
-impl StopCause {
-    /// The cause as stored with a stop request.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::User => "user",
-            Self::Interrupted => "interrupted",
-            Self::TimeLimit => "time_limit",
-        }
-    }
-
-    /// A stored stop request's cause (an unknown one reads as `/stop`).
-    pub fn parse(value: &str) -> Self {
-        match value {
-            "interrupted" => Self::Interrupted,
-            "time_limit" => Self::TimeLimit,
-            _ => Self::User,
-        }
-    }
 }
 
 /// The handle that stops one running turn.
@@ -205,21 +174,21 @@ impl TurnOutcome {
         }
     }
 
-    /// The outcome's name as stored on the message.
-    pub fn as_str(&self) -> &'static str {
+    /// The outcome as stored on the message.
+    pub fn outcome(&self) -> Outcome {
         match self {
-            Self::Answered { end, .. } => end.as_str(),
-            Self::Compacted | Self::NothingToCompact | Self::CompactionFailed => "compact",
-            Self::CompactionOverSpend | Self::SpendLimit { .. } => "spend_limit",
-            Self::ModelError { .. } => "model_error",
-            Self::StoreFailed => "store_error",
-            Self::TimeLimit { .. } => "time_limit",
-            Self::Interrupted => "interrupted",
-            Self::Cancelled => "cancelled",
-            Self::TokenLimit { .. } => "token_limit",
-            Self::NoProgress { .. } => "no_progress",
-            Self::BudgetExhausted => "budget_exhausted",
-            Self::MediaRefused { .. } => "media_refused",
+            Self::Answered { end, .. } => end.outcome(),
+            Self::Compacted | Self::NothingToCompact | Self::CompactionFailed => Outcome::Compact,
+            Self::CompactionOverSpend | Self::SpendLimit { .. } => Outcome::SpendLimit,
+            Self::ModelError { .. } => Outcome::ModelError,
+            Self::StoreFailed => Outcome::StoreError,
+            Self::TimeLimit { .. } => Outcome::TimeLimit,
+            Self::Interrupted => Outcome::Interrupted,
+            Self::Cancelled => Outcome::Cancelled,
+            Self::TokenLimit { .. } => Outcome::TokenLimit,
+            Self::NoProgress { .. } => Outcome::NoProgress,
+            Self::BudgetExhausted => Outcome::BudgetExhausted,
+            Self::MediaRefused { .. } => Outcome::MediaRefused,
         }
     }
 
@@ -405,7 +374,8 @@ impl TurnExecutor {
             compaction,
         } = self
             .store
-            .session_view(&inbound.session_id)
+            .sessions()
+            .view(&inbound.session_id)
             .await?
             .ok_or_else(|| {
                 StoreError::Corrupt(format!("session {} missing", inbound.session_id))
@@ -455,7 +425,10 @@ impl TurnExecutor {
             .policy
             .should_compact(system, &turn.stored, Some(GENEROUS_RATIO));
         let ratio = if near {
-            self.store.tokens_per_char(&turn.session.id).await?
+            self.store
+                .transcript()
+                .tokens_per_char(&turn.session.id)
+                .await?
         } else {
             None
         };
@@ -484,7 +457,7 @@ impl TurnExecutor {
         if let Some(Some(compaction)) = &compacted {
             turn.stored = context::apply(std::mem::take(&mut turn.stored), Some(compaction));
             if turn.policy.person_memory.is_some()
-                && let Some(session) = self.store.session(&turn.session.id).await?
+                && let Some(session) = self.store.sessions().get(&turn.session.id).await?
             {
                 // The compaction may have refreshed the remembered facts.
                 turn.session.system_prompt = session.system_prompt;
@@ -545,7 +518,10 @@ impl TurnExecutor {
         } = turn;
         let asked = asked(&stored, inbound.id);
         if asked {
-            let interrupted_calls = store.fail_interrupted_model_calls(inbound.id).await?;
+            let interrupted_calls = store
+                .usage()
+                .fail_interrupted_model_calls(inbound.id)
+                .await?;
             if interrupted_calls > 0 {
                 tracing::warn!(
                     interrupted_calls,
@@ -577,7 +553,7 @@ impl TurnExecutor {
         // A resumed task (its message was stored by an earlier run) keeps
         // spending from what it had left.
         let spent = if asked {
-            self.store.task_usage(inbound.id).await?.calls
+            self.store.usage().task_usage(inbound.id).await?.calls
         } else {
             0
         };
@@ -657,7 +633,8 @@ impl TurnExecutor {
         let daily_nanousd = (daily * 1e9).round() as i64;
         let spent_before = self
             .store
-            .principal_spend_since(principal, crate::domain::start_of_today_ms())
+            .usage()
+            .spend_since(principal, crate::domain::start_of_today_ms())
             .await?;
         Ok(Some(SpendLimit {
             daily_nanousd,
@@ -681,7 +658,7 @@ impl TurnExecutor {
         let status = outcome.status();
         if status == InboundStatus::Failed {
             tracing::warn!(
-                outcome = outcome.as_str(),
+                outcome = outcome.outcome().as_str(),
                 "turn ended by a limit or failure"
             );
         }
@@ -691,11 +668,11 @@ impl TurnExecutor {
             final_message,
             reply: &reply,
             status,
-            outcome: outcome.as_str(),
+            outcome: outcome.outcome(),
         };
-        let row = store.finish_turn_with(&end, writes).await?;
+        let row = store.outbox().finish_turn_with(&end, writes).await?;
         self.metrics
-            .turn_finished(outcome.as_str(), started.elapsed());
+            .turn_finished(outcome.outcome(), started.elapsed());
         Ok((row, status))
     }
 }
@@ -808,13 +785,16 @@ mod tests {
     #[test]
     fn compaction_answers_are_commands_and_limits_are_failures() {
         assert_eq!(TurnOutcome::Compacted.status(), InboundStatus::Command);
-        assert_eq!(TurnOutcome::Compacted.as_str(), "compact");
-        assert_eq!(TurnOutcome::CompactionOverSpend.as_str(), "spend_limit");
+        assert_eq!(TurnOutcome::Compacted.outcome().as_str(), "compact");
+        assert_eq!(
+            TurnOutcome::CompactionOverSpend.outcome().as_str(),
+            "spend_limit"
+        );
         let refused = TurnOutcome::MediaRefused {
             reply: "Sorry, I could not make out any speech in your voice note.".to_owned(),
         };
         assert_eq!(refused.status(), InboundStatus::Failed);
-        assert_eq!(refused.as_str(), "media_refused");
+        assert_eq!(refused.outcome().as_str(), "media_refused");
         assert_eq!(
             texts::turn_reply(&refused),
             "Sorry, I could not make out any speech in your voice note."
@@ -825,7 +805,7 @@ mod tests {
             end: LoopEnd::BudgetExhausted,
         };
         assert_eq!(answered.status(), InboundStatus::Done);
-        assert_eq!(answered.as_str(), "budget_exhausted");
+        assert_eq!(answered.outcome().as_str(), "budget_exhausted");
     }
 
     #[test]

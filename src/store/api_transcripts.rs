@@ -10,6 +10,19 @@ use super::session_id::session_id_from_row;
 use super::{Arg, Batch, NewMessage, NewSession, Store, StoreError};
 use crate::domain::{ChatMessage, SessionId, now_ms};
 
+/// What the HTTP API reads and records: transcripts clients resend, their sessions, messages and turns.
+#[derive(Clone, Copy)]
+pub struct ApiViews<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Store {
+    /// What the HTTP API reads and records: transcripts clients resend, their sessions, messages and turns.
+    pub fn api(&self) -> ApiViews<'_> {
+        ApiViews { store: self }
+    }
+}
+
 /// The caller a transcript key belongs to: the API key's namespace and the
 /// API user (`user`, or the anonymous sender).
 #[derive(Debug, Clone, Copy)]
@@ -36,15 +49,15 @@ pub struct TranscriptCandidate {
 /// reply that follows.
 const CANDIDATES: i64 = 20;
 
-impl Store {
+impl ApiViews<'_> {
     /// Records that the turn `inbound_id` of `session_id` was asked with a
     /// visible transcript hashing to `prefix_sha` (once: a retried request
     /// records nothing new).
     ///
     /// # Errors
     /// A database failure.
-    pub async fn record_api_transcript(
-        &self,
+    pub async fn record_transcript(
+        self,
         owner: TranscriptOwner<'_>,
         prefix_sha: &str,
         session_id: &SessionId,
@@ -61,7 +74,7 @@ impl Store {
         .bind(session_id.as_str())
         .bind(inbound_id)
         .bind(now_ms())
-        .execute(&mut *self.conn().await?)
+        .execute(&mut *self.store.conn().await?)
         .await?;
         Ok(())
     }
@@ -72,8 +85,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure or a corrupt row.
-    pub async fn api_transcript_candidates(
-        &self,
+    pub async fn transcript_candidates(
+        self,
         owner: TranscriptOwner<'_>,
         prefix_sha: &str,
     ) -> Result<Vec<TranscriptCandidate>, StoreError> {
@@ -88,7 +101,7 @@ impl Store {
         .bind(owner.sender)
         .bind(prefix_sha)
         .bind(CANDIDATES)
-        .fetch_all(&mut *self.read_conn().await?)
+        .fetch_all(&mut *self.store.read_conn().await?)
         .await?;
         rows.iter()
             .map(|row| {
@@ -108,7 +121,7 @@ impl Store {
     /// # Errors
     /// A database failure.
     pub async fn event_unfinished(
-        &self,
+        self,
         platform: &str,
         account: &str,
         event_id: &str,
@@ -119,7 +132,7 @@ impl Store {
         .bind(platform)
         .bind(account)
         .bind(event_id)
-        .fetch_optional(&mut *self.read_conn().await?)
+        .fetch_optional(&mut *self.store.read_conn().await?)
         .await?;
         Ok(status.map(|status| matches!(status.as_str(), "pending" | "running")))
     }
@@ -131,12 +144,12 @@ impl Store {
     /// # Errors
     /// A database failure.
     pub async fn create_seeded_session(
-        &self,
+        self,
         route_key: &str,
         session: &NewSession,
         seed: &[ChatMessage],
     ) -> Result<bool, StoreError> {
-        if self.session(&session.id).await?.is_some() {
+        if self.store.sessions().get(&session.id).await?.is_some() {
             return Ok(false);
         }
         let now = now_ms();
@@ -180,10 +193,10 @@ impl Store {
                 message.clone(),
             ))?;
         }
-        match self.write(batch).await {
+        match self.store.write(batch).await {
             Ok(_) => Ok(true),
             // A concurrent request created the same id first.
-            Err(err) => match self.session(&session.id).await {
+            Err(err) => match self.store.sessions().get(&session.id).await {
                 Ok(Some(_)) => Ok(false),
                 _ => Err(err),
             },

@@ -5,16 +5,16 @@
 //! in the caller's account (among the caller's users, when it has a list).
 //! Sessions without an owner (group chats) are never anyone's here.
 
+use super::api_transcripts::ApiViews;
+use crate::domain::{InboundStatus, Outcome, SessionId};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use switchboard_contract::PlatformName;
 
-use super::inbound::InboundStatus;
 use super::messages::{MESSAGE_COLUMNS, message_from_row};
 use super::platform_ids::id_from_row;
 use super::session_id::session_id_from_row;
-use super::{Store, StoreError, StoredMessage};
-use crate::domain::SessionId;
+use super::{StoreError, StoredMessage};
 
 /// Whose sessions a read may return: the API identities in `account`,
 /// limited to `users` when given.
@@ -51,7 +51,7 @@ pub struct TurnMessage {
     pub message: StoredMessage,
     /// The turn's message status and outcome; `None` when the entry has no
     /// turn or the turn's record was pruned (it finished long ago).
-    pub turn: Option<(InboundStatus, Option<String>)>,
+    pub turn: Option<(InboundStatus, Option<Outcome>)>,
 }
 
 /// One turn: an inbound message, where it is, and its reply once stored.
@@ -61,7 +61,7 @@ pub struct TurnRecord {
     pub session_id: SessionId,
     pub text: String,
     pub status: InboundStatus,
-    pub outcome: Option<String>,
+    pub outcome: Option<Outcome>,
     pub received_at: i64,
     /// The reply as stored in the outbox.
     pub reply: Option<String>,
@@ -93,14 +93,30 @@ impl ApiScope<'_> {
     }
 }
 
-impl Store {
+const TURN_SELECT: &str = "SELECT i.id, i.session_id, i.text, i.status, i.outcome, \
+    i.received_at, o.text AS reply FROM inbound i LEFT JOIN outbox o ON o.inbound_id = i.id";
+
+fn turn_from_row(row: &AnyRow) -> Result<TurnRecord, StoreError> {
+    let status: String = row.try_get("status")?;
+    Ok(TurnRecord {
+        id: row.try_get("id")?,
+        session_id: session_id_from_row(row, "session_id")?,
+        text: row.try_get("text")?,
+        status: super::stored("inbound status", &status)?,
+        outcome: super::optional_stored("outcome", row.try_get("outcome")?)?,
+        received_at: row.try_get("received_at")?,
+        reply: row.try_get("reply")?,
+    })
+}
+
+impl ApiViews<'_> {
     /// The caller's sessions, most recently active first, after `cursor`;
     /// at most `limit`.
     ///
     /// # Errors
     /// A database failure or a corrupt row.
-    pub async fn api_sessions(
-        &self,
+    pub async fn sessions(
+        self,
         scope: ApiScope<'_>,
         cursor: Option<&SessionCursor>,
         limit: i64,
@@ -131,7 +147,7 @@ impl Store {
         }
         let rows = query
             .bind(limit)
-            .fetch_all(&mut *self.read_conn().await?)
+            .fetch_all(&mut *self.store.read_conn().await?)
             .await?;
         rows.iter()
             .map(|row| {
@@ -152,8 +168,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn api_session_reachable(
-        &self,
+    pub async fn session_reachable(
+        self,
         scope: ApiScope<'_>,
         session_id: &SessionId,
     ) -> Result<bool, StoreError> {
@@ -165,7 +181,7 @@ impl Store {
                 sqlx::query_scalar::<_, i64>(&sql).bind(session_id.as_str()),
                 |query, value| query.bind(value.as_str()),
             )
-            .fetch_one(&mut *self.read_conn().await?)
+            .fetch_one(&mut *self.store.read_conn().await?)
             .await?;
         Ok(count > 0)
     }
@@ -176,8 +192,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure or a corrupt row.
-    pub async fn api_messages(
-        &self,
+    pub async fn messages(
+        self,
         session_id: &SessionId,
         after: i64,
         limit: i64,
@@ -197,7 +213,7 @@ impl Store {
             .bind(session_id.as_str())
             .bind(after)
             .bind(limit)
-            .fetch_all(&mut *self.read_conn().await?)
+            .fetch_all(&mut *self.store.read_conn().await?)
             .await?;
         rows.iter()
             .map(|row| {
@@ -205,8 +221,8 @@ impl Store {
                 let turn = status
                     .map(|status| {
                         Ok::<_, StoreError>((
-                            InboundStatus::parse(&status)?,
-                            row.try_get::<Option<String>, _>("turn_outcome")?,
+                            super::stored("inbound status", &status)?,
+                            super::optional_stored("outcome", row.try_get("turn_outcome")?)?,
                         ))
                     })
                     .transpose()?;
@@ -224,8 +240,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure or a corrupt row.
-    pub async fn api_unwritten_turns(
-        &self,
+    pub async fn unwritten_turns(
+        self,
         session_id: &SessionId,
     ) -> Result<Vec<TurnRecord>, StoreError> {
         let rows = sqlx::query(&format!(
@@ -234,7 +250,7 @@ impl Store {
              AND m.task_id = i.id) ORDER BY i.id LIMIT 1000"
         ))
         .bind(session_id.as_str())
-        .fetch_all(&mut *self.read_conn().await?)
+        .fetch_all(&mut *self.store.read_conn().await?)
         .await?;
         rows.iter().map(turn_from_row).collect()
     }
@@ -243,8 +259,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure or a corrupt row.
-    pub async fn api_turn(
-        &self,
+    pub async fn turn(
+        self,
         session_id: &SessionId,
         turn: i64,
     ) -> Result<Option<TurnRecord>, StoreError> {
@@ -253,24 +269,8 @@ impl Store {
         ))
         .bind(turn)
         .bind(session_id.as_str())
-        .fetch_optional(&mut *self.read_conn().await?)
+        .fetch_optional(&mut *self.store.read_conn().await?)
         .await?;
         row.as_ref().map(turn_from_row).transpose()
     }
-}
-
-const TURN_SELECT: &str = "SELECT i.id, i.session_id, i.text, i.status, i.outcome, \
-    i.received_at, o.text AS reply FROM inbound i LEFT JOIN outbox o ON o.inbound_id = i.id";
-
-fn turn_from_row(row: &AnyRow) -> Result<TurnRecord, StoreError> {
-    let status: String = row.try_get("status")?;
-    Ok(TurnRecord {
-        id: row.try_get("id")?,
-        session_id: session_id_from_row(row, "session_id")?,
-        text: row.try_get("text")?,
-        status: InboundStatus::parse(&status)?,
-        outcome: row.try_get("outcome")?,
-        received_at: row.try_get("received_at")?,
-        reply: row.try_get("reply")?,
-    })
 }

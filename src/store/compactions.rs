@@ -2,11 +2,12 @@
 //! wire view. Nothing is deleted; the latest compaction of a session decides
 //! its wire view.
 
+use super::messages::Transcript;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::messages::{parse_wire_view, wire_view_aggregate};
-use super::{Arg, Backend, Batch, Store, StoreError, WireEntry, to_u64};
+use super::{Arg, Backend, Batch, StoreError, WireEntry, to_u64};
 use crate::domain::{SessionId, now_ms};
 
 /// A summary and the range of messages it replaces.
@@ -18,42 +19,6 @@ pub struct Compaction {
     /// goal, when a long task is compacted mid-way.
     pub kept_id: Option<i64>,
     pub summary: String,
-}
-
-impl Store {
-    /// The session's main conversation, raw (every entry, hidden ones
-    /// aside), with its latest compaction: what its wire view is built from,
-    /// in one query.
-    ///
-    /// # Errors
-    /// A database failure or a corrupt row.
-    pub async fn conversation(
-        &self,
-        session_id: &SessionId,
-    ) -> Result<(Vec<WireEntry>, Option<Compaction>), StoreError> {
-        let sql = format!("SELECT {}", conversation_columns(self.backend));
-        let row = sqlx::query(&sql)
-            .bind(session_id.as_str())
-            .fetch_one(&mut *self.read_conn().await?)
-            .await?;
-        conversation_from_row(&row)
-    }
-
-    /// Input tokens per request character in the session's latest model
-    /// call, when both were recorded.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn tokens_per_char(&self, session_id: &SessionId) -> Result<Option<f64>, StoreError> {
-        let row = sqlx::query_as::<_, (i64, Option<i64>)>(
-            "SELECT input_tokens, request_chars FROM usage WHERE session_id = $1 \
-             AND request_chars IS NOT NULL AND status = 'done' ORDER BY id DESC LIMIT 1",
-        )
-        .bind(session_id.as_str())
-        .fetch_optional(&mut *self.read_conn().await?)
-        .await?;
-        Ok(row.and_then(|(tokens, chars)| tokens_per_char(to_u64(tokens), chars?)))
-    }
 }
 
 /// Two columns, `view` and `compaction`, giving the main conversation of
@@ -116,5 +81,41 @@ impl Batch {
                 compaction.kept_id.into(),
             ],
         );
+    }
+}
+
+impl Transcript<'_> {
+    /// The session's main conversation, raw (every entry, hidden ones
+    /// aside), with its latest compaction: what its wire view is built from,
+    /// in one query.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn conversation(
+        self,
+        session_id: &SessionId,
+    ) -> Result<(Vec<WireEntry>, Option<Compaction>), StoreError> {
+        let sql = format!("SELECT {}", conversation_columns(self.store.backend));
+        let row = sqlx::query(&sql)
+            .bind(session_id.as_str())
+            .fetch_one(&mut *self.store.read_conn().await?)
+            .await?;
+        conversation_from_row(&row)
+    }
+
+    /// Input tokens per request character in the session's latest model
+    /// call, when both were recorded.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn tokens_per_char(self, session_id: &SessionId) -> Result<Option<f64>, StoreError> {
+        let row = sqlx::query_as::<_, (i64, Option<i64>)>(
+            "SELECT input_tokens, request_chars FROM usage WHERE session_id = $1 \
+             AND request_chars IS NOT NULL AND status = 'done' ORDER BY id DESC LIMIT 1",
+        )
+        .bind(session_id.as_str())
+        .fetch_optional(&mut *self.store.read_conn().await?)
+        .await?;
+        Ok(row.and_then(|(tokens, chars)| tokens_per_char(to_u64(tokens), chars?)))
     }
 }

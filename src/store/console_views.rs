@@ -4,23 +4,26 @@
 //! conversation's turns, messages and compactions, and the principals with
 //! their identities and today's spend. Read only, every list paginated.
 
+use crate::domain::{InboundStatus, Outcome, PrincipalId, SessionId};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use super::inbound::MERGED_OUTCOME;
 use super::session_id::parse_stored;
 use super::usage::UsageSums;
 use super::{Identity, Store, StoreError, UsageSummary};
-use crate::domain::{PrincipalId, SessionId};
 
-/// The outcomes that mean a limit stopped a turn (`inbound.outcome`).
-pub const LIMIT_OUTCOMES: [&str; 5] = [
-    "time_limit",
-    "token_limit",
-    "no_progress",
-    "spend_limit",
-    "budget_exhausted",
-];
+/// What the web console reads.
+#[derive(Clone, Copy)]
+pub struct ConsoleViews<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Store {
+    /// What the web console reads.
+    pub fn console(&self) -> ConsoleViews<'_> {
+        ConsoleViews { store: self }
+    }
+}
 
 /// Most turn latencies read for the percentiles.
 const MAX_LATENCIES: i64 = 100_000;
@@ -29,8 +32,11 @@ const MAX_LATENCIES: i64 = 100_000;
 /// into an earlier one) and ended.
 fn finished_turn(alias: &str) -> String {
     format!(
-        "{alias}.status IN ('done', 'failed') AND {alias}.finished_at IS NOT NULL \
-         AND ({alias}.outcome IS NULL OR {alias}.outcome <> '{MERGED_OUTCOME}')"
+        "{alias}.status IN ('{done}', '{failed}') AND {alias}.finished_at IS NOT NULL \
+         AND ({alias}.outcome IS NULL OR {alias}.outcome <> '{merged}')",
+        done = InboundStatus::Done,
+        failed = InboundStatus::Failed,
+        merged = Outcome::Merged,
     )
 }
 
@@ -85,7 +91,7 @@ pub struct ConsoleTurn {
     pub sender_name: Option<String>,
     pub text: String,
     pub status: String,
-    pub outcome: Option<String>,
+    pub outcome: Option<Outcome>,
     pub received_at: i64,
     pub finished_at: Option<i64>,
     pub usage: UsageSummary,
@@ -148,16 +154,50 @@ pub struct ConsolePrincipal {
     pub spent_nanousd: i64,
 }
 
-impl Store {
+/// A case-insensitive `LIKE … ESCAPE '!'` pattern finding `text` anywhere.
+fn like_pattern(text: &str) -> String {
+    let mut pattern = String::from("%");
+    for c in text.to_lowercase().chars() {
+        if matches!(c, '%' | '_' | '!') {
+            pattern.push('!');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
+fn turn_from_row(row: &AnyRow) -> Result<ConsoleTurn, StoreError> {
+    let sums: UsageSums = (
+        row.try_get("calls")?,
+        row.try_get("input")?,
+        row.try_get("output")?,
+        row.try_get("cache_read")?,
+        row.try_get("cache_write")?,
+    );
+    Ok(ConsoleTurn {
+        id: row.try_get("id")?,
+        sender_id: row.try_get("sender_id")?,
+        sender_name: row.try_get("sender_name")?,
+        text: row.try_get("text")?,
+        status: row.try_get("status")?,
+        outcome: super::optional_stored("outcome", row.try_get("outcome")?)?,
+        received_at: row.try_get("received_at")?,
+        finished_at: row.try_get("finished_at")?,
+        usage: UsageSummary::from_sums(sums),
+        cost_nanousd: row.try_get("cost")?,
+        request_id: row.try_get("request_id")?,
+        trace_id: row.try_get("trace_id")?,
+    })
+}
+
+impl ConsoleViews<'_> {
     /// Finished turns per hour (hours since the Unix epoch) since
     /// `since_ms`, oldest first; hours without turns left out.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn console_turns_per_hour(
-        &self,
-        since_ms: i64,
-    ) -> Result<Vec<(i64, i64)>, StoreError> {
+    pub async fn turns_per_hour(self, since_ms: i64) -> Result<Vec<(i64, i64)>, StoreError> {
         let sql = format!(
             "SELECT CAST(i.finished_at / 3600000 AS BIGINT) AS hour, COUNT(*) FROM inbound i \
              WHERE {} AND i.finished_at >= $1 GROUP BY CAST(i.finished_at / 3600000 AS BIGINT) \
@@ -166,7 +206,7 @@ impl Store {
         );
         Ok(sqlx::query_as::<_, (i64, i64)>(&sql)
             .bind(since_ms)
-            .fetch_all(&mut *self.read_conn().await?)
+            .fetch_all(&mut *self.store.read_conn().await?)
             .await?)
     }
 
@@ -176,7 +216,7 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn console_turn_latencies(&self, since_ms: i64) -> Result<Vec<i64>, StoreError> {
+    pub async fn turn_latencies(self, since_ms: i64) -> Result<Vec<i64>, StoreError> {
         let sql = format!(
             "SELECT i.finished_at - i.received_at FROM inbound i \
              WHERE {} AND i.finished_at >= $1 ORDER BY i.id DESC LIMIT $2",
@@ -185,7 +225,7 @@ impl Store {
         let mut latencies = sqlx::query_scalar::<_, i64>(&sql)
             .bind(since_ms)
             .bind(MAX_LATENCIES)
-            .fetch_all(&mut *self.read_conn().await?)
+            .fetch_all(&mut *self.store.read_conn().await?)
             .await?;
         latencies.sort_unstable();
         Ok(latencies)
@@ -196,8 +236,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn console_usage_by(
-        &self,
+    pub async fn usage_by(
+        self,
         key: UsageKey,
         since_ms: i64,
     ) -> Result<Vec<UsageGroup>, StoreError> {
@@ -219,7 +259,7 @@ impl Store {
         );
         let rows = sqlx::query_as::<_, (String, String, i64, i64, i64, i64, i64)>(&sql)
             .bind(since_ms)
-            .fetch_all(&mut *self.read_conn().await?)
+            .fetch_all(&mut *self.store.read_conn().await?)
             .await?;
         Ok(rows
             .into_iter()
@@ -238,11 +278,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn console_limit_hits(
-        &self,
-        since_ms: i64,
-    ) -> Result<Vec<(String, i64)>, StoreError> {
-        let listed = LIMIT_OUTCOMES
+    pub async fn limit_hits(self, since_ms: i64) -> Result<Vec<(String, i64)>, StoreError> {
+        let listed = Outcome::LIMITS
             .iter()
             .map(|outcome| format!("'{outcome}'"))
             .collect::<Vec<_>>()
@@ -253,7 +290,7 @@ impl Store {
         );
         Ok(sqlx::query_as::<_, (String, i64)>(&sql)
             .bind(since_ms)
-            .fetch_all(&mut *self.read_conn().await?)
+            .fetch_all(&mut *self.store.read_conn().await?)
             .await?)
     }
 
@@ -262,8 +299,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure or a corrupt row.
-    pub async fn console_sessions(
-        &self,
+    pub async fn sessions(
+        self,
         filter: &SessionFilter,
         limit: i64,
         offset: i64,
@@ -308,7 +345,7 @@ impl Store {
         let rows = query
             .bind(limit)
             .bind(offset)
-            .fetch_all(&mut *self.read_conn().await?)
+            .fetch_all(&mut *self.store.read_conn().await?)
             .await?;
         rows.iter()
             .map(|row| {
@@ -332,8 +369,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn console_turns(
-        &self,
+    pub async fn turns(
+        self,
         session: &SessionId,
         limit: i64,
         offset: i64,
@@ -354,7 +391,7 @@ impl Store {
         .bind(session.as_str())
         .bind(limit)
         .bind(offset)
-        .fetch_all(&mut *self.read_conn().await?)
+        .fetch_all(&mut *self.store.read_conn().await?)
         .await?;
         rows.iter().map(turn_from_row).collect()
     }
@@ -364,8 +401,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn console_messages(
-        &self,
+    pub async fn messages(
+        self,
         session: &SessionId,
         first_task: i64,
         last_task: i64,
@@ -378,7 +415,7 @@ impl Store {
         .bind(session.as_str())
         .bind(first_task)
         .bind(last_task)
-        .fetch_all(&mut *self.read_conn().await?)
+        .fetch_all(&mut *self.store.read_conn().await?)
         .await?;
         rows.iter()
             .map(|row| {
@@ -404,8 +441,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn console_compactions(
-        &self,
+    pub async fn compactions(
+        self,
         session: &SessionId,
     ) -> Result<Vec<ConsoleCompaction>, StoreError> {
         let rows = sqlx::query_as::<_, (i64, i64, i64, Option<i64>, String, i64)>(
@@ -413,7 +450,7 @@ impl Store {
              WHERE session_id = $1 ORDER BY id",
         )
         .bind(session.as_str())
-        .fetch_all(&mut *self.read_conn().await?)
+        .fetch_all(&mut *self.store.read_conn().await?)
         .await?;
         Ok(rows
             .into_iter()
@@ -435,13 +472,13 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn console_principals(
-        &self,
+    pub async fn principals(
+        self,
         limit: i64,
         offset: i64,
         since_ms: i64,
     ) -> Result<Vec<ConsolePrincipal>, StoreError> {
-        let mut conn = self.read_conn().await?;
+        let mut conn = self.store.read_conn().await?;
         let heads = sqlx::query_as::<_, (i64, i64, i64, i64)>(
             "SELECT p.id, p.approved, p.created_at, \
              CAST(COALESCE((SELECT SUM(u.cost_nanousd) FROM usage u \
@@ -491,55 +528,18 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn identity_by_id(&self, id: i64) -> Result<Option<Identity>, StoreError> {
+    pub async fn identity_by_id(self, id: i64) -> Result<Option<Identity>, StoreError> {
         let row = sqlx::query_as::<_, (i64, i64)>(
             "SELECT id, principal_id FROM identities WHERE id = $1",
         )
         .bind(id)
-        .fetch_optional(&mut *self.read_conn().await?)
+        .fetch_optional(&mut *self.store.read_conn().await?)
         .await?;
         Ok(row.map(|(id, principal)| Identity {
             id,
             principal: PrincipalId::new(principal),
         }))
     }
-}
-
-/// A case-insensitive `LIKE … ESCAPE '!'` pattern finding `text` anywhere.
-fn like_pattern(text: &str) -> String {
-    let mut pattern = String::from("%");
-    for c in text.to_lowercase().chars() {
-        if matches!(c, '%' | '_' | '!') {
-            pattern.push('!');
-        }
-        pattern.push(c);
-    }
-    pattern.push('%');
-    pattern
-}
-
-fn turn_from_row(row: &AnyRow) -> Result<ConsoleTurn, StoreError> {
-    let sums: UsageSums = (
-        row.try_get("calls")?,
-        row.try_get("input")?,
-        row.try_get("output")?,
-        row.try_get("cache_read")?,
-        row.try_get("cache_write")?,
-    );
-    Ok(ConsoleTurn {
-        id: row.try_get("id")?,
-        sender_id: row.try_get("sender_id")?,
-        sender_name: row.try_get("sender_name")?,
-        text: row.try_get("text")?,
-        status: row.try_get("status")?,
-        outcome: row.try_get("outcome")?,
-        received_at: row.try_get("received_at")?,
-        finished_at: row.try_get("finished_at")?,
-        usage: UsageSummary::from_sums(sums),
-        cost_nanousd: row.try_get("cost")?,
-        request_id: row.try_get("request_id")?,
-        trace_id: row.try_get("trace_id")?,
-    })
 }
 
 #[cfg(test)]

@@ -1,12 +1,15 @@
 //! Edits that chat commands make to a session: its title, and hiding the
 //! last exchange from the wire view (`/undo`, `/retry`). Hidden entries stay
-//! stored, marked `hidden = 1`; only [`Store::wire_history`] leaves them out.
+//! stored, marked `hidden = 1`; only [`Transcript::wire_history`] leaves them out.
 
-use super::{Store, StoreError};
+use super::StoreError;
+use super::inbound::Inbound;
+use super::messages::Transcript;
+use super::sessions::Sessions;
 
 use crate::domain::{SessionId, now_ms};
 
-/// The exchange [`Store::hide_last_exchange`] hid.
+/// The exchange [`Transcript::hide_last_exchange`] hid.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HiddenExchange {
     /// The user message that opened it.
@@ -15,21 +18,39 @@ pub struct HiddenExchange {
     pub entries: u64,
 }
 
-impl Store {
+impl Inbound<'_> {
+    /// Turns a recorded command message into a queued task with `text` (how
+    /// `/retry` asks again).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn requeue(self, inbound_id: i64, text: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE inbound SET text = $1, status = 'pending' WHERE id = $2")
+            .bind(text)
+            .bind(inbound_id)
+            .execute(&mut *self.store.conn().await?)
+            .await?;
+        Ok(())
+    }
+}
+
+impl Sessions<'_> {
     /// Sets a session's title.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn set_session_title(&self, id: &SessionId, title: &str) -> Result<(), StoreError> {
+    pub async fn set_title(self, id: &SessionId, title: &str) -> Result<(), StoreError> {
         sqlx::query("UPDATE sessions SET title = $1, updated_at = $2 WHERE id = $3")
             .bind(title)
             .bind(now_ms())
             .bind(id.as_str())
-            .execute(&mut *self.conn().await?)
+            .execute(&mut *self.store.conn().await?)
             .await?;
         Ok(())
     }
+}
 
+impl Transcript<'_> {
     /// Hides the session's last visible user message and everything after
     /// it (the assistant's answer, tool calls and results) from the wire
     /// view. `None` when there is nothing to hide.
@@ -37,10 +58,10 @@ impl Store {
     /// # Errors
     /// A database failure.
     pub async fn hide_last_exchange(
-        &self,
+        self,
         session_id: &SessionId,
     ) -> Result<Option<HiddenExchange>, StoreError> {
-        let mut conn = self.conn().await?;
+        let mut conn = self.store.conn().await?;
         let last = sqlx::query_as::<_, (i64, Option<String>)>(
             "SELECT id, content FROM messages WHERE session_id = $1 AND scope = '' \
              AND role = 'user' AND hidden = 0 ORDER BY id DESC LIMIT 1",
@@ -68,19 +89,5 @@ impl Store {
             user_text: content.unwrap_or_default(),
             entries: hidden.rows_affected(),
         }))
-    }
-
-    /// Turns a recorded command message into a queued task with `text` (how
-    /// `/retry` asks again).
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn requeue_inbound(&self, inbound_id: i64, text: &str) -> Result<(), StoreError> {
-        sqlx::query("UPDATE inbound SET text = $1, status = 'pending' WHERE id = $2")
-            .bind(text)
-            .bind(inbound_id)
-            .execute(&mut *self.conn().await?)
-            .await?;
-        Ok(())
     }
 }

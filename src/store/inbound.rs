@@ -6,6 +6,7 @@
 //! takes them in id order, so a message that arrives during a turn is queued,
 //! never lost, and survives a restart.
 
+use crate::domain::{InboundStatus, MediaRef, Outcome, SessionId, StopCause, now_ms};
 use sqlx::any::AnyRow;
 use sqlx::{Connection, Row};
 
@@ -14,44 +15,18 @@ use switchboard_contract::{AccountId, ChatId, EventId, PlatformName, ThreadId, U
 use super::leases::{Fence, granted_token};
 use super::platform_ids::{id_from_row, optional_id_from_row};
 use super::session_id::{parse_stored, session_id_from_row};
-use super::{Arg, Batch, Store, StoreError};
-use crate::domain::{MediaRef, SessionId, now_ms};
+use super::{Arg, Batch, Store, StoreError, optional_stored};
 
-/// Where an inbound message is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InboundStatus {
-    /// Waiting for its session's runner.
-    Pending,
-    /// Its turn is running (or was, when the process died).
-    Running,
-    /// Answered; the reply is in the outbox.
-    Done,
-    /// Ended without a normal answer; the reason is in `outcome`.
-    Failed,
-    /// A command, answered directly.
-    Command,
+/// Inbound messages: recording them once, the per-session queue, claims, stop requests and pruning.
+#[derive(Clone, Copy)]
+pub struct Inbound<'a> {
+    pub(super) store: &'a Store,
 }
 
-impl InboundStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Running => "running",
-            Self::Done => "done",
-            Self::Failed => "failed",
-            Self::Command => "command",
-        }
-    }
-
-    pub(super) fn parse(value: &str) -> Result<Self, StoreError> {
-        Ok(match value {
-            "pending" => Self::Pending,
-            "running" => Self::Running,
-            "done" => Self::Done,
-            "failed" => Self::Failed,
-            "command" => Self::Command,
-            other => return Err(StoreError::Corrupt(format!("inbound status {other}"))),
-        })
+impl Store {
+    /// Inbound messages: recording them once, the per-session queue, claims, stop requests and pruning.
+    pub fn inbound(&self) -> Inbound<'_> {
+        Inbound { store: self }
     }
 }
 
@@ -96,12 +71,12 @@ pub struct InboundRow {
     pub speaker: Option<String>,
     pub text: String,
     pub status: InboundStatus,
-    pub outcome: Option<String>,
+    pub outcome: Option<Outcome>,
     pub received_at: i64,
     pub principal_id: Option<i64>,
     /// A stop requested for this message's turn (`/stop`, an interrupting
     /// message), by any instance.
-    pub stop_cause: Option<String>,
+    pub stop_cause: Option<StopCause>,
     /// The first message of the burst this one was merged into (its turn
     /// answers both), if it was.
     pub burst_of: Option<i64>,
@@ -115,9 +90,6 @@ pub struct InboundRow {
 const INBOUND_COLUMNS: &str = "id, platform, account, event_id, session_id, chat_id, thread_id, \
     message_id, sender_id, sender_name, speaker, text, status, outcome, received_at, \
     principal_id, stop_cause, burst_of, draft_message_id, media";
-
-/// The outcome of a message merged into an earlier one's turn.
-pub const MERGED_OUTCOME: &str = "merged";
 
 /// How a session's waiting messages are taken: those from one sender within
 /// `window_ms` of the first become one turn, and the first waits until it is
@@ -136,294 +108,6 @@ impl Burst {
         } else {
             now_ms().saturating_sub(self.window_ms)
         }
-    }
-}
-
-impl Store {
-    /// Records an inbound message. Returns its id, or `None` when the same
-    /// platform event was recorded before.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn record_inbound(&self, inbound: &NewInbound) -> Result<Option<i64>, StoreError> {
-        let id = sqlx::query_scalar::<_, i64>(
-            "INSERT INTO inbound (platform, account, event_id, session_id, chat_id, thread_id, \
-             message_id, sender_id, sender_name, speaker, text, status, received_at, principal_id, \
-             media) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
-             ON CONFLICT (platform, account, event_id) DO NOTHING RETURNING id",
-        )
-        .bind(inbound.platform.as_str())
-        .bind(inbound.account.as_str())
-        .bind(inbound.event_id.as_str())
-        .bind(inbound.session_id.as_str())
-        .bind(inbound.chat_id.as_str())
-        .bind(inbound.thread_id.as_ref().map(ThreadId::as_str))
-        .bind(inbound.message_id.as_deref())
-        .bind(inbound.sender_id.as_str())
-        .bind(inbound.sender_name.as_deref())
-        .bind(inbound.speaker.as_deref())
-        .bind(&inbound.text)
-        .bind(inbound.status.as_str())
-        .bind(now_ms())
-        .bind(inbound.principal_id)
-        .bind(media_json(&inbound.media)?)
-        .fetch_optional(&mut *self.conn().await?)
-        .await?;
-        Ok(id)
-    }
-
-    /// Takes the session's lease for `ttl_ms` as a new grant if it is free,
-    /// expired or already `owner`'s, and in the same write claims the
-    /// session's next message as [`Store::claim_next_or_release`] does.
-    ///
-    /// # Errors
-    /// A database failure or a corrupt row.
-    pub async fn lease_and_claim(
-        &self,
-        session_id: &SessionId,
-        owner: &str,
-        ttl_ms: i64,
-        burst: Burst,
-    ) -> Result<Claim, StoreError> {
-        let mut batch = Batch::new();
-        batch.acquire_lease(self.clock_sql(), session_id, owner, ttl_ms);
-        // In the same transaction as the grant: `owner` holds it only if
-        // the grant went through.
-        push_claim(&mut batch, session_id, "owner = $2", owner.into(), burst);
-        let rows = self.unfenced().write(batch).await?;
-        let Some(token) = granted_token(rows.first())? else {
-            return Ok(Claim::Busy);
-        };
-        Ok(match read_claim(&rows, 1, burst)? {
-            Next::Claimed(inbound) => Claim::Claimed {
-                inbound,
-                fence: Fence {
-                    session_id: session_id.clone(),
-                    token,
-                },
-            },
-            Next::Released { retry_in } => Claim::Released { retry_in },
-        })
-    }
-
-    /// Commits `before` (say, the last reply's delivery status), then, if
-    /// `fence` is still the session's current grant, takes the oldest
-    /// unfinished message of the session and marks it `running` (a
-    /// `running` one first: a turn interrupted by a crash; then `pending`
-    /// ones in arrival order, each once it is as old as `burst`'s window,
-    /// with the later messages of its burst marked merged into it), or,
-    /// when there is none, gives the lease up; all in one write.
-    ///
-    /// # Errors
-    /// A database failure or a corrupt row.
-    pub async fn claim_next_or_release(
-        &self,
-        fence: &Fence,
-        mut before: Batch,
-        burst: Burst,
-    ) -> Result<Next, StoreError> {
-        let skip = before.returning_rows();
-        push_claim(
-            &mut before,
-            &fence.session_id,
-            "token = $2",
-            Arg::from(fence.token),
-            burst,
-        );
-        let rows = self.unfenced().write(before).await?;
-        read_claim(&rows, skip, burst)
-    }
-
-    /// The messages merged into the burst that `first_id` begins, in
-    /// arrival order (empty when it is a message of its own).
-    ///
-    /// # Errors
-    /// A database failure or a corrupt row.
-    pub async fn burst_of(&self, first_id: i64) -> Result<Vec<InboundRow>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {INBOUND_COLUMNS} FROM inbound WHERE burst_of = $1 ORDER BY id"
-        ))
-        .bind(first_id)
-        .fetch_all(&mut *self.conn().await?)
-        .await?;
-        rows.iter().map(inbound_from_row).collect()
-    }
-
-    /// Sessions with unfinished messages and no live lease: the instance
-    /// that ran or received them died (or is draining). Expired leases are
-    /// taken for `owner` on the way (on PostgreSQL skipping rows another
-    /// sweeper is taking), so that only one instance resumes each; sessions
-    /// never leased are listed for the caller's runner to claim as usual.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn sweep_orphans(
-        &self,
-        owner: &str,
-        ttl_ms: i64,
-        limit: i64,
-        include_own: bool,
-    ) -> Result<Vec<SessionId>, StoreError> {
-        // A restart takes its own earlier leases at once, expired or not.
-        let own = if include_own { " OR l.owner = $1" } else { "" };
-        let clock = self.clock_sql();
-        let skip_locked = if self.is_shared() {
-            " FOR UPDATE SKIP LOCKED"
-        } else {
-            ""
-        };
-        let mut conn = self.conn().await?;
-        let mut ids = sqlx::query_scalar::<_, String>(&format!(
-            "UPDATE session_leases SET owner = $1, expires_at = {clock} + $2, token = token + 1 \
-             WHERE session_id IN (SELECT l.session_id FROM session_leases l \
-             WHERE (l.expires_at < {clock}{own}) AND EXISTS (SELECT 1 FROM inbound i \
-             WHERE i.session_id = l.session_id AND i.status IN ('pending', 'running')) \
-             ORDER BY l.expires_at LIMIT $3{skip_locked}) RETURNING session_id"
-        ))
-        .bind(owner)
-        .bind(ttl_ms)
-        .bind(limit)
-        .fetch_all(&mut *conn)
-        .await?;
-        ids.extend(
-            sqlx::query_scalar::<_, String>(
-                "SELECT DISTINCT session_id FROM inbound i \
-                 WHERE status IN ('pending', 'running') AND NOT EXISTS \
-                 (SELECT 1 FROM session_leases l WHERE l.session_id = i.session_id) LIMIT $1",
-            )
-            .bind(limit)
-            .fetch_all(&mut *conn)
-            .await?,
-        );
-        ids.iter().map(|id| parse_stored(id)).collect()
-    }
-
-    /// Records a stop request for the session's running turn, wherever it
-    /// runs (the instance running it reads it at its next lease renewal, or
-    /// at once through a notification). Returns whether a turn was running.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn request_stop(
-        &self,
-        session_id: &SessionId,
-        cause: &str,
-    ) -> Result<bool, StoreError> {
-        let stopped = sqlx::query_scalar::<_, i64>(
-            "UPDATE inbound SET stop_cause = COALESCE(stop_cause, $2) \
-             WHERE session_id = $1 AND status = 'running' RETURNING id",
-        )
-        .bind(session_id.as_str())
-        .bind(cause)
-        .fetch_all(&mut *self.conn().await?)
-        .await?;
-        Ok(!stopped.is_empty())
-    }
-
-    /// Records the platform message showing the draft of the turn of
-    /// `inbound_id`, and hands it to the turn's reply if that is already
-    /// written and not yet delivered (the turn may end while the draft's
-    /// message is being created). Through a fenced store, an instance that
-    /// lost the session's lease records nothing.
-    ///
-    /// # Errors
-    /// A database failure, or [`StoreError::LeaseLost`].
-    pub async fn record_draft(&self, inbound_id: i64, message_id: &str) -> Result<(), StoreError> {
-        let mut batch = Batch::new();
-        batch.push(
-            "UPDATE inbound SET draft_message_id = $1 WHERE id = $2",
-            vec![message_id.into(), Arg::from(inbound_id)],
-        );
-        batch.push(
-            "UPDATE outbox SET replaces = $1 \
-             WHERE inbound_id = $2 AND status = 'pending' AND replaces IS NULL",
-            vec![message_id.into(), Arg::from(inbound_id)],
-        );
-        self.write(batch).await.map(drop)
-    }
-
-    /// The stop request recorded for the session's running turn, if any.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn stop_request(&self, session_id: &SessionId) -> Result<Option<String>, StoreError> {
-        let cause = sqlx::query_scalar::<_, Option<String>>(
-            "SELECT stop_cause FROM inbound WHERE session_id = $1 AND status = 'running' LIMIT 1",
-        )
-        .bind(session_id.as_str())
-        .fetch_optional(&mut *self.conn().await?)
-        .await?;
-        Ok(cause.flatten())
-    }
-
-    /// The message whose turn is running in the session (on any instance,
-    /// or interrupted by a crash and about to resume), if any.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn running_turn(&self, session_id: &SessionId) -> Result<Option<i64>, StoreError> {
-        let id = sqlx::query_scalar::<_, i64>(
-            "SELECT id FROM inbound WHERE session_id = $1 AND status = 'running' LIMIT 1",
-        )
-        .bind(session_id.as_str())
-        .fetch_optional(&mut *self.read_conn().await?)
-        .await?;
-        Ok(id)
-    }
-
-    /// The id of the message recorded for a platform event, if it was.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn inbound_id_of_event(
-        &self,
-        platform: &str,
-        account: &str,
-        event_id: &str,
-    ) -> Result<Option<(i64, SessionId)>, StoreError> {
-        let row = sqlx::query(
-            "SELECT id, session_id FROM inbound \
-             WHERE platform = $1 AND account = $2 AND event_id = $3",
-        )
-        .bind(platform)
-        .bind(account)
-        .bind(event_id)
-        .fetch_optional(&mut *self.read_conn().await?)
-        .await?;
-        row.map(|row| Ok((row.try_get("id")?, session_id_from_row(&row, "session_id")?)))
-            .transpose()
-    }
-
-    /// Deletes what is older than `older_than_ms` and finished: delivered or
-    /// given-up replies, then the deduplication records of finished messages
-    /// (a redelivery after that long is no longer expected), and the API's
-    /// transcript keys of that age. Transcripts are kept. Returns how many inbound records went.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn prune_finished(&self, older_than_ms: i64) -> Result<u64, StoreError> {
-        let mut conn = self.conn().await?;
-        let mut tx = conn.begin().await?;
-        sqlx::query("DELETE FROM outbox WHERE status IN ('sent', 'failed') AND created_at < $1")
-            .bind(older_than_ms)
-            .execute(&mut *tx)
-            .await?;
-        // A stateless API client's turn whose reply is gone can no longer be
-        // recognised (see `store::api_transcripts`).
-        sqlx::query("DELETE FROM api_transcripts WHERE created_at < $1")
-            .bind(older_than_ms)
-            .execute(&mut *tx)
-            .await?;
-        let result = sqlx::query(
-            "DELETE FROM inbound WHERE received_at < $1 AND status IN ('done', 'failed', 'command') \
-             AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.inbound_id = inbound.id)",
-        )
-        .bind(older_than_ms)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(result.rows_affected())
     }
 }
 
@@ -469,7 +153,7 @@ fn push_claim(
                      AND f.status IN ('pending', 'running') ORDER BY f.id LIMIT 1)";
         batch.push(
             format!(
-                "UPDATE inbound SET status = 'done', outcome = '{MERGED_OUTCOME}', \
+                "UPDATE inbound SET status = '{done}', outcome = '{merged}', \
                  burst_of = {first} \
                  WHERE session_id = $1 AND status = 'pending' AND text NOT LIKE '/%' \
                  AND EXISTS (SELECT 1 FROM session_leases WHERE session_id = $1 AND {holder}) \
@@ -482,7 +166,9 @@ fn push_claim(
                  AND NOT EXISTS (SELECT 1 FROM inbound o WHERE o.session_id = $1 \
                  AND o.id > p.id AND o.id < inbound.id AND (o.platform <> p.platform \
                  OR o.account <> p.account OR o.sender_id <> p.sender_id \
-                 OR o.text LIKE '/%')))"
+                 OR o.text LIKE '/%')))",
+                done = InboundStatus::Done,
+                merged = Outcome::Merged,
             ),
             vec![
                 session_id.into(),
@@ -536,7 +222,7 @@ fn read_claim(rows: &[AnyRow], at: usize, burst: Burst) -> Result<Next, StoreErr
     Ok(Next::Released { retry_in })
 }
 
-/// What [`Store::claim_next_or_release`] found.
+/// What [`Inbound::claim_next_or_release`] found.
 #[derive(Debug)]
 pub enum Next {
     /// The next message, now `running`.
@@ -548,7 +234,7 @@ pub enum Next {
     },
 }
 
-/// What [`Store::lease_and_claim`] found.
+/// What [`Inbound::lease_and_claim`] found.
 #[derive(Debug)]
 pub enum Claim {
     /// Another process holds the session's lease.
@@ -580,11 +266,13 @@ pub(super) fn inbound_from_row(row: &AnyRow) -> Result<InboundRow, StoreError> {
         sender_name: row.try_get("sender_name")?,
         speaker: row.try_get("speaker")?,
         text: row.try_get("text")?,
-        status: InboundStatus::parse(&status)?,
-        outcome: row.try_get("outcome")?,
+        status: super::stored("inbound status", &status)?,
+        outcome: optional_stored("outcome", row.try_get("outcome")?)?,
         received_at: row.try_get("received_at")?,
         principal_id: row.try_get("principal_id")?,
-        stop_cause: row.try_get("stop_cause")?,
+        stop_cause: row
+            .try_get::<Option<String>, _>("stop_cause")?
+            .map(|cause| StopCause::read(&cause)),
         burst_of: row.try_get("burst_of")?,
         draft_message_id: row.try_get("draft_message_id")?,
         media: parse_media(row.try_get("media")?)?,
@@ -619,6 +307,294 @@ pub(super) fn parse_media(raw: Option<String>) -> Result<Vec<MediaRef>, StoreErr
         Some(raw) => {
             serde_json::from_str(&raw).map_err(|err| StoreError::Corrupt(format!("media: {err}")))
         }
+    }
+}
+
+impl Inbound<'_> {
+    /// Records an inbound message. Returns its id, or `None` when the same
+    /// platform event was recorded before.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn record(self, inbound: &NewInbound) -> Result<Option<i64>, StoreError> {
+        let id = sqlx::query_scalar::<_, i64>(
+            "INSERT INTO inbound (platform, account, event_id, session_id, chat_id, thread_id, \
+             message_id, sender_id, sender_name, speaker, text, status, received_at, principal_id, \
+             media) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+             ON CONFLICT (platform, account, event_id) DO NOTHING RETURNING id",
+        )
+        .bind(inbound.platform.as_str())
+        .bind(inbound.account.as_str())
+        .bind(inbound.event_id.as_str())
+        .bind(inbound.session_id.as_str())
+        .bind(inbound.chat_id.as_str())
+        .bind(inbound.thread_id.as_ref().map(ThreadId::as_str))
+        .bind(inbound.message_id.as_deref())
+        .bind(inbound.sender_id.as_str())
+        .bind(inbound.sender_name.as_deref())
+        .bind(inbound.speaker.as_deref())
+        .bind(&inbound.text)
+        .bind(inbound.status.as_str())
+        .bind(now_ms())
+        .bind(inbound.principal_id)
+        .bind(media_json(&inbound.media)?)
+        .fetch_optional(&mut *self.store.conn().await?)
+        .await?;
+        Ok(id)
+    }
+
+    /// Takes the session's lease for `ttl_ms` as a new grant if it is free,
+    /// expired or already `owner`'s, and in the same write claims the
+    /// session's next message as [`Inbound::claim_next_or_release`] does.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn lease_and_claim(
+        self,
+        session_id: &SessionId,
+        owner: &str,
+        ttl_ms: i64,
+        burst: Burst,
+    ) -> Result<Claim, StoreError> {
+        let mut batch = Batch::new();
+        batch.acquire_lease(self.store.clock_sql(), session_id, owner, ttl_ms);
+        // In the same transaction as the grant: `owner` holds it only if
+        // the grant went through.
+        push_claim(&mut batch, session_id, "owner = $2", owner.into(), burst);
+        let rows = self.store.unfenced().write(batch).await?;
+        let Some(token) = granted_token(rows.first())? else {
+            return Ok(Claim::Busy);
+        };
+        Ok(match read_claim(&rows, 1, burst)? {
+            Next::Claimed(inbound) => Claim::Claimed {
+                inbound,
+                fence: Fence {
+                    session_id: session_id.clone(),
+                    token,
+                },
+            },
+            Next::Released { retry_in } => Claim::Released { retry_in },
+        })
+    }
+
+    /// Commits `before` (say, the last reply's delivery status), then, if
+    /// `fence` is still the session's current grant, takes the oldest
+    /// unfinished message of the session and marks it `running` (a
+    /// `running` one first: a turn interrupted by a crash; then `pending`
+    /// ones in arrival order, each once it is as old as `burst`'s window,
+    /// with the later messages of its burst marked merged into it), or,
+    /// when there is none, gives the lease up; all in one write.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn claim_next_or_release(
+        self,
+        fence: &Fence,
+        mut before: Batch,
+        burst: Burst,
+    ) -> Result<Next, StoreError> {
+        let skip = before.returning_rows();
+        push_claim(
+            &mut before,
+            &fence.session_id,
+            "token = $2",
+            Arg::from(fence.token),
+            burst,
+        );
+        let rows = self.store.unfenced().write(before).await?;
+        read_claim(&rows, skip, burst)
+    }
+
+    /// The messages merged into the burst that `first_id` begins, in
+    /// arrival order (empty when it is a message of its own).
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn burst_of(self, first_id: i64) -> Result<Vec<InboundRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {INBOUND_COLUMNS} FROM inbound WHERE burst_of = $1 ORDER BY id"
+        ))
+        .bind(first_id)
+        .fetch_all(&mut *self.store.conn().await?)
+        .await?;
+        rows.iter().map(inbound_from_row).collect()
+    }
+
+    /// Sessions with unfinished messages and no live lease: the instance
+    /// that ran or received them died (or is draining). Expired leases are
+    /// taken for `owner` on the way (on PostgreSQL skipping rows another
+    /// sweeper is taking), so that only one instance resumes each; sessions
+    /// never leased are listed for the caller's runner to claim as usual.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn sweep_orphans(
+        self,
+        owner: &str,
+        ttl_ms: i64,
+        limit: i64,
+        include_own: bool,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        // A restart takes its own earlier leases at once, expired or not.
+        let own = if include_own { " OR l.owner = $1" } else { "" };
+        let clock = self.store.clock_sql();
+        let skip_locked = if self.store.is_shared() {
+            " FOR UPDATE SKIP LOCKED"
+        } else {
+            ""
+        };
+        let mut conn = self.store.conn().await?;
+        let mut ids = sqlx::query_scalar::<_, String>(&format!(
+            "UPDATE session_leases SET owner = $1, expires_at = {clock} + $2, token = token + 1 \
+             WHERE session_id IN (SELECT l.session_id FROM session_leases l \
+             WHERE (l.expires_at < {clock}{own}) AND EXISTS (SELECT 1 FROM inbound i \
+             WHERE i.session_id = l.session_id AND i.status IN ('pending', 'running')) \
+             ORDER BY l.expires_at LIMIT $3{skip_locked}) RETURNING session_id"
+        ))
+        .bind(owner)
+        .bind(ttl_ms)
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await?;
+        ids.extend(
+            sqlx::query_scalar::<_, String>(
+                "SELECT DISTINCT session_id FROM inbound i \
+                 WHERE status IN ('pending', 'running') AND NOT EXISTS \
+                 (SELECT 1 FROM session_leases l WHERE l.session_id = i.session_id) LIMIT $1",
+            )
+            .bind(limit)
+            .fetch_all(&mut *conn)
+            .await?,
+        );
+        ids.iter().map(|id| parse_stored(id)).collect()
+    }
+
+    /// Records a stop request for the session's running turn, wherever it
+    /// runs (the instance running it reads it at its next lease renewal, or
+    /// at once through a notification). Returns whether a turn was running.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn request_stop(
+        self,
+        session_id: &SessionId,
+        cause: &str,
+    ) -> Result<bool, StoreError> {
+        let stopped = sqlx::query_scalar::<_, i64>(
+            "UPDATE inbound SET stop_cause = COALESCE(stop_cause, $2) \
+             WHERE session_id = $1 AND status = 'running' RETURNING id",
+        )
+        .bind(session_id.as_str())
+        .bind(cause)
+        .fetch_all(&mut *self.store.conn().await?)
+        .await?;
+        Ok(!stopped.is_empty())
+    }
+
+    /// Records the platform message showing the draft of the turn of
+    /// `inbound_id`, and hands it to the turn's reply if that is already
+    /// written and not yet delivered (the turn may end while the draft's
+    /// message is being created). Through a fenced store, an instance that
+    /// lost the session's lease records nothing.
+    ///
+    /// # Errors
+    /// A database failure, or [`StoreError::LeaseLost`].
+    pub async fn record_draft(self, inbound_id: i64, message_id: &str) -> Result<(), StoreError> {
+        let mut batch = Batch::new();
+        batch.push(
+            "UPDATE inbound SET draft_message_id = $1 WHERE id = $2",
+            vec![message_id.into(), Arg::from(inbound_id)],
+        );
+        batch.push(
+            "UPDATE outbox SET replaces = $1 \
+             WHERE inbound_id = $2 AND status = 'pending' AND replaces IS NULL",
+            vec![message_id.into(), Arg::from(inbound_id)],
+        );
+        self.store.write(batch).await.map(drop)
+    }
+
+    /// The stop request recorded for the session's running turn, if any.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn stop_request(self, session_id: &SessionId) -> Result<Option<String>, StoreError> {
+        let cause = sqlx::query_scalar::<_, Option<String>>(
+            "SELECT stop_cause FROM inbound WHERE session_id = $1 AND status = 'running' LIMIT 1",
+        )
+        .bind(session_id.as_str())
+        .fetch_optional(&mut *self.store.conn().await?)
+        .await?;
+        Ok(cause.flatten())
+    }
+
+    /// The message whose turn is running in the session (on any instance,
+    /// or interrupted by a crash and about to resume), if any.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn running_turn(self, session_id: &SessionId) -> Result<Option<i64>, StoreError> {
+        let id = sqlx::query_scalar::<_, i64>(
+            "SELECT id FROM inbound WHERE session_id = $1 AND status = 'running' LIMIT 1",
+        )
+        .bind(session_id.as_str())
+        .fetch_optional(&mut *self.store.read_conn().await?)
+        .await?;
+        Ok(id)
+    }
+
+    /// The id of the message recorded for a platform event, if it was.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn id_of_event(
+        self,
+        platform: &str,
+        account: &str,
+        event_id: &str,
+    ) -> Result<Option<(i64, SessionId)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, session_id FROM inbound \
+             WHERE platform = $1 AND account = $2 AND event_id = $3",
+        )
+        .bind(platform)
+        .bind(account)
+        .bind(event_id)
+        .fetch_optional(&mut *self.store.read_conn().await?)
+        .await?;
+        row.map(|row| Ok((row.try_get("id")?, session_id_from_row(&row, "session_id")?)))
+            .transpose()
+    }
+
+    /// Deletes what is older than `older_than_ms` and finished: delivered or
+    /// given-up replies, then the deduplication records of finished messages
+    /// (a redelivery after that long is no longer expected), and the API's
+    /// transcript keys of that age. Transcripts are kept. Returns how many inbound records went.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn prune_finished(self, older_than_ms: i64) -> Result<u64, StoreError> {
+        let mut conn = self.store.conn().await?;
+        let mut tx = conn.begin().await?;
+        sqlx::query("DELETE FROM outbox WHERE status IN ('sent', 'failed') AND created_at < $1")
+            .bind(older_than_ms)
+            .execute(&mut *tx)
+            .await?;
+        // A stateless API client's turn whose reply is gone can no longer be
+        // recognised (see `store::api_transcripts`).
+        sqlx::query("DELETE FROM api_transcripts WHERE created_at < $1")
+            .bind(older_than_ms)
+            .execute(&mut *tx)
+            .await?;
+        let result = sqlx::query(
+            "DELETE FROM inbound WHERE received_at < $1 AND status IN ('done', 'failed', 'command') \
+             AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.inbound_id = inbound.id)",
+        )
+        .bind(older_than_ms)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(result.rows_affected())
     }
 }
 
@@ -662,6 +638,7 @@ mod tests {
     async fn claim(store: &Store, burst: Burst) -> Claim {
         let owner = store.instance().id.clone();
         store
+            .inbound()
             .lease_and_claim(&session(), &owner, TTL_MS, burst)
             .await
             .expect("claim")
@@ -685,14 +662,14 @@ mod tests {
 
         let first = claimed(claim(&a, WINDOW).await);
         assert_eq!(first.text, "a");
-        let merged = a.burst_of(first.id).await.expect("burst");
+        let merged = a.inbound().burst_of(first.id).await.expect("burst");
         assert_eq!(
             merged.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(),
             ["b"],
             "a command is never merged and ends the burst"
         );
         assert_eq!(merged[0].status, InboundStatus::Done);
-        assert_eq!(merged[0].outcome.as_deref(), Some(MERGED_OUTCOME));
+        assert_eq!(merged[0].outcome, Some(Outcome::Merged));
         assert_eq!(merged[0].burst_of, Some(first.id));
 
         // The process dies before the turn: its restart resumes the same
@@ -701,7 +678,10 @@ mod tests {
         let again = claimed(claim(&restarted, WINDOW).await);
         assert_eq!(again.id, first.id);
         assert_eq!(again.status, InboundStatus::Running);
-        assert_eq!(restarted.burst_of(first.id).await.expect("burst"), merged);
+        assert_eq!(
+            restarted.inbound().burst_of(first.id).await.expect("burst"),
+            merged
+        );
         let waiting: Vec<String> =
             sqlx::query_scalar("SELECT text FROM inbound WHERE status = 'pending' ORDER BY id")
                 .fetch_all(&mut *base.conn().await.expect("conn"))

@@ -20,6 +20,19 @@ use super::{Arg, Backend, Batch, Store, StoreError};
 
 use crate::domain::SessionId;
 
+/// Leases: session leases (renewal, release) and platform leases.
+#[derive(Clone, Copy)]
+pub struct Leases<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Store {
+    /// Leases: session leases (renewal, release) and platform leases.
+    pub fn leases(&self) -> Leases<'_> {
+        Leases { store: self }
+    }
+}
+
 /// One grant of a session's lease: the writes of a turn run under it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fence {
@@ -45,69 +58,6 @@ impl Store {
             fence: Some(Arc::new(fence)),
             ..self.clone()
         }
-    }
-
-    /// Extends the lease of `fence` by `ttl_ms` and reads the stop request
-    /// of the turn `inbound_id` runs; [`Renewal::Lost`] when the grant is no
-    /// longer current. An expired grant nobody else took is still ours.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn renew_lease(
-        &self,
-        fence: &Fence,
-        inbound_id: i64,
-        ttl_ms: i64,
-    ) -> Result<Renewal, StoreError> {
-        let mut batch = Batch::new();
-        batch.push_returning(
-            "SELECT stop_cause FROM inbound WHERE id = $1",
-            vec![Arg::from(inbound_id)],
-        );
-        batch.push_returning_optional(
-            format!(
-                "UPDATE session_leases SET expires_at = {} + $1 \
-                 WHERE session_id = $2 AND token = $3 RETURNING token",
-                self.clock_sql()
-            ),
-            vec![
-                Arg::from(ttl_ms),
-                (&fence.session_id).into(),
-                Arg::from(fence.token),
-            ],
-        );
-        // Unfenced: a lost lease is an answer here, not an error.
-        let rows = self.unfenced().write(batch).await?;
-        if rows.len() < 2 {
-            return Ok(Renewal::Lost);
-        }
-        let stop: Option<String> = rows
-            .first()
-            .ok_or_else(|| StoreError::Corrupt(format!("inbound {inbound_id} missing")))?
-            .try_get(0)?;
-        Ok(Renewal::Held { stop })
-    }
-
-    /// Gives the lease of `fence` up, if it is still current. The row stays
-    /// (with its token), expired. `handing_back` says work is left in the
-    /// session (a draining instance, a failed turn): the lease is marked so
-    /// (expiry -1) and, on PostgreSQL, the other instances are told to take
-    /// it over at once.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn release_lease(&self, fence: &Fence, handing_back: bool) -> Result<(), StoreError> {
-        let mut batch = Batch::new();
-        batch.push(
-            "UPDATE session_leases SET expires_at = $3 WHERE session_id = $1 AND token = $2",
-            vec![
-                (&fence.session_id).into(),
-                Arg::from(fence.token),
-                Arg::from(if handing_back { -1 } else { 0 }),
-            ],
-        );
-        self.unfenced().write(batch).await?;
-        Ok(())
     }
 
     /// This store without its fence.
@@ -179,6 +129,71 @@ pub(super) fn is_fence_violation(err: &sqlx::Error) -> bool {
     matches!(err, sqlx::Error::Database(db) if db.message().contains("must_hold_lease"))
 }
 
+impl Leases<'_> {
+    /// Extends the lease of `fence` by `ttl_ms` and reads the stop request
+    /// of the turn `inbound_id` runs; [`Renewal::Lost`] when the grant is no
+    /// longer current. An expired grant nobody else took is still ours.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn renew(
+        self,
+        fence: &Fence,
+        inbound_id: i64,
+        ttl_ms: i64,
+    ) -> Result<Renewal, StoreError> {
+        let mut batch = Batch::new();
+        batch.push_returning(
+            "SELECT stop_cause FROM inbound WHERE id = $1",
+            vec![Arg::from(inbound_id)],
+        );
+        batch.push_returning_optional(
+            format!(
+                "UPDATE session_leases SET expires_at = {} + $1 \
+                 WHERE session_id = $2 AND token = $3 RETURNING token",
+                self.store.clock_sql()
+            ),
+            vec![
+                Arg::from(ttl_ms),
+                (&fence.session_id).into(),
+                Arg::from(fence.token),
+            ],
+        );
+        // Unfenced: a lost lease is an answer here, not an error.
+        let rows = self.store.unfenced().write(batch).await?;
+        if rows.len() < 2 {
+            return Ok(Renewal::Lost);
+        }
+        let stop: Option<String> = rows
+            .first()
+            .ok_or_else(|| StoreError::Corrupt(format!("inbound {inbound_id} missing")))?
+            .try_get(0)?;
+        Ok(Renewal::Held { stop })
+    }
+
+    /// Gives the lease of `fence` up, if it is still current. The row stays
+    /// (with its token), expired. `handing_back` says work is left in the
+    /// session (a draining instance, a failed turn): the lease is marked so
+    /// (expiry -1) and, on PostgreSQL, the other instances are told to take
+    /// it over at once.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn release(self, fence: &Fence, handing_back: bool) -> Result<(), StoreError> {
+        let mut batch = Batch::new();
+        batch.push(
+            "UPDATE session_leases SET expires_at = $3 WHERE session_id = $1 AND token = $2",
+            vec![
+                (&fence.session_id).into(),
+                Arg::from(fence.token),
+                Arg::from(if handing_back { -1 } else { 0 }),
+            ],
+        );
+        self.store.unfenced().write(batch).await?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Two stores on one SQLite file stand for two instances: each writes
@@ -217,6 +232,7 @@ mod tests {
     async fn claim(store: &Store) -> Claim {
         let owner = store.instance().id.clone();
         store
+            .inbound()
             .lease_and_claim(&session(), &owner, TTL_MS, crate::store::Burst::default())
             .await
             .expect("claim")
@@ -278,17 +294,17 @@ mod tests {
         );
         assert_eq!(text_of_first(&base).await, "written by a");
         assert_eq!(
-            a.renew_lease(&fence_a, 1, TTL_MS).await.expect("renew"),
+            a.leases().renew(&fence_a, 1, TTL_MS).await.expect("renew"),
             Renewal::Lost
         );
-        a.release_lease(&fence_a, true).await.expect("release");
+        a.leases().release(&fence_a, true).await.expect("release");
         b.fenced(fence_b.clone())
             .write(edit_first("written by b"))
             .await
             .expect("the new holder writes");
         assert_eq!(text_of_first(&base).await, "written by b");
         assert_eq!(
-            b.renew_lease(&fence_b, 1, TTL_MS).await.expect("renew"),
+            b.leases().renew(&fence_b, 1, TTL_MS).await.expect("renew"),
             Renewal::Held { stop: None },
             "the old holder's release left the new grant alone"
         );
@@ -322,12 +338,14 @@ mod tests {
         let fence_a = fence_of(claim(&a).await);
 
         let live = b
+            .inbound()
             .sweep_orphans("b", TTL_MS, 10, false)
             .await
             .expect("sweep");
         assert!(live.is_empty(), "a live lease is left alone: {live:?}");
         expire(&base).await;
         let swept = b
+            .inbound()
             .sweep_orphans("b", TTL_MS, 10, false)
             .await
             .expect("sweep");
@@ -344,6 +362,7 @@ mod tests {
             "the sweeper holds it now"
         );
         let again = a
+            .inbound()
             .sweep_orphans("a", TTL_MS, 10, false)
             .await
             .expect("sweep");
@@ -361,10 +380,16 @@ mod tests {
             other => panic!("expected a claim, got {other:?}"),
         };
 
-        assert!(b.request_stop(&session(), "user").await.expect("stop"));
+        assert!(
+            b.inbound()
+                .request_stop(&session(), "user")
+                .await
+                .expect("stop")
+        );
 
         assert_eq!(
-            a.renew_lease(&fence, inbound.id, TTL_MS)
+            a.leases()
+                .renew(&fence, inbound.id, TTL_MS)
                 .await
                 .expect("renew"),
             Renewal::Held {

@@ -8,22 +8,31 @@ use super::inbound::parse_media;
 use super::{Store, StoreError, to_u64};
 use crate::domain::PrincipalId;
 
+/// What the media pipeline records: bytes received per principal and day, and the blobs messages refer to.
+#[derive(Clone, Copy)]
+pub struct MediaRecords<'a> {
+    pub(super) store: &'a Store,
+}
+
 impl Store {
+    /// What the media pipeline records: bytes received per principal and day, and the blobs messages refer to.
+    pub fn media(&self) -> MediaRecords<'_> {
+        MediaRecords { store: self }
+    }
+}
+
+impl MediaRecords<'_> {
     /// The bytes of files `principal` sent on `day` (`YYYY-MM-DD`, UTC).
     ///
     /// # Errors
     /// A database failure.
-    pub async fn media_bytes_on(
-        &self,
-        principal: PrincipalId,
-        day: &str,
-    ) -> Result<u64, StoreError> {
+    pub async fn bytes_on(self, principal: PrincipalId, day: &str) -> Result<u64, StoreError> {
         let bytes = sqlx::query_scalar::<_, i64>(
             "SELECT bytes FROM media_usage WHERE principal_id = $1 AND day = $2",
         )
         .bind(principal.get())
         .bind(day)
-        .fetch_optional(&mut *self.read_conn().await?)
+        .fetch_optional(&mut *self.store.read_conn().await?)
         .await?;
         Ok(bytes.map_or(0, to_u64))
     }
@@ -35,8 +44,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn add_media_bytes(
-        &self,
+    pub async fn add_bytes(
+        self,
         principal: PrincipalId,
         day: &str,
         bytes: u64,
@@ -58,7 +67,7 @@ impl Store {
         .bind(day)
         .bind(bytes)
         .bind(limit)
-        .fetch_optional(&mut *self.conn().await?)
+        .fetch_optional(&mut *self.store.conn().await?)
         .await?;
         Ok(added.is_some())
     }
@@ -67,10 +76,10 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn prune_media_usage(&self, day: &str) -> Result<u64, StoreError> {
+    pub async fn prune_usage(self, day: &str) -> Result<u64, StoreError> {
         let pruned = sqlx::query("DELETE FROM media_usage WHERE day < $1")
             .bind(day)
-            .execute(&mut *self.conn().await?)
+            .execute(&mut *self.store.conn().await?)
             .await?
             .rows_affected();
         Ok(pruned)
@@ -83,12 +92,12 @@ impl Store {
     /// # Errors
     /// A database failure, or a file list that does not parse (then nothing
     /// can be known to be unreferenced).
-    pub async fn referenced_blob_hashes(&self) -> Result<HashSet<String>, StoreError> {
+    pub async fn referenced_blob_hashes(self) -> Result<HashSet<String>, StoreError> {
         let lists = sqlx::query_scalar::<_, String>(
             "SELECT media FROM inbound WHERE media IS NOT NULL \
              UNION ALL SELECT media FROM messages WHERE media IS NOT NULL",
         )
-        .fetch_all(&mut *self.read_conn().await?)
+        .fetch_all(&mut *self.store.read_conn().await?)
         .await?;
         let mut hashes = HashSet::new();
         for list in lists {
@@ -111,31 +120,59 @@ mod tests {
         for (store, _keep) in every_backend().await {
             let ada = PrincipalId::new(1);
             let day = "2026-12-01";
-            assert!(store.add_media_bytes(ada, day, 60, 100).await.expect("add"));
-            assert!(store.add_media_bytes(ada, day, 40, 100).await.expect("add"));
-            assert!(!store.add_media_bytes(ada, day, 1, 100).await.expect("add"));
-            assert!(
-                !store
-                    .add_media_bytes(ada, "2026-12-02", 101, 100)
-                    .await
-                    .expect("add")
-            );
-            assert_eq!(store.media_bytes_on(ada, day).await.expect("read"), 100);
-            let bob = PrincipalId::new(2);
-            assert_eq!(store.media_bytes_on(bob, day).await.expect("read"), 0);
             assert!(
                 store
-                    .add_media_bytes(ada, "2026-12-02", 5, 100)
+                    .media()
+                    .add_bytes(ada, day, 60, 100)
+                    .await
+                    .expect("add")
+            );
+            assert!(
+                store
+                    .media()
+                    .add_bytes(ada, day, 40, 100)
+                    .await
+                    .expect("add")
+            );
+            assert!(
+                !store
+                    .media()
+                    .add_bytes(ada, day, 1, 100)
+                    .await
+                    .expect("add")
+            );
+            assert!(
+                !store
+                    .media()
+                    .add_bytes(ada, "2026-12-02", 101, 100)
+                    .await
+                    .expect("add")
+            );
+            assert_eq!(store.media().bytes_on(ada, day).await.expect("read"), 100);
+            let bob = PrincipalId::new(2);
+            assert_eq!(store.media().bytes_on(bob, day).await.expect("read"), 0);
+            assert!(
+                store
+                    .media()
+                    .add_bytes(ada, "2026-12-02", 5, 100)
                     .await
                     .expect("add")
             );
             assert_eq!(
-                store.prune_media_usage("2026-12-02").await.expect("prune"),
+                store
+                    .media()
+                    .prune_usage("2026-12-02")
+                    .await
+                    .expect("prune"),
                 1
             );
-            assert_eq!(store.media_bytes_on(ada, day).await.expect("read"), 0);
+            assert_eq!(store.media().bytes_on(ada, day).await.expect("read"), 0);
             assert_eq!(
-                store.media_bytes_on(ada, "2026-12-02").await.expect("read"),
+                store
+                    .media()
+                    .bytes_on(ada, "2026-12-02")
+                    .await
+                    .expect("read"),
                 5
             );
         }
@@ -149,7 +186,8 @@ mod tests {
                 let store = store.clone();
                 tokio::spawn(async move {
                     store
-                        .add_media_bytes(ada, "2026-12-01", 30, 100)
+                        .media()
+                        .add_bytes(ada, "2026-12-01", 30, 100)
                         .await
                         .expect("add")
                 })
@@ -162,7 +200,11 @@ mod tests {
             }
             assert_eq!(added, 3, "three of 30 bytes fit in 100");
             assert_eq!(
-                store.media_bytes_on(ada, "2026-12-01").await.expect("read"),
+                store
+                    .media()
+                    .bytes_on(ada, "2026-12-01")
+                    .await
+                    .expect("read"),
                 90
             );
         }

@@ -13,6 +13,19 @@ use super::{Store, StoreError, to_u64};
 
 use crate::domain::{PrincipalId, SessionId, now_ms};
 
+/// Long-term memory: each principal's remembered facts.
+#[derive(Clone, Copy)]
+pub struct Memories<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Store {
+    /// Long-term memory: each principal's remembered facts.
+    pub fn memories(&self) -> Memories<'_> {
+        Memories { store: self }
+    }
+}
+
 /// One remembered fact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryEntry {
@@ -33,17 +46,17 @@ pub enum Remembered {
     Full { count: u64 },
 }
 
-impl Store {
+impl Memories<'_> {
     /// A principal's facts, oldest first.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn memories(&self, principal: PrincipalId) -> Result<Vec<MemoryEntry>, StoreError> {
+    pub async fn list(self, principal: PrincipalId) -> Result<Vec<MemoryEntry>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, text, created_at FROM memories WHERE principal_id = $1 ORDER BY id",
         )
         .bind(principal.get())
-        .fetch_all(&mut *self.read_conn().await?)
+        .fetch_all(&mut *self.store.read_conn().await?)
         .await?;
         rows.iter()
             .map(|row| {
@@ -64,13 +77,13 @@ impl Store {
     /// # Errors
     /// A database failure (including an unknown principal).
     pub async fn remember(
-        &self,
+        self,
         principal: PrincipalId,
         text: &str,
         session: Option<&SessionId>,
         max_entries: u64,
     ) -> Result<Remembered, StoreError> {
-        let mut conn = self.conn().await?;
+        let mut conn = self.store.conn().await?;
         let mut tx = conn.begin().await?;
         // Takes the principal's row lock on PostgreSQL (SQLite's writer is
         // one connection anyway): concurrent calls for one person queue here.
@@ -126,11 +139,11 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn forget_memory(&self, principal: PrincipalId, id: i64) -> Result<bool, StoreError> {
+    pub async fn forget(self, principal: PrincipalId, id: i64) -> Result<bool, StoreError> {
         let done = sqlx::query("DELETE FROM memories WHERE id = $1 AND principal_id = $2")
             .bind(id)
             .bind(principal.get())
-            .execute(&mut *self.conn().await?)
+            .execute(&mut *self.store.conn().await?)
             .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -139,10 +152,10 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn clear_memories(&self, principal: PrincipalId) -> Result<u64, StoreError> {
+    pub async fn clear(self, principal: PrincipalId) -> Result<u64, StoreError> {
         let done = sqlx::query("DELETE FROM memories WHERE principal_id = $1")
             .bind(principal.get())
-            .execute(&mut *self.conn().await?)
+            .execute(&mut *self.store.conn().await?)
             .await?;
         Ok(done.rows_affected())
     }
@@ -155,6 +168,7 @@ mod tests {
 
     async fn principal(store: &Store, user: &str) -> PrincipalId {
         store
+            .principals()
             .resolve_identity("test", "main", user)
             .await
             .expect("identity")
@@ -168,6 +182,7 @@ mod tests {
         let bob = principal(&store, "bob").await;
 
         let first = store
+            .memories()
             .remember(ada, "likes tea", None, 10)
             .await
             .expect("db");
@@ -175,10 +190,12 @@ mod tests {
             panic!("{first:?}")
         };
         store
+            .memories()
             .remember(ada, "lives in Lyon", None, 10)
             .await
             .expect("db");
         store
+            .memories()
             .remember(bob, "likes coffee", None, 10)
             .await
             .expect("db");
@@ -187,26 +204,26 @@ mod tests {
             entries.into_iter().map(|entry| entry.text).collect()
         };
         assert_eq!(
-            texts(store.memories(ada).await.expect("db")),
+            texts(store.memories().list(ada).await.expect("db")),
             ["likes tea", "lives in Lyon"]
         );
         assert_eq!(
-            texts(store.memories(bob).await.expect("db")),
+            texts(store.memories().list(bob).await.expect("db")),
             ["likes coffee"]
         );
         assert!(
-            !store.forget_memory(bob, entry.id).await.expect("db"),
+            !store.memories().forget(bob, entry.id).await.expect("db"),
             "another principal's fact is not found"
         );
-        assert!(store.forget_memory(ada, entry.id).await.expect("db"));
-        assert!(!store.forget_memory(ada, entry.id).await.expect("db"));
+        assert!(store.memories().forget(ada, entry.id).await.expect("db"));
+        assert!(!store.memories().forget(ada, entry.id).await.expect("db"));
         assert_eq!(
-            texts(store.memories(ada).await.expect("db")),
+            texts(store.memories().list(ada).await.expect("db")),
             ["lives in Lyon"]
         );
-        assert_eq!(store.clear_memories(ada).await.expect("db"), 1);
-        assert!(store.memories(ada).await.expect("db").is_empty());
-        assert_eq!(store.memories(bob).await.expect("db").len(), 1);
+        assert_eq!(store.memories().clear(ada).await.expect("db"), 1);
+        assert!(store.memories().list(ada).await.expect("db").is_empty());
+        assert_eq!(store.memories().list(bob).await.expect("db").len(), 1);
     }
 
     #[tokio::test]
@@ -214,12 +231,28 @@ mod tests {
         let (store, _dir) = scratch_store().await;
         let ada = principal(&store, "ada").await;
 
-        store.remember(ada, "one", None, 2).await.expect("db");
-        let again = store.remember(ada, "one", None, 2).await.expect("db");
+        store
+            .memories()
+            .remember(ada, "one", None, 2)
+            .await
+            .expect("db");
+        let again = store
+            .memories()
+            .remember(ada, "one", None, 2)
+            .await
+            .expect("db");
         assert!(matches!(again, Remembered::Known { .. }), "{again:?}");
-        store.remember(ada, "two", None, 2).await.expect("db");
-        let full = store.remember(ada, "three", None, 2).await.expect("db");
+        store
+            .memories()
+            .remember(ada, "two", None, 2)
+            .await
+            .expect("db");
+        let full = store
+            .memories()
+            .remember(ada, "three", None, 2)
+            .await
+            .expect("db");
         assert_eq!(full, Remembered::Full { count: 2 });
-        assert_eq!(store.memories(ada).await.expect("db").len(), 2);
+        assert_eq!(store.memories().list(ada).await.expect("db").len(), 2);
     }
 }

@@ -2,41 +2,27 @@
 //! the tool-call checkpoints.
 //!
 //! The stored transcript keeps what the wire never carries: reasoning, token
-//! usage, latency, model, finish reason, request ids. [`Store::wire_history`]
+//! usage, latency, model, finish reason, request ids. [`Transcript::wire_history`]
 //! reads only the wire columns, so none of it reaches a model.
 
+use crate::domain::{ChatMessage, MediaRef, Role, SessionId, ToolCall, Usage, now_ms};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::inbound::{media_json, parse_media};
 use super::session_id::session_id_from_row;
 use super::{Arg, Backend, Batch, Store, StoreError, to_i64, to_u64};
-use crate::domain::{ChatMessage, MediaRef, SessionId, ToolCall, Usage, now_ms};
 
-/// Who a transcript entry is from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    User,
-    Assistant,
-    Tool,
+/// The stored transcript: entries, the wire view, tool-call checkpoints, compactions and hidden exchanges.
+#[derive(Clone, Copy)]
+pub struct Transcript<'a> {
+    pub(super) store: &'a Store,
 }
 
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::User => "user",
-            Self::Assistant => "assistant",
-            Self::Tool => "tool",
-        }
-    }
-
-    fn parse(value: &str) -> Result<Self, StoreError> {
-        match value {
-            "user" => Ok(Self::User),
-            "assistant" => Ok(Self::Assistant),
-            "tool" => Ok(Self::Tool),
-            other => Err(StoreError::Corrupt(format!("message role {other}"))),
-        }
+impl Store {
+    /// The stored transcript: entries, the wire view, tool-call checkpoints, compactions and hidden exchanges.
+    pub fn transcript(&self) -> Transcript<'_> {
+        Transcript { store: self }
     }
 }
 
@@ -132,95 +118,6 @@ pub(super) const MESSAGE_COLUMNS: &str = "id, session_id, task_id, scope, role, 
     tool_call_id, is_error, reasoning, model, finish_reason, input_tokens, output_tokens, \
     cache_read_tokens, cache_write_tokens, latency_ms, request_id, created_at, media";
 
-impl Store {
-    /// A session's transcript in one scope, oldest first.
-    ///
-    /// # Errors
-    /// A database failure or a corrupt row.
-    pub async fn history(
-        &self,
-        session_id: &SessionId,
-        scope: &str,
-    ) -> Result<Vec<StoredMessage>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 AND scope = $2 ORDER BY id"
-        ))
-        .bind(session_id.as_str())
-        .bind(scope)
-        .fetch_all(&mut *self.conn().await?)
-        .await?;
-        rows.iter().map(message_from_row).collect()
-    }
-
-    /// A session's conversation in one scope as the model sees it, oldest
-    /// first, with each entry's task id; entries hidden by `/undo` or
-    /// `/retry` are left out. Reads only the wire columns: this
-    /// runs on every turn.
-    ///
-    /// # Errors
-    /// A database failure or a corrupt row.
-    pub async fn wire_history(
-        &self,
-        session_id: &SessionId,
-        scope: &str,
-    ) -> Result<Vec<WireEntry>, StoreError> {
-        let sql = format!(
-            "SELECT {} FROM messages WHERE session_id = $1 AND scope = $2 AND hidden = 0",
-            wire_view_aggregate(self.backend)
-        );
-        let raw = sqlx::query_scalar::<_, String>(&sql)
-            .bind(session_id.as_str())
-            .bind(scope)
-            .fetch_one(&mut *self.read_conn().await?)
-            .await?;
-        parse_wire_view(&raw)
-    }
-
-    /// Records that a tool call is about to run (status `running`).
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn start_tool_call(&self, checkpoint: &ToolCheckpoint<'_>) -> Result<(), StoreError> {
-        let mut batch = Batch::new();
-        batch.start_tool_call(checkpoint);
-        self.write(batch).await?;
-        Ok(())
-    }
-
-    /// Records a tool call's result (status `done`, or `failed` when the
-    /// result is an error).
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn finish_tool_call(
-        &self,
-        request_id: &str,
-        result: &str,
-        failed: bool,
-    ) -> Result<(), StoreError> {
-        let mut batch = Batch::new();
-        batch.finish_tool_call(request_id, result, failed);
-        self.write(batch).await?;
-        Ok(())
-    }
-
-    /// A tool call checkpoint's status and result, if recorded.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn tool_call_checkpoint(
-        &self,
-        request_id: &str,
-    ) -> Result<Option<(String, Option<String>)>, StoreError> {
-        Ok(sqlx::query_as::<_, (String, Option<String>)>(
-            "SELECT status, result FROM tool_calls WHERE request_id = $1",
-        )
-        .bind(request_id)
-        .fetch_optional(&mut *self.conn().await?)
-        .await?)
-    }
-}
-
 /// The aggregate that gives a wire view as one JSON array of rows (id, task
 /// id, role, content, tool calls, tool call id, is-error flag) over the
 /// `messages` rows selected: sqlx hands rows over one at a time between
@@ -246,7 +143,7 @@ pub(super) fn parse_wire_view(raw: &str) -> Result<Vec<WireEntry>, StoreError> {
     rows.into_iter()
         .map(
             |(id, task_id, role, content, tool_calls, tool_call_id, is_error, media)| {
-                let message = match Role::parse(&role)? {
+                let message = match super::stored("message role", &role)? {
                     Role::User => ChatMessage::User {
                         content: content.unwrap_or_default(),
                         media: parse_media(media)?,
@@ -464,7 +361,7 @@ pub(super) fn message_from_row(row: &AnyRow) -> Result<StoredMessage, StoreError
             session_id: session_id_from_row(row, "session_id")?,
             task_id: row.try_get("task_id")?,
             scope: row.try_get("scope")?,
-            role: Role::parse(&role)?,
+            role: super::stored("message role", &role)?,
             content: row.try_get("content")?,
             tool_calls,
             tool_call_id: row.try_get("tool_call_id")?,
@@ -481,4 +378,93 @@ pub(super) fn message_from_row(row: &AnyRow) -> Result<StoredMessage, StoreError
         },
         created_at: row.try_get("created_at")?,
     })
+}
+
+impl Transcript<'_> {
+    /// A session's transcript in one scope, oldest first.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn history(
+        self,
+        session_id: &SessionId,
+        scope: &str,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 AND scope = $2 ORDER BY id"
+        ))
+        .bind(session_id.as_str())
+        .bind(scope)
+        .fetch_all(&mut *self.store.conn().await?)
+        .await?;
+        rows.iter().map(message_from_row).collect()
+    }
+
+    /// A session's conversation in one scope as the model sees it, oldest
+    /// first, with each entry's task id; entries hidden by `/undo` or
+    /// `/retry` are left out. Reads only the wire columns: this
+    /// runs on every turn.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn wire_history(
+        self,
+        session_id: &SessionId,
+        scope: &str,
+    ) -> Result<Vec<WireEntry>, StoreError> {
+        let sql = format!(
+            "SELECT {} FROM messages WHERE session_id = $1 AND scope = $2 AND hidden = 0",
+            wire_view_aggregate(self.store.backend)
+        );
+        let raw = sqlx::query_scalar::<_, String>(&sql)
+            .bind(session_id.as_str())
+            .bind(scope)
+            .fetch_one(&mut *self.store.read_conn().await?)
+            .await?;
+        parse_wire_view(&raw)
+    }
+
+    /// Records that a tool call is about to run (status `running`).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn start_tool_call(self, checkpoint: &ToolCheckpoint<'_>) -> Result<(), StoreError> {
+        let mut batch = Batch::new();
+        batch.start_tool_call(checkpoint);
+        self.store.write(batch).await?;
+        Ok(())
+    }
+
+    /// Records a tool call's result (status `done`, or `failed` when the
+    /// result is an error).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn finish_tool_call(
+        self,
+        request_id: &str,
+        result: &str,
+        failed: bool,
+    ) -> Result<(), StoreError> {
+        let mut batch = Batch::new();
+        batch.finish_tool_call(request_id, result, failed);
+        self.store.write(batch).await?;
+        Ok(())
+    }
+
+    /// A tool call checkpoint's status and result, if recorded.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn tool_call_checkpoint(
+        self,
+        request_id: &str,
+    ) -> Result<Option<(String, Option<String>)>, StoreError> {
+        Ok(sqlx::query_as::<_, (String, Option<String>)>(
+            "SELECT status, result FROM tool_calls WHERE request_id = $1",
+        )
+        .bind(request_id)
+        .fetch_optional(&mut *self.store.conn().await?)
+        .await?)
+    }
 }

@@ -128,17 +128,17 @@ pub use checkpoint::WalStats;
 pub use compactions::{Compaction, tokens_per_char};
 pub use console_views::{
     ConsoleCompaction, ConsoleIdentity, ConsoleMessage, ConsolePrincipal, ConsoleSession,
-    ConsoleTurn, LIMIT_OUTCOMES, SessionFilter, UsageGroup, UsageKey,
+    ConsoleTurn, SessionFilter, UsageGroup, UsageKey,
 };
 pub use edits::HiddenExchange;
-pub use inbound::{Burst, Claim, InboundRow, InboundStatus, MERGED_OUTCOME, NewInbound, Next};
+pub use inbound::{Burst, Claim, InboundRow, NewInbound, Next};
 pub use leases::{Fence, Renewal};
 pub use literal::LiteralError;
 pub use memories::{MemoryEntry, Remembered};
-pub use messages::{MessageMeta, NewMessage, Role, StoredMessage};
+pub use messages::{MessageMeta, NewMessage, StoredMessage};
 pub use messages::{RoundStart, ToolCheckpoint, WireEntry, round_request_id};
-pub use outbox::{OutboxRow, OutboxStatus, StoredReply, TurnEnd};
-pub use pairing::{Applicant, PairingRequest, PairingStatus};
+pub use outbox::{OutboxRow, StoredReply, TurnEnd};
+pub use pairing::{Applicant, PairingRequest};
 pub use principals::{Identity, Redemption, SessionSummary};
 pub use sessions::{NewSession, SessionRow, SessionTotals, SessionView};
 pub use stats::StoreStats;
@@ -668,6 +668,22 @@ fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
         query.push_str("mode=rwc");
     }
     Ok(format!("sqlite://{path}?{query}"))
+}
+
+/// A stored name read back as the enum `T` it is the name of; `what` says
+/// which column, for the error.
+pub(crate) fn stored<T: std::str::FromStr>(what: &str, value: &str) -> Result<T, StoreError> {
+    value
+        .parse()
+        .map_err(|_| StoreError::Corrupt(format!("{what} {value:?}")))
+}
+
+/// An optional stored name read back as the enum `T` (see [`stored`]).
+pub(crate) fn optional_stored<T: std::str::FromStr>(
+    what: &str,
+    value: Option<String>,
+) -> Result<Option<T>, StoreError> {
+    value.map(|value| stored(what, &value)).transpose()
 }
 
 /// Converts an unsigned counter for storage (saturating: counters never get

@@ -7,6 +7,7 @@
 //! expired, on the database's clock. A delivery that retries renews its
 //! claim before each attempt; one that lost it stops.
 
+use crate::domain::{InboundStatus, OutboxStatus, Outcome, SessionId, now_ms};
 use std::time::Duration;
 
 use sqlx::Row;
@@ -16,34 +17,18 @@ use switchboard_contract::{AccountId, ChatId, PlatformName, ThreadId};
 
 use super::platform_ids::{id_from_row, optional_id_from_row};
 use super::session_id::session_id_from_row;
-use super::{Arg, Batch, InboundStatus, NewMessage, Store, StoreError};
-use crate::domain::{SessionId, now_ms};
+use super::{Arg, Batch, NewMessage, Store, StoreError};
 
-/// Where a reply is in its delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutboxStatus {
-    Pending,
-    Sent,
-    /// Delivery failed permanently (the chat is gone); kept for inspection.
-    Failed,
+/// The outbox: ending a turn with its reply, claims on pending replies, and stored replies.
+#[derive(Clone, Copy)]
+pub struct Outbox<'a> {
+    pub(super) store: &'a Store,
 }
 
-impl OutboxStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Sent => "sent",
-            Self::Failed => "failed",
-        }
-    }
-
-    fn parse(value: &str) -> Result<Self, StoreError> {
-        match value {
-            "pending" => Ok(Self::Pending),
-            "sent" => Ok(Self::Sent),
-            "failed" => Ok(Self::Failed),
-            other => Err(StoreError::Corrupt(format!("outbox status {other}"))),
-        }
+impl Store {
+    /// The outbox: ending a turn with its reply, claims on pending replies, and stored replies.
+    pub fn outbox(&self) -> Outbox<'_> {
+        Outbox { store: self }
     }
 }
 
@@ -104,7 +89,7 @@ pub struct TurnEnd<'a> {
     pub reply: &'a str,
     pub status: InboundStatus,
     /// Why the turn ended (`done`, or the limit that stopped it).
-    pub outcome: &'a str,
+    pub outcome: Outcome,
 }
 
 const OUTBOX_COLUMNS: &str = "id, session_id, inbound_id, platform, account, chat_id, thread_id, \
@@ -112,90 +97,6 @@ const OUTBOX_COLUMNS: &str = "id, session_id, inbound_id, platform, account, cha
     (SELECT random_id FROM database_id) AS database_id";
 
 impl Store {
-    /// Ends a turn in one transaction: appends the final assistant entry,
-    /// writes the reply as a pending outbox row, and marks the inbound
-    /// message finished. Returns the outbox row.
-    ///
-    /// # Errors
-    /// A database failure (nothing is written then).
-    pub async fn finish_turn(&self, end: &TurnEnd<'_>) -> Result<OutboxRow, StoreError> {
-        self.finish_turn_with(end, Batch::new()).await
-    }
-
-    /// [`Store::finish_turn`], committing `before` (say, the last model
-    /// call's outcome) in the same transaction, first.
-    ///
-    /// # Errors
-    /// A database failure (nothing is written then).
-    pub async fn finish_turn_with(
-        &self,
-        end: &TurnEnd<'_>,
-        mut batch: Batch,
-    ) -> Result<OutboxRow, StoreError> {
-        let now = now_ms();
-        if let Some(message) = end.final_message {
-            batch.append_message(message)?;
-        }
-        let skip = batch.returning_rows();
-        batch.push_returning(
-            format!(
-                "INSERT INTO outbox (session_id, inbound_id, platform, account, chat_id, \
-                 thread_id, reply_to, text, status, created_at, claimed_by, claim_expires_at, \
-                 replaces) \
-                 SELECT session_id, id, platform, account, chat_id, thread_id, message_id, $1, \
-                 'pending', $2, $4, {} + $5, draft_message_id FROM inbound WHERE id = $3 RETURNING {OUTBOX_COLUMNS}",
-                self.clock_sql()
-            ),
-            vec![
-                end.reply.into(),
-                Arg::from(now),
-                Arg::from(end.inbound_id),
-                self.instance.id.as_str().into(),
-                Arg::from(self.instance.lease_ttl_ms()),
-            ],
-        );
-        batch.push(
-            "UPDATE inbound SET status = $1, outcome = $2, finished_at = $3 WHERE id = $4",
-            vec![
-                end.status.as_str().into(),
-                end.outcome.into(),
-                Arg::from(now),
-                Arg::from(end.inbound_id),
-            ],
-        );
-        // The session's totals catch up with every model call of this task.
-        batch.push(
-            "UPDATE sessions SET \
-             input_tokens = input_tokens + (SELECT COALESCE(SUM(input_tokens), 0) FROM usage WHERE task_id = $1), \
-             output_tokens = output_tokens + (SELECT COALESCE(SUM(output_tokens), 0) FROM usage WHERE task_id = $1), \
-             cache_read_tokens = cache_read_tokens + (SELECT COALESCE(SUM(cache_read_tokens), 0) FROM usage WHERE task_id = $1), \
-             cache_write_tokens = cache_write_tokens + (SELECT COALESCE(SUM(cache_write_tokens), 0) FROM usage WHERE task_id = $1), \
-             cost_micros = cost_micros + (SELECT COALESCE(SUM(cost_nanousd), 0) FROM usage WHERE task_id = $1) / 1000, \
-             updated_at = $2 WHERE id = (SELECT session_id FROM inbound WHERE id = $1)",
-            vec![Arg::from(end.inbound_id), Arg::from(now)],
-        );
-        let rows = self.write(batch).await?;
-        let row = rows
-            .get(skip)
-            .ok_or_else(|| StoreError::Corrupt(format!("inbound {} missing", end.inbound_id)))?;
-        outbox_from_row(row)
-    }
-
-    /// Records that the pending reply `id` replaces the draft message
-    /// `message_id` (one the turn's draft writer created as the turn ended,
-    /// too late for [`Store::finish_turn`] to copy it).
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn set_outbox_replaces(&self, id: i64, message_id: &str) -> Result<(), StoreError> {
-        let mut batch = Batch::new();
-        batch.push(
-            "UPDATE outbox SET replaces = $1 WHERE id = $2 AND status = 'pending'",
-            vec![message_id.into(), Arg::from(id)],
-        );
-        self.write(batch).await.map(drop)
-    }
-
     /// The database's random id (made by migration 0007), which keys
     /// sent to platforms carry so that they never repeat across databases;
     /// `None` only if that row was deleted by hand. Read once, then kept.
@@ -212,125 +113,6 @@ impl Store {
             })
             .await
             .cloned()
-    }
-
-    /// Claims up to `limit` replies waiting for delivery, oldest first:
-    /// rows no instance has claimed or whose claim expired, and with
-    /// `reclaim_own` also those this instance claimed before (a restart
-    /// picking up its own unfinished deliveries). On PostgreSQL rows another
-    /// instance is claiming are skipped, not waited for.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn claim_pending_outbox(
-        &self,
-        limit: i64,
-        reclaim_own: bool,
-    ) -> Result<Vec<OutboxRow>, StoreError> {
-        let clock = self.clock_sql();
-        let own = if reclaim_own {
-            " OR claimed_by = $1"
-        } else {
-            ""
-        };
-        let skip_locked = if self.is_shared() {
-            " FOR UPDATE SKIP LOCKED"
-        } else {
-            ""
-        };
-        let rows = sqlx::query(&format!(
-            "UPDATE outbox SET claimed_by = $1, claim_expires_at = {clock} + $2 \
-             WHERE id IN (SELECT id FROM outbox WHERE status = 'pending' \
-             AND (claimed_by IS NULL OR claim_expires_at < {clock}{own}) \
-             ORDER BY id LIMIT $3{skip_locked}) RETURNING {OUTBOX_COLUMNS}"
-        ))
-        .bind(self.instance.id.as_str())
-        .bind(self.instance.lease_ttl_ms())
-        .bind(limit)
-        .fetch_all(&mut *self.conn().await?)
-        .await?;
-        let mut pending = self.readable_pending(&rows).await?;
-        pending.sort_by_key(|row| row.id);
-        Ok(pending)
-    }
-
-    /// Extends this instance's claim on a reply before another delivery
-    /// attempt; `false` when the claim is no longer ours (or the row no
-    /// longer pending), and the attempt must not be made.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn renew_outbox_claim(&self, id: i64) -> Result<bool, StoreError> {
-        let renewed = sqlx::query_scalar::<_, i64>(&format!(
-            "UPDATE outbox SET claim_expires_at = {} + $1 \
-             WHERE id = $2 AND claimed_by = $3 AND status = 'pending' RETURNING id",
-            self.clock_sql()
-        ))
-        .bind(self.instance.lease_ttl_ms())
-        .bind(id)
-        .bind(self.instance.id.as_str())
-        .fetch_optional(&mut *self.conn().await?)
-        .await?;
-        Ok(renewed.is_some())
-    }
-
-    /// The stored replies of these messages, for callers waiting on them:
-    /// the outbox text and the message's final status (a message merged
-    /// into a burst gets the burst's). Messages not finished yet are left
-    /// out.
-    ///
-    /// # Errors
-    /// A database failure or a corrupt row.
-    pub async fn stored_replies(
-        &self,
-        inbound_ids: &[i64],
-    ) -> Result<Vec<StoredReply>, StoreError> {
-        if inbound_ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let placeholders: Vec<String> = (1..=inbound_ids.len()).map(|n| format!("${n}")).collect();
-        let sql = format!(
-            "SELECT i.id AS inbound_id, o.session_id, o.text, p.status FROM inbound i \
-             JOIN outbox o ON o.inbound_id = COALESCE(i.burst_of, i.id) \
-             JOIN inbound p ON p.id = o.inbound_id WHERE i.id IN ({})",
-            placeholders.join(", ")
-        );
-        let rows = inbound_ids
-            .iter()
-            .fold(sqlx::query(&sql), |query, id| query.bind(*id))
-            .fetch_all(&mut *self.read_conn().await?)
-            .await?;
-        rows.iter()
-            .map(|row| {
-                let status: String = row.try_get("status")?;
-                Ok(StoredReply {
-                    inbound_id: row.try_get("inbound_id")?,
-                    session_id: session_id_from_row(row, "session_id")?,
-                    text: row.try_get("text")?,
-                    status: InboundStatus::parse(&status)?,
-                })
-            })
-            .collect()
-    }
-
-    /// Reads pending outbox rows. A row that no longer reads (an id edited
-    /// by hand, say) is logged and given up on its own: it must not keep
-    /// every other pending reply from going out.
-    async fn readable_pending(&self, rows: &[AnyRow]) -> Result<Vec<OutboxRow>, StoreError> {
-        let mut pending = Vec::with_capacity(rows.len());
-        let mut unreadable = Batch::new();
-        for row in rows {
-            match outbox_from_row(row) {
-                Ok(read) => pending.push(read),
-                Err(err) => {
-                    let id: i64 = row.try_get("id")?;
-                    tracing::error!(outbox_id = id, error = %err, "outbox row is unreadable; given up");
-                    unreadable.mark_outbox_attempts_failed(id, 0, true);
-                }
-            }
-        }
-        self.write(unreadable).await?;
-        Ok(pending)
     }
 }
 
@@ -402,12 +184,214 @@ fn outbox_from_row(row: &AnyRow) -> Result<OutboxRow, StoreError> {
         thread_id: optional_id_from_row(row, "thread_id", ThreadId::parse)?,
         reply_to: row.try_get("reply_to")?,
         text: row.try_get("text")?,
-        status: OutboxStatus::parse(&status)?,
+        status: super::stored("outbox status", &status)?,
         platform_message_id: row.try_get("platform_message_id")?,
         attempts: row.try_get("attempts")?,
         database_id: row.try_get("database_id")?,
         replaces: row.try_get("replaces")?,
     })
+}
+
+impl Outbox<'_> {
+    /// Ends a turn in one transaction: appends the final assistant entry,
+    /// writes the reply as a pending outbox row, and marks the inbound
+    /// message finished. Returns the outbox row.
+    ///
+    /// # Errors
+    /// A database failure (nothing is written then).
+    pub async fn finish_turn(self, end: &TurnEnd<'_>) -> Result<OutboxRow, StoreError> {
+        self.finish_turn_with(end, Batch::new()).await
+    }
+
+    /// [`Outbox::finish_turn`], committing `before` (say, the last model
+    /// call's outcome) in the same transaction, first.
+    ///
+    /// # Errors
+    /// A database failure (nothing is written then).
+    pub async fn finish_turn_with(
+        self,
+        end: &TurnEnd<'_>,
+        mut batch: Batch,
+    ) -> Result<OutboxRow, StoreError> {
+        let now = now_ms();
+        if let Some(message) = end.final_message {
+            batch.append_message(message)?;
+        }
+        let skip = batch.returning_rows();
+        batch.push_returning(
+            format!(
+                "INSERT INTO outbox (session_id, inbound_id, platform, account, chat_id, \
+                 thread_id, reply_to, text, status, created_at, claimed_by, claim_expires_at, \
+                 replaces) \
+                 SELECT session_id, id, platform, account, chat_id, thread_id, message_id, $1, \
+                 'pending', $2, $4, {} + $5, draft_message_id FROM inbound WHERE id = $3 RETURNING {OUTBOX_COLUMNS}",
+                self.store.clock_sql()
+            ),
+            vec![
+                end.reply.into(),
+                Arg::from(now),
+                Arg::from(end.inbound_id),
+                self.store.instance.id.as_str().into(),
+                Arg::from(self.store.instance.lease_ttl_ms()),
+            ],
+        );
+        batch.push(
+            "UPDATE inbound SET status = $1, outcome = $2, finished_at = $3 WHERE id = $4",
+            vec![
+                end.status.as_str().into(),
+                end.outcome.as_str().into(),
+                Arg::from(now),
+                Arg::from(end.inbound_id),
+            ],
+        );
+        // The session's totals catch up with every model call of this task.
+        batch.push(
+            "UPDATE sessions SET \
+             input_tokens = input_tokens + (SELECT COALESCE(SUM(input_tokens), 0) FROM usage WHERE task_id = $1), \
+             output_tokens = output_tokens + (SELECT COALESCE(SUM(output_tokens), 0) FROM usage WHERE task_id = $1), \
+             cache_read_tokens = cache_read_tokens + (SELECT COALESCE(SUM(cache_read_tokens), 0) FROM usage WHERE task_id = $1), \
+             cache_write_tokens = cache_write_tokens + (SELECT COALESCE(SUM(cache_write_tokens), 0) FROM usage WHERE task_id = $1), \
+             cost_micros = cost_micros + (SELECT COALESCE(SUM(cost_nanousd), 0) FROM usage WHERE task_id = $1) / 1000, \
+             updated_at = $2 WHERE id = (SELECT session_id FROM inbound WHERE id = $1)",
+            vec![Arg::from(end.inbound_id), Arg::from(now)],
+        );
+        let rows = self.store.write(batch).await?;
+        let row = rows
+            .get(skip)
+            .ok_or_else(|| StoreError::Corrupt(format!("inbound {} missing", end.inbound_id)))?;
+        outbox_from_row(row)
+    }
+
+    /// Records that the pending reply `id` replaces the draft message
+    /// `message_id` (one the turn's draft writer created as the turn ended,
+    /// too late for [`Outbox::finish_turn`] to copy it).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn set_replaces(self, id: i64, message_id: &str) -> Result<(), StoreError> {
+        let mut batch = Batch::new();
+        batch.push(
+            "UPDATE outbox SET replaces = $1 WHERE id = $2 AND status = 'pending'",
+            vec![message_id.into(), Arg::from(id)],
+        );
+        self.store.write(batch).await.map(drop)
+    }
+
+    /// Claims up to `limit` replies waiting for delivery, oldest first:
+    /// rows no instance has claimed or whose claim expired, and with
+    /// `reclaim_own` also those this instance claimed before (a restart
+    /// picking up its own unfinished deliveries). On PostgreSQL rows another
+    /// instance is claiming are skipped, not waited for.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn claim_pending(
+        self,
+        limit: i64,
+        reclaim_own: bool,
+    ) -> Result<Vec<OutboxRow>, StoreError> {
+        let clock = self.store.clock_sql();
+        let own = if reclaim_own {
+            " OR claimed_by = $1"
+        } else {
+            ""
+        };
+        let skip_locked = if self.store.is_shared() {
+            " FOR UPDATE SKIP LOCKED"
+        } else {
+            ""
+        };
+        let rows = sqlx::query(&format!(
+            "UPDATE outbox SET claimed_by = $1, claim_expires_at = {clock} + $2 \
+             WHERE id IN (SELECT id FROM outbox WHERE status = 'pending' \
+             AND (claimed_by IS NULL OR claim_expires_at < {clock}{own}) \
+             ORDER BY id LIMIT $3{skip_locked}) RETURNING {OUTBOX_COLUMNS}"
+        ))
+        .bind(self.store.instance.id.as_str())
+        .bind(self.store.instance.lease_ttl_ms())
+        .bind(limit)
+        .fetch_all(&mut *self.store.conn().await?)
+        .await?;
+        let mut pending = self.readable_pending(&rows).await?;
+        pending.sort_by_key(|row| row.id);
+        Ok(pending)
+    }
+
+    /// Extends this instance's claim on a reply before another delivery
+    /// attempt; `false` when the claim is no longer ours (or the row no
+    /// longer pending), and the attempt must not be made.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn renew_claim(self, id: i64) -> Result<bool, StoreError> {
+        let renewed = sqlx::query_scalar::<_, i64>(&format!(
+            "UPDATE outbox SET claim_expires_at = {} + $1 \
+             WHERE id = $2 AND claimed_by = $3 AND status = 'pending' RETURNING id",
+            self.store.clock_sql()
+        ))
+        .bind(self.store.instance.lease_ttl_ms())
+        .bind(id)
+        .bind(self.store.instance.id.as_str())
+        .fetch_optional(&mut *self.store.conn().await?)
+        .await?;
+        Ok(renewed.is_some())
+    }
+
+    /// The stored replies of these messages, for callers waiting on them:
+    /// the outbox text and the message's final status (a message merged
+    /// into a burst gets the burst's). Messages not finished yet are left
+    /// out.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn stored_replies(self, inbound_ids: &[i64]) -> Result<Vec<StoredReply>, StoreError> {
+        if inbound_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let placeholders: Vec<String> = (1..=inbound_ids.len()).map(|n| format!("${n}")).collect();
+        let sql = format!(
+            "SELECT i.id AS inbound_id, o.session_id, o.text, p.status FROM inbound i \
+             JOIN outbox o ON o.inbound_id = COALESCE(i.burst_of, i.id) \
+             JOIN inbound p ON p.id = o.inbound_id WHERE i.id IN ({})",
+            placeholders.join(", ")
+        );
+        let rows = inbound_ids
+            .iter()
+            .fold(sqlx::query(&sql), |query, id| query.bind(*id))
+            .fetch_all(&mut *self.store.read_conn().await?)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let status: String = row.try_get("status")?;
+                Ok(StoredReply {
+                    inbound_id: row.try_get("inbound_id")?,
+                    session_id: session_id_from_row(row, "session_id")?,
+                    text: row.try_get("text")?,
+                    status: super::stored("inbound status", &status)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Reads pending outbox rows. A row that no longer reads (an id edited
+    /// by hand, say) is logged and given up on its own: it must not keep
+    /// every other pending reply from going out.
+    async fn readable_pending(self, rows: &[AnyRow]) -> Result<Vec<OutboxRow>, StoreError> {
+        let mut pending = Vec::with_capacity(rows.len());
+        let mut unreadable = Batch::new();
+        for row in rows {
+            match outbox_from_row(row) {
+                Ok(read) => pending.push(read),
+                Err(err) => {
+                    let id: i64 = row.try_get("id")?;
+                    tracing::error!(outbox_id = id, error = %err, "outbox row is unreadable; given up");
+                    unreadable.mark_outbox_attempts_failed(id, 0, true);
+                }
+            }
+        }
+        self.store.write(unreadable).await?;
+        Ok(pending)
+    }
 }
 
 #[cfg(test)]
@@ -443,9 +427,9 @@ mod tests {
         let b = instance(&dir, "b").await;
         plant_unclaimed_reply(&base).await;
 
-        let taken = a.claim_pending_outbox(10, false).await.expect("claim");
-        let also = b.claim_pending_outbox(10, false).await.expect("claim");
-        let own_again = a.claim_pending_outbox(10, false).await.expect("claim");
+        let taken = a.outbox().claim_pending(10, false).await.expect("claim");
+        let also = b.outbox().claim_pending(10, false).await.expect("claim");
+        let own_again = a.outbox().claim_pending(10, false).await.expect("claim");
 
         assert_eq!(taken.len(), 1);
         assert!(also.is_empty(), "claimed by a: {also:?}");
@@ -453,11 +437,11 @@ mod tests {
             own_again.is_empty(),
             "a delivery in flight is not taken twice"
         );
-        assert!(a.renew_outbox_claim(taken[0].id).await.expect("renew"));
-        assert!(!b.renew_outbox_claim(taken[0].id).await.expect("renew"));
+        assert!(a.outbox().renew_claim(taken[0].id).await.expect("renew"));
+        assert!(!b.outbox().renew_claim(taken[0].id).await.expect("renew"));
 
         write_unchecked(&base, &["UPDATE outbox SET claim_expires_at = 1"]).await;
-        let after_expiry = b.claim_pending_outbox(10, false).await.expect("claim");
+        let after_expiry = b.outbox().claim_pending(10, false).await.expect("claim");
 
         assert_eq!(
             after_expiry.len(),
@@ -465,7 +449,7 @@ mod tests {
             "a dead claimant's reply is taken over"
         );
         assert!(
-            !a.renew_outbox_claim(taken[0].id).await.expect("renew"),
+            !a.outbox().renew_claim(taken[0].id).await.expect("renew"),
             "the old claimant must not send again"
         );
     }
@@ -475,14 +459,15 @@ mod tests {
         let (first, dir) = scratch_store().await;
         let a = instance(&dir, "a").await;
         plant_unclaimed_reply(&first).await;
-        let from_a = a.claim_pending_outbox(10, false).await.expect("claim");
+        let from_a = a.outbox().claim_pending(10, false).await.expect("claim");
         write_unchecked(&first, &["UPDATE outbox SET claim_expires_at = 1"]).await;
         let b = instance(&dir, "b").await;
-        let from_b = b.claim_pending_outbox(10, false).await.expect("claim");
+        let from_b = b.outbox().claim_pending(10, false).await.expect("claim");
         let (recreated, _other) = scratch_store().await;
         plant_unclaimed_reply(&recreated).await;
         let from_recreated = recreated
-            .claim_pending_outbox(10, false)
+            .outbox()
+            .claim_pending(10, false)
             .await
             .expect("claim");
 
@@ -502,15 +487,15 @@ mod tests {
         let a = instance(&dir, "a").await;
         let b = instance(&dir, "b").await;
         plant_unclaimed_reply(&base).await;
-        let taken = a.claim_pending_outbox(10, false).await.expect("claim");
+        let taken = a.outbox().claim_pending(10, false).await.expect("claim");
 
-        let restarted = a.claim_pending_outbox(10, true).await.expect("claim");
+        let restarted = a.outbox().claim_pending(10, true).await.expect("claim");
         assert_eq!(restarted.len(), 1, "its own claim, at once");
 
         let mut release = Batch::new();
         release.release_outbox_claim(taken[0].id);
         a.write(release).await.expect("released");
-        let free = b.claim_pending_outbox(10, false).await.expect("claim");
+        let free = b.outbox().claim_pending(10, false).await.expect("claim");
         assert_eq!(free.len(), 1, "no adapter on a: b delivers");
     }
 }

@@ -3,38 +3,25 @@
 //! pairing requests of unknown direct-chat senders awaiting an operator's
 //! decision.
 
+use super::principals::Principals;
+use crate::domain::{PairingStatus, PrincipalId, now_ms};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use switchboard_contract::{AccountId, PlatformName, UserId};
 
 use super::platform_ids::id_from_row;
 use super::{Identity, Store, StoreError};
-use crate::domain::{PrincipalId, now_ms};
 
-/// Where a pairing request stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PairingStatus {
-    Pending,
-    Approved,
-    Denied,
+/// Pairing requests from unknown senders and their decisions.
+#[derive(Clone, Copy)]
+pub struct Pairing<'a> {
+    pub(super) store: &'a Store,
 }
 
-impl PairingStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Approved => "approved",
-            Self::Denied => "denied",
-        }
-    }
-
-    fn parse(value: &str) -> Result<Self, StoreError> {
-        Ok(match value {
-            "pending" => Self::Pending,
-            "approved" => Self::Approved,
-            "denied" => Self::Denied,
-            other => return Err(StoreError::Corrupt(format!("pairing status {other}"))),
-        })
+impl Store {
+    /// Pairing requests from unknown senders and their decisions.
+    pub fn pairing(&self) -> Pairing<'_> {
+        Pairing { store: self }
     }
 }
 
@@ -65,20 +52,33 @@ pub const PAIRING_TTL_MS: i64 = 3_600_000;
 
 const PAIRING_COLUMNS: &str = "code, platform, account, user_id, display_name, status, created_at";
 
-impl Store {
+fn pairing_from_row(row: &AnyRow) -> Result<PairingRequest, StoreError> {
+    let status: String = row.try_get("status")?;
+    Ok(PairingRequest {
+        code: row.try_get("code")?,
+        platform: id_from_row(row, "platform", PlatformName::parse)?,
+        account: id_from_row(row, "account", AccountId::parse)?,
+        user_id: id_from_row(row, "user_id", UserId::parse)?,
+        display_name: row.try_get("display_name")?,
+        status: super::stored("pairing status", &status)?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+impl Principals<'_> {
     /// The (platform, user id) of each identity of a principal.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn principal_identities(
-        &self,
+    pub async fn identities(
+        self,
         principal: PrincipalId,
     ) -> Result<Vec<(String, String)>, StoreError> {
         Ok(sqlx::query_as::<_, (String, String)>(
             "SELECT platform, user_id FROM identities WHERE principal_id = $1",
         )
         .bind(principal.get())
-        .fetch_all(&mut *self.conn().await?)
+        .fetch_all(&mut *self.store.conn().await?)
         .await?)
     }
 
@@ -86,25 +86,27 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn principal_approved(&self, principal: PrincipalId) -> Result<bool, StoreError> {
+    pub async fn approved(self, principal: PrincipalId) -> Result<bool, StoreError> {
         let approved =
             sqlx::query_scalar::<_, i64>("SELECT approved FROM principals WHERE id = $1")
                 .bind(principal.get())
-                .fetch_optional(&mut *self.conn().await?)
+                .fetch_optional(&mut *self.store.conn().await?)
                 .await?;
         Ok(approved.unwrap_or(0) != 0)
     }
+}
 
+impl Pairing<'_> {
     /// The identity's pairing request, created with `code` when it has none.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn pairing_request(
-        &self,
+    pub async fn request(
+        self,
         applicant: &Applicant<'_>,
         code: &str,
     ) -> Result<PairingRequest, StoreError> {
-        let mut conn = self.conn().await?;
+        let mut conn = self.store.conn().await?;
         sqlx::query(
             "INSERT INTO pairing_requests (code, identity_id, platform, account, user_id, \
              display_name, status, created_at) VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7) \
@@ -144,17 +146,14 @@ impl Store {
     ///
     /// # Errors
     /// A database failure or a corrupt row.
-    pub async fn pairing_requests(
-        &self,
-        status: PairingStatus,
-    ) -> Result<Vec<PairingRequest>, StoreError> {
+    pub async fn requests(self, status: PairingStatus) -> Result<Vec<PairingRequest>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {PAIRING_COLUMNS} FROM pairing_requests WHERE status = $1 \
              AND (status <> 'pending' OR created_at >= $2) ORDER BY created_at, code"
         ))
         .bind(status.as_str())
         .bind(now_ms() - PAIRING_TTL_MS)
-        .fetch_all(&mut *self.conn().await?)
+        .fetch_all(&mut *self.store.conn().await?)
         .await?;
         rows.iter().map(pairing_from_row).collect()
     }
@@ -165,8 +164,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure or a corrupt row.
-    pub async fn decide_pairing(
-        &self,
+    pub async fn decide(
+        self,
         code: &str,
         approve: bool,
     ) -> Result<Option<PairingRequest>, StoreError> {
@@ -176,7 +175,7 @@ impl Store {
         } else {
             (PairingStatus::Denied, "('pending')")
         };
-        let mut conn = self.conn().await?;
+        let mut conn = self.store.conn().await?;
         let mut tx = conn.begin().await?;
         let row = sqlx::query(&format!(
             "UPDATE pairing_requests SET status = $1, decided_at = $2 \
@@ -208,17 +207,4 @@ impl Store {
         tx.commit().await?;
         Ok(Some(request))
     }
-}
-
-fn pairing_from_row(row: &AnyRow) -> Result<PairingRequest, StoreError> {
-    let status: String = row.try_get("status")?;
-    Ok(PairingRequest {
-        code: row.try_get("code")?,
-        platform: id_from_row(row, "platform", PlatformName::parse)?,
-        account: id_from_row(row, "account", AccountId::parse)?,
-        user_id: id_from_row(row, "user_id", UserId::parse)?,
-        display_name: row.try_get("display_name")?,
-        status: PairingStatus::parse(&status)?,
-        created_at: row.try_get("created_at")?,
-    })
 }

@@ -58,7 +58,7 @@ mod tests {
         let (store, _dir) =
             store_with_outbox(&["'telegram', 'bot', ''", "'telegram', 'bot', 'chat-2'"]).await;
 
-        let pending = store.claim_pending_outbox(10, true).await.expect("read");
+        let pending = store.outbox().claim_pending(10, true).await.expect("read");
 
         assert_eq!(pending.len(), 1);
         assert_eq!(pending[0].chat_id.as_str(), "chat-2");

@@ -12,9 +12,10 @@
 //! on when a lease lapses. Each operation is one statement, atomic on both
 //! backends.
 
-use super::{Store, StoreError};
+use super::StoreError;
+use super::leases::Leases;
 
-impl Store {
+impl Leases<'_> {
     /// Takes the lease `name` for `owner` for `ttl_ms` when it is free,
     /// expired, or already held by `owner`. Returns the fencing token of the
     /// holding, or `None` while another owner holds it.
@@ -25,8 +26,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn acquire_platform_lease(
-        &self,
+    pub async fn acquire_platform(
+        self,
         name: &str,
         owner: &str,
         ttl_ms: i64,
@@ -48,13 +49,13 @@ impl Store {
              WHERE platform_leases.owner = excluded.owner \
                 OR platform_leases.expires_at < excluded.expires_at - $3 \
              RETURNING token",
-            clock = self.clock_sql(),
+            clock = self.store.clock_sql(),
         );
         let token = sqlx::query_scalar::<_, i64>(&sql)
             .bind(name)
             .bind(owner)
             .bind(ttl_ms)
-            .fetch_optional(&mut *self.conn().await?)
+            .fetch_optional(&mut *self.store.conn().await?)
             .await?;
         Ok(token)
     }
@@ -65,8 +66,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn renew_platform_lease(
-        &self,
+    pub async fn renew_platform(
+        self,
         name: &str,
         owner: &str,
         token: i64,
@@ -75,14 +76,14 @@ impl Store {
         let sql = format!(
             "UPDATE platform_leases SET expires_at = {clock} + $4 \
              WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at >= {clock}",
-            clock = self.clock_sql(),
+            clock = self.store.clock_sql(),
         );
         let renewed = sqlx::query(&sql)
             .bind(name)
             .bind(owner)
             .bind(token)
             .bind(ttl_ms)
-            .execute(&mut *self.conn().await?)
+            .execute(&mut *self.store.conn().await?)
             .await?
             .rows_affected();
         Ok(renewed > 0)
@@ -94,8 +95,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn release_platform_lease(
-        &self,
+    pub async fn release_platform(
+        self,
         name: &str,
         owner: &str,
         token: i64,
@@ -103,13 +104,13 @@ impl Store {
         let sql = format!(
             "UPDATE platform_leases SET expires_at = {clock} - 1 \
              WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at >= {clock}",
-            clock = self.clock_sql(),
+            clock = self.store.clock_sql(),
         );
         sqlx::query(&sql)
             .bind(name)
             .bind(owner)
             .bind(token)
-            .execute(&mut *self.conn().await?)
+            .execute(&mut *self.store.conn().await?)
             .await?;
         Ok(())
     }
@@ -151,12 +152,14 @@ mod tests {
     async fn a_free_lease_is_taken_and_refused_to_others_while_it_runs() {
         for (store, _dir) in every_backend().await {
             let first = store
-                .acquire_platform_lease("telegram:1", "a", MINUTE)
+                .leases()
+                .acquire_platform("telegram:1", "a", MINUTE)
                 .await
                 .expect("acquire");
             assert_eq!(first, Some(1));
             let other = store
-                .acquire_platform_lease("telegram:1", "b", MINUTE)
+                .leases()
+                .acquire_platform("telegram:1", "b", MINUTE)
                 .await
                 .expect("acquire");
             assert_eq!(other, None, "held by a");
@@ -165,7 +168,8 @@ mod tests {
             assert!((MINUTE - 5_000..=MINUTE).contains(&left), "{left}");
             // Another name is another lease.
             let discord = store
-                .acquire_platform_lease("discord:1", "b", MINUTE)
+                .leases()
+                .acquire_platform("discord:1", "b", MINUTE)
                 .await
                 .expect("acquire");
             assert_eq!(discord, Some(1));
@@ -176,17 +180,20 @@ mod tests {
     async fn the_holder_acquiring_again_or_renewing_keeps_its_token() {
         for (store, _dir) in every_backend().await {
             let token = store
-                .acquire_platform_lease("telegram:1", "a", 1_000)
+                .leases()
+                .acquire_platform("telegram:1", "a", 1_000)
                 .await
                 .expect("acquire")
                 .expect("free");
             let again = store
-                .acquire_platform_lease("telegram:1", "a", MINUTE)
+                .leases()
+                .acquire_platform("telegram:1", "a", MINUTE)
                 .await
                 .expect("acquire");
             assert_eq!(again, Some(token));
             let renewed = store
-                .renew_platform_lease("telegram:1", "a", token, 2 * MINUTE)
+                .leases()
+                .renew_platform("telegram:1", "a", token, 2 * MINUTE)
                 .await
                 .expect("renew");
             assert!(renewed);
@@ -200,13 +207,15 @@ mod tests {
     async fn an_expired_lease_goes_to_the_next_taker_with_a_new_token() {
         for (store, _dir) in every_backend().await {
             let first = store
-                .acquire_platform_lease("telegram:1", "a", MINUTE)
+                .leases()
+                .acquire_platform("telegram:1", "a", MINUTE)
                 .await
                 .expect("acquire")
                 .expect("free");
             age(&store, "telegram:1", 10).await;
             let second = store
-                .acquire_platform_lease("telegram:1", "b", MINUTE)
+                .leases()
+                .acquire_platform("telegram:1", "b", MINUTE)
                 .await
                 .expect("acquire")
                 .expect("expired");
@@ -214,12 +223,14 @@ mod tests {
             // The stalled holder finds out when it renews, and cannot take
             // it back while b holds it.
             let renewed = store
-                .renew_platform_lease("telegram:1", "a", first, MINUTE)
+                .leases()
+                .renew_platform("telegram:1", "a", first, MINUTE)
                 .await
                 .expect("renew");
             assert!(!renewed);
             let back = store
-                .acquire_platform_lease("telegram:1", "a", MINUTE)
+                .leases()
+                .acquire_platform("telegram:1", "a", MINUTE)
                 .await
                 .expect("acquire");
             assert_eq!(back, None);
@@ -231,18 +242,21 @@ mod tests {
     async fn an_expired_lease_is_a_new_grant_even_for_its_old_holder() {
         for (store, _dir) in every_backend().await {
             let first = store
-                .acquire_platform_lease("telegram:1", "a", MINUTE)
+                .leases()
+                .acquire_platform("telegram:1", "a", MINUTE)
                 .await
                 .expect("acquire")
                 .expect("free");
             age(&store, "telegram:1", 10).await;
             let renewed = store
-                .renew_platform_lease("telegram:1", "a", first, MINUTE)
+                .leases()
+                .renew_platform("telegram:1", "a", first, MINUTE)
                 .await
                 .expect("renew");
             assert!(!renewed, "an expired holding is not renewed");
             let again = store
-                .acquire_platform_lease("telegram:1", "a", MINUTE)
+                .leases()
+                .acquire_platform("telegram:1", "a", MINUTE)
                 .await
                 .expect("acquire");
             assert_eq!(again, Some(first + 1));
@@ -253,35 +267,41 @@ mod tests {
     async fn a_released_lease_is_free_at_once_and_keeps_its_token() {
         for (store, _dir) in every_backend().await {
             let first = store
-                .acquire_platform_lease("telegram:1", "a", MINUTE)
+                .leases()
+                .acquire_platform("telegram:1", "a", MINUTE)
                 .await
                 .expect("acquire")
                 .expect("free");
             // A release naming a stale token or another owner changes nothing.
             store
-                .release_platform_lease("telegram:1", "a", first + 7)
+                .leases()
+                .release_platform("telegram:1", "a", first + 7)
                 .await
                 .expect("release");
             store
-                .release_platform_lease("telegram:1", "b", first)
+                .leases()
+                .release_platform("telegram:1", "b", first)
                 .await
                 .expect("release");
             assert!(row(&store, "telegram:1").await.2 > 0, "still held");
 
             store
-                .release_platform_lease("telegram:1", "a", first)
+                .leases()
+                .release_platform("telegram:1", "a", first)
                 .await
                 .expect("release");
             let (owner, token, left) = row(&store, "telegram:1").await;
             assert_eq!((owner.as_str(), token), ("a", first), "the row stays");
             assert!(left < 0, "expired: {left}");
             let renewed = store
-                .renew_platform_lease("telegram:1", "a", first, MINUTE)
+                .leases()
+                .renew_platform("telegram:1", "a", first, MINUTE)
                 .await
                 .expect("renew");
             assert!(!renewed, "a released holding is over");
             let next = store
-                .acquire_platform_lease("telegram:1", "b", MINUTE)
+                .leases()
+                .acquire_platform("telegram:1", "b", MINUTE)
                 .await
                 .expect("acquire");
             assert_eq!(next, Some(first + 1));
@@ -292,27 +312,32 @@ mod tests {
     async fn renewing_a_token_of_an_earlier_holding_fails() {
         for (store, _dir) in every_backend().await {
             let first = store
-                .acquire_platform_lease("telegram:1", "a", MINUTE)
+                .leases()
+                .acquire_platform("telegram:1", "a", MINUTE)
                 .await
                 .expect("acquire")
                 .expect("free");
             store
-                .release_platform_lease("telegram:1", "a", first)
+                .leases()
+                .release_platform("telegram:1", "a", first)
                 .await
                 .expect("release");
             let second = store
-                .acquire_platform_lease("telegram:1", "a", MINUTE)
+                .leases()
+                .acquire_platform("telegram:1", "a", MINUTE)
                 .await
                 .expect("acquire")
                 .expect("free again");
             assert_eq!(second, first + 1);
             let stale = store
-                .renew_platform_lease("telegram:1", "a", first, MINUTE)
+                .leases()
+                .renew_platform("telegram:1", "a", first, MINUTE)
                 .await
                 .expect("renew");
             assert!(!stale, "the earlier holding ended with its release");
             let current = store
-                .renew_platform_lease("telegram:1", "a", second, MINUTE)
+                .leases()
+                .renew_platform("telegram:1", "a", second, MINUTE)
                 .await
                 .expect("renew");
             assert!(current);
@@ -326,7 +351,8 @@ mod tests {
                 let store = store.clone();
                 tokio::spawn(async move {
                     store
-                        .acquire_platform_lease("discord:7", &format!("owner-{i}"), MINUTE)
+                        .leases()
+                        .acquire_platform("discord:7", &format!("owner-{i}"), MINUTE)
                         .await
                         .expect("acquire")
                 })

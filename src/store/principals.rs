@@ -20,6 +20,19 @@ use super::platform_ids::id_from_row;
 use super::session_id::{parse_stored, session_id_from_row};
 use super::{Store, StoreError, UsageSummary, to_u64};
 
+/// Principals and their identities: resolving senders, link codes, unlinking, and their sessions and usage.
+#[derive(Clone, Copy)]
+pub struct Principals<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Store {
+    /// Principals and their identities: resolving senders, link codes, unlinking, and their sessions and usage.
+    pub fn principals(&self) -> Principals<'_> {
+        Principals { store: self }
+    }
+}
+
 /// A platform identity and the principal it belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Identity {
@@ -50,14 +63,19 @@ pub struct SessionSummary {
     pub updated_at: i64,
 }
 
-impl Store {
+/// What the database keeps of a link code: the hex SHA-256 of its bytes.
+fn code_digest(code: &str) -> String {
+    hex::encode(Sha256::digest(code.as_bytes()))
+}
+
+impl Principals<'_> {
     /// The identity of a sender, created with a principal of its own on first
     /// contact. Concurrent first messages agree on one identity.
     ///
     /// # Errors
     /// A database failure.
     pub async fn resolve_identity(
-        &self,
+        self,
         platform: &str,
         account: &str,
         user_id: &str,
@@ -65,7 +83,7 @@ impl Store {
         if let Some(identity) = self.find_identity(platform, account, user_id).await? {
             return Ok(identity);
         }
-        let mut conn = self.conn().await?;
+        let mut conn = self.store.conn().await?;
         let mut tx = conn.begin().await?;
         let now = now_ms();
         let principal = sqlx::query_scalar::<_, i64>(
@@ -109,12 +127,12 @@ impl Store {
     /// # Errors
     /// A database failure (including the rare clash with an existing code).
     pub async fn create_link_code(
-        &self,
+        self,
         identity: &Identity,
         code: &str,
         expires_at: i64,
     ) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
+        let mut conn = self.store.conn().await?;
         let mut tx = conn.begin().await?;
         sqlx::query("DELETE FROM link_codes WHERE identity_id = $1 AND used_at IS NULL")
             .bind(identity.id)
@@ -139,7 +157,7 @@ impl Store {
     /// # Errors
     /// A database failure.
     pub async fn link_failures_since(
-        &self,
+        self,
         identity: &Identity,
         since_ms: i64,
     ) -> Result<u64, StoreError> {
@@ -148,7 +166,7 @@ impl Store {
         )
         .bind(identity.id)
         .bind(since_ms)
-        .fetch_one(&mut *self.conn().await?)
+        .fetch_one(&mut *self.store.conn().await?)
         .await?;
         Ok(to_u64(count))
     }
@@ -163,12 +181,12 @@ impl Store {
     /// # Errors
     /// A database failure.
     pub async fn redeem_link_code(
-        &self,
+        self,
         identity: &Identity,
         code: &str,
     ) -> Result<Redemption, StoreError> {
         let now = now_ms();
-        let mut conn = self.conn().await?;
+        let mut conn = self.store.conn().await?;
         let mut tx = conn.begin().await?;
         let target = sqlx::query_scalar::<_, i64>(
             "UPDATE link_codes SET used_at = $1 \
@@ -235,10 +253,10 @@ impl Store {
     /// # Errors
     /// A database failure.
     pub async fn unlink_identity(
-        &self,
+        self,
         identity: &Identity,
     ) -> Result<Option<PrincipalId>, StoreError> {
-        let mut conn = self.conn().await?;
+        let mut conn = self.store.conn().await?;
         let mut tx = conn.begin().await?;
         let others = sqlx::query_scalar::<_, i64>(
             "SELECT COUNT(*) FROM identities WHERE principal_id = \
@@ -270,8 +288,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn principal_sessions(
-        &self,
+    pub async fn sessions(
+        self,
         principal: PrincipalId,
         limit: i64,
     ) -> Result<Vec<SessionSummary>, StoreError> {
@@ -284,7 +302,7 @@ impl Store {
         )
         .bind(principal.get())
         .bind(limit)
-        .fetch_all(&mut *self.conn().await?)
+        .fetch_all(&mut *self.store.conn().await?)
         .await?;
         rows.iter()
             .map(|row| {
@@ -304,8 +322,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn principal_sessions_by_prefix(
-        &self,
+    pub async fn sessions_by_prefix(
+        self,
         principal: PrincipalId,
         prefix: &str,
     ) -> Result<Vec<SessionId>, StoreError> {
@@ -316,7 +334,7 @@ impl Store {
         )
         .bind(principal.get())
         .bind(format!("{prefix}%"))
-        .fetch_all(&mut *self.conn().await?)
+        .fetch_all(&mut *self.store.conn().await?)
         .await?;
         ids.iter().map(|id| parse_stored(id)).collect()
     }
@@ -327,8 +345,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn principal_usage_since(
-        &self,
+    pub async fn usage_since(
+        self,
         principal: PrincipalId,
         since_ms: i64,
     ) -> Result<(UsageSummary, Option<i64>), StoreError> {
@@ -346,7 +364,7 @@ impl Store {
             )
             .bind(principal.get())
             .bind(since_ms)
-            .fetch_one(&mut *self.read_conn().await?)
+            .fetch_one(&mut *self.store.read_conn().await?)
             .await?;
         Ok((
             UsageSummary::from_sums((calls, input, output, read, write)),
@@ -355,7 +373,7 @@ impl Store {
     }
 
     async fn find_identity(
-        &self,
+        self,
         platform: &str,
         account: &str,
         user_id: &str,
@@ -367,16 +385,11 @@ impl Store {
         .bind(platform)
         .bind(account)
         .bind(user_id)
-        .fetch_optional(&mut *self.read_conn().await?)
+        .fetch_optional(&mut *self.store.read_conn().await?)
         .await?;
         Ok(row.map(|(id, principal)| Identity {
             id,
             principal: PrincipalId::new(principal),
         }))
     }
-}
-
-/// What the database keeps of a link code: the hex SHA-256 of its bytes.
-fn code_digest(code: &str) -> String {
-    hex::encode(Sha256::digest(code.as_bytes()))
 }

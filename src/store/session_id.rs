@@ -34,7 +34,7 @@ mod tests {
         )
         .await;
 
-        let read = store.route("r").await;
+        let read = store.sessions().route("r").await;
 
         assert!(matches!(read, Err(StoreError::Corrupt(_))), "{read:?}");
     }

@@ -14,6 +14,19 @@ use super::session_id::{parse_stored, session_id_from_row};
 use super::{Store, StoreError, WireEntry, to_u64};
 use crate::domain::{PrincipalId, SessionId, StoredTool, now_ms};
 
+/// Sessions: their rows, routes from chats to sessions, and their settings (model, title).
+#[derive(Clone, Copy)]
+pub struct Sessions<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Store {
+    /// Sessions: their rows, routes from chats to sessions, and their settings (model, title).
+    pub fn sessions(&self) -> Sessions<'_> {
+        Sessions { store: self }
+    }
+}
+
 /// A session as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionRow {
@@ -75,140 +88,6 @@ const SESSION_COLUMNS: &str = "id, origin_key, platform, account, chat_id, threa
     system_prompt, model, toolset, title, input_tokens, output_tokens, cache_read_tokens, \
     cache_write_tokens, cost_micros, created_at, updated_at, principal_id";
 
-impl Store {
-    /// The session with this id.
-    ///
-    /// # Errors
-    /// A database failure or a corrupt row.
-    pub async fn session(&self, id: &SessionId) -> Result<Option<SessionRow>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"
-        ))
-        .bind(id.as_str())
-        .fetch_optional(&mut *self.read_conn().await?)
-        .await?;
-        row.map(|row| session_from_row(&row)).transpose()
-    }
-
-    /// The session with its wire view and latest compaction: all a turn
-    /// reads before its first model call, in one query.
-    ///
-    /// # Errors
-    /// A database failure or a corrupt row.
-    pub async fn session_view(&self, id: &SessionId) -> Result<Option<SessionView>, StoreError> {
-        let sql = format!(
-            "SELECT {SESSION_COLUMNS}, {} FROM sessions WHERE id = $1",
-            conversation_columns(self.backend)
-        );
-        let Some(row) = sqlx::query(&sql)
-            .bind(id.as_str())
-            .fetch_optional(&mut *self.read_conn().await?)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let (entries, compaction) = conversation_from_row(&row)?;
-        Ok(Some(SessionView {
-            session: session_from_row(&row)?,
-            entries,
-            compaction,
-        }))
-    }
-
-    /// The session a route currently points at.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn route(&self, route_key: &str) -> Result<Option<SessionId>, StoreError> {
-        let session =
-            sqlx::query_scalar::<_, String>("SELECT session_id FROM routes WHERE route_key = $1")
-                .bind(route_key)
-                .fetch_optional(&mut *self.read_conn().await?)
-                .await?;
-        session.as_deref().map(parse_stored).transpose()
-    }
-
-    /// Points a route at a session (used by `/new`, `/resume`, and the
-    /// terminal chat's `--session`).
-    ///
-    /// # Errors
-    /// A database failure, or an unknown session (foreign key).
-    pub async fn bind_route(
-        &self,
-        route_key: &str,
-        session_id: &SessionId,
-    ) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO routes (route_key, session_id, updated_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (route_key) DO UPDATE SET session_id = excluded.session_id, \
-             updated_at = excluded.updated_at",
-        )
-        .bind(route_key)
-        .bind(session_id.as_str())
-        .bind(now_ms())
-        .execute(&mut *self.conn().await?)
-        .await?;
-        Ok(())
-    }
-
-    /// Creates a session and points the route at it, unless the route already
-    /// points somewhere (a concurrent first message won the race): then the
-    /// new session is not created and the existing id is returned.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn create_routed_session(
-        &self,
-        route_key: &str,
-        session: &NewSession,
-    ) -> Result<SessionId, StoreError> {
-        let mut conn = self.conn().await?;
-        let mut tx = conn.begin().await?;
-        insert_session(&mut tx, session).await?;
-        let bound = sqlx::query_scalar::<_, String>(
-            "INSERT INTO routes (route_key, session_id, updated_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (route_key) DO NOTHING RETURNING session_id",
-        )
-        .bind(route_key)
-        .bind(session.id.as_str())
-        .bind(now_ms())
-        .fetch_optional(&mut *tx)
-        .await?;
-        if bound.is_some() {
-            tx.commit().await?;
-            return Ok(session.id.clone());
-        }
-        tx.rollback().await?;
-        self.route(route_key)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt(format!("route {route_key} vanished")))
-    }
-
-    /// Creates a session without a route (sub-sessions, tests).
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn create_session(&self, session: &NewSession) -> Result<(), StoreError> {
-        let mut conn = self.conn().await?;
-        insert_session(&mut conn, session).await
-    }
-
-    /// Switches a session's model (a new cache signature; the stored system
-    /// prompt is kept).
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn set_session_model(&self, id: &SessionId, model: &str) -> Result<(), StoreError> {
-        sqlx::query("UPDATE sessions SET model = $1, updated_at = $2 WHERE id = $3")
-            .bind(model)
-            .bind(now_ms())
-            .bind(id.as_str())
-            .execute(&mut *self.conn().await?)
-            .await?;
-        Ok(())
-    }
-}
-
 async fn insert_session(
     conn: &mut sqlx::AnyConnection,
     session: &NewSession,
@@ -266,4 +145,138 @@ fn session_from_row(row: &AnyRow) -> Result<SessionRow, StoreError> {
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })
+}
+
+impl Sessions<'_> {
+    /// The session with this id.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn get(self, id: &SessionId) -> Result<Option<SessionRow>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"
+        ))
+        .bind(id.as_str())
+        .fetch_optional(&mut *self.store.read_conn().await?)
+        .await?;
+        row.map(|row| session_from_row(&row)).transpose()
+    }
+
+    /// The session with its wire view and latest compaction: all a turn
+    /// reads before its first model call, in one query.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn view(self, id: &SessionId) -> Result<Option<SessionView>, StoreError> {
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS}, {} FROM sessions WHERE id = $1",
+            conversation_columns(self.store.backend)
+        );
+        let Some(row) = sqlx::query(&sql)
+            .bind(id.as_str())
+            .fetch_optional(&mut *self.store.read_conn().await?)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let (entries, compaction) = conversation_from_row(&row)?;
+        Ok(Some(SessionView {
+            session: session_from_row(&row)?,
+            entries,
+            compaction,
+        }))
+    }
+
+    /// The session a route currently points at.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn route(self, route_key: &str) -> Result<Option<SessionId>, StoreError> {
+        let session =
+            sqlx::query_scalar::<_, String>("SELECT session_id FROM routes WHERE route_key = $1")
+                .bind(route_key)
+                .fetch_optional(&mut *self.store.read_conn().await?)
+                .await?;
+        session.as_deref().map(parse_stored).transpose()
+    }
+
+    /// Points a route at a session (used by `/new`, `/resume`, and the
+    /// terminal chat's `--session`).
+    ///
+    /// # Errors
+    /// A database failure, or an unknown session (foreign key).
+    pub async fn bind_route(
+        self,
+        route_key: &str,
+        session_id: &SessionId,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO routes (route_key, session_id, updated_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (route_key) DO UPDATE SET session_id = excluded.session_id, \
+             updated_at = excluded.updated_at",
+        )
+        .bind(route_key)
+        .bind(session_id.as_str())
+        .bind(now_ms())
+        .execute(&mut *self.store.conn().await?)
+        .await?;
+        Ok(())
+    }
+
+    /// Creates a session and points the route at it, unless the route already
+    /// points somewhere (a concurrent first message won the race): then the
+    /// new session is not created and the existing id is returned.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn create_routed(
+        self,
+        route_key: &str,
+        session: &NewSession,
+    ) -> Result<SessionId, StoreError> {
+        let mut conn = self.store.conn().await?;
+        let mut tx = conn.begin().await?;
+        insert_session(&mut tx, session).await?;
+        let bound = sqlx::query_scalar::<_, String>(
+            "INSERT INTO routes (route_key, session_id, updated_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (route_key) DO NOTHING RETURNING session_id",
+        )
+        .bind(route_key)
+        .bind(session.id.as_str())
+        .bind(now_ms())
+        .fetch_optional(&mut *tx)
+        .await?;
+        if bound.is_some() {
+            tx.commit().await?;
+            return Ok(session.id.clone());
+        }
+        tx.rollback().await?;
+        self.route(route_key)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("route {route_key} vanished")))
+    }
+
+    /// Creates a session without a route (sub-sessions, tests).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn create(self, session: &NewSession) -> Result<(), StoreError> {
+        let mut conn = self.store.conn().await?;
+        insert_session(&mut conn, session).await
+    }
+
+    /// Switches a session's model (a new cache signature; the stored system
+    /// prompt is kept).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn set_model(self, id: &SessionId, model: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE sessions SET model = $1, updated_at = $2 WHERE id = $3")
+            .bind(model)
+            .bind(now_ms())
+            .bind(id.as_str())
+            .execute(&mut *self.store.conn().await?)
+            .await?;
+        Ok(())
+    }
 }

@@ -7,18 +7,41 @@ use super::{Batch, Store, StoreError};
 
 use crate::domain::now_ms;
 
+/// The tool result cache.
+#[derive(Clone, Copy)]
+pub struct ToolCache<'a> {
+    pub(super) store: &'a Store,
+}
+
 impl Store {
+    /// The tool result cache.
+    pub fn tool_cache(&self) -> ToolCache<'_> {
+        ToolCache { store: self }
+    }
+}
+
+impl Batch {
+    /// Marks a tool call as answered from the cache (`tool_calls.cache_hit`).
+    pub fn mark_cache_hit(&mut self, request_id: &str) {
+        self.push(
+            "UPDATE tool_calls SET cache_hit = 1 WHERE request_id = $1",
+            vec![request_id.into()],
+        );
+    }
+}
+
+impl ToolCache<'_> {
     /// The stored result for `key`, unless it expired.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn cached_tool_result(&self, key: &str) -> Result<Option<String>, StoreError> {
+    pub async fn get(self, key: &str) -> Result<Option<String>, StoreError> {
         Ok(sqlx::query_scalar::<_, String>(
             "SELECT result FROM tool_cache WHERE cache_key = $1 AND expires_at > $2",
         )
         .bind(key)
         .bind(now_ms())
-        .fetch_optional(&mut *self.conn().await?)
+        .fetch_optional(&mut *self.store.conn().await?)
         .await?)
     }
 
@@ -27,8 +50,8 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn store_tool_result(
-        &self,
+    pub async fn put(
+        self,
         key: &str,
         tool: &str,
         result: &str,
@@ -49,7 +72,7 @@ impl Store {
                 now.saturating_add(ttl_ms).into(),
             ],
         );
-        self.write(batch).await?;
+        self.store.write(batch).await?;
         Ok(())
     }
 
@@ -57,22 +80,12 @@ impl Store {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn prune_tool_cache(&self) -> Result<u64, StoreError> {
+    pub async fn prune(self) -> Result<u64, StoreError> {
         let result = sqlx::query("DELETE FROM tool_cache WHERE expires_at <= $1")
             .bind(now_ms())
-            .execute(&mut *self.conn().await?)
+            .execute(&mut *self.store.conn().await?)
             .await?;
         Ok(result.rows_affected())
-    }
-}
-
-impl Batch {
-    /// Marks a tool call as answered from the cache (`tool_calls.cache_hit`).
-    pub fn mark_cache_hit(&mut self, request_id: &str) {
-        self.push(
-            "UPDATE tool_calls SET cache_hit = 1 WHERE request_id = $1",
-            vec![request_id.into()],
-        );
     }
 }
 
@@ -84,28 +97,31 @@ mod tests {
     async fn a_stored_result_is_read_until_it_expires_then_pruned() {
         let (store, _dir) = scratch_store().await;
         store
-            .store_tool_result("live", "calculator", "{\"result\":4}", 60_000)
+            .tool_cache()
+            .put("live", "calculator", "{\"result\":4}", 60_000)
             .await
             .expect("stored");
         store
-            .store_tool_result("gone", "calculator", "{\"result\":5}", -1)
+            .tool_cache()
+            .put("gone", "calculator", "{\"result\":5}", -1)
             .await
             .expect("stored");
 
         assert_eq!(
-            store.cached_tool_result("live").await.expect("read"),
+            store.tool_cache().get("live").await.expect("read"),
             Some("{\"result\":4}".to_owned())
         );
-        assert_eq!(store.cached_tool_result("gone").await.expect("read"), None);
-        assert_eq!(store.prune_tool_cache().await.expect("pruned"), 1);
-        assert_eq!(store.prune_tool_cache().await.expect("pruned"), 0);
+        assert_eq!(store.tool_cache().get("gone").await.expect("read"), None);
+        assert_eq!(store.tool_cache().prune().await.expect("pruned"), 1);
+        assert_eq!(store.tool_cache().prune().await.expect("pruned"), 0);
         // Storing again replaces the row.
         store
-            .store_tool_result("live", "calculator", "{\"result\":6}", 60_000)
+            .tool_cache()
+            .put("live", "calculator", "{\"result\":6}", 60_000)
             .await
             .expect("replaced");
         assert_eq!(
-            store.cached_tool_result("live").await.expect("read"),
+            store.tool_cache().get("live").await.expect("read"),
             Some("{\"result\":6}".to_owned())
         );
     }

@@ -6,6 +6,19 @@ use super::session_id::parse_stored;
 use super::{Arg, Batch, Store, StoreError, to_i64, to_u64};
 use crate::domain::{SessionId, Usage, now_ms};
 
+/// The usage log: model calls as recorded, spend per principal, per task, and the usage report.
+#[derive(Clone, Copy)]
+pub struct UsageLog<'a> {
+    pub(super) store: &'a Store,
+}
+
+impl Store {
+    /// The usage log: model calls as recorded, spend per principal, per task, and the usage report.
+    pub fn usage(&self) -> UsageLog<'_> {
+        UsageLog { store: self }
+    }
+}
+
 /// A model call about to be made: written `running` before the request goes
 /// out, so a crash mid-call leaves a trace.
 #[derive(Debug, Clone)]
@@ -125,88 +138,6 @@ impl UsageSummary {
     }
 }
 
-impl Store {
-    /// Records how a model call ended.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn finish_model_call(
-        &self,
-        id: i64,
-        end: &ModelCallEnd<'_>,
-    ) -> Result<(), StoreError> {
-        let mut batch = Batch::new();
-        batch.finish_model_call(id, end);
-        self.write(batch).await?;
-        Ok(())
-    }
-
-    /// Marks the model calls a crash left `running` in one task as failed
-    /// (called when the task resumes, under its session's lease). Returns
-    /// how many there were.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn fail_interrupted_model_calls(&self, task_id: i64) -> Result<u64, StoreError> {
-        // A batch, so that a fenced store writes it only under its lease.
-        let mut batch = Batch::new();
-        batch.push_returning(
-            "SELECT COUNT(*) FROM usage WHERE task_id = $1 AND status = 'running'",
-            vec![Arg::from(task_id)],
-        );
-        batch.push(
-            "UPDATE usage SET status = 'failed', error = 'interrupted by a restart', \
-             finished_at = $1 WHERE task_id = $2 AND status = 'running'",
-            vec![Arg::from(now_ms()), Arg::from(task_id)],
-        );
-        let rows = self.write(batch).await?;
-        let count: i64 = rows
-            .first()
-            .ok_or_else(|| StoreError::Corrupt("no usage count".to_owned()))?
-            .try_get(0)?;
-        Ok(to_u64(count))
-    }
-
-    /// What a principal's model calls since `since_ms` cost, in billionths
-    /// of a dollar (calls without a price count as free).
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn principal_spend_since(
-        &self,
-        principal_id: i64,
-        since_ms: i64,
-    ) -> Result<i64, StoreError> {
-        let spent = sqlx::query_scalar::<_, i64>(
-            "SELECT CAST(COALESCE(SUM(cost_nanousd), 0) AS BIGINT) FROM usage \
-             WHERE principal_id = $1 AND created_at >= $2",
-        )
-        .bind(principal_id)
-        .bind(since_ms)
-        .fetch_one(&mut *self.read_conn().await?)
-        .await?;
-        Ok(spent)
-    }
-
-    /// The usage of one task (all model calls made for one user message,
-    /// sub-agents included).
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn task_usage(&self, task_id: i64) -> Result<UsageSummary, StoreError> {
-        let sums = sqlx::query_as::<_, UsageSums>(
-            "SELECT COUNT(*), CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(cache_read_tokens), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(cache_write_tokens), 0) AS BIGINT) FROM usage WHERE task_id = $1",
-        )
-        .bind(task_id)
-        .fetch_one(&mut *self.read_conn().await?)
-        .await?;
-        Ok(UsageSummary::from_sums(sums))
-    }
-}
-
 /// Usage of one principal in one session on one day with one model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageRow {
@@ -219,25 +150,96 @@ pub struct UsageRow {
     pub summary: UsageSummary,
 }
 
-impl Store {
+impl UsageLog<'_> {
+    /// Records how a model call ended.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn finish_model_call(
+        self,
+        id: i64,
+        end: &ModelCallEnd<'_>,
+    ) -> Result<(), StoreError> {
+        let mut batch = Batch::new();
+        batch.finish_model_call(id, end);
+        self.store.write(batch).await?;
+        Ok(())
+    }
+
+    /// Marks the model calls a crash left `running` in one task as failed
+    /// (called when the task resumes, under its session's lease). Returns
+    /// how many there were.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn fail_interrupted_model_calls(self, task_id: i64) -> Result<u64, StoreError> {
+        // A batch, so that a fenced store writes it only under its lease.
+        let mut batch = Batch::new();
+        batch.push_returning(
+            "SELECT COUNT(*) FROM usage WHERE task_id = $1 AND status = 'running'",
+            vec![Arg::from(task_id)],
+        );
+        batch.push(
+            "UPDATE usage SET status = 'failed', error = 'interrupted by a restart', \
+             finished_at = $1 WHERE task_id = $2 AND status = 'running'",
+            vec![Arg::from(now_ms()), Arg::from(task_id)],
+        );
+        let rows = self.store.write(batch).await?;
+        let count: i64 = rows
+            .first()
+            .ok_or_else(|| StoreError::Corrupt("no usage count".to_owned()))?
+            .try_get(0)?;
+        Ok(to_u64(count))
+    }
+
+    /// What a principal's model calls since `since_ms` cost, in billionths
+    /// of a dollar (calls without a price count as free).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn spend_since(self, principal_id: i64, since_ms: i64) -> Result<i64, StoreError> {
+        let spent = sqlx::query_scalar::<_, i64>(
+            "SELECT CAST(COALESCE(SUM(cost_nanousd), 0) AS BIGINT) FROM usage \
+             WHERE principal_id = $1 AND created_at >= $2",
+        )
+        .bind(principal_id)
+        .bind(since_ms)
+        .fetch_one(&mut *self.store.read_conn().await?)
+        .await?;
+        Ok(spent)
+    }
+
+    /// The usage of one task (all model calls made for one user message,
+    /// sub-agents included).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn task_usage(self, task_id: i64) -> Result<UsageSummary, StoreError> {
+        let sums = sqlx::query_as::<_, UsageSums>(
+            "SELECT COUNT(*), CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(cache_read_tokens), 0) AS BIGINT), \
+             CAST(COALESCE(SUM(cache_write_tokens), 0) AS BIGINT) FROM usage WHERE task_id = $1",
+        )
+        .bind(task_id)
+        .fetch_one(&mut *self.store.read_conn().await?)
+        .await?;
+        Ok(UsageSummary::from_sums(sums))
+    }
     /// Usage per principal, session, day and model, oldest day first.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn usage_report(&self) -> Result<Vec<UsageRow>, StoreError> {
-        self.usage_report_page(i64::MAX, 0).await
+    pub async fn report(self) -> Result<Vec<UsageRow>, StoreError> {
+        self.store.usage().report_page(i64::MAX, 0).await
     }
 
-    /// A page of [`Store::usage_report`]: `limit` rows after skipping
+    /// A page of [`UsageLog::report`]: `limit` rows after skipping
     /// `offset`.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn usage_report_page(
-        &self,
-        limit: i64,
-        offset: i64,
-    ) -> Result<Vec<UsageRow>, StoreError> {
+    pub async fn report_page(self, limit: i64, offset: i64) -> Result<Vec<UsageRow>, StoreError> {
         let rows = sqlx::query_as::<_, UsageReportRow>(
             "SELECT COALESCE(u.principal_id, s.principal_id), u.session_id, \
              CAST(u.created_at / 86400000 AS BIGINT) AS day, u.model, COUNT(*), \
@@ -250,7 +252,7 @@ impl Store {
         )
         .bind(limit)
         .bind(offset)
-        .fetch_all(&mut *self.conn().await?)
+        .fetch_all(&mut *self.store.conn().await?)
         .await?;
         rows.into_iter()
             .map(

@@ -11,9 +11,8 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::oneshot;
 
 use crate::agent::live::{LiveEvent, LiveSubscription};
-use crate::domain::SessionId;
+use crate::domain::{SessionId, StopCause};
 use crate::session::runner::{Runner, TurnReply};
-use crate::session::turn::StopCause;
 
 /// How following a turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

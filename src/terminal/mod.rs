@@ -23,11 +23,10 @@ use switchboard_contract::{
     AccountId, ChatId, ChatKind, EventId, IdError, InboundMessage, PlatformName, Sender, UserId,
 };
 
-use crate::domain::LocalPlatform;
-use crate::domain::{PrincipalId, SessionId};
+use crate::domain::{InboundStatus, LocalPlatform, PrincipalId, SessionId};
 use crate::session::key::Origin;
 use crate::session::service::{Admission, ServiceError, SessionService, SubmitOptions};
-use crate::store::{InboundStatus, StoreError};
+use crate::store::StoreError;
 pub use files::{ChatFiles, log_to_file};
 use follow::Followed;
 
@@ -90,6 +89,7 @@ async fn terminal_principal(
 ) -> Result<PrincipalId, ChatError> {
     let identity = service
         .store()
+        .principals()
         .resolve_identity(LocalPlatform::Terminal.name(), "local", user)
         .await?;
     Ok(identity.principal)
@@ -105,7 +105,8 @@ pub async fn list_sessions(service: &SessionService) -> Result<String, ChatError
     let principal = terminal_principal(service, &user).await?;
     let sessions = service
         .store()
-        .principal_sessions(principal, LISTED_SESSIONS)
+        .principals()
+        .sessions(principal, LISTED_SESSIONS)
         .await?;
     if sessions.is_empty() {
         return Ok(format!(
@@ -151,7 +152,7 @@ async fn reachable(
     let Ok(id) = SessionId::parse(text) else {
         return Ok(None);
     };
-    let row = service.store().session(&id).await?;
+    let row = service.store().sessions().get(&id).await?;
     Ok(row
         .filter(|row| row.principal.is_none_or(|owner| owner == principal))
         .map(|_| id))
@@ -302,7 +303,7 @@ async fn show_unshown(
 ) -> Result<(), ChatError> {
     let mut left = Vec::new();
     for (session, turn) in std::mem::take(unshown) {
-        let Some(mut record) = service.store().api_turn(&session, turn).await? else {
+        let Some(mut record) = service.store().api().turn(&session, turn).await? else {
             continue;
         };
         let mut following = None;
@@ -317,7 +318,7 @@ async fn show_unshown(
             let waiting = service.runner().wait_for(turn);
             let live = service.runner().live().subscribe(turn);
             following = Some((waiting, live));
-            record = match service.store().api_turn(&session, turn).await? {
+            record = match service.store().api().turn(&session, turn).await? {
                 Some(record) => record,
                 None => continue,
             };

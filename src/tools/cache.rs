@@ -9,7 +9,7 @@
 //! value is the exact result text the model saw from the live call, so a
 //! hit leaves the history's bytes as a live call would. Only successful
 //! results are stored. The rows live in the database (`tool_cache`), shared
-//! by every instance; see [`crate::store::Store::cached_tool_result`].
+//! by every instance; see [`crate::store::ToolCache::get`].
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};

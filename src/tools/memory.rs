@@ -103,7 +103,8 @@ impl Tool for Memory {
         // A session without an owner is a group chat's.
         let group = self
             .store
-            .session(&ctx.session_id)
+            .sessions()
+            .get(&ctx.session_id)
             .await
             .map_err(store_failed)?
             .is_none_or(|session| session.principal.is_none());
@@ -142,6 +143,7 @@ impl Memory {
         let max_entries = u64::from(self.settings.max_entries.get());
         let remembered = self
             .store
+            .memories()
             .remember(principal, &text, Some(&ctx.session_id), max_entries)
             .await
             .map_err(store_failed)?;
@@ -178,7 +180,8 @@ impl Memory {
         })?;
         if self
             .store
-            .forget_memory(principal, id)
+            .memories()
+            .forget(principal, id)
             .await
             .map_err(store_failed)?
         {
@@ -192,7 +195,12 @@ impl Memory {
     }
 
     async fn list(&self, principal: PrincipalId) -> Result<Value, ToolError> {
-        let facts = self.store.memories(principal).await.map_err(store_failed)?;
+        let facts = self
+            .store
+            .memories()
+            .list(principal)
+            .await
+            .map_err(store_failed)?;
         let facts: Vec<Value> = facts
             .into_iter()
             .map(|fact| json!({ "id": fact.id, "text": fact.text }))
@@ -274,7 +282,8 @@ mod tests {
     ) -> ToolContext {
         let id = SessionId::generate();
         store
-            .create_session(&NewSession {
+            .sessions()
+            .create(&NewSession {
                 id: id.clone(),
                 origin_key: format!("test/main/{id}"),
                 platform: switchboard_contract::PlatformName::parse("test").expect("name"),
@@ -298,6 +307,7 @@ mod tests {
 
     async fn person(store: &Store, user: &str) -> PrincipalId {
         store
+            .principals()
             .resolve_identity("test", "main", user)
             .await
             .expect("identity")
@@ -342,7 +352,7 @@ mod tests {
             .await
             .expect("forgotten");
         assert_eq!(forgotten["forgotten"], kept["id"]);
-        assert!(f.store.memories(ada).await.expect("db").is_empty());
+        assert!(f.store.memories().list(ada).await.expect("db").is_empty());
         let missing = error(
             f.tool
                 .call(&ctx, json!({"action": "forget", "id": kept["id"]}))
@@ -402,7 +412,7 @@ mod tests {
         assert!(refused.contains("group chat"), "{refused}");
         let listed = error(f.tool.call(&ctx, json!({"action": "list"})).await);
         assert!(listed.contains("group chat"), "{listed}");
-        assert!(f.store.memories(bob).await.expect("db").is_empty());
+        assert!(f.store.memories().list(bob).await.expect("db").is_empty());
 
         f.tool
             .call(
@@ -413,7 +423,8 @@ mod tests {
             .expect("kept");
         let texts: Vec<String> = f
             .store
-            .memories(bob)
+            .memories()
+            .list(bob)
             .await
             .expect("db")
             .into_iter()
@@ -424,7 +435,7 @@ mod tests {
             ["Prefers short answers."],
             "the speaker's own memory"
         );
-        assert!(f.store.memories(ada).await.expect("db").is_empty());
+        assert!(f.store.memories().list(ada).await.expect("db").is_empty());
     }
 
     #[tokio::test]
@@ -455,6 +466,6 @@ mod tests {
             .await
             .expect("list");
         assert_eq!(listed["facts"], json!([]));
-        assert_eq!(f.store.memories(ada).await.expect("db").len(), 1);
+        assert_eq!(f.store.memories().list(ada).await.expect("db").len(), 1);
     }
 }

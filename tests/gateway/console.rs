@@ -610,7 +610,7 @@ async fn the_overview_conversations_and_usage_match_the_database() {
             .contains("attachment")
     );
     let csv = csv.text().await.expect("body");
-    let rows = app.gateway.store.usage_report().await.expect("report");
+    let rows = app.gateway.store.usage().report().await.expect("report");
     assert_eq!(
         csv,
         switchboard::usage::render_csv(&rows, &app.gateway.settings.prices)

@@ -164,6 +164,7 @@ async fn kill_9_at_many_points_loses_nothing_and_repeats_nothing() {
 
     // The stored history is valid: every tool call has exactly one result.
     let history = store
+        .transcript()
         .wire_history(&session_id(&session), "")
         .await
         .expect("history");

@@ -882,7 +882,8 @@ impl TestApp {
     pub async fn session_row(&self, id: &str) -> SessionRow {
         self.gateway
             .store
-            .session(&session_id(id))
+            .sessions()
+            .get(&session_id(id))
             .await
             .expect("db")
             .expect("row")
@@ -892,6 +893,7 @@ impl TestApp {
     pub async fn stored_history(&self, session: &str) -> Vec<StoredMessage> {
         self.gateway
             .store
+            .transcript()
             .history(&session_id(session), "")
             .await
             .expect("history")
@@ -901,6 +903,7 @@ impl TestApp {
     pub async fn wire_history(&self, session: &str) -> Vec<WireEntry> {
         self.gateway
             .store
+            .transcript()
             .wire_history(&session_id(session), "")
             .await
             .expect("history")

@@ -301,7 +301,8 @@ async fn sessions_lists_conversations_and_resume_switches_the_chat_back() {
     let title = app
         .gateway
         .store
-        .session(&session_id(&first))
+        .sessions()
+        .get(&session_id(&first))
         .await
         .expect("read")
         .and_then(|s| s.title);

@@ -276,12 +276,17 @@ async fn dedup_records_are_kept_72_hours_then_pruned_without_touching_transcript
     app.say(None, "just now").await;
     let cutoff = switchboard::domain::now_ms() - 72 * 3_600_000;
 
-    let pruned = store.prune_finished(cutoff).await.expect("pruned");
+    let pruned = store
+        .inbound()
+        .prune_finished(cutoff)
+        .await
+        .expect("pruned");
 
     assert_eq!(pruned, 1);
     assert_eq!(app.count("inbound").await, 1, "the recent record stays");
     assert_eq!(app.count("outbox").await, 1);
     let history = store
+        .transcript()
         .wire_history(&session_id(&old_session), "")
         .await
         .expect("history");

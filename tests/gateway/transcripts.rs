@@ -2,8 +2,8 @@
 //! strips them and prepends the stored system prompt, for both providers.
 
 use serde_json::Value;
+use switchboard::domain::Role;
 use switchboard::llm::ProviderKind;
-use switchboard::store::Role;
 
 use crate::helpers::{FakeLlm, Reply, TestApp, last_is_tool_result};
 
@@ -78,6 +78,7 @@ async fn openai_stored_entries_keep_internal_fields_and_the_wire_strips_them() {
     assert_eq!(
         app.gateway
             .store
+            .usage()
             .task_usage(stored[0].message.task_id.expect("task"))
             .await
             .expect("usage")

@@ -7,14 +7,13 @@
 
 use super::Command;
 use crate::config::Settings;
-use crate::domain::{SessionId, now_ms, start_of_today_ms};
+use crate::domain::{SessionId, StopCause, now_ms, start_of_today_ms};
 use crate::session::access::{Access, Decision};
 use crate::session::link::{CODE_TTL, FAILURE_WINDOW, LinkCode, MAX_FAILURES};
 use crate::session::routing::{Place, Routing};
 use crate::session::runner::Runner;
 use crate::session::settings::DmSessions;
 use crate::session::texts;
-use crate::session::turn::StopCause;
 use crate::store::{Identity, Redemption, Store, StoreError};
 use crate::tools::settings::MemorySettings;
 
@@ -153,7 +152,7 @@ impl Commands<'_> {
                     .await?
                     // A task that has not opened its purse yet has it all.
                     .map(|running| running.budget_left.unwrap_or(self.settings.max_iterations));
-                let session = self.store.session(session_id).await?;
+                let session = self.store.sessions().get(session_id).await?;
                 let text = texts::status(session.as_ref(), running, self.settings.max_iterations);
                 stay(context, text)
             }
@@ -174,14 +173,20 @@ impl Commands<'_> {
             Command::Sessions => {
                 let sessions = self
                     .store
-                    .principal_sessions(context.identity.principal, SESSIONS_LISTED)
+                    .principals()
+                    .sessions(context.identity.principal, SESSIONS_LISTED)
                     .await?;
                 stay(context, texts::sessions(&sessions, session_id, now_ms()))
             }
             Command::Resume(None) => stay(context, texts::RESUME_USAGE),
             Command::Resume(Some(id)) => self.resume(context, &id).await?,
             Command::Title(None) => {
-                let title = self.store.session(session_id).await?.and_then(|s| s.title);
+                let title = self
+                    .store
+                    .sessions()
+                    .get(session_id)
+                    .await?
+                    .and_then(|s| s.title);
                 stay(
                     context,
                     title.map_or_else(|| texts::NO_TITLE.to_owned(), |t| texts::title(&t)),
@@ -189,14 +194,15 @@ impl Commands<'_> {
             }
             Command::Title(Some(title)) => {
                 let title: String = title.chars().take(TITLE_MAX_CHARS).collect();
-                self.store.set_session_title(session_id, &title).await?;
+                self.store.sessions().set_title(session_id, &title).await?;
                 stay(context, texts::title_set(&title))
             }
             Command::Model(name) => self.model(context, name).await?,
             Command::Usage => {
                 let (summary, cost) = self
                     .store
-                    .principal_usage_since(context.identity.principal, start_of_today_ms())
+                    .principals()
+                    .usage_since(context.identity.principal, start_of_today_ms())
                     .await?;
                 stay(
                     context,
@@ -232,7 +238,12 @@ impl Commands<'_> {
         if self.runner.running(session_id).await?.is_some() {
             return Ok(stay(context, texts::BUSY));
         }
-        let Some(hidden) = self.store.hide_last_exchange(session_id).await? else {
+        let Some(hidden) = self
+            .store
+            .transcript()
+            .hide_last_exchange(session_id)
+            .await?
+        else {
             return Ok(stay(context, texts::NOTHING_TO_RETRY));
         };
         tracing::info!(
@@ -241,7 +252,8 @@ impl Commands<'_> {
             "retrying the last message"
         );
         self.store
-            .requeue_inbound(context.inbound_id, &hidden.user_text)
+            .inbound()
+            .requeue(context.inbound_id, &hidden.user_text)
             .await?;
         Ok(Dispatched::Retried)
     }
@@ -252,17 +264,24 @@ impl Commands<'_> {
         if self.runner.running(session_id).await?.is_some() {
             return Ok(stay(context, texts::BUSY));
         }
-        Ok(match self.store.hide_last_exchange(session_id).await? {
-            None => stay(context, texts::NOTHING_TO_UNDO),
-            Some(hidden) => {
-                tracing::info!(
-                    session_id = session_id.as_str(),
-                    entries = hidden.entries,
-                    "last exchange hidden"
-                );
-                stay(context, texts::UNDONE)
-            }
-        })
+        Ok(
+            match self
+                .store
+                .transcript()
+                .hide_last_exchange(session_id)
+                .await?
+            {
+                None => stay(context, texts::NOTHING_TO_UNDO),
+                Some(hidden) => {
+                    tracing::info!(
+                        session_id = session_id.as_str(),
+                        entries = hidden.entries,
+                        "last exchange hidden"
+                    );
+                    stay(context, texts::UNDONE)
+                }
+            },
+        )
     }
 
     /// `/model`: shows the session's model and the choice; `/model NAME`
@@ -277,7 +296,8 @@ impl Commands<'_> {
         let Some(name) = name else {
             let current = self
                 .store
-                .session(session_id)
+                .sessions()
+                .get(session_id)
                 .await?
                 .map_or_else(|| self.settings.model.clone(), |s| s.model);
             return Ok(stay(context, texts::model(&current, models)));
@@ -285,7 +305,7 @@ impl Commands<'_> {
         if !models.contains(&name) {
             return Ok(stay(context, texts::unknown_model(models)));
         }
-        self.store.set_session_model(session_id, &name).await?;
+        self.store.sessions().set_model(session_id, &name).await?;
         tracing::info!(session_id = session_id.as_str(), model = %name, "session model switched");
         Ok(stay(context, texts::model_switched(&name)))
     }
@@ -321,18 +341,18 @@ impl Commands<'_> {
         let words: Vec<&str> = action.unwrap_or_default().split_whitespace().collect();
         Ok(match words.as_slice() {
             [] | ["list"] => {
-                let facts = self.store.memories(principal).await?;
+                let facts = self.store.memories().list(principal).await?;
                 texts::memory_list(&facts, self.settings.memory.max_entries.get())
             }
             ["forget", number] => {
-                let facts = self.store.memories(principal).await?;
+                let facts = self.store.memories().list(principal).await?;
                 let fact = number
                     .parse::<usize>()
                     .ok()
                     .and_then(|n| n.checked_sub(1))
                     .and_then(|index| facts.get(index));
                 match fact {
-                    Some(fact) if self.store.forget_memory(principal, fact.id).await? => {
+                    Some(fact) if self.store.memories().forget(principal, fact.id).await? => {
                         tracing::info!(principal_id = %principal, fact_id = fact.id, "fact removed by /memory");
                         texts::memory_forgotten(&fact.text)
                     }
@@ -340,7 +360,7 @@ impl Commands<'_> {
                 }
             }
             ["clear"] => {
-                let removed = self.store.clear_memories(principal).await?;
+                let removed = self.store.memories().clear(principal).await?;
                 tracing::info!(principal_id = %principal, removed, "memory cleared by /memory");
                 texts::memory_cleared(removed)
             }
@@ -355,6 +375,7 @@ impl Commands<'_> {
         let code = LinkCode::generate();
         let ttl_ms = i64::try_from(CODE_TTL.as_millis()).unwrap_or(i64::MAX);
         self.store
+            .principals()
             .create_link_code(identity, code.as_str(), now_ms().saturating_add(ttl_ms))
             .await?;
         tracing::info!(principal_id = %identity.principal, "link code issued");
@@ -370,6 +391,7 @@ impl Commands<'_> {
         let window_ms = i64::try_from(FAILURE_WINDOW.as_millis()).unwrap_or(i64::MAX);
         let failures = self
             .store
+            .principals()
             .link_failures_since(identity, now_ms().saturating_sub(window_ms))
             .await?;
         if failures >= MAX_FAILURES {
@@ -380,7 +402,12 @@ impl Commands<'_> {
             return Ok(stay(context, texts::NOT_A_LINK_CODE));
         };
         Ok(
-            match self.store.redeem_link_code(identity, code.as_str()).await? {
+            match self
+                .store
+                .principals()
+                .redeem_link_code(identity, code.as_str())
+                .await?
+            {
                 Redemption::Invalid => {
                     tracing::info!(principal_id = %identity.principal, "link code refused");
                     stay(context, texts::LINK_CODE_REFUSED)
@@ -400,7 +427,12 @@ impl Commands<'_> {
 
     /// `/unlink`: detaches the sender's identity into a fresh principal.
     async fn unlink(&self, context: &Context<'_>) -> Result<Dispatched, StoreError> {
-        let Some(fresh) = self.store.unlink_identity(&context.identity).await? else {
+        let Some(fresh) = self
+            .store
+            .principals()
+            .unlink_identity(&context.identity)
+            .await?
+        else {
             return Ok(stay(context, texts::NOT_LINKED));
         };
         tracing::info!(
@@ -424,15 +456,22 @@ impl Commands<'_> {
         }
         let matches = self
             .store
-            .principal_sessions_by_prefix(context.identity.principal, &prefix)
+            .principals()
+            .sessions_by_prefix(context.identity.principal, &prefix)
             .await?;
         Ok(match matches.as_slice() {
             [session] => {
                 self.store
+                    .sessions()
                     .bind_route(context.place.route.as_str(), session)
                     .await?;
                 tracing::info!(session_id = %session, "chat switched to a session");
-                let title = self.store.session(session).await?.and_then(|s| s.title);
+                let title = self
+                    .store
+                    .sessions()
+                    .get(session)
+                    .await?
+                    .and_then(|s| s.title);
                 let text = texts::resumed(session, title.as_deref());
                 moved(session.clone(), text)
             }
