@@ -31,17 +31,25 @@ pub enum Reply {
     Canned(Canned),
 }
 
+/// What a wire format renders of a reply: its text and tool calls.
+pub(crate) struct Answer {
+    pub(crate) text: Option<String>,
+    pub(crate) calls: Vec<Call>,
+}
+
 impl Reply {
-    /// The answer's text and tool calls, or the error status to send.
-    pub(crate) fn parts(self) -> Result<(Option<String>, Vec<Call>), (u16, String)> {
+    /// The answer's text and tool calls, or the error status to send (a
+    /// cut stream, asked for whole, is a 502).
+    pub(crate) fn answer(self) -> Result<Answer, (u16, String)> {
+        let answer = |text, calls| Ok(Answer { text, calls });
         match self {
-            Self::Text(text) => Ok((Some(text), Vec::new())),
-            Self::Tools(calls) => Ok((None, calls)),
-            Self::TextAndTools(text, calls) => Ok((Some(text), calls)),
+            Self::Text(text) => answer(Some(text), Vec::new()),
+            Self::Tools(calls) => answer(None, calls),
+            Self::TextAndTools(text, calls) => answer(Some(text), calls),
             Self::Status(code, body) => Err((code, body)),
             Self::CutStream(_) => Err((502, "stream cut".to_owned())),
-            // Sent as it is before parts are asked for; its status and
-            // body should a renderer get it.
+            // Sent as it is before an answer is asked for; its status and
+            // body should one be.
             Self::Canned(canned) => Err((canned.status, canned.body)),
         }
     }

@@ -9,17 +9,19 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use super::anthropic::Anthropic;
 use super::billing::{Billed, Billing, Format, Usage};
 use super::load::{InFlight, Load};
+use super::openai::OpenAi;
 use super::recorded::Recorded;
-use super::reply::{Canned, Reply, Script};
-use super::{anthropic, openai};
+use super::reply::{Answer, Canned, Reply, Script};
 
 /// What the server shares with its handlers and its [`super::FakeLlm`].
 pub(crate) struct Shared {
@@ -38,51 +40,72 @@ pub(crate) struct Turn<'a> {
     pub(crate) request: &'a Value,
     /// How many requests the server had received once this one was in.
     pub(crate) n: usize,
-    /// The script's reply; never [`Reply::Canned`].
-    pub(crate) reply: Reply,
     pub(crate) usage: Usage,
     pub(crate) hold: &'a watch::Sender<bool>,
+}
+
+/// How one wire format renders an answer.
+pub(crate) trait Render {
+    const FORMAT: Format;
+    /// The route it answers.
+    const PATH: &'static str;
+
+    /// The answer as one body.
+    fn whole(turn: &Turn<'_>, answer: Answer) -> Response;
+
+    /// The answer as an event stream, to a request with `"stream": true`.
+    fn stream(turn: &Turn<'_>, answer: Answer) -> Response;
+
+    /// An event stream of `text` that ends before the model finished.
+    fn cut_stream(turn: &Turn<'_>, text: &str) -> Response;
 }
 
 /// The fake model's routes.
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(openai::handle))
-        .route("/v1/messages", post(anthropic::handle))
+        .route(OpenAi::PATH, post(answer::<OpenAi>))
+        .route(Anthropic::PATH, post(answer::<Anthropic>))
         .route("/v1/models", get(models))
         .with_state(shared)
 }
 
 /// Takes one request: records it (counted in flight while it waits the
 /// server's delay), asks the script, and sends a canned reply as it is;
-/// any other is billed and handed to `render`.
-pub(crate) async fn answer(
-    shared: &Shared,
-    (format, path): (Format, &str),
+/// any other is billed and rendered in the format `R` (an error status as
+/// it is in both).
+async fn answer<R: Render>(
+    State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
-    body: &Bytes,
-    render: impl FnOnce(Turn<'_>) -> Response,
+    body: Bytes,
 ) -> Response {
-    let text = String::from_utf8_lossy(body).into_owned();
-    let request = record(shared, path, headers, &text).await;
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let request = record(&shared, R::PATH, headers, &text).await;
     let n = shared.requests.lock().expect("lock").len();
     let reply = (shared.script)(&request);
     if let Reply::Canned(canned) = reply {
         return canned_response(canned).await;
     }
     let billed = Billed {
-        format,
+        format: R::FORMAT,
         body: &text,
         request: &request,
     };
     let usage = shared.billing.usage(&billed);
-    render(Turn {
+    let turn = Turn {
         request: &request,
         n,
-        reply,
         usage,
         hold: &shared.hold,
-    })
+    };
+    let stream = request["stream"] == true;
+    match reply {
+        Reply::CutStream(text) if stream => R::cut_stream(&turn, &text),
+        reply => match reply.answer() {
+            Err((code, body)) => status(code, body),
+            Ok(answer) if stream => R::stream(&turn, answer),
+            Ok(answer) => R::whole(&turn, answer),
+        },
+    }
 }
 
 /// Records a request and waits the server's delay; returns its parsed body
@@ -121,7 +144,7 @@ async fn canned_response(reply: Canned) -> Response {
 }
 
 /// An error status with `body`, asking for no wait before a retry.
-pub(crate) fn status(code: u16, body: String) -> Response {
+fn status(code: u16, body: String) -> Response {
     let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (code, [("retry-after", "0")], body).into_response()
 }
