@@ -48,13 +48,11 @@ enum WireEvent {
     Other,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 struct StartMessage {
-    #[serde(default)]
     id: Option<String>,
-    #[serde(default)]
     model: Option<String>,
-    #[serde(default)]
     usage: Option<WireUsage>,
 }
 
@@ -97,8 +95,8 @@ enum BlockDelta {
 }
 
 #[derive(Deserialize, Default)]
+#[serde(default)]
 struct MessageDeltaBody {
-    #[serde(default)]
     stop_reason: Option<String>,
 }
 

@@ -12,17 +12,13 @@ use crate::domain::{StopReason, ToolCall, Usage, canonical_json};
 use crate::llm::wire::from_json;
 use crate::llm::{LlmError, ModelResponse};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub(super) struct MessagesResponse {
-    #[serde(default)]
     pub(super) id: Option<String>,
-    #[serde(default)]
     pub(super) model: Option<String>,
-    #[serde(default)]
     pub(super) content: Vec<ResponseBlock>,
-    #[serde(default)]
     pub(super) stop_reason: Option<String>,
-    #[serde(default)]
     pub(super) usage: Option<WireUsage>,
 }
 
@@ -47,14 +43,11 @@ pub(super) enum ResponseBlock {
 }
 
 #[derive(Deserialize, Default)]
+#[serde(default)]
 pub(super) struct WireUsage {
-    #[serde(default)]
     pub(super) input_tokens: Option<u64>,
-    #[serde(default)]
     pub(super) output_tokens: Option<u64>,
-    #[serde(default)]
     pub(super) cache_creation_input_tokens: Option<u64>,
-    #[serde(default)]
     pub(super) cache_read_input_tokens: Option<u64>,
 }
 

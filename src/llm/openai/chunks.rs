@@ -25,58 +25,46 @@ use crate::llm::wire::WireFormat;
 use crate::llm::{LlmError, ModelResponse};
 
 /// One `chat.completion.chunk` (or an error object sent in its place).
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 struct Chunk {
-    #[serde(default)]
     id: Option<String>,
-    #[serde(default)]
     model: Option<String>,
-    #[serde(default)]
     choices: Vec<ChunkChoice>,
-    #[serde(default)]
     usage: Option<WireUsage>,
-    #[serde(default)]
     error: Option<Value>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 struct ChunkChoice {
-    #[serde(default)]
     index: u32,
-    #[serde(default)]
     delta: Option<ChunkDelta>,
-    #[serde(default)]
     finish_reason: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
+#[serde(default)]
 struct ChunkDelta {
-    #[serde(default)]
     content: Option<String>,
-    #[serde(default)]
     reasoning_content: Option<String>,
-    #[serde(default)]
     reasoning: Option<String>,
-    #[serde(default)]
     tool_calls: Option<Vec<ChunkToolCall>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 struct ChunkToolCall {
-    #[serde(default)]
     index: Option<u32>,
-    #[serde(default)]
     id: Option<String>,
-    #[serde(default)]
     function: Option<ChunkFunction>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 struct ChunkFunction {
-    #[serde(default)]
     name: Option<String>,
     // Pieces of a string per the spec; an object from some servers.
-    #[serde(default)]
     arguments: Option<Value>,
 }
 

@@ -12,15 +12,12 @@ use crate::llm::failure::error_message;
 use crate::llm::wire::from_json;
 use crate::llm::{LlmError, ModelResponse};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub(super) struct ChatResponse {
-    #[serde(default)]
     pub(super) id: Option<String>,
-    #[serde(default)]
     pub(super) model: Option<String>,
-    #[serde(default)]
     pub(super) choices: Vec<Choice>,
-    #[serde(default)]
     pub(super) usage: Option<WireUsage>,
 }
 
@@ -31,15 +28,12 @@ pub(super) struct Choice {
     pub(super) finish_reason: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub(super) struct ResponseMessage {
-    #[serde(default)]
     pub(super) content: Option<String>,
-    #[serde(default)]
     pub(super) reasoning_content: Option<String>,
-    #[serde(default)]
     pub(super) reasoning: Option<String>,
-    #[serde(default)]
     pub(super) tool_calls: Option<Vec<ResponseToolCall>>,
 }
 
@@ -59,18 +53,16 @@ pub(super) struct ResponseFunction {
 }
 
 #[derive(Deserialize, Default)]
+#[serde(default)]
 pub(super) struct WireUsage {
-    #[serde(default)]
     prompt_tokens: Option<u64>,
-    #[serde(default)]
     completion_tokens: Option<u64>,
-    #[serde(default)]
     prompt_tokens_details: Option<PromptTokensDetails>,
 }
 
 #[derive(Deserialize, Default)]
+#[serde(default)]
 struct PromptTokensDetails {
-    #[serde(default)]
     cached_tokens: Option<u64>,
 }
 
