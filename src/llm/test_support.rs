@@ -3,10 +3,10 @@
 //! its model, a success body, a history, the tool-calling answer in each
 //! form, the failures it answers with), and what runs a provider or a
 //! decoder against it: [`start`] (the fake server answering a script, and
-//! the provider pointed at it), [`ask`], [`ask_streamed`], [`decode`] (a stream cut in
-//! pieces), [`parse`] and [`Heard`] (what a streamed call passed on). The
-//! scenarios themselves are in `conformance`; the server is
-//! `switchboard_test_support::model`.
+//! the provider pointed at it), [`ask`] and [`ask_streamed`], [`decode`]
+//! (a stream cut in pieces), [`parse`] and [`Heard`] (what a streamed call
+//! passed on). The scenarios themselves are in `conformance`; the server
+//! is `switchboard_test_support::model`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
