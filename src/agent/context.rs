@@ -20,15 +20,15 @@ use std::collections::BTreeMap;
 use crate::agent::settings::ContextSettings;
 
 use crate::domain::{ChatMessage, SessionId};
-use crate::llm::{ModelRequest, Provider};
-use crate::store::{Batch, Compaction, ModelCallStart, Store, StoreError, WireEntry};
+use crate::llm::Provider;
+use crate::store::{Batch, Compaction, Store, StoreError, WireEntry};
 use crate::tools::settings::MemorySettings;
 use crate::usage::Price;
 
 use super::extract::extract_facts;
 use super::prompt::refreshed_prompt;
 use super::run::wire_bytes;
-use super::step;
+use super::step::{self, OneShot};
 
 /// The system prompt of a summarisation call.
 pub const SUMMARY_SYSTEM: &str = "You compress conversations between a user and an assistant so \
@@ -248,37 +248,17 @@ async fn summarise(
         // verbatim, but it often says the most about the person.
         extract_facts(by, &render(&view[pinned..cut]), memory).await?;
     }
-    let messages = [ChatMessage::User {
-        content: format!(
+    let question = OneShot {
+        scope: "compaction",
+        system: SUMMARY_SYSTEM,
+        prompt: format!(
             "Summarise this part of the conversation (it follows the user's first message: \
                  \"{}\"):\n\n{transcript}",
             first_text(&view[pinned].message)
         ),
-        media: Vec::new(),
-    }];
-    let request = ModelRequest {
-        model: by.model,
-        system: SUMMARY_SYSTEM,
-        messages: &messages,
-        tools: &[],
-        cache_key: by.session_id.as_str(),
         max_tokens: 2048,
     };
-    let request_id = step::request_id();
-    let start = ModelCallStart {
-        request_id: &request_id,
-        session_id: by.session_id,
-        task_id: by.task_id,
-        scope: "compaction",
-        principal_id: by.principal_id,
-        provider: by.provider.kind().as_str(),
-        model: by.model,
-        request_chars: None,
-    };
-    let call = async { Ok::<_, CompactError>(by.provider.complete(&request).await?) };
-    let recorded =
-        step::recorded(by.store, by.metrics, &start, by.prices, Batch::new(), call).await?;
-    let summary = recorded.response.content.clone().unwrap_or_default();
+    let (summary, recorded) = step::one_shot(by, question).await?;
     let compaction = Compaction {
         pinned_id: view[pinned].id,
         through_id: view[cut - 1].id,

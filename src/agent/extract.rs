@@ -10,14 +10,13 @@
 //! recorded and charged like the summary's (scope `memory`); when it fails
 //! the compaction goes on without it.
 
-use crate::domain::{ChatMessage, PrincipalId};
-use crate::llm::ModelRequest;
-use crate::store::{Batch, ModelCallStart, Remembered, StoreError};
+use crate::domain::PrincipalId;
+use crate::store::{Batch, Remembered, StoreError};
 use crate::tools::memory::normalise_fact;
 use crate::tools::settings::MemorySettings;
 
 use super::context::{CompactError, Summariser};
-use super::step;
+use super::step::{self, OneShot};
 
 /// The system prompt of an extraction call.
 pub const EXTRACT_SYSTEM: &str = "You pick out what is worth remembering about a person from \
@@ -58,40 +57,20 @@ pub async fn extract_facts(
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let messages = [ChatMessage::User {
-        content: format!("Facts already kept:\n{known}\n\nConversation:\n\n{transcript}"),
-        media: Vec::new(),
-    }];
-    let request = ModelRequest {
-        model: by.model,
+    let question = OneShot {
+        scope: "memory",
         system: EXTRACT_SYSTEM,
-        messages: &messages,
-        tools: &[],
-        cache_key: by.session_id.as_str(),
+        prompt: format!("Facts already kept:\n{known}\n\nConversation:\n\n{transcript}"),
         max_tokens: 1024,
     };
-    let request_id = step::request_id();
-    let start = ModelCallStart {
-        request_id: &request_id,
-        session_id: by.session_id,
-        task_id: by.task_id,
-        scope: "memory",
-        principal_id: by.principal_id,
-        provider: by.provider.kind().as_str(),
-        model: by.model,
-        request_chars: None,
+    let (answer, recorded) = match step::one_shot(by, question).await {
+        Ok(answered) => answered,
+        Err(CompactError::Store(err)) => return Err(err),
+        Err(CompactError::Model(err)) => {
+            tracing::warn!(error = %err, "extracting facts failed; the compaction goes on");
+            return Ok(0);
+        }
     };
-    let call = async { Ok::<_, CompactError>(by.provider.complete(&request).await?) };
-    let recorded =
-        match step::recorded(by.store, by.metrics, &start, by.prices, Batch::new(), call).await {
-            Ok(recorded) => recorded,
-            Err(CompactError::Store(err)) => return Err(err),
-            Err(CompactError::Model(err)) => {
-                tracing::warn!(error = %err, "extracting facts failed; the compaction goes on");
-                return Ok(0);
-            }
-        };
-    let answer = recorded.response.content.clone().unwrap_or_default();
     let mut batch = Batch::new();
     recorded.finish(&mut batch);
     by.store.write(batch).await?;

@@ -5,16 +5,22 @@
 //! with its tokens, latency and cost estimate, or `failed` with the reason,
 //! once it returns. A crash mid-call therefore leaves a `running` row, which
 //! the resumed task marks failed; the call still counts against the task's
-//! budget, because the provider may have billed it.
+//! budget, because the provider may have billed it. A one-shot call
+//! ([`one_shot`]: a system prompt and one user message, no tools, the
+//! answer's text; compaction's summary and the extraction of a person's
+//! facts) is such a step of its own.
 
 use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 
-use crate::llm::ModelResponse;
+use crate::domain::ChatMessage;
+use crate::llm::{ModelRequest, ModelResponse};
 use crate::store::{Batch, ModelCallEnd, ModelCallStart, Store, StoreError};
 use crate::usage::{Price, price_for};
+
+use super::context::{CompactError, Summariser};
 
 /// A model call that answered, with its estimated cost. Its `done` outcome
 /// is not yet stored: [`Recorded::finish`] adds it to the step's next write.
@@ -95,4 +101,55 @@ where
             Err(err)
         }
     }
+}
+
+/// One question asked in a [`one_shot`] call.
+#[derive(Debug, Clone)]
+pub struct OneShot<'a> {
+    /// The call's scope in its record (`compaction`, `memory`).
+    pub scope: &'a str,
+    pub system: &'a str,
+    /// The one user message.
+    pub prompt: String,
+    pub max_tokens: u32,
+}
+
+/// Asks `by`'s model `question` without tools (the request's cache key is
+/// the session's), as a recorded step with nothing written before it;
+/// returns the answer's text (empty when it has none) and the call, whose
+/// `done` outcome the caller adds to its next write ([`Recorded::finish`]).
+///
+/// # Errors
+/// The call failing (recorded as `failed` first), or the database.
+pub async fn one_shot(
+    by: &Summariser<'_>,
+    question: OneShot<'_>,
+) -> Result<(String, Recorded), CompactError> {
+    let messages = [ChatMessage::User {
+        content: question.prompt,
+        media: Vec::new(),
+    }];
+    let request = ModelRequest {
+        model: by.model,
+        system: question.system,
+        messages: &messages,
+        tools: &[],
+        cache_key: by.session_id.as_str(),
+        max_tokens: question.max_tokens,
+    };
+    let request_id = request_id();
+    let start = ModelCallStart {
+        request_id: &request_id,
+        session_id: by.session_id,
+        task_id: by.task_id,
+        scope: question.scope,
+        principal_id: by.principal_id,
+        provider: by.provider.kind().as_str(),
+        model: by.model,
+        request_chars: None,
+    };
+    let call = async { Ok::<_, CompactError>(by.provider.complete(&request).await?) };
+    let recorded = recorded(by.store, by.metrics, &start, by.prices, Batch::new(), call).await?;
+    let text = recorded.response.content.clone().unwrap_or_default();
+    Ok((text, recorded))
 }

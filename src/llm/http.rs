@@ -1,43 +1,48 @@
-//! The HTTP side both providers share: one attempt (POST the body, turn
-//! transport failures and error statuses into [`LlmError`]s that never carry
-//! the key), one streamed attempt (the same, then the event stream read
-//! piece by piece into a provider's [`StreamDecoder`]), and the metadata
-//! every response has (request id, model).
+//! One HTTP attempt, the same for every wire format: POST the body with
+//! the endpoint's timeout and read the whole answer ([`post_json`]), or ask
+//! for an event stream and read it piece by piece into a decoder
+//! ([`post_stream`], [`read_events`]); an error status or a transport
+//! failure becomes its [`LlmError`] (see [`super::failure`]). Then the
+//! metadata every response has, from the headers and the request
+//! ([`labelled`]).
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
+use reqwest::{RequestBuilder, Response};
 use secrecy::ExposeSecret;
 
-use super::retry::retry_after_from_headers;
-use super::sse::SseParser;
-use super::stream::{Restarts, StreamDecoder, StreamEvent};
+use super::failure::{status_error, transport_error};
+use super::stream::{EventReader, Restarts, StreamDecoder, StreamEvent};
 use super::{Endpoint, LlmError, ModelResponse};
 
-/// Longest provider error message we keep, in characters.
-const MAX_MESSAGE_CHARS: usize = 300;
-
-/// Makes one attempt: POSTs the JSON `body` through `request` (the provider's
-/// URL and auth headers) with the endpoint's timeout, and hands a success's
-/// body and headers to `parse`. Statuses in `busy` count as rate limits, like
-/// 429 (see [`status_error`]).
-///
-/// # Errors
-/// The transport failure or error status, scrubbed of the endpoint's key, or
-/// what `parse` returns.
-pub(crate) async fn post_json<T>(
-    request: reqwest::RequestBuilder,
+/// POSTs the JSON `body` through `request` (the provider's URL and auth
+/// headers) with the endpoint's timeout; `stream` asks for an event stream.
+async fn send(
+    request: RequestBuilder,
     endpoint: &Endpoint,
     body: &[u8],
-    busy: &[u16],
-    parse: impl FnOnce(&[u8], &HeaderMap) -> Result<T, LlmError>,
-) -> Result<T, LlmError> {
-    let key = endpoint.api_key.expose_secret();
-    let response = request
+    stream: bool,
+) -> Result<Response, LlmError> {
+    let mut request = request
         .timeout(endpoint.timeout)
-        .header(CONTENT_TYPE, "application/json")
+        .header(CONTENT_TYPE, "application/json");
+    if stream {
+        request = request.header(ACCEPT, "text/event-stream");
+    }
+    request
         .body(body.to_vec())
         .send()
         .await
-        .map_err(|error| transport_error(error, key))?;
+        .map_err(|error| transport_error(error, endpoint.api_key.expose_secret()))
+}
+
+/// Reads a whole answer: its headers and body, or the error its status
+/// stands for. Statuses in `busy` count as rate limits, like 429.
+async fn read_whole(
+    response: Response,
+    endpoint: &Endpoint,
+    busy: &[u16],
+) -> Result<(HeaderMap, Vec<u8>), LlmError> {
+    let key = endpoint.api_key.expose_secret();
     let status = response.status();
     let headers = response.headers().clone();
     let bytes = response
@@ -47,279 +52,99 @@ pub(crate) async fn post_json<T>(
     if !status.is_success() {
         return Err(status_error(status, &headers, &bytes, key, busy));
     }
-    parse(&bytes, &headers)
+    Ok((headers, bytes.to_vec()))
 }
 
-/// Logs a model call that failed for good (retries spent, or not
-/// retryable): the endpoint it went to (see [`loggable_url`]), the status,
-/// what the failure means, and the error. A failure the operator must fix
-/// (a wrong URL, a bad key, a refused request) is an ERROR, one that may
-/// pass (unreachable, rate limited, the provider failing) a WARN.
-pub(crate) fn log_failure(url: &str, error: &LlmError) {
-    let failure = error.failure();
-    let url = loggable_url(url);
-    let status = error.status();
-    if failure.needs_operator() {
-        tracing::error!(
-            url,
-            status,
-            failure = failure.as_str(),
-            error = %error,
-            "model call failed; check the model endpoint's configuration"
-        );
-    } else {
-        tracing::warn!(
-            url,
-            status,
-            failure = failure.as_str(),
-            error = %error,
-            "model call failed"
-        );
-    }
-}
-
-/// A request URL fit for a log line: scheme, host, port and path, without
-/// the user info, query or fragment (where a key could hide).
-pub(crate) fn loggable_url(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(parsed) => {
-            let host = parsed.host_str().unwrap_or_default();
-            let port = parsed
-                .port()
-                .map(|port| format!(":{port}"))
-                .unwrap_or_default();
-            format!("{}://{host}{port}{}", parsed.scheme(), parsed.path())
-        }
-        Err(_) => "(unparseable URL)".to_owned(),
-    }
-}
-
-/// Makes one streamed attempt: POSTs `body` (which asks for a stream) like
-/// [`post_json`], then reads the event stream into `decoder` as it arrives,
-/// its text passed on through `restarts`. A server that answers with one
-/// JSON body instead (some compatible servers ignore `stream`) is read with
-/// `unstreamed`, and its whole text passed on at once.
+/// Makes one attempt: POSTs `body` and returns a success's headers and
+/// body.
 ///
 /// # Errors
-/// As [`post_json`]; a transport failure while the stream is read; what the
-/// decoder finds wrong with the stream.
-pub(crate) async fn post_stream<D: StreamDecoder + Send>(
-    request: reqwest::RequestBuilder,
+/// The transport failure or error status, scrubbed of the endpoint's key.
+pub(crate) async fn post_json(
+    request: RequestBuilder,
     endpoint: &Endpoint,
     body: &[u8],
     busy: &[u16],
-    mut decoder: D,
-    restarts: &Restarts<'_>,
-    unstreamed: impl FnOnce(&[u8], &HeaderMap) -> Result<ModelResponse, LlmError>,
-) -> Result<ModelResponse, LlmError> {
-    let key = endpoint.api_key.expose_secret();
-    let mut response = request
-        .timeout(endpoint.timeout)
-        .header(CONTENT_TYPE, "application/json")
-        .header(ACCEPT, "text/event-stream")
-        .body(body.to_vec())
-        .send()
-        .await
-        .map_err(|error| transport_error(error, key))?;
-    let status = response.status();
-    let headers = response.headers().clone();
-    let is_json = headers
+) -> Result<(HeaderMap, Vec<u8>), LlmError> {
+    let response = send(request, endpoint, body, false).await?;
+    read_whole(response, endpoint, busy).await
+}
+
+/// What a streamed attempt got back.
+pub(crate) enum Streamed {
+    /// An event stream, to be read with [`read_events`].
+    Events(Response),
+    /// One JSON body (some compatible servers ignore `stream`), with its
+    /// headers.
+    Whole(HeaderMap, Vec<u8>),
+}
+
+/// Makes one streamed attempt: POSTs `body` (which asks for a stream) like
+/// [`post_json`], and returns the stream, or the body of a server that
+/// answered with one JSON body instead.
+///
+/// # Errors
+/// As [`post_json`].
+pub(crate) async fn post_stream(
+    request: RequestBuilder,
+    endpoint: &Endpoint,
+    body: &[u8],
+    busy: &[u16],
+) -> Result<Streamed, LlmError> {
+    let response = send(request, endpoint, body, true).await?;
+    let is_json = response
+        .headers()
         .get(CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| value.starts_with("application/json"));
-    if !status.is_success() || is_json {
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|error| transport_error(error, key))?;
-        if !status.is_success() {
-            return Err(status_error(status, &headers, &bytes, key, busy));
-        }
-        let answer = unstreamed(&bytes, &headers)?;
-        if let Some(text) = answer.content.as_deref() {
-            restarts.pass(StreamEvent::Text(text));
-        }
-        return Ok(answer);
+    if !response.status().is_success() || is_json {
+        let (headers, bytes) = read_whole(response, endpoint, busy).await?;
+        return Ok(Streamed::Whole(headers, bytes));
     }
+    Ok(Streamed::Events(response))
+}
+
+/// Reads an event stream into `decoder` as it arrives, its text passed on
+/// through `restarts`.
+///
+/// # Errors
+/// A transport failure while the stream is read (scrubbed of `key`); what
+/// the decoder finds wrong with the stream.
+pub(crate) async fn read_events<D: StreamDecoder>(
+    mut response: Response,
+    decoder: D,
+    restarts: &Restarts<'_>,
+    key: &str,
+) -> Result<ModelResponse, LlmError> {
     let on = |event: StreamEvent<'_>| restarts.pass(event);
-    let mut parser = SseParser::default();
-    while !decoder.done() {
+    let mut reader = EventReader::new(decoder);
+    while !reader.done() {
         let Some(piece) = response
             .chunk()
             .await
             .map_err(|error| transport_error(error, key))?
         else {
-            if let Some(event) = parser.finish()? {
-                decoder.event(&event, &on)?;
-            }
             break;
         };
-        for event in parser.feed(&piece)? {
-            decoder.event(&event, &on)?;
-            if decoder.done() {
-                break;
-            }
-        }
+        reader.feed(&piece, &on)?;
     }
-    decoder.finish(&headers)
+    reader.finish(&on)
 }
 
-/// The error an HTTP `status` with `body` stands for, when it comes without
-/// headers (an error sent inside a stream): see [`status_error`].
-pub(crate) fn error_status(status: u16, body: &str, secret: &str, busy: &[u16]) -> LlmError {
-    let status =
-        reqwest::StatusCode::from_u16(status).unwrap_or(reqwest::StatusCode::INTERNAL_SERVER_ERROR);
-    status_error(status, &HeaderMap::new(), body.as_bytes(), secret, busy)
-}
-
-/// The request id: the provider's `header` when it sends one, else the id in
-/// the response body.
-pub(crate) fn request_id(
+/// Completes a parsed or decoded response: the request id is the
+/// provider's `header` when it sends one, else the id in the body; the
+/// model is the one the provider reported, else the `requested` one.
+pub(crate) fn labelled(
+    mut response: ModelResponse,
     headers: &HeaderMap,
     header: &str,
-    body_id: Option<String>,
-) -> Option<String> {
-    headers
-        .get(header)
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_owned)
-        .or(body_id)
-}
-
-/// The model that answered, as the provider reports it; the requested one
-/// when it reports none.
-pub(crate) fn answering_model(reported: Option<String>, requested: &str) -> String {
-    reported
-        .filter(|model| !model.is_empty())
-        .unwrap_or_else(|| requested.to_owned())
-}
-
-/// Maps a reqwest failure (sending, or reading the body) to an [`LlmError`].
-///
-/// reqwest's `Display` includes the request URL, which may carry credentials
-/// (a key in a query string or userinfo), so the URL is stripped; the
-/// innermost cause (e.g. "Connection refused") is kept because it is what an
-/// operator needs, and scrubbed of `secret` defensively.
-fn transport_error(error: reqwest::Error, secret: &str) -> LlmError {
-    if error.is_timeout() {
-        return LlmError::Timeout;
+    requested: &str,
+) -> ModelResponse {
+    if let Some(id) = headers.get(header).and_then(|value| value.to_str().ok()) {
+        response.request_id = Some(id.to_owned());
     }
-    let error = error.without_url();
-    let mut text = error.to_string();
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(&error);
-    let mut innermost = None;
-    while let Some(current) = cause {
-        innermost = Some(current);
-        cause = current.source();
+    if response.model.is_empty() {
+        requested.clone_into(&mut response.model);
     }
-    if let Some(innermost) = innermost {
-        text.push_str(": ");
-        text.push_str(&innermost.to_string());
-    }
-    LlmError::Network(scrub(&text, secret))
-}
-
-/// Maps a non-success HTTP status to an error: 429 (and any `busy` codes the
-/// provider adds, like Anthropic's 529) is a rate limit carrying the delay
-/// asked for, other 5xx a server failure, anything else a rejection (not
-/// retried). Messages come from the body with `secret` scrubbed.
-fn status_error(
-    status: reqwest::StatusCode,
-    headers: &HeaderMap,
-    body: &[u8],
-    secret: &str,
-    busy: &[u16],
-) -> LlmError {
-    let code = status.as_u16();
-    if status == reqwest::StatusCode::TOO_MANY_REQUESTS || busy.contains(&code) {
-        LlmError::RateLimited {
-            status: code,
-            retry_after: retry_after_from_headers(headers),
-        }
-    } else if status.is_server_error() {
-        LlmError::Server {
-            status: code,
-            message: error_message(body, secret),
-        }
-    } else {
-        LlmError::Rejected {
-            status: code,
-            message: error_message(body, secret),
-        }
-    }
-}
-
-/// A short, secret-free description of a failed response, for the error.
-///
-/// Prefers the provider's `error.message` (both OpenAI and Anthropic use that
-/// shape); falls back to the start of the body, since a proxy's HTML or plain
-/// text error is still more useful than nothing. Either way, providers echo
-/// keys back ("Incorrect API key provided: ..."), so the key is removed.
-pub(crate) fn error_message(body: &[u8], secret: &str) -> String {
-    let from_json = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|value| match value.pointer("/error/message") {
-            Some(serde_json::Value::String(message)) => Some(message.clone()),
-            _ => None,
-        });
-    let raw = from_json.unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
-    let collapsed = raw.split_whitespace().collect::<Vec<_>>().join(" ");
-    // Scrub before truncating, so a key cut in half cannot survive.
-    let clean = scrub(&collapsed, secret);
-    if clean.is_empty() {
-        return "no error message".to_owned();
-    }
-    truncate_chars(&clean, MAX_MESSAGE_CHARS)
-}
-
-/// Removes every occurrence of `secret` from `text`.
-fn scrub(text: &str, secret: &str) -> String {
-    // An empty pattern would match between every character.
-    if secret.is_empty() {
-        return text.to_owned();
-    }
-    text.replace(secret, "[redacted]")
-}
-
-fn truncate_chars(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn error_messages_are_extracted_scrubbed_and_truncated() {
-        let key = "sk-secret-123";
-        let body =
-            br#"{"error":{"message":"Incorrect API key provided: sk-secret-123.","type":"x"}}"#;
-        let message = error_message(body, key);
-        assert_eq!(message, "Incorrect API key provided: [redacted].");
-
-        let message = error_message(b"<html>\n  bad   gateway sk-secret-123 </html>", key);
-        assert_eq!(message, "<html> bad gateway [redacted] </html>");
-
-        let long = "é".repeat(1000);
-        let message = error_message(long.as_bytes(), key);
-        assert_eq!(message.chars().count(), MAX_MESSAGE_CHARS + 1);
-        assert_eq!(error_message(b"", key), "no error message");
-        assert_eq!(scrub("abc", ""), "abc");
-    }
-
-    #[test]
-    fn logged_urls_keep_the_endpoint_and_drop_credentials() {
-        assert_eq!(
-            loggable_url("https://user:sk-1@llm.example:8443/v1/chat/completions?key=sk-2#x"),
-            "https://llm.example:8443/v1/chat/completions"
-        );
-        assert_eq!(
-            loggable_url("http://127.0.0.1/v1/messages"),
-            "http://127.0.0.1/v1/messages"
-        );
-        assert_eq!(loggable_url("not a url"), "(unparseable URL)");
-    }
+    response
 }

@@ -1,25 +1,33 @@
 //! LLM providers behind one trait.
 //!
-//! The agent loop speaks [`ModelRequest`] / [`ModelResponse`]; each provider
-//! module turns them into its wire format: [`openai`] (Chat Completions, and
-//! every server that speaks it) and [`anthropic`] (Messages). [`retry`] holds
-//! the shared retry policy (the contract crate's capped, jittered backoff,
-//! honouring `Retry-After`) and the HTTP attempt both providers make; the
-//! providers' tests share their fake server and scenarios in `test_support`.
-//! A call can also be streamed ([`Provider::stream`]): [`sse`] parses the
-//! event stream, [`stream`] holds what both providers' stream decoders share,
-//! and the result is the very [`ModelResponse`] the unstreamed call returns.
-//! Errors never carry an API key.
+//! The agent loop speaks [`ModelRequest`] / [`ModelResponse`]. One HTTP
+//! provider (`provider`) serves every endpoint; what differs between
+//! providers is only the wire format (`wire`): `openai` (Chat Completions,
+//! and every server that speaks it) and `anthropic` (Messages). The rest is
+//! shared: the HTTP attempt (`http`), what a failure becomes, without the
+//! key (`failure`), the retry policy ([`retry`]: the contract crate's
+//! capped, jittered backoff, honouring `Retry-After`), and streaming
+//! ([`Provider::stream`]): `sse` parses the event stream, [`stream`] reads
+//! it into a wire format's decoder, and the result is the very
+//! [`ModelResponse`] the unstreamed call returns. Errors never carry an API
+//! key. The tests every wire format must pass are written once
+//! (`conformance`, on the scaffolding of `test_support` and the fake model
+//! server of `switchboard_test_support::model`).
 
-pub mod anthropic;
+mod anthropic;
+#[cfg(test)]
+mod conformance;
+mod failure;
 mod http;
-pub mod openai;
+mod openai;
+mod provider;
 pub mod retry;
 pub mod settings;
 mod sse;
 pub mod stream;
 #[cfg(test)]
 mod test_support;
+mod wire;
 
 use crate::domain::{ChatMessage, StopReason, ToolCall, ToolSpec, Usage};
 use std::fmt;
@@ -32,6 +40,10 @@ use serde::{Deserialize, Serialize};
 
 pub use retry::RetryPolicy;
 pub use stream::{OnStream, StreamEvent};
+
+use anthropic::Anthropic;
+use openai::OpenAi;
+use provider::HttpProvider;
 
 /// Which wire protocol a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
@@ -253,8 +265,8 @@ impl fmt::Debug for Endpoint {
 /// connection pool) across all providers.
 pub fn build_provider(endpoint: Endpoint, http: reqwest::Client) -> Arc<dyn Provider> {
     match endpoint.kind {
-        ProviderKind::Openai => Arc::new(openai::OpenAiProvider::new(endpoint, http)),
-        ProviderKind::Anthropic => Arc::new(anthropic::AnthropicProvider::new(endpoint, http)),
+        ProviderKind::Openai => Arc::new(HttpProvider::new(endpoint, http, OpenAi)),
+        ProviderKind::Anthropic => Arc::new(HttpProvider::new(endpoint, http, Anthropic)),
     }
 }
 

@@ -1,8 +1,9 @@
 //! What streamed model calls share: the events a caller hears while the
-//! answer arrives ([`StreamEvent`]), the decoder each provider implements
-//! for its event format ([`StreamDecoder`]), the retry bookkeeping that
-//! tells the caller when text already heard is void ([`Restarts`]), and the
-//! reading of errors a provider sends inside a stream.
+//! answer arrives ([`StreamEvent`]), the decoder each wire format implements
+//! for its events ([`StreamDecoder`]) and the reader that feeds it the body
+//! as it arrives ([`EventReader`]), the retry bookkeeping that tells the
+//! caller when text already heard is void ([`Restarts`]), and the reading
+//! of errors a provider sends inside a stream.
 //!
 //! Retries: a streamed call is retried exactly like an unstreamed one (the
 //! same [`super::RetryPolicy`], the same errors), so a turn's outcome does
@@ -13,11 +14,10 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use reqwest::header::HeaderMap;
 use serde_json::Value;
 
-use super::http::error_status;
-use super::sse::SseEvent;
+use super::failure::error_status;
+use super::sse::{SseEvent, SseParser};
 use super::{LlmError, ModelResponse};
 
 /// What a streamed call reports while it runs.
@@ -33,7 +33,9 @@ pub enum StreamEvent<'a> {
 /// The listener of a streamed call.
 pub type OnStream<'a> = &'a (dyn Fn(StreamEvent<'_>) + Send + Sync);
 
-/// Turns one provider's stream of events into its [`ModelResponse`].
+/// Turns one wire format's stream of events into its [`ModelResponse`]
+/// (its model and request id left to complete, as
+/// [`super::wire::WireFormat::parse`] leaves them).
 pub(crate) trait StreamDecoder {
     /// Takes one event; text it carries goes to `on` at once.
     ///
@@ -49,7 +51,56 @@ pub(crate) trait StreamDecoder {
     ///
     /// # Errors
     /// A stream cut short, or one whose pieces do not make a response.
-    fn finish(self, headers: &HeaderMap) -> Result<ModelResponse, LlmError>;
+    fn finish(self) -> Result<ModelResponse, LlmError>;
+}
+
+/// Reads an event stream into a decoder, the body in whatever pieces the
+/// network delivers: stops reading once the decoder is done, and at the
+/// body's end hands it the last event not followed by a blank line.
+pub(crate) struct EventReader<D> {
+    parser: SseParser,
+    decoder: D,
+}
+
+impl<D: StreamDecoder> EventReader<D> {
+    pub fn new(decoder: D) -> Self {
+        Self {
+            parser: SseParser::default(),
+            decoder,
+        }
+    }
+
+    /// Whether the stream said it is complete (nothing more is read).
+    pub fn done(&self) -> bool {
+        self.decoder.done()
+    }
+
+    /// Takes the next piece of the body; the text it completes goes to `on`.
+    ///
+    /// # Errors
+    /// As [`SseParser::feed`] and [`StreamDecoder::event`].
+    pub fn feed(&mut self, piece: &[u8], on: OnStream<'_>) -> Result<(), LlmError> {
+        for event in self.parser.feed(piece)? {
+            self.decoder.event(&event, on)?;
+            if self.decoder.done() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The response, once the body has ended (or the decoder is done).
+    ///
+    /// # Errors
+    /// As [`SseParser::finish`] and [`StreamDecoder::finish`].
+    pub fn finish(mut self, on: OnStream<'_>) -> Result<ModelResponse, LlmError> {
+        if !self.decoder.done()
+            && let Some(event) = self.parser.finish()?
+        {
+            self.decoder.event(&event, on)?;
+        }
+        self.decoder.finish()
+    }
 }
 
 /// Tracks whether an attempt has sent text, so the next attempt can tell

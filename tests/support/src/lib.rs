@@ -1,6 +1,7 @@
 //! What the integration tests of the gateway and of every adapter share:
 //! fake platform APIs bound to 127.0.0.1:0 ([`telegram`], [`feishu`],
-//! [`discord`]), a fake S3-compatible object store ([`s3`]),
+//! [`discord`]), a fake model server speaking both providers' wire formats
+//! ([`model`]), a fake S3-compatible object store ([`s3`]),
 //! waiting for a condition instead of sleeping ([`wait`]), delivering
 //! through a `PlatformSender` the way the core's runner does ([`send`]), and
 //! the contract seen from the core's side: messages as an adapter submits
@@ -18,6 +19,7 @@ pub mod feishu;
 pub mod inbound;
 pub mod mcp;
 pub mod media;
+pub mod model;
 pub mod postgres;
 pub mod s3;
 pub mod send;

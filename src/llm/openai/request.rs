@@ -1,0 +1,212 @@
+//! The Chat Completions request body: in a fixed field order, `messages`
+//! right after the model so that nothing that varies precedes them, and
+//! each turn's `messages` bytes extend the previous turn's (the provider's
+//! prompt cache keeps hitting); a streamed request adds its stream fields
+//! last. Images go as `image_url` content parts with `data:` URLs.
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::domain::{ChatMessage, MediaRef, Part, user_parts};
+use crate::llm::wire::to_json;
+use crate::llm::{LlmError, ModelRequest};
+
+/// The request body. Field order is the serialisation order: `messages`
+/// comes right after the model so nothing that varies precedes it.
+#[derive(Serialize)]
+struct ChatRequest<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    max_tokens: u32,
+    prompt_cache_key: &'a str,
+    // Last, so a streamed request's `messages` bytes are those of an
+    // unstreamed one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireMessage<'a> {
+    Text {
+        role: &'static str,
+        content: Cow<'a, str>,
+    },
+    /// A user message with images: content parts.
+    Parts {
+        role: &'static str,
+        content: Vec<WirePart<'a>>,
+    },
+    Assistant {
+        role: &'static str,
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireToolCall<'a>>,
+    },
+    Tool {
+        role: &'static str,
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WirePart<'a> {
+    Text { text: Cow<'a, str> },
+    ImageUrl { image_url: WireImageUrl },
+}
+
+#[derive(Serialize)]
+struct WireImageUrl {
+    url: String,
+}
+
+/// A user message: its text, or content parts when it shows images.
+fn user_message<'a>(content: &'a str, media: &'a [MediaRef]) -> WireMessage<'a> {
+    let mut parts = user_parts(content, media);
+    if let [Part::Text(_)] = parts.as_slice()
+        && let Some(Part::Text(text)) = parts.pop()
+    {
+        return WireMessage::Text {
+            role: "user",
+            content: text,
+        };
+    }
+    WireMessage::Parts {
+        role: "user",
+        content: parts
+            .into_iter()
+            .map(|part| match part {
+                Part::Text(text) => WirePart::Text { text },
+                Part::Image { media_type, base64 } => WirePart::ImageUrl {
+                    image_url: WireImageUrl {
+                        url: format!("data:{media_type};base64,{base64}"),
+                    },
+                },
+            })
+            .collect(),
+    }
+}
+
+#[derive(Serialize)]
+struct WireToolCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunctionCall<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunctionCall<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    // A `Value` serialises the same bytes every time (its map is ordered),
+    // which is all the cache needs.
+    parameters: &'a Value,
+}
+
+fn wire_message(message: &ChatMessage) -> WireMessage<'_> {
+    match message {
+        ChatMessage::User { content, media } => user_message(content, media),
+        ChatMessage::Assistant {
+            content,
+            tool_calls,
+        } => {
+            let tool_calls: Vec<_> = tool_calls
+                .iter()
+                .map(|call| WireToolCall {
+                    id: &call.id,
+                    kind: "function",
+                    function: WireFunctionCall {
+                        name: &call.name,
+                        arguments: &call.arguments,
+                    },
+                })
+                .collect();
+            // OpenAI rejects an assistant message with neither content nor
+            // tool calls, so such a (degenerate) turn is sent as "".
+            let content = match content.as_deref() {
+                None if tool_calls.is_empty() => Some(""),
+                other => other,
+            };
+            WireMessage::Assistant {
+                role: "assistant",
+                content,
+                tool_calls,
+            }
+        }
+        ChatMessage::Tool {
+            tool_call_id,
+            content,
+            // The wire format has no error flag; the content says what failed.
+            is_error: _,
+        } => WireMessage::Tool {
+            role: "tool",
+            tool_call_id,
+            content,
+        },
+    }
+}
+
+/// Serialises the request body once, so every retry sends the same bytes;
+/// `stream` asks for the event stream, with usage in its last chunk.
+pub(super) fn body(request: &ModelRequest<'_>, stream: bool) -> Result<Vec<u8>, LlmError> {
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    // An empty system prompt is left out rather than sent as an empty message;
+    // it is the same on every turn of a session, so the prefix stays stable.
+    if !request.system.is_empty() {
+        messages.push(WireMessage::Text {
+            role: "system",
+            content: Cow::Borrowed(request.system),
+        });
+    }
+    messages.extend(request.messages.iter().map(wire_message));
+    let body = ChatRequest {
+        model: request.model,
+        messages,
+        tools: request
+            .tools
+            .iter()
+            .map(|tool| WireTool {
+                kind: "function",
+                function: WireFunction {
+                    name: &tool.name,
+                    description: &tool.description,
+                    parameters: &tool.parameters,
+                },
+            })
+            .collect(),
+        max_tokens: request.max_tokens,
+        prompt_cache_key: request.cache_key,
+        stream: stream.then_some(true),
+        stream_options: stream.then_some(StreamOptions {
+            include_usage: true,
+        }),
+    };
+    to_json(&body)
+}
