@@ -20,6 +20,9 @@
 //!
 //! An instance that dies (SIGKILL) or stalls (SIGSTOP) stops renewing; its
 //! lease expires on the database's clock and another instance connects.
+//!
+//! It is given the store, this instance's name and the TTL ([`Leases`]),
+//! nothing of the gateway.
 
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
@@ -42,6 +45,25 @@ const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 /// How long releasing the lease may take at the end.
 const RELEASE_LIMIT: Duration = Duration::from_secs(5);
 
+/// Where and as whom this instance takes platform leases: present when the
+/// database is shared (PostgreSQL), where several instances may run.
+#[derive(Clone)]
+pub struct Leases {
+    pub store: Store,
+    /// This instance's name in lease rows.
+    pub owner: String,
+    /// How long a lease lasts unless renewed.
+    pub ttl: Duration,
+}
+
+impl Leases {
+    /// The connection leased as `name` (`<platform>:<bot id>`).
+    #[must_use]
+    pub fn lease(&self, name: String) -> LeasedConnection {
+        LeasedConnection::new(self.store.clone(), name, self.owner.clone(), self.ttl)
+    }
+}
+
 /// A platform connection that runs only while this instance holds its
 /// lease.
 #[derive(Clone)]
@@ -49,7 +71,7 @@ pub struct LeasedConnection {
     store: Store,
     /// The lease name: `<platform>:<bot id>`, never a secret.
     name: String,
-    /// This instance ([`Gateway::instance_id`](crate::gateway::Gateway)).
+    /// This instance's name in lease rows.
     owner: String,
     ttl: Duration,
 }
@@ -332,6 +354,19 @@ mod tests {
         }
     }
 
+    /// `owner`'s instance, running a [`counted`] connection under the lease
+    /// until `stop`.
+    fn spawn_counted(
+        store: &Store,
+        owner: &str,
+        stop: &CancellationToken,
+        open: &Arc<AtomicUsize>,
+        opened: &Arc<AtomicUsize>,
+    ) -> tokio::task::JoinHandle<()> {
+        let (lease, stop, connect) = (lease(store, owner), stop.clone(), counted(open, opened));
+        tokio::spawn(async move { lease.run(&stop, connect).await })
+    }
+
     async fn until(what: &str, mut done: impl FnMut() -> bool) {
         tokio::time::timeout(Duration::from_secs(20), async {
             while !done() {
@@ -349,23 +384,9 @@ mod tests {
         let (a_opened, b_opened) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let (a_stop, b_stop) = (CancellationToken::new(), CancellationToken::new());
 
-        let a = {
-            let (lease, stop, connect) = (
-                lease(&store, "a"),
-                a_stop.clone(),
-                counted(&open, &a_opened),
-            );
-            tokio::spawn(async move { lease.run(&stop, connect).await })
-        };
+        let a = spawn_counted(&store, "a", &a_stop, &open, &a_opened);
         until("a to connect", || a_opened.load(Ordering::SeqCst) == 1).await;
-        let b = {
-            let (lease, stop, connect) = (
-                lease(&store, "b"),
-                b_stop.clone(),
-                counted(&open, &b_opened),
-            );
-            tokio::spawn(async move { lease.run(&stop, connect).await })
-        };
+        let b = spawn_counted(&store, "b", &b_stop, &open, &b_opened);
         // Several renewal periods: a keeps the lease, b stands by.
         tokio::time::sleep(TTL * 3).await;
         assert_eq!(a_opened.load(Ordering::SeqCst), 1, "a connected once");
@@ -392,11 +413,7 @@ mod tests {
         let open = Arc::new(AtomicUsize::new(0));
         let opened = Arc::new(AtomicUsize::new(0));
         let stop = CancellationToken::new();
-        let a = {
-            let (lease, stop, connect) =
-                (lease(&store, "a"), stop.clone(), counted(&open, &opened));
-            tokio::spawn(async move { lease.run(&stop, connect).await })
-        };
+        let a = spawn_counted(&store, "a", &stop, &open, &opened);
         until("a to connect", || open.load(Ordering::SeqCst) == 1).await;
 
         // Another instance took the lease over (as after a's stall): a's
@@ -440,11 +457,7 @@ mod tests {
         let open = Arc::new(AtomicUsize::new(0));
         let opened = Arc::new(AtomicUsize::new(0));
         let stop = CancellationToken::new();
-        let a = {
-            let (lease, stop, connect) =
-                (lease(&store, "a"), stop.clone(), counted(&open, &opened));
-            tokio::spawn(async move { lease.run(&stop, connect).await })
-        };
+        let a = spawn_counted(&store, "a", &stop, &open, &opened);
         until("a to connect", || open.load(Ordering::SeqCst) == 1).await;
         // The database goes away: renewals fail, and the connection is
         // cancelled before the lease could have expired for others.
