@@ -29,11 +29,11 @@ use std::sync::{Mutex, PoisonError};
 use std::task::Poll;
 use std::time::Duration;
 
-use switchboard_contract::backoff::{self, Backoff, Wait};
+use switchboard_contract::backoff::{self, Backoff, Retries, Wait};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// Between failed attempts to take the lease (the database unreachable):
 /// from 1 s, doubling, at most 30 s.
@@ -164,16 +164,7 @@ impl LeasedConnection {
                     }
                     self.renew_every()
                 }
-                Err(err) => {
-                    let delay = failures.next_delay(None);
-                    tracing::warn!(
-                        lease = %self.name,
-                        error = %err,
-                        retry_in_secs = delay.as_secs_f64(),
-                        "could not take the platform lease"
-                    );
-                    delay
-                }
+                Err(err) => self.failed(&mut failures, &err, "could not take the platform lease"),
             };
             if backoff::wait(delay, shutdown).await == Wait::Cancelled {
                 return None;
@@ -254,13 +245,8 @@ impl LeasedConnection {
                     return Holding::Lost;
                 }
                 Ok(Err(err)) => {
-                    let delay = failures.next_delay(None);
-                    tracing::warn!(
-                        lease = %self.name,
-                        error = %err,
-                        retry_in_secs = delay.as_secs_f64(),
-                        "renewing the platform lease failed"
-                    );
+                    let delay =
+                        self.failed(&mut failures, &err, "renewing the platform lease failed");
                     next = Instant::now() + delay;
                 }
                 Err(_) => {
@@ -269,6 +255,19 @@ impl LeasedConnection {
                 }
             }
         }
+    }
+
+    /// Logs a failed call to the database (`what`, at WARN); returns the
+    /// wait before the next.
+    fn failed(&self, failures: &mut Retries, err: &StoreError, what: &str) -> Duration {
+        let delay = failures.next_delay(None);
+        tracing::warn!(
+            lease = %self.name,
+            error = %err,
+            retry_in_secs = delay.as_secs_f64(),
+            "{what}"
+        );
+        delay
     }
 
     /// Gives the lease up so another instance can connect at once.
@@ -333,6 +332,15 @@ mod tests {
         row.map(|(owner, token, left)| (owner, token, left >= 0))
     }
 
+    /// Changes the lease row as another instance would: runs `sql`, with
+    /// `{clock}` standing for the database's clock.
+    async fn rewrite(store: &Store, sql: &str) {
+        sqlx::query(&sql.replace("{clock}", store.clock_sql()))
+            .execute(&mut *store.conn().await.expect("conn"))
+            .await
+            .expect("the lease row changed");
+    }
+
     /// A connection that counts how many are open and stays open until
     /// cancelled.
     fn counted(
@@ -365,6 +373,24 @@ mod tests {
     ) -> tokio::task::JoinHandle<()> {
         let (lease, stop, connect) = (lease(store, owner), stop.clone(), counted(open, opened));
         tokio::spawn(async move { lease.run(&stop, connect).await })
+    }
+
+    /// Instance `a`, connected under the lease: how many of its
+    /// connections are open and were opened, its stop token and its task.
+    async fn connected(
+        store: &Store,
+    ) -> (
+        Arc<AtomicUsize>,
+        Arc<AtomicUsize>,
+        CancellationToken,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let open = Arc::new(AtomicUsize::new(0));
+        let opened = Arc::new(AtomicUsize::new(0));
+        let stop = CancellationToken::new();
+        let a = spawn_counted(store, "a", &stop, &open, &opened);
+        until("a to connect", || open.load(Ordering::SeqCst) == 1).await;
+        (open, opened, stop, a)
     }
 
     async fn until(what: &str, mut done: impl FnMut() -> bool) {
@@ -410,32 +436,24 @@ mod tests {
     #[tokio::test]
     async fn a_holder_that_loses_its_lease_disconnects_and_stands_by() {
         let (store, _dir) = crate::store::test_support::scratch_store().await;
-        let open = Arc::new(AtomicUsize::new(0));
-        let opened = Arc::new(AtomicUsize::new(0));
-        let stop = CancellationToken::new();
-        let a = spawn_counted(&store, "a", &stop, &open, &opened);
-        until("a to connect", || open.load(Ordering::SeqCst) == 1).await;
+        let (open, opened, stop, a) = connected(&store).await;
 
         // Another instance took the lease over (as after a's stall): a's
         // next renewal fails and it closes its connection.
-        sqlx::query(&format!(
-            "UPDATE platform_leases SET owner = 'b', token = token + 1, expires_at = {} + 60000",
-            store.clock_sql()
-        ))
-        .execute(&mut *store.conn().await.expect("conn"))
-        .await
-        .expect("taken over");
+        rewrite(
+            &store,
+            "UPDATE platform_leases SET owner = 'b', token = token + 1, expires_at = {clock} + 60000",
+        )
+        .await;
         until("a to disconnect", || open.load(Ordering::SeqCst) == 0).await;
         assert_eq!(opened.load(Ordering::SeqCst), 1, "a stands by");
 
         // When b's lease lapses, a connects again under a new token.
-        sqlx::query(&format!(
-            "UPDATE platform_leases SET expires_at = {} - 1",
-            store.clock_sql()
-        ))
-        .execute(&mut *store.conn().await.expect("conn"))
-        .await
-        .expect("expired");
+        rewrite(
+            &store,
+            "UPDATE platform_leases SET expires_at = {clock} - 1",
+        )
+        .await;
         until("a to reconnect", || open.load(Ordering::SeqCst) == 1).await;
         assert_eq!(holder(&store).await, Some(("a".to_owned(), 3, true)));
         stop.cancel();
@@ -454,11 +472,7 @@ mod tests {
     #[tokio::test]
     async fn renewals_failing_until_expiry_disconnect() {
         let (store, _dir) = crate::store::test_support::scratch_store().await;
-        let open = Arc::new(AtomicUsize::new(0));
-        let opened = Arc::new(AtomicUsize::new(0));
-        let stop = CancellationToken::new();
-        let a = spawn_counted(&store, "a", &stop, &open, &opened);
-        until("a to connect", || open.load(Ordering::SeqCst) == 1).await;
+        let (open, opened, stop, a) = connected(&store).await;
         // The database goes away: renewals fail, and the connection is
         // cancelled before the lease could have expired for others.
         store.close().await;

@@ -322,15 +322,11 @@ where
                 return None;
             }
             Err(err @ StartError::Unavailable(_)) => {
-                let delay = retries.next_delay(None);
-                tracing::warn!(
-                    adapter = name,
-                    error = %err,
-                    retry_in_secs = delay.as_secs_f64(),
-                    "the adapter could not start; trying again"
-                );
-                core.status.retrying(name, &err.to_string());
-                if backoff::wait(delay, &core.shutdown).await == Wait::Cancelled {
+                let (delay, err) = (retries.next_delay(None), err.to_string());
+                let what = "the adapter could not start; trying again";
+                if retry_later(core, name, &err, delay, what, &core.shutdown).await
+                    == Wait::Cancelled
+                {
                     return None;
                 }
             }
@@ -393,8 +389,8 @@ async fn keep_connected(
                 err
             }
         };
-        let delay = retries.next_delay(None);
-        if conflicts_in_a_row > 1 {
+        let (delay, err) = (retries.next_delay(None), err.to_string());
+        let waited = if conflicts_in_a_row > 1 {
             tracing::error!(
                 adapter = name,
                 error = %err,
@@ -402,20 +398,37 @@ async fn keep_connected(
                 retry_in_secs = delay.as_secs_f64(),
                 "the connection stopped: another process keeps holding it"
             );
+            core.status.retrying(name, &err);
+            backoff::wait(delay, &stop).await
         } else {
-            tracing::warn!(
-                adapter = name,
-                error = %err,
-                retry_in_secs = delay.as_secs_f64(),
-                "the connection stopped; restarting it"
-            );
-        }
-        core.status.retrying(name, &err.to_string());
-        if backoff::wait(delay, &stop).await == Wait::Cancelled {
+            let what = "the connection stopped; restarting it";
+            retry_later(core, name, &err, delay, what, &stop).await
+        };
+        if waited == Wait::Cancelled {
             break;
         }
     }
     if lease_ttl.is_some() && !core.shutdown.is_cancelled() {
         core.status.standby(name);
     }
+}
+
+/// Logs `name`'s failed attempt (`what`, at WARN, with `err`) and records
+/// it, then waits `delay` unless `until` is cancelled first.
+async fn retry_later(
+    core: &Core,
+    name: &str,
+    err: &str,
+    delay: Duration,
+    what: &str,
+    until: &CancellationToken,
+) -> Wait {
+    tracing::warn!(
+        adapter = name,
+        error = err,
+        retry_in_secs = delay.as_secs_f64(),
+        "{what}"
+    );
+    core.status.retrying(name, err);
+    backoff::wait(delay, until).await
 }

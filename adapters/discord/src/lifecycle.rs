@@ -32,17 +32,10 @@ use crate::rest::Rest;
 use crate::settings::DiscordSettings;
 
 /// The Discord adapter, built from its settings and not yet started.
+#[derive(Debug)]
 pub struct DiscordPlatform {
     token: SecretString,
     settings: DiscordSettings,
-}
-
-impl std::fmt::Debug for DiscordPlatform {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DiscordPlatform")
-            .field("token_env", &self.settings.token_env)
-            .finish_non_exhaustive()
-    }
 }
 
 impl DiscordPlatform {

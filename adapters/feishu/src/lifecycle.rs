@@ -29,7 +29,7 @@ use crate::{FeishuAdapter, PLATFORM, checked, open_api};
 #[derive(Debug)]
 pub struct FeishuPlatform {
     settings: FeishuSettings,
-    credentials: Credentials,
+    secrets: Credentials,
 }
 
 impl FeishuPlatform {
@@ -49,13 +49,10 @@ impl FeishuPlatform {
     /// An invalid setting or app id.
     pub fn with_credentials(
         settings: FeishuSettings,
-        credentials: Credentials,
+        secrets: Credentials,
     ) -> Result<Self, crate::StartError> {
         checked(&settings)?;
-        Ok(Self {
-            settings,
-            credentials,
-        })
+        Ok(Self { settings, secrets })
     }
 }
 
@@ -71,7 +68,7 @@ impl Adapter for FeishuPlatform {
 
     async fn start(&self, hookup: Hookup) -> Result<Started, StartError> {
         let adapter =
-            FeishuAdapter::builder(self.settings.clone(), self.credentials.clone(), hookup.sink)
+            FeishuAdapter::builder(self.settings.clone(), self.secrets.clone(), hookup.sink)
                 .connect()
                 .await
                 .map_err(start_error)?;
@@ -83,7 +80,7 @@ impl Adapter for FeishuPlatform {
     async fn check(&self) -> Result<String, StartError> {
         let api = open_api(
             &self.settings,
-            self.credentials.app_secret.clone(),
+            self.secrets.app_secret.clone(),
             Arc::new(SystemClock),
         )
         .map_err(start_error)?;

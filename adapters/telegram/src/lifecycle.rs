@@ -31,18 +31,11 @@ use crate::{
 };
 
 /// The Telegram adapter, built from its settings and not yet started.
+#[derive(Debug)]
 pub struct TelegramPlatform {
     settings: TelegramSettings,
     token: SecretString,
     webhook_secret: Option<SecretString>,
-}
-
-impl std::fmt::Debug for TelegramPlatform {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TelegramPlatform")
-            .field("mode", &self.settings.mode)
-            .finish_non_exhaustive()
-    }
 }
 
 impl TelegramPlatform {

@@ -6,33 +6,18 @@
 use std::sync::Arc;
 
 use secrecy::SecretString;
-use switchboard_contract::{Adapter, Hookup, LinkObserver, StartError};
+use switchboard_contract::{Adapter, Hookup, StartError};
 use switchboard_discord::{DiscordError, DiscordPlatform, DiscordSettings};
-use tokio_util::sync::CancellationToken;
 
 use crate::fake_discord::{BOT_USER_ID, FakeDiscord, REJECTED_TOKEN};
-use crate::support::RecordingSink;
-
-struct NoObserver;
-
-impl LinkObserver for NoObserver {
-    fn up(&self) {}
-    fn down(&self, _reason: &str) {}
-}
+use crate::support::{RecordingSink, proxied};
 
 fn hookup() -> Hookup {
-    Hookup {
-        sink: Arc::new(RecordingSink::default()),
-        observer: Arc::new(NoObserver),
-        shutdown: CancellationToken::new(),
-    }
+    switchboard_test_support::lifecycle::hookup(Arc::new(RecordingSink::default()))
 }
 
 fn platform(fake: &FakeDiscord, token: &str) -> DiscordPlatform {
-    let settings = DiscordSettings {
-        api_proxy: Some(fake.url()),
-        ..DiscordSettings::default()
-    };
+    let settings = proxied(fake, DiscordSettings::default());
     DiscordPlatform::with_token(SecretString::from(token.to_owned()), settings)
         .expect("valid settings")
 }

@@ -7,12 +7,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use secrecy::SecretString;
-use switchboard_contract::{
-    Adapter, Hookup, InboundMessage, InboundSink, LinkObserver, SubmitError, Submitted,
-};
+use switchboard_contract::{Adapter, InboundMessage, InboundSink, SubmitError, Submitted};
 use switchboard_feishu::{Credentials, Domain, FeishuPlatform, FeishuSettings, StartError};
 use switchboard_test_support::feishu::{APP_ID, APP_SECRET, BOT_OPEN_ID, FakeFeishu};
-use tokio_util::sync::CancellationToken;
 
 use crate::helpers::VERIFICATION_TOKEN;
 
@@ -23,11 +20,6 @@ impl InboundSink for Nothing {
     async fn submit(&self, _message: InboundMessage) -> Result<Submitted, SubmitError> {
         Ok(Submitted::Ignored)
     }
-}
-
-impl LinkObserver for Nothing {
-    fn up(&self) {}
-    fn down(&self, _reason: &str) {}
 }
 
 fn credentials() -> Credentials {
@@ -53,11 +45,7 @@ async fn the_app_is_checked_and_started_into_a_webhook_with_events_to_drain() {
         format!("tenant token and bot info fetched: bot {BOT_OPEN_ID}")
     );
 
-    let hookup = Hookup {
-        sink: Arc::new(Nothing),
-        observer: Arc::new(Nothing),
-        shutdown: CancellationToken::new(),
-    };
+    let hookup = switchboard_test_support::lifecycle::hookup(Arc::new(Nothing));
     let started = platform.start(hookup).await.expect("starts");
     assert!(started.webhook.is_some() && started.connection.is_none());
     let drain = started.drain.expect("event tasks");

@@ -6,26 +6,14 @@
 use std::sync::Arc;
 
 use secrecy::SecretString;
-use switchboard_contract::{Adapter, Hookup, LinkObserver};
+use switchboard_contract::{Adapter, Hookup};
 use switchboard_telegram::{Mode, TelegramError, TelegramPlatform, TelegramSettings};
 use switchboard_test_support::telegram::{BOT_ID, BOT_USERNAME, FakeTelegram};
-use tokio_util::sync::CancellationToken;
 
 use crate::helpers::{RecordingSink, SECRET, TOKEN};
 
-struct NoObserver;
-
-impl LinkObserver for NoObserver {
-    fn up(&self) {}
-    fn down(&self, _reason: &str) {}
-}
-
 fn hookup() -> Hookup {
-    Hookup {
-        sink: Arc::new(RecordingSink::default()),
-        observer: Arc::new(NoObserver),
-        shutdown: CancellationToken::new(),
-    }
+    switchboard_test_support::lifecycle::hookup(Arc::new(RecordingSink::default()))
 }
 
 fn platform(settings: TelegramSettings) -> TelegramPlatform {
