@@ -1,6 +1,6 @@
 //! Starting and supervising the platform adapters a deployment configures,
 //! every one the same way, through the contract's
-//! [`Adapter`](switchboard_contract::Adapter) trait: [`registry`] turns the
+//! [`Adapter`] trait: [`registry`] turns the
 //! configured sections into adapters (the one place that names them), and
 //! [`Platforms::start`] supervises each; [`status`] keeps their states for
 //! `/readyz`, and [`lease`] runs a connection in one instance at a time.

@@ -4,9 +4,11 @@
 //! ([`Platforms::start`](super::Platforms::start)) and for `switchboard
 //! check` alike.
 //!
-//! Adding a platform is one line in [`configured`]: its section, its name,
-//! and the constructor that builds its adapter from the section without a
-//! network call.
+//! Adding a platform is one call of `add` in [`configured`]: its name, its
+//! section of the settings (`Option<…Settings>` in [`Settings`]), and the
+//! constructor that builds its adapter from the section without a network
+//! call (`fn(Section) -> Result<impl Adapter, impl Display>`). The supervisor
+//! and `switchboard check` need nothing more.
 
 use std::fmt::Display;
 use std::sync::Arc;
