@@ -1,9 +1,9 @@
 //! Starting and supervising the platform adapters a deployment configures,
-//! every one the same way, through the contract's
-//! [`Adapter`] trait: [`registry`] turns the
-//! configured sections into adapters (the one place that names them), and
-//! [`Platforms::start`] supervises each; [`status`] keeps their states for
-//! `/readyz`, and [`lease`] runs a connection in one instance at a time.
+//! every one the same way, through the contract's [`Adapter`] trait:
+//! [`registry`] turns the configured sections into adapters (the one place
+//! that names them), and [`Platforms::start`] supervises each; [`status`]
+//! keeps their states for `/readyz`, and [`lease`] runs a connection in one
+//! instance at a time.
 //!
 //! This module is handed what it needs ([`Core`]: the session service as the
 //! inbound sink, the runner that delivers replies, the status, the shutdown
