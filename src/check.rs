@@ -1,6 +1,7 @@
 //! `switchboard check`: with the configuration already loaded (and so
 //! validated), reaches everything the gateway depends on — the database, the
-//! model endpoint (its model list) and each enabled platform (Telegram
+//! model endpoint (its model list) and each enabled platform (its adapter's
+//! check, from the same [`registry`] the gateway starts them from: Telegram
 //! `getMe`, Discord `GET /users/@me`, Feishu's tenant token and bot info),
 //! and checks the web console's secret and credential when it is enabled,
 //! and the S3 bucket when files are kept in one —
@@ -8,15 +9,13 @@
 //! database is created, no webhook is registered.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use secrecy::ExposeSecret;
-use switchboard_contract::{InboundMessage, InboundSink, SubmitError, Submitted};
 
 use crate::config::{Settings, sqlite_path};
 use crate::llm::ProviderKind;
+use crate::platforms::{Configured, registry};
 use crate::store::{Store, StoreOptions};
 
 /// How long each reach may take.
@@ -204,19 +203,7 @@ async fn model(settings: &Settings) -> Vec<Finding> {
         ProviderKind::Openai => format!("{base}/models"),
         ProviderKind::Anthropic => format!("{base}/v1/models"),
     };
-    let http = reqwest::Client::new();
-    let mut request = http.get(&url).timeout(TIMEOUT);
-    let secret = secrecy::SecretString::from(key.trim().to_owned());
-    if !secret.expose_secret().is_empty() {
-        request = match llm.provider {
-            ProviderKind::Openai => request.bearer_auth(secret.expose_secret()),
-            ProviderKind::Anthropic => request.header("x-api-key", secret.expose_secret()),
-        };
-    }
-    if llm.provider == ProviderKind::Anthropic {
-        request = request.header("anthropic-version", "2023-06-01");
-    }
-    let response = match request.send().await {
+    let response = match models_request(settings, &url, &key).send().await {
         Ok(response) => response,
         Err(err) => {
             findings.push(finding(
@@ -244,7 +231,32 @@ async fn model(settings: &Settings) -> Vec<Finding> {
         ));
         return findings;
     }
-    let listed: Vec<String> = response
+    let listed = listed_models(response).await;
+    findings.push(compare_models(settings, &url, &listed));
+    findings
+}
+
+/// `GET url` with the configured `key` (when there is one), as the
+/// provider wants it.
+fn models_request(settings: &Settings, url: &str, key: &str) -> reqwest::RequestBuilder {
+    let llm = &settings.llm;
+    let mut request = reqwest::Client::new().get(url).timeout(TIMEOUT);
+    let secret = secrecy::SecretString::from(key.trim().to_owned());
+    if !secret.expose_secret().is_empty() {
+        request = match llm.provider {
+            ProviderKind::Openai => request.bearer_auth(secret.expose_secret()),
+            ProviderKind::Anthropic => request.header("x-api-key", secret.expose_secret()),
+        };
+    }
+    if llm.provider == ProviderKind::Anthropic {
+        request = request.header("anthropic-version", "2023-06-01");
+    }
+    request
+}
+
+/// The model ids a models list names (`data[].id`).
+async fn listed_models(response: reqwest::Response) -> Vec<String> {
+    response
         .json::<serde_json::Value>()
         .await
         .ok()
@@ -258,7 +270,13 @@ async fn model(settings: &Settings) -> Vec<Finding> {
                         .collect()
                 })
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// Whether the endpoint at `url` lists every configured model.
+fn compare_models(settings: &Settings, url: &str, listed: &[String]) -> Finding {
+    let llm = &settings.llm;
+    let subject = "model endpoint";
     let mut configured = vec![llm.model.clone()];
     configured.extend(llm.extra_models.iter().cloned());
     configured.extend(settings.limits.fallback_model.iter().cloned());
@@ -268,94 +286,35 @@ async fn model(settings: &Settings) -> Vec<Finding> {
         .collect();
     if !listed.is_empty() && !missing.is_empty() {
         let names: Vec<String> = missing.iter().map(|m| format!("`{m}`")).collect();
-        findings.push(finding(
+        finding(
             Verdict::Warning,
             subject,
             format!(
                 "{url} does not list {} (check llm.model, llm.extra_models, limits.fallback_model)",
                 names.join(", ")
             ),
-        ));
+        )
     } else {
-        findings.push(finding(
+        finding(
             Verdict::Ok,
             subject,
             format!("GET {url} answered ({} models listed)", listed.len()),
-        ));
-    }
-    findings
-}
-
-/// A sink for adapters built only to be reached: nothing is submitted.
-struct NoSink;
-
-#[async_trait]
-impl InboundSink for NoSink {
-    async fn submit(&self, _message: InboundMessage) -> Result<Submitted, SubmitError> {
-        Err(SubmitError::Unavailable(
-            "switchboard check takes no messages".to_owned(),
-        ))
+        )
     }
 }
 
+/// Each configured platform, reached as its adapter starts, changing
+/// nothing there ([`Adapter::check`](switchboard_contract::Adapter::check)).
 async fn platforms(settings: &Settings) -> Vec<Finding> {
-    let sink: Arc<dyn InboundSink> = Arc::new(NoSink);
     let mut findings = Vec::new();
-    if let Some(telegram) = &settings.telegram {
-        // `getMe` only: registering the webhook is the running gateway's.
-        let telegram = switchboard_telegram::TelegramSettings {
-            set_webhook_url: None,
-            ..telegram.clone()
-        };
-        let reached = tokio::time::timeout(
-            TIMEOUT,
-            switchboard_telegram::TelegramAdapter::connect(telegram, Arc::clone(&sink)),
-        )
-        .await;
-        findings.push(match reached {
-            Ok(Ok(adapter)) => finding(
-                Verdict::Ok,
-                "telegram",
-                format!("getMe answered: bot @{}", adapter.username()),
-            ),
-            Ok(Err(err)) => finding(Verdict::Problem, "telegram", err.to_string()),
-            Err(_) => timed_out("telegram"),
-        });
-    }
-    if let Some(discord) = &settings.discord {
-        let finding_ =
-            match switchboard_discord::DiscordAdapter::from_settings(discord, Arc::clone(&sink)) {
-                Ok(adapter) => match tokio::time::timeout(TIMEOUT, adapter.gateway.account()).await
-                {
-                    Ok(Ok(account)) => finding(
-                        Verdict::Ok,
-                        "discord",
-                        format!("GET /users/@me answered: bot user {account}"),
-                    ),
-                    Ok(Err(err)) => finding(Verdict::Problem, "discord", err.to_string()),
-                    Err(_) => timed_out("discord"),
-                },
-                Err(err) => finding(Verdict::Problem, "discord", err.to_string()),
-            };
-        findings.push(finding_);
-    }
-    if let Some(feishu) = &settings.feishu {
-        let reached = tokio::time::timeout(
-            TIMEOUT,
-            switchboard_feishu::FeishuAdapter::connect(feishu.clone(), Arc::clone(&sink)),
-        )
-        .await;
-        findings.push(match reached {
-            Ok(Ok(adapter)) => finding(
-                Verdict::Ok,
-                "feishu",
-                format!(
-                    "tenant token and bot info fetched: bot {}",
-                    adapter.bot_open_id()
-                ),
-            ),
-            Ok(Err(err)) => finding(Verdict::Problem, "feishu", err.to_string()),
-            Err(_) => timed_out("feishu"),
+    for Configured { platform, adapter } in registry::configured(settings) {
+        findings.push(match adapter {
+            Ok(adapter) => match tokio::time::timeout(TIMEOUT, adapter.check()).await {
+                Ok(Ok(found)) => finding(Verdict::Ok, &platform, found),
+                Ok(Err(err)) => finding(Verdict::Problem, &platform, err.to_string()),
+                Err(_) => timed_out(&platform),
+            },
+            Err(err) => finding(Verdict::Problem, &platform, err),
         });
     }
     findings

@@ -17,7 +17,7 @@ use crate::config::{self, Settings};
 use crate::console::ConsoleState;
 use crate::domain::PairingStatus;
 use crate::gateway::Gateway;
-use crate::platforms::Platforms;
+use crate::platforms::{self, Platforms};
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::{telemetry, terminal};
 
@@ -290,7 +290,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     tracing::info!(database = %database, "database open");
     let shutdown = gateway.shutdown.clone();
     tokio::spawn(watch_signals(shutdown.clone()));
-    let mut platforms = Platforms::start(&gateway, &shutdown).await;
+    let mut platforms = start_platforms(&gateway, &shutdown);
     // Stopped only once the HTTP server is done: callers still waiting
     // while the instance drains get their replies through them.
     let background_stop = CancellationToken::new();
@@ -334,6 +334,25 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     gateway.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts the platform adapters the settings configure (see
+/// [`crate::platforms`]), handed the parts of `gateway` they need; they stop
+/// when `shutdown` is cancelled.
+#[must_use]
+pub fn start_platforms(gateway: &Gateway, shutdown: &CancellationToken) -> Platforms {
+    let core = platforms::Core {
+        sink: Arc::clone(&gateway.service) as Arc<dyn switchboard_contract::InboundSink>,
+        runner: gateway.service.runner().clone(),
+        status: gateway.platform_status.clone(),
+        shutdown: shutdown.clone(),
+        leases: gateway.store.is_shared().then(|| platforms::Leases {
+            store: gateway.store.clone(),
+            owner: gateway.instance_id.clone(),
+            ttl: gateway.settings.runner.lease_ttl,
+        }),
+    };
+    Platforms::start(core, platforms::registry::configured(&gateway.settings))
 }
 
 /// Serves the gateway on `listener` until `stop` resolves: recovers

@@ -13,7 +13,7 @@ use crate::config::Settings;
 use crate::llm::build_provider;
 use crate::media::Media;
 use crate::media::cleanup::MediaHousekeeping;
-use crate::platform_status::PlatformStatus;
+use crate::platforms::PlatformStatus;
 use crate::session::runner::Runner;
 use crate::session::service::SessionService;
 use crate::session::turn::TurnExecutor;

@@ -7,9 +7,8 @@
 //! wallet, the agent cache), [`session`] (session service, commands,
 //! per-session runner), [`api`] (the OpenAI-compatible HTTP API),
 //! [`terminal`] (the terminal chat), [`gateway`] (wiring it all together),
-//! [`platforms`] (starting and supervising the adapters), [`platform_status`]
-//! (their states, for `/readyz`), [`platform_lease`] (one instance per
-//! platform connection), [`metrics`] (what `/metrics` serves), [`console`]
+//! [`platforms`] (starting and supervising the adapters, their states for
+//! `/readyz`, one instance per platform connection), [`metrics`] (what `/metrics` serves), [`console`]
 //! (the operators' web console), [`bench`](mod@bench) (the throughput
 //! benchmark), [`check`] (`switchboard check`: reaching what the
 //! configuration names).
@@ -26,8 +25,6 @@ pub mod gateway;
 pub mod llm;
 pub mod media;
 pub mod metrics;
-pub mod platform_lease;
-pub mod platform_status;
 pub mod platforms;
 pub mod session;
 pub mod signals;

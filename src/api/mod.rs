@@ -61,7 +61,7 @@ pub struct ApiState {
     /// still waiting for a reply then get 503, to retry elsewhere.
     pub drain_deadline: tokio_util::sync::CancellationToken,
     /// The platform adapters' states, for `/readyz`.
-    pub platforms: crate::platform_status::PlatformStatus,
+    pub platforms: crate::platforms::PlatformStatus,
     /// Whether `GET /metrics` is served (`server.metrics`).
     pub serve_metrics: bool,
     /// Takes in the `image_url` parts of requests.

@@ -26,7 +26,7 @@ use axum::routing::{get, post};
 use axum::{Router, middleware};
 
 use crate::config::{ConfigError, Settings};
-use crate::platform_status::PlatformStatus;
+use crate::platforms::PlatformStatus;
 use crate::session::access::Access;
 use crate::store::Store;
 use crate::usage::Price;

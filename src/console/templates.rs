@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::charts::{Bar, bar_chart};
-use crate::platform_status::AdapterStatus;
+use crate::platforms::AdapterStatus;
 use crate::store::{
     ConsoleCompaction, ConsoleMessage, ConsolePrincipal, ConsoleSession, ConsoleTurn,
     PairingRequest, SessionRow,

@@ -47,7 +47,7 @@ async fn start(
                 switchboard_test_support::telegram::TOKEN,
             ),
             // Little enough output that the captured pipe never fills.
-            ("RUST_LOG", "warn,switchboard::platform_lease=info"),
+            ("RUST_LOG", "warn,switchboard::platforms::lease=info"),
         ],
         capture_logs,
     )

@@ -30,12 +30,18 @@ use tokio_util::sync::CancellationToken;
 use crate::ids::PlatformName;
 use crate::platform::{InboundSink, LinkObserver, PlatformSender};
 
-/// What an adapter is given to start: where to hand what arrives, and whom
-/// to tell how its connection fares.
+/// What an adapter is given to start: where to hand what arrives, whom to
+/// tell how its connection fares, and when the process shuts down.
 #[derive(Clone)]
 pub struct Hookup {
     pub sink: Arc<dyn InboundSink>,
     pub observer: Arc<dyn LinkObserver>,
+    /// Cancelled when the process shuts down. A [`Connection`]'s `stop` is
+    /// cancelled then too, but also earlier, when its lease goes to another
+    /// instance: what an adapter does only at shutdown (Telegram confirms
+    /// the updates it handled, which would cut short another instance's
+    /// poll) it does when this is cancelled.
+    pub shutdown: CancellationToken,
 }
 
 /// Why an adapter did not start.

@@ -60,17 +60,8 @@ impl DiscordAdapter {
         settings: &DiscordSettings,
         sink: Arc<dyn InboundSink>,
     ) -> Result<Self, DiscordError> {
-        check_token(&token, &settings.token_env)?;
-        let api_proxy = settings.api_proxy.clone();
-        if let Some(proxy) = &api_proxy
-            && !(proxy.starts_with("http://") || proxy.starts_with("https://"))
-        {
-            return Err(DiscordError::InvalidSetting {
-                key: "discord.api_proxy",
-                reason: "must be an http:// or https:// URL".to_owned(),
-            });
-        }
-        let rest = Rest::new(&token, api_proxy.as_deref());
+        check_settings(&token, settings)?;
+        let rest = Rest::new(&token, settings.api_proxy.as_deref());
         let handler = InboundHandler::new(sink, rest.clone(), settings)?;
         let sender = DiscordSender::new(rest.clone())
             .with_reply_ping(settings.reply_ping, handler.active_channels())
@@ -84,4 +75,26 @@ impl DiscordAdapter {
             gateway: DiscordGateway::new(token, rest, handler),
         })
     }
+}
+
+/// Checks `token` and `settings` as [`DiscordAdapter::new`] does, without
+/// building anything.
+///
+/// # Errors
+/// As [`DiscordAdapter::new`].
+pub(crate) fn check_settings(
+    token: &SecretString,
+    settings: &DiscordSettings,
+) -> Result<(), DiscordError> {
+    check_token(token, &settings.token_env)?;
+    if let Some(proxy) = &settings.api_proxy
+        && !(proxy.starts_with("http://") || proxy.starts_with("https://"))
+    {
+        return Err(DiscordError::InvalidSetting {
+            key: "discord.api_proxy",
+            reason: "must be an http:// or https:// URL".to_owned(),
+        });
+    }
+    settings.free_response_channel_ids()?;
+    Ok(())
 }

@@ -113,19 +113,7 @@ impl DiscordGateway {
     /// [`DiscordError::InvalidToken`] when Discord rejects the token (401),
     /// [`DiscordError::Identity`] for any other failure (retry later).
     pub async fn account(&self) -> Result<AccountId, DiscordError> {
-        let user =
-            self.rest
-                .http()
-                .get_current_user()
-                .await
-                .map_err(|err| match rejected(&err) {
-                    Some(401) => DiscordError::InvalidToken,
-                    Some(status) => {
-                        DiscordError::Identity(format!("Discord answered HTTP {status}"))
-                    }
-                    None => DiscordError::Identity(err.to_string()),
-                })?;
-        account_id(user.id).map_err(|err| DiscordError::Identity(err.to_string()))
+        current_user(&self.rest).await
     }
 
     /// Connects to the gateway (as many shards as Discord recommends) and
@@ -229,6 +217,21 @@ impl DiscordGateway {
             }
         }
     }
+}
+
+/// Which bot `rest`'s token belongs to (`GET /users/@me`); see
+/// [`DiscordGateway::account`].
+pub(crate) async fn current_user(rest: &Rest) -> Result<AccountId, DiscordError> {
+    let user = rest
+        .http()
+        .get_current_user()
+        .await
+        .map_err(|err| match rejected(&err) {
+            Some(401) => DiscordError::InvalidToken,
+            Some(status) => DiscordError::Identity(format!("Discord answered HTTP {status}")),
+            None => DiscordError::Identity(err.to_string()),
+        })?;
+    account_id(user.id).map_err(|err| DiscordError::Identity(err.to_string()))
 }
 
 /// The identify queue all shards share: Discord's session start limit, and

@@ -18,6 +18,8 @@
 //!   (reconnect backoff, silence watchdog, catch-up after a new session);
 //!   close code 4014 is reported with its fix.
 //! - [`adapter`]: wiring it together from settings.
+//! - `lifecycle`: [`DiscordPlatform`], the adapter as the core starts,
+//!   supervises and checks it (`switchboard_contract::Adapter`).
 
 mod active;
 pub mod adapter;
@@ -25,6 +27,7 @@ pub mod error;
 pub mod gateway;
 mod ids;
 pub mod inbound;
+mod lifecycle;
 mod media;
 pub mod normalise;
 mod rest;
@@ -36,6 +39,7 @@ pub use adapter::DiscordAdapter;
 pub use error::DiscordError;
 pub use gateway::{DiscordGateway, SHUTDOWN_DEADLINE, intents, invite_permissions};
 pub use inbound::{Handled, InboundHandler};
+pub use lifecycle::DiscordPlatform;
 pub use normalise::{NormaliseError, Normalised, PLATFORM, Skip, normalise};
 pub use rest::Rest;
 pub use sender::DiscordSender;

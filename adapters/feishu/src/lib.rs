@@ -7,7 +7,9 @@
 //! [`InboundSink`]. Outbound, [`FeishuSender`] delivers replies as text
 //! messages or Markdown cards, as replies to the message that asked.
 //!
-//! The gateway builds one [`FeishuAdapter`] per Feishu app:
+//! The gateway builds one [`FeishuPlatform`] per Feishu app and runs it as
+//! every adapter ([`switchboard_contract::Adapter`]); started, it is a
+//! [`FeishuAdapter`], which can also be used directly:
 //!
 //! ```ignore
 //! let feishu = FeishuAdapter::connect(settings, sink).await?; // fetches the bot's open_id
@@ -17,14 +19,16 @@
 //! feishu.drain(Duration::from_secs(5)).await;
 //! ```
 //!
-//! Layout: [`settings`] (configuration and secrets), [`webhook`] (the route),
-//! [`crypto`] (decryption, signatures), `event` (payloads and
-//! normalisation), [`tasks`] (event hand-off tasks), [`api`] (open API
-//! client), `token` (tenant token cache), [`send`] (the sender).
+//! Layout: [`settings`] (configuration and secrets), `lifecycle`
+//! ([`FeishuPlatform`]), [`webhook`] (the route), [`crypto`] (decryption,
+//! signatures), `event` (payloads and normalisation), [`tasks`] (event
+//! hand-off tasks), [`api`] (open API client), `token` (tenant token cache),
+//! [`send`] (the sender).
 
 pub mod api;
 pub mod crypto;
 mod event;
+mod lifecycle;
 pub mod send;
 pub mod settings;
 pub mod tasks;
@@ -38,6 +42,7 @@ use axum::Router;
 use switchboard_contract::{AccountId, IdError, InboundSink, PlatformSender};
 
 pub use api::{ApiError, ErrorCode, TOKEN_ERROR_CODES};
+pub use lifecycle::FeishuPlatform;
 pub use send::FeishuSender;
 pub use settings::{Credentials, Domain, FeishuSettings, SettingsError};
 pub use tasks::{Drained, EventTasks};
@@ -181,20 +186,8 @@ impl FeishuAdapterBuilder {
             sink,
             clock,
         } = self;
-        settings.validate()?;
-        let account = AccountId::parse(settings.app_id.as_str())?;
-        let http = reqwest::Client::builder()
-            .timeout(settings.request_timeout())
-            .connect_timeout(settings.request_timeout().min(Duration::from_secs(5)))
-            .build()
-            .map_err(|err| StartError::HttpClient(err.without_url().to_string()))?;
-        let api = Arc::new(OpenApi::new(
-            http,
-            settings.domain.base_url(),
-            &settings.app_id,
-            credentials.app_secret,
-            clock,
-        ));
+        let account = checked(&settings)?;
+        let api = Arc::new(open_api(&settings, credentials.app_secret, clock)?);
         let bot_open_id = api.bot_open_id().await?;
         tracing::info!(app_id = %settings.app_id, %bot_open_id, "Feishu adapter connected");
         let tasks = Arc::new(EventTasks::new(settings.max_in_flight));
@@ -218,4 +211,31 @@ impl FeishuAdapterBuilder {
             webhook_path: settings.webhook_path,
         })
     }
+}
+
+/// Checks the settings; returns the app's account id.
+fn checked(settings: &FeishuSettings) -> Result<AccountId, StartError> {
+    settings.validate()?;
+    Ok(AccountId::parse(settings.app_id.as_str())?)
+}
+
+/// The open API client of the app `settings` name, with `app_secret`.
+/// Makes no call.
+fn open_api(
+    settings: &FeishuSettings,
+    app_secret: secrecy::SecretString,
+    clock: Arc<dyn Clock>,
+) -> Result<OpenApi, StartError> {
+    let http = reqwest::Client::builder()
+        .timeout(settings.request_timeout())
+        .connect_timeout(settings.request_timeout().min(Duration::from_secs(5)))
+        .build()
+        .map_err(|err| StartError::HttpClient(err.without_url().to_string()))?;
+    Ok(OpenApi::new(
+        http,
+        settings.domain.base_url(),
+        &settings.app_id,
+        app_secret,
+        clock,
+    ))
 }

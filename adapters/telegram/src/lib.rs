@@ -1,17 +1,20 @@
 //! Switchboard's Telegram adapter.
 //!
 //! Chat with the agent from Telegram private chats, groups and forum topics.
-//! The gateway builds a [`TelegramAdapter`] from [`TelegramSettings`] and the
-//! core's [`InboundSink`], registers [`TelegramAdapter::sender`] for the
-//! `telegram` platform, and then either runs [`TelegramAdapter::run_polling`]
-//! or mounts [`TelegramAdapter::webhook_router`].
+//! The gateway builds a [`TelegramPlatform`] from [`TelegramSettings`] and
+//! runs it as every adapter ([`switchboard_contract::Adapter`]): started, it
+//! is a [`TelegramAdapter`] (connected with the core's [`InboundSink`]), whose
+//! [`TelegramAdapter::sender`] delivers the `telegram` platform's replies and
+//! which either long-polls ([`TelegramAdapter::run_polling`]) or serves
+//! [`TelegramAdapter::webhook_router`].
 //!
-//! Layout: [`settings`] (configuration), `entities` (UTF-16 entity offsets
+//! Layout: [`settings`] (configuration), `lifecycle` ([`TelegramPlatform`],
+//! the adapter as the core supervises it), `entities` (UTF-16 entity offsets
 //! → checked byte ranges), `normalise` (update →
 //! [`switchboard_contract::InboundMessage`]), `inbound` (normalise and
-//! submit, a panic contained to its update), `polling` (the `getUpdates` loop), `webhook` (the axum route),
-//! `format` (split and render replies), [`sender`] (the
-//! [`PlatformSender`]), [`error`] (errors, token scrubbing).
+//! submit, a panic contained to its update), `polling` (the `getUpdates`
+//! loop), `webhook` (the axum route), `format` (split and render replies),
+//! [`sender`] (the [`PlatformSender`]), [`error`] (errors, token scrubbing).
 //!
 //! The adapter depends on the contract crate only, never on the core.
 
@@ -19,6 +22,7 @@ mod entities;
 pub mod error;
 mod format;
 mod inbound;
+mod lifecycle;
 mod media;
 mod normalise;
 mod polling;
@@ -41,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use error::TelegramError;
 pub use format::TELEGRAM_TEXT_LIMIT;
+pub use lifecycle::TelegramPlatform;
 pub use sender::TelegramSender;
 pub use settings::{Mode, TelegramSettings};
 pub use webhook::SECRET_HEADER;
@@ -101,11 +106,7 @@ impl TelegramAdapter {
         settings: TelegramSettings,
         sink: Arc<dyn InboundSink>,
     ) -> Result<Self, TelegramError> {
-        let token = read_env("token_env", &settings.token_env)?;
-        let webhook_secret = match &settings.webhook_secret_env {
-            Some(var) => Some(read_env("webhook_secret_env", var)?),
-            None => None,
-        };
+        let (token, webhook_secret) = read_secrets(&settings)?;
         Self::connect_with_secrets(settings, token, webhook_secret, sink).await
     }
 
@@ -123,35 +124,12 @@ impl TelegramAdapter {
         sink: Arc<dyn InboundSink>,
     ) -> Result<Self, TelegramError> {
         validate(&settings, webhook_secret.as_ref())?;
-        let scrubber = Scrubber::new(token.clone());
-        let client = teloxide_core::net::default_reqwest_settings()
-            .timeout(settings.poll_timeout() + HTTP_TIMEOUT_MARGIN)
-            .build()
-            .map_err(|e| TelegramError::Client(scrubber.scrub(&e.to_string())))?;
-        let mut bot = Bot::with_client(token.expose_secret(), client);
-        if let Some(url) = &settings.api_url {
-            bot = bot.set_api_url(url.clone());
-        }
-        let me = bot
-            .get_me()
-            .await
-            .map_err(|e| scrubber.api_error("getMe", &e))?;
-        let username = me.user.username.clone().ok_or_else(|| TelegramError::Api {
-            method: "getMe",
-            detail: "the bot has no username".to_owned(),
-        })?;
-        let account =
-            AccountId::parse(me.user.id.0.to_string()).map_err(|e| TelegramError::Api {
-                method: "getMe",
-                detail: e.to_string(),
-            })?;
-        tracing::info!(bot = %username, account = %account, "connected to Telegram");
+        let (bot, scrubber) = client(&settings, token)?;
+        let (identity, account) = identify(&bot, &scrubber).await?;
+        tracing::info!(bot = %identity.username, account = %account, "connected to Telegram");
         let inbound = Arc::new(Inbound {
             normaliser: Normaliser {
-                identity: BotIdentity {
-                    id: me.user.id.0,
-                    username,
-                },
+                identity,
                 account,
                 free_response_chats: settings
                     .free_response_chats
@@ -306,6 +284,61 @@ impl TelegramAdapter {
             poller.run(stop).await
         }
     }
+}
+
+/// The Bot API client `settings` describe, with `token`, and the scrubber
+/// of its errors. Makes no call.
+fn client(
+    settings: &TelegramSettings,
+    token: SecretString,
+) -> Result<(Bot, Scrubber), TelegramError> {
+    let scrubber = Scrubber::new(token.clone());
+    let client = teloxide_core::net::default_reqwest_settings()
+        .timeout(settings.poll_timeout() + HTTP_TIMEOUT_MARGIN)
+        .build()
+        .map_err(|e| TelegramError::Client(scrubber.scrub(&e.to_string())))?;
+    let mut bot = Bot::with_client(token.expose_secret(), client);
+    if let Some(url) = &settings.api_url {
+        bot = bot.set_api_url(url.clone());
+    }
+    Ok((bot, scrubber))
+}
+
+/// Asks Telegram who the bot is (`getMe`): its identity and account id.
+async fn identify(
+    bot: &Bot,
+    scrubber: &Scrubber,
+) -> Result<(BotIdentity, AccountId), TelegramError> {
+    let me = bot
+        .get_me()
+        .await
+        .map_err(|e| scrubber.api_error("getMe", &e))?;
+    let username = me.user.username.clone().ok_or_else(|| TelegramError::Api {
+        method: "getMe",
+        detail: "the bot has no username".to_owned(),
+    })?;
+    let account = AccountId::parse(me.user.id.0.to_string()).map_err(|e| TelegramError::Api {
+        method: "getMe",
+        detail: e.to_string(),
+    })?;
+    let identity = BotIdentity {
+        id: me.user.id.0,
+        username,
+    };
+    Ok((identity, account))
+}
+
+/// The bot token and, when configured, the webhook secret, from the
+/// environment variables `settings` names.
+fn read_secrets(
+    settings: &TelegramSettings,
+) -> Result<(SecretString, Option<SecretString>), TelegramError> {
+    let token = read_env("token_env", &settings.token_env)?;
+    let webhook_secret = match &settings.webhook_secret_env {
+        Some(var) => Some(read_env("webhook_secret_env", var)?),
+        None => None,
+    };
+    Ok((token, webhook_secret))
 }
 
 fn read_env(key: &'static str, var: &str) -> Result<SecretString, TelegramError> {

@@ -26,7 +26,7 @@ use switchboard_contract::backoff::{self, Backoff, Wait};
 use switchboard_contract::{LinkObserver, SubmitError};
 use teloxide_core::payloads::GetUpdatesSetters;
 use teloxide_core::prelude::Requester;
-use teloxide_core::types::AllowedUpdate;
+use teloxide_core::types::{AllowedUpdate, Update};
 use teloxide_core::{ApiError, Bot, RequestError};
 use tokio_util::sync::CancellationToken;
 
@@ -60,10 +60,46 @@ impl Poller {
     pub(crate) async fn run(self, stop: CancellationToken) -> Result<(), TelegramError> {
         self.remove_webhook().await?;
         tracing::info!("Telegram long polling started");
+        let offset = self.poll(&stop).await?;
+        if self.shutdown.is_cancelled() {
+            self.confirm(offset).await;
+        } else {
+            tracing::info!(
+                "Telegram long polling stopped before shutdown; the offset is left unconfirmed"
+            );
+        }
+        tracing::info!("Telegram long polling stopped");
+        Ok(())
+    }
+
+    /// Asks for updates and hands them to the core until `stop` is
+    /// cancelled; returns the offset that confirms those handled.
+    async fn poll(&self, stop: &CancellationToken) -> Result<Option<i32>, TelegramError> {
         let mut offset: Option<i32> = None;
+        loop {
+            let Some(updates) = self.next_updates(offset, stop).await? else {
+                return Ok(offset);
+            };
+            for update in updates {
+                if !self.hand_over(&update, stop).await {
+                    return Ok(offset);
+                }
+                offset = Some(next_offset(update.id.0));
+            }
+        }
+    }
+
+    /// The updates after `offset`: `getUpdates`, asked again after a
+    /// capped backoff while it fails (reported to the link observer);
+    /// `None` once `stop` is cancelled.
+    async fn next_updates(
+        &self,
+        offset: Option<i32>,
+        stop: &CancellationToken,
+    ) -> Result<Option<Vec<Update>>, TelegramError> {
         let mut retries = RETRY.retries();
         let mut failing = false;
-        'poll: loop {
+        loop {
             let mut request = self
                 .bot
                 .get_updates()
@@ -76,18 +112,15 @@ impl Poller {
             // cut short the poll of the process that polls now.
             let result = tokio::select! {
                 biased;
-                () = stop.cancelled() => break 'poll,
+                () = stop.cancelled() => return Ok(None),
                 result = request => result,
             };
-            let updates = match result {
+            let error = match result {
                 Ok(updates) => {
-                    retries.reset();
-                    if std::mem::take(&mut failing)
-                        && let Some(link) = &self.link
-                    {
+                    if failing && let Some(link) = &self.link {
                         link.up();
                     }
-                    updates
+                    return Ok(Some(updates));
                 }
                 Err(RequestError::Api(ApiError::TerminatedByOtherGetUpdates)) => {
                     tracing::warn!(
@@ -95,50 +128,42 @@ impl Poller {
                     );
                     return Err(TelegramError::PollingConflict);
                 }
-                Err(error) => {
-                    let detail = self.scrubber.scrub(&error.to_string());
-                    tracing::warn!(%detail, "getUpdates failed");
-                    failing = true;
-                    if let Some(link) = &self.link {
-                        link.down(&format!("getUpdates failed: {detail}"));
-                    }
-                    let delay = retries.next_delay(retry_after(&error));
-                    if backoff::wait(delay, &stop).await == Wait::Cancelled {
-                        break 'poll;
-                    }
-                    continue;
-                }
+                Err(error) => error,
             };
-            for update in updates {
-                let mut update_retries = RETRY.retries();
-                loop {
-                    match self.inbound.handle_contained(&update).await {
-                        Ok(_) => break,
-                        Err(SubmitError::Rejected(reason)) => {
-                            tracing::warn!(update_id = update.id.0, %reason, "update rejected by the core");
-                            break;
-                        }
-                        Err(SubmitError::Unavailable(reason)) => {
-                            tracing::warn!(update_id = update.id.0, %reason, "core unavailable; retrying the update");
-                            let delay = update_retries.next_delay(None);
-                            if backoff::wait(delay, &stop).await == Wait::Cancelled {
-                                break 'poll;
-                            }
-                        }
-                    }
-                }
-                offset = Some(next_offset(update.id.0));
+            let detail = self.scrubber.scrub(&error.to_string());
+            tracing::warn!(%detail, "getUpdates failed");
+            failing = true;
+            if let Some(link) = &self.link {
+                link.down(&format!("getUpdates failed: {detail}"));
+            }
+            let delay = retries.next_delay(retry_after(&error));
+            if backoff::wait(delay, stop).await == Wait::Cancelled {
+                return Ok(None);
             }
         }
-        if self.shutdown.is_cancelled() {
-            self.confirm(offset).await;
-        } else {
-            tracing::info!(
-                "Telegram long polling stopped before shutdown; the offset is left unconfirmed"
-            );
+    }
+
+    /// Hands one update to the core, again after a capped backoff while the
+    /// core is unavailable; `false` when `stop` came first (the update is
+    /// not handled).
+    async fn hand_over(&self, update: &Update, stop: &CancellationToken) -> bool {
+        let mut retries = RETRY.retries();
+        loop {
+            match self.inbound.handle_contained(update).await {
+                Ok(_) => return true,
+                Err(SubmitError::Rejected(reason)) => {
+                    tracing::warn!(update_id = update.id.0, %reason, "update rejected by the core");
+                    return true;
+                }
+                Err(SubmitError::Unavailable(reason)) => {
+                    tracing::warn!(update_id = update.id.0, %reason, "core unavailable; retrying the update");
+                    let delay = retries.next_delay(None);
+                    if backoff::wait(delay, stop).await == Wait::Cancelled {
+                        return false;
+                    }
+                }
+            }
         }
-        tracing::info!("Telegram long polling stopped");
-        Ok(())
     }
 
     /// `getUpdates` fails while a webhook is set: remove it first.

@@ -5,7 +5,8 @@
 //! waiting for a condition instead of sleeping ([`wait`]), delivering
 //! through a `PlatformSender` the way the core's runner does ([`send`]), and
 //! the contract seen from the core's side: messages as an adapter submits
-//! them ([`inbound`]), a small MCP server ([`mcp`]) and a platform that records what it is sent
+//! them ([`inbound`]), an adapter's start-up as the core does it
+//! ([`lifecycle`]), a small MCP server ([`mcp`]) and a platform that records what it is sent
 //! ([`sender`]), scratch PostgreSQL databases dropped after the test
 //! ([`postgres`]), a fake OpenAI-compatible transcription server
 //! ([`transcription`]) and small real media files made on the spot
@@ -17,6 +18,7 @@
 pub mod discord;
 pub mod feishu;
 pub mod inbound;
+pub mod lifecycle;
 pub mod mcp;
 pub mod media;
 pub mod model;

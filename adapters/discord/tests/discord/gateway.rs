@@ -7,15 +7,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use secrecy::SecretString;
-use switchboard_contract::InboundSink;
-use switchboard_discord::{DiscordAdapter, DiscordError, DiscordSettings, SHUTDOWN_DEADLINE};
+use switchboard_contract::LinkObserver;
+use switchboard_discord::{DiscordError, DiscordSettings, SHUTDOWN_DEADLINE};
 use switchboard_test_support::eventually;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::fake_discord::FakeDiscord;
-use crate::support::RecordingSink;
+use crate::support::{RecordingSink, TOKEN, adapter_with};
 
 /// The DM channel the user writes in.
 const DM: u64 = 500_000_000_000_000_077;
@@ -30,20 +29,25 @@ struct Running {
 
 impl Running {
     async fn start() -> Self {
+        Self::observed(None).await
+    }
+
+    /// Started, telling `link` (when given) how the connection fares.
+    async fn observed(link: Option<Arc<dyn LinkObserver>>) -> Self {
         let fake = FakeDiscord::start().await;
         let sink = Arc::new(RecordingSink::default());
-        let settings = DiscordSettings {
-            api_proxy: Some(fake.url()),
-            ..DiscordSettings::default()
+        let adapter = adapter_with(
+            &fake,
+            TOKEN,
+            DiscordSettings::default(),
+            Arc::clone(&sink) as _,
+        );
+        let gateway = match link {
+            Some(link) => adapter.gateway.with_link_observer(link),
+            None => adapter.gateway,
         };
-        let adapter = DiscordAdapter::new(
-            SecretString::from("test-token.not-real"),
-            &settings,
-            Arc::clone(&sink) as Arc<dyn InboundSink>,
-        )
-        .expect("adapter builds");
         let shutdown = CancellationToken::new();
-        let worker = tokio::spawn(adapter.gateway.run(shutdown.clone()));
+        let worker = tokio::spawn(gateway.run(shutdown.clone()));
         eventually("the adapter identifies", || async { fake.connected() }).await;
         Self {
             fake,
@@ -51,6 +55,12 @@ impl Running {
             shutdown,
             worker,
         }
+    }
+
+    /// Sends a DM `text` and waits until it reaches the core (`what`).
+    async fn dm(&self, text: &str, what: &str) {
+        self.fake.user_sends_dm(DM, text);
+        eventually(what, || async { self.submitted(text) }).await;
     }
 
     /// Whether the core was handed the message `text`.
@@ -73,11 +83,8 @@ impl Running {
 #[tokio::test]
 async fn a_dm_sent_while_the_gateway_was_down_is_fetched_after_resume_is_refused() {
     let app = Running::start().await;
-    app.fake.user_sends_dm(DM, "before the outage");
-    eventually("the first DM reaches the core", || async {
-        app.submitted("before the outage")
-    })
-    .await;
+    app.dm("before the outage", "the first DM reaches the core")
+        .await;
 
     app.fake.down();
     app.fake.refuse_resume();
@@ -107,33 +114,23 @@ async fn a_dm_sent_while_the_gateway_was_down_is_fetched_after_resume_is_refused
     );
 
     // Messages after the new session arrive over the gateway as usual.
-    app.fake.user_sends_dm(DM, "after the outage");
-    eventually("a DM after the outage reaches the core", || async {
-        app.submitted("after the outage")
-    })
-    .await;
+    app.dm("after the outage", "a DM after the outage reaches the core")
+        .await;
     app.stop().await;
 }
 
 #[tokio::test]
 async fn a_close_frame_without_a_status_code_leads_to_a_reconnect() {
     let app = Running::start().await;
-    app.fake.user_sends_dm(DM, "first");
-    eventually("the first DM reaches the core", || async {
-        app.submitted("first")
-    })
-    .await;
+    app.dm("first", "the first DM reaches the core").await;
 
     app.fake.close_without_status();
     eventually("the adapter resumes", || async {
         app.fake.connected() && app.fake.gateway_ops() == [2, 6]
     })
     .await;
-    app.fake.user_sends_dm(DM, "second");
-    eventually("a DM after the close reaches the core", || async {
-        app.submitted("second")
-    })
-    .await;
+    app.dm("second", "a DM after the close reaches the core")
+        .await;
 
     // The adapter's answer (an echo of the empty close, as RFC 6455 asks)
     // must not be one that ends the session: that is 1000 or 1001.
@@ -155,7 +152,7 @@ impl LinkEvents {
     }
 }
 
-impl switchboard_contract::LinkObserver for LinkEvents {
+impl LinkObserver for LinkEvents {
     fn up(&self) {
         self.0.lock().expect("lock").push("up".to_owned());
     }
@@ -167,23 +164,9 @@ impl switchboard_contract::LinkObserver for LinkEvents {
 
 #[tokio::test]
 async fn a_connection_that_ends_is_reported_down_until_the_session_resumes() {
-    let fake = FakeDiscord::start().await;
-    let sink = Arc::new(RecordingSink::default());
-    let settings = DiscordSettings {
-        api_proxy: Some(fake.url()),
-        ..DiscordSettings::default()
-    };
-    let adapter = DiscordAdapter::new(
-        SecretString::from("test-token.not-real"),
-        &settings,
-        Arc::clone(&sink) as Arc<dyn InboundSink>,
-    )
-    .expect("adapter builds");
     let link = Arc::new(LinkEvents::default());
-    let gateway = adapter.gateway.with_link_observer(Arc::clone(&link) as _);
-    let shutdown = CancellationToken::new();
-    let worker = tokio::spawn(gateway.run(shutdown.clone()));
-    eventually("the adapter identifies", || async { fake.connected() }).await;
+    let app = Running::observed(Some(Arc::clone(&link) as _)).await;
+    let fake = &app.fake;
     // The first session is no change: the adapter was up already.
     assert!(link.seen().is_empty(), "{:?}", link.seen());
 
@@ -208,12 +191,7 @@ async fn a_connection_that_ends_is_reported_down_until_the_session_resumes() {
     .await;
     assert_eq!(fake.gateway_ops().last(), Some(&6), "it resumed");
 
-    shutdown.cancel();
-    let ended = tokio::time::timeout(SHUTDOWN_DEADLINE + Duration::from_secs(2), worker)
-        .await
-        .expect("the adapter stops within its deadline")
-        .expect("the worker does not panic");
-    assert!(ended.is_ok(), "{ended:?}");
+    app.stop().await;
 }
 
 #[tokio::test]

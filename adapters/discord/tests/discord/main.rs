@@ -4,6 +4,7 @@
 
 mod gateway;
 mod inbound;
+mod lifecycle;
 mod outbound;
 mod setup;
 mod support;

@@ -6,7 +6,7 @@ use secrecy::SecretString;
 use switchboard_contract::InboundSink;
 use switchboard_discord::{DiscordAdapter, DiscordError, DiscordSettings};
 
-use crate::support::RecordingSink;
+use crate::support::{RecordingSink, adapter_with};
 
 fn sink() -> Arc<dyn InboundSink> {
     Arc::new(RecordingSink::default())
@@ -61,12 +61,7 @@ fn an_empty_token_is_rejected_by_name() {
 async fn the_gateway_worker_returns_on_shutdown() {
     // Stopped at once: before or while it asks for the gateway URL.
     let fake = crate::fake_discord::FakeDiscord::start().await;
-    let settings = DiscordSettings {
-        api_proxy: Some(fake.url()),
-        ..DiscordSettings::default()
-    };
-    let adapter =
-        DiscordAdapter::new(SecretString::from("t"), &settings, sink()).expect("adapter builds");
+    let adapter = adapter_with(&fake, "t", DiscordSettings::default(), sink());
     let shutdown = tokio_util::sync::CancellationToken::new();
     let worker = tokio::spawn(adapter.gateway.run(shutdown.clone()));
 
@@ -82,12 +77,7 @@ async fn the_gateway_worker_returns_on_shutdown() {
 #[tokio::test]
 async fn the_bot_account_is_asked_of_discord_without_connecting() {
     let fake = crate::fake_discord::FakeDiscord::start().await;
-    let settings = DiscordSettings {
-        api_proxy: Some(fake.url()),
-        ..DiscordSettings::default()
-    };
-    let adapter =
-        DiscordAdapter::new(SecretString::from("t"), &settings, sink()).expect("adapter builds");
+    let adapter = adapter_with(&fake, "t", DiscordSettings::default(), sink());
 
     let account = adapter.gateway.account().await.expect("answered");
 
@@ -102,16 +92,12 @@ async fn the_bot_account_is_asked_of_discord_without_connecting() {
 #[tokio::test]
 async fn a_token_discord_rejects_is_reported_as_such() {
     let fake = crate::fake_discord::FakeDiscord::start().await;
-    let settings = DiscordSettings {
-        api_proxy: Some(fake.url()),
-        ..DiscordSettings::default()
-    };
-    let adapter = DiscordAdapter::new(
-        SecretString::from(crate::fake_discord::REJECTED_TOKEN),
-        &settings,
+    let adapter = adapter_with(
+        &fake,
+        crate::fake_discord::REJECTED_TOKEN,
+        DiscordSettings::default(),
         sink(),
-    )
-    .expect("adapter builds");
+    );
 
     let err = adapter.gateway.account().await.expect_err("rejected");
 

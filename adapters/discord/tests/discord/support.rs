@@ -17,6 +17,30 @@ use crate::fake_discord::FakeDiscord;
 
 pub const BOT_ID: UserId = UserId::new(900_000_000_000_000_001);
 
+/// The bot token the tests' adapters use, unless a test wants another.
+pub const TOKEN: &str = "test-token.not-real";
+
+/// `settings` with REST calls going to `fake`.
+pub fn proxied(fake: &FakeDiscord, settings: DiscordSettings) -> DiscordSettings {
+    DiscordSettings {
+        api_proxy: Some(fake.url()),
+        ..settings
+    }
+}
+
+/// An adapter with `token` and `settings`, against `fake`, submitting to
+/// `sink`.
+pub fn adapter_with(
+    fake: &FakeDiscord,
+    token: &str,
+    settings: DiscordSettings,
+    sink: Arc<dyn InboundSink>,
+) -> DiscordAdapter {
+    let settings = proxied(fake, settings);
+    DiscordAdapter::new(SecretString::from(token.to_owned()), &settings, sink)
+        .expect("adapter builds")
+}
+
 /// Records submissions and answers like the core's `SessionService::submit`:
 /// bots ignored, unaddressed group messages ignored, duplicates by
 /// (platform, account, event id) dropped.
@@ -79,16 +103,7 @@ impl TestAdapter {
     pub async fn with_settings(settings: DiscordSettings) -> Self {
         let fake = FakeDiscord::start().await;
         let sink = Arc::new(RecordingSink::default());
-        let settings = DiscordSettings {
-            api_proxy: Some(fake.url()),
-            ..settings
-        };
-        let adapter = DiscordAdapter::new(
-            SecretString::from("test-token.not-real"),
-            &settings,
-            Arc::clone(&sink) as Arc<dyn InboundSink>,
-        )
-        .expect("adapter builds");
+        let adapter = adapter_with(&fake, TOKEN, settings, Arc::clone(&sink) as _);
         let handler = adapter.gateway.handler().clone();
         handler.connected_as(BOT_ID);
         Self {

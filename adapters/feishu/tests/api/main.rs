@@ -2,5 +2,6 @@
 //! Feishu open API and a recording sink.
 
 mod helpers;
+mod lifecycle;
 mod send;
 mod webhook;

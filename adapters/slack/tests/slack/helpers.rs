@@ -208,6 +208,7 @@ pub async fn spawn_with_secrets(
         .start(Hookup {
             sink: sink.clone(),
             observer: observer.clone(),
+            shutdown: tokio_util::sync::CancellationToken::new(),
         })
         .await
         .expect("the adapter starts");
@@ -313,6 +314,7 @@ pub async fn restarted_sender(fake: &FakeSlack) -> Arc<dyn PlatformSender> {
         .start(Hookup {
             sink: Arc::new(RecordingSink::default()),
             observer: Arc::new(RecordingObserver::default()),
+            shutdown: tokio_util::sync::CancellationToken::new(),
         })
         .await
         .expect("the adapter starts")

@@ -27,6 +27,7 @@ fn hookup() -> Hookup {
     Hookup {
         sink: Arc::new(RecordingSink::default()),
         observer: Arc::new(RecordingObserver::default()),
+        shutdown: tokio_util::sync::CancellationToken::new(),
     }
 }
 

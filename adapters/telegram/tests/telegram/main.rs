@@ -3,6 +3,7 @@
 
 mod helpers;
 mod inbound;
+mod lifecycle;
 mod malformed;
 mod outbound;
 mod polling;

@@ -209,6 +209,7 @@ pub async fn start(
         .start(Hookup {
             sink: sink.clone(),
             observer: observer.clone(),
+            shutdown: tokio_util::sync::CancellationToken::new(),
         })
         .await
 }

@@ -20,17 +20,20 @@
 //!
 //! An instance that dies (SIGKILL) or stalls (SIGSTOP) stops renewing; its
 //! lease expires on the database's clock and another instance connects.
+//!
+//! It is given the store, this instance's name and the TTL ([`Leases`]),
+//! nothing of the gateway.
 
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
 use std::task::Poll;
 use std::time::Duration;
 
-use switchboard_contract::backoff::{self, Backoff, Wait};
+use switchboard_contract::backoff::{self, Backoff, Retries, Wait};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// Between failed attempts to take the lease (the database unreachable):
 /// from 1 s, doubling, at most 30 s.
@@ -42,6 +45,25 @@ const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 /// How long releasing the lease may take at the end.
 const RELEASE_LIMIT: Duration = Duration::from_secs(5);
 
+/// Where and as whom this instance takes platform leases: present when the
+/// database is shared (PostgreSQL), where several instances may run.
+#[derive(Clone)]
+pub struct Leases {
+    pub store: Store,
+    /// This instance's name in lease rows.
+    pub owner: String,
+    /// How long a lease lasts unless renewed.
+    pub ttl: Duration,
+}
+
+impl Leases {
+    /// The connection leased as `name` (`<platform>:<bot id>`).
+    #[must_use]
+    pub fn lease(&self, name: String) -> LeasedConnection {
+        LeasedConnection::new(self.store.clone(), name, self.owner.clone(), self.ttl)
+    }
+}
+
 /// A platform connection that runs only while this instance holds its
 /// lease.
 #[derive(Clone)]
@@ -49,7 +71,7 @@ pub struct LeasedConnection {
     store: Store,
     /// The lease name: `<platform>:<bot id>`, never a secret.
     name: String,
-    /// This instance ([`Gateway::instance_id`](crate::gateway::Gateway)).
+    /// This instance's name in lease rows.
     owner: String,
     ttl: Duration,
 }
@@ -142,16 +164,7 @@ impl LeasedConnection {
                     }
                     self.renew_every()
                 }
-                Err(err) => {
-                    let delay = failures.next_delay(None);
-                    tracing::warn!(
-                        lease = %self.name,
-                        error = %err,
-                        retry_in_secs = delay.as_secs_f64(),
-                        "could not take the platform lease"
-                    );
-                    delay
-                }
+                Err(err) => self.failed(&mut failures, &err, "could not take the platform lease"),
             };
             if backoff::wait(delay, shutdown).await == Wait::Cancelled {
                 return None;
@@ -233,13 +246,8 @@ impl LeasedConnection {
                     return Holding::Lost;
                 }
                 Ok(Err(err)) => {
-                    let delay = failures.next_delay(None);
-                    tracing::warn!(
-                        lease = %self.name,
-                        error = %err,
-                        retry_in_secs = delay.as_secs_f64(),
-                        "renewing the platform lease failed"
-                    );
+                    let delay =
+                        self.failed(&mut failures, &err, "renewing the platform lease failed");
                     next = Instant::now() + delay;
                 }
                 Err(_) => {
@@ -248,6 +256,19 @@ impl LeasedConnection {
                 }
             }
         }
+    }
+
+    /// Logs a failed call to the database (`what`, at WARN); returns the
+    /// wait before the next.
+    fn failed(&self, failures: &mut Retries, err: &StoreError, what: &str) -> Duration {
+        let delay = failures.next_delay(None);
+        tracing::warn!(
+            lease = %self.name,
+            error = %err,
+            retry_in_secs = delay.as_secs_f64(),
+            "{what}"
+        );
+        delay
     }
 
     /// Gives the lease up so another instance can connect at once.
@@ -313,6 +334,15 @@ mod tests {
         row.map(|(owner, token, left)| (owner, token, left >= 0))
     }
 
+    /// Changes the lease row as another instance would: runs `sql`, with
+    /// `{clock}` standing for the database's clock.
+    async fn rewrite(store: &Store, sql: &str) {
+        sqlx::query(&sql.replace("{clock}", store.clock_sql()))
+            .execute(&mut *store.conn().await.expect("conn"))
+            .await
+            .expect("the lease row changed");
+    }
+
     /// A connection that counts how many are open and stays open until
     /// cancelled.
     fn counted(
@@ -334,6 +364,37 @@ mod tests {
         }
     }
 
+    /// `owner`'s instance, running a [`counted`] connection under the lease
+    /// until `stop`.
+    fn spawn_counted(
+        store: &Store,
+        owner: &str,
+        stop: &CancellationToken,
+        open: &Arc<AtomicUsize>,
+        opened: &Arc<AtomicUsize>,
+    ) -> tokio::task::JoinHandle<()> {
+        let (lease, stop, connect) = (lease(store, owner), stop.clone(), counted(open, opened));
+        tokio::spawn(async move { lease.run(&stop, connect).await })
+    }
+
+    /// Instance `a`, connected under the lease: how many of its
+    /// connections are open and were opened, its stop token and its task.
+    async fn connected(
+        store: &Store,
+    ) -> (
+        Arc<AtomicUsize>,
+        Arc<AtomicUsize>,
+        CancellationToken,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let open = Arc::new(AtomicUsize::new(0));
+        let opened = Arc::new(AtomicUsize::new(0));
+        let stop = CancellationToken::new();
+        let a = spawn_counted(store, "a", &stop, &open, &opened);
+        until("a to connect", || open.load(Ordering::SeqCst) == 1).await;
+        (open, opened, stop, a)
+    }
+
     async fn until(what: &str, mut done: impl FnMut() -> bool) {
         tokio::time::timeout(Duration::from_secs(20), async {
             while !done() {
@@ -351,23 +412,9 @@ mod tests {
         let (a_opened, b_opened) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let (a_stop, b_stop) = (CancellationToken::new(), CancellationToken::new());
 
-        let a = {
-            let (lease, stop, connect) = (
-                lease(&store, "a"),
-                a_stop.clone(),
-                counted(&open, &a_opened),
-            );
-            tokio::spawn(async move { lease.run(&stop, connect).await })
-        };
+        let a = spawn_counted(&store, "a", &a_stop, &open, &a_opened);
         until("a to connect", || a_opened.load(Ordering::SeqCst) == 1).await;
-        let b = {
-            let (lease, stop, connect) = (
-                lease(&store, "b"),
-                b_stop.clone(),
-                counted(&open, &b_opened),
-            );
-            tokio::spawn(async move { lease.run(&stop, connect).await })
-        };
+        let b = spawn_counted(&store, "b", &b_stop, &open, &b_opened);
         // Several renewal periods: a keeps the lease, b stands by.
         tokio::time::sleep(TTL * 3).await;
         assert_eq!(a_opened.load(Ordering::SeqCst), 1, "a connected once");
@@ -391,36 +438,24 @@ mod tests {
     #[tokio::test]
     async fn a_holder_that_loses_its_lease_disconnects_and_stands_by() {
         let (store, _dir) = crate::store::test_support::scratch_store().await;
-        let open = Arc::new(AtomicUsize::new(0));
-        let opened = Arc::new(AtomicUsize::new(0));
-        let stop = CancellationToken::new();
-        let a = {
-            let (lease, stop, connect) =
-                (lease(&store, "a"), stop.clone(), counted(&open, &opened));
-            tokio::spawn(async move { lease.run(&stop, connect).await })
-        };
-        until("a to connect", || open.load(Ordering::SeqCst) == 1).await;
+        let (open, opened, stop, a) = connected(&store).await;
 
         // Another instance took the lease over (as after a's stall): a's
         // next renewal fails and it closes its connection.
-        sqlx::query(&format!(
-            "UPDATE platform_leases SET owner = 'b', token = token + 1, expires_at = {} + 60000",
-            store.clock_sql()
-        ))
-        .execute(&mut *store.conn().await.expect("conn"))
-        .await
-        .expect("taken over");
+        rewrite(
+            &store,
+            "UPDATE platform_leases SET owner = 'b', token = token + 1, expires_at = {clock} + 60000",
+        )
+        .await;
         until("a to disconnect", || open.load(Ordering::SeqCst) == 0).await;
         assert_eq!(opened.load(Ordering::SeqCst), 1, "a stands by");
 
         // When b's lease lapses, a connects again under a new token.
-        sqlx::query(&format!(
-            "UPDATE platform_leases SET expires_at = {} - 1",
-            store.clock_sql()
-        ))
-        .execute(&mut *store.conn().await.expect("conn"))
-        .await
-        .expect("expired");
+        rewrite(
+            &store,
+            "UPDATE platform_leases SET expires_at = {clock} - 1",
+        )
+        .await;
         until("a to reconnect", || open.load(Ordering::SeqCst) == 1).await;
         assert_eq!(holder(&store).await, Some(("a".to_owned(), 3, true)));
         stop.cancel();
@@ -439,15 +474,7 @@ mod tests {
     #[tokio::test]
     async fn renewals_failing_until_expiry_disconnect() {
         let (store, _dir) = crate::store::test_support::scratch_store().await;
-        let open = Arc::new(AtomicUsize::new(0));
-        let opened = Arc::new(AtomicUsize::new(0));
-        let stop = CancellationToken::new();
-        let a = {
-            let (lease, stop, connect) =
-                (lease(&store, "a"), stop.clone(), counted(&open, &opened));
-            tokio::spawn(async move { lease.run(&stop, connect).await })
-        };
-        until("a to connect", || open.load(Ordering::SeqCst) == 1).await;
+        let (open, opened, stop, a) = connected(&store).await;
         // The database goes away: renewals fail, and the connection is
         // cancelled before the lease could have expired for others.
         store.close().await;

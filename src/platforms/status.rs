@@ -1,7 +1,7 @@
-//! What each configured platform adapter is doing, as the supervisor in
-//! [`platforms`](crate::platforms) last reported it: starting, up, standing
-//! by (another instance holds its connection), retrying since a failed
-//! attempt or a connection that failed while running (as the adapter
+//! What each configured platform adapter is doing, as its supervisor (the
+//! parent module, [`platforms`](super)) last reported it: starting, up,
+//! standing by (another instance holds its connection), retrying since a
+//! failed attempt or a connection that failed while running (as the adapter
 //! reports it through [`PlatformStatus::link`]), or failed for good (a
 //! configuration error). `/readyz` shows it and answers 503 while a
 //! configured adapter is neither up nor standing by; `/metrics` shows it as
@@ -127,10 +127,10 @@ impl PlatformStatus {
     /// What `adapter` reports about its connection while it runs, entered
     /// here: a failure makes it `retrying`, working again `up`.
     #[must_use]
-    pub fn link(&self, adapter: &'static str) -> Arc<dyn LinkObserver> {
+    pub fn link(&self, adapter: &str) -> Arc<dyn LinkObserver> {
         Arc::new(AdapterLink {
             status: self.clone(),
-            adapter,
+            adapter: adapter.to_owned(),
         })
     }
 
@@ -181,16 +181,16 @@ impl PlatformStatus {
 /// An adapter's connection reports, entered into its status.
 struct AdapterLink {
     status: PlatformStatus,
-    adapter: &'static str,
+    adapter: String,
 }
 
 impl LinkObserver for AdapterLink {
     fn up(&self) {
-        self.status.up(self.adapter);
+        self.status.up(&self.adapter);
     }
 
     fn down(&self, reason: &str) {
-        self.status.retrying(self.adapter, reason);
+        self.status.retrying(&self.adapter, reason);
     }
 }
 
