@@ -456,7 +456,7 @@ impl HttpServer {
         let task = tokio::spawn(async move {
             let stopping = async move { stopped.cancelled().await };
             if let Err(err) =
-                crate::cli::run_server(&server, listener, axum::Router::new(), stopping).await
+                crate::server::run_server(&server, listener, axum::Router::new(), stopping).await
             {
                 tracing::error!(error = %err, "the benchmark's HTTP server failed");
             }

@@ -24,8 +24,9 @@ use serde::Deserialize;
 use crate::agent::settings::{AgentCacheSettings, AgentSettings, ContextSettings, LimitSettings};
 use crate::domain::{InvalidSetting, setting};
 use crate::llm::settings::LlmSettings;
+use crate::media::budget::MediaBudget;
 use crate::media::settings::MediaSettings;
-use crate::session::settings::{AccessSettings, RunnerSettings, SessionSettings};
+use crate::session::settings::{AccessSettings, RunnerSettings, ServiceSettings, SessionSettings};
 use crate::store::settings::DatabaseSettings;
 use crate::tools::settings::{MemorySettings, ToolSettings};
 
@@ -266,7 +267,7 @@ impl ApiSettings {
     }
 }
 
-/// The operators' web console (`/console`, see [`crate::console`]).
+/// The operators' web console (`/console`).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ConsoleSettings {
@@ -448,6 +449,22 @@ impl Settings {
         self.console.validate()
     }
 
+    /// What the session service reads, gathered from the features'
+    /// settings.
+    #[must_use]
+    pub fn service(&self) -> ServiceSettings {
+        ServiceSettings {
+            sessions: self.sessions.clone(),
+            access: self.access.clone(),
+            agent: self.agent.clone(),
+            memory: self.memory.clone(),
+            model: self.llm.model.clone(),
+            extra_models: self.llm.extra_models.clone(),
+            daily_usd: self.limits.principal_daily_usd,
+            media_budget: MediaBudget::new(&self.media),
+        }
+    }
+
     /// The address to listen on: `server.bind` as an IP address and port,
     /// or a host name (resolved) and port.
     ///
@@ -540,6 +557,16 @@ fn absolute_path(path: &Path, base: Option<&Path>) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An argon2 hash of `password`, as `switchboard console-hash` makes.
+    fn argon2_hash(password: &str) -> String {
+        use argon2::password_hash::{PasswordHasher, SaltString};
+        let salt = SaltString::encode_b64(b"0123456789abcdef").expect("salt");
+        argon2::Argon2::default()
+            .hash_password(password.as_bytes(), &salt)
+            .expect("hashes")
+            .to_string()
+    }
     use crate::media::settings::BlobStoreKind;
     use crate::tools::settings::MAX_MEMORY_ENTRY_CHARS;
 
@@ -575,7 +602,7 @@ mod tests {
         .expect_err("not a hash")
         .to_string();
         assert!(err.contains("console.password_hash"), "{err}");
-        let hash = crate::console::auth::hash_password("pw").expect("hashes");
+        let hash = argon2_hash("pw");
         let settings = Settings::load_from(
             None,
             vars(&[("SWITCHBOARD__CONSOLE__PASSWORD_HASH", &hash)]),

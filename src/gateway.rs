@@ -132,7 +132,7 @@ impl Gateway {
             runner,
             Arc::clone(&registry),
             Arc::clone(&media),
-            &settings,
+            &settings.service(),
         ));
         Ok(Self {
             tools: registry,

@@ -26,6 +26,7 @@ pub mod llm;
 pub mod media;
 pub mod metrics;
 pub mod platforms;
+pub mod server;
 pub mod session;
 pub mod signals;
 pub mod store;

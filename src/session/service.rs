@@ -23,10 +23,10 @@ use super::commands::{Answer, Command, CommandSettings, Commands, Context, Dispa
 use super::routing::{Place, Routing};
 use super::runner::{Runner, TurnReply};
 use crate::agent::live::LiveSubscription;
-use crate::config::Settings;
 use crate::media::budget::MediaBudget;
 use crate::media::{Media, MediaError};
 use crate::session::settings::BusyMode;
+use crate::session::settings::ServiceSettings;
 use crate::store::{NewInbound, Store, StoreError, TurnEnd};
 use crate::tools::ToolRegistry;
 use crate::tools::memory::MEMORY;
@@ -111,15 +111,14 @@ pub struct SessionService {
 }
 
 impl SessionService {
-    /// Builds the service from the settings it reads: `agent`, `llm.model`
-    /// and `llm.extra_models`, `sessions`, `access`, `limits`; attachments
-    /// go to `media`.
+    /// Builds the service from the settings it reads; attachments go to
+    /// `media`.
     pub fn new(
         store: Store,
         runner: Runner,
         registry: Arc<ToolRegistry>,
         media: Arc<Media>,
-        settings: &Settings,
+        settings: &ServiceSettings,
     ) -> Self {
         let commands = CommandSettings::new(settings);
         let mut agent = settings.agent.clone();
@@ -141,7 +140,7 @@ impl SessionService {
             commands,
             busy: settings.sessions.busy,
             media,
-            media_budget: MediaBudget::new(&settings.media),
+            media_budget: settings.media_budget,
             arrivals: Arrivals::default(),
         }
     }

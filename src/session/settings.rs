@@ -8,7 +8,10 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use crate::agent::settings::AgentSettings;
 use crate::domain::setting::{self, InvalidSetting};
+use crate::media::budget::MediaBudget;
+use crate::tools::settings::MemorySettings;
 
 /// How group chats map to sessions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -220,4 +223,23 @@ impl RunnerSettings {
         }
         Ok(())
     }
+}
+
+/// What the session service reads of the other features' settings,
+/// gathered once by the configuration: the agent new sessions get, the
+/// models a conversation may pick, the memory and spend settings the chat
+/// commands show, and the media limits.
+#[derive(Debug, Clone)]
+pub struct ServiceSettings {
+    pub sessions: SessionSettings,
+    pub access: AccessSettings,
+    pub agent: AgentSettings,
+    pub memory: MemorySettings,
+    /// `llm.model`: new sessions' model.
+    pub model: String,
+    /// `llm.extra_models`: further models a conversation may pick.
+    pub extra_models: Vec<String>,
+    /// `limits.principal_daily_usd` (0: no cap).
+    pub daily_usd: f64,
+    pub media_budget: MediaBudget,
 }

@@ -205,7 +205,7 @@ impl TestApp {
     pub async fn start_unready(settings: Settings, dir: tempfile::TempDir) -> Self {
         let database = claim_database(&settings.database.url);
         let gateway = Arc::new(Gateway::build(settings).await.expect("gateway builds"));
-        let mut platforms = switchboard::cli::start_platforms(&gateway, &gateway.shutdown);
+        let mut platforms = switchboard::server::start_platforms(&gateway, &gateway.shutdown);
         let routes = std::mem::take(&mut platforms.routes);
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
@@ -213,7 +213,7 @@ impl TestApp {
         let server_gateway = Arc::clone(&gateway);
         let server_stop = stop.clone();
         tokio::spawn(async move {
-            switchboard::cli::run_server(
+            switchboard::server::run_server(
                 &server_gateway,
                 listener,
                 routes,

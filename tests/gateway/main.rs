@@ -21,6 +21,7 @@ mod failure_texts;
 mod feishu;
 mod helpers;
 mod identity;
+mod layers;
 mod limits;
 mod mcp;
 mod media;

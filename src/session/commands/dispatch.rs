@@ -6,13 +6,12 @@
 //! principal's own sessions or facts.
 
 use super::Command;
-use crate::config::Settings;
 use crate::domain::{SessionId, StopCause, now_ms, start_of_today_ms};
 use crate::session::access::{Access, Decision};
 use crate::session::link::{CODE_TTL, FAILURE_WINDOW, LinkCode, MAX_FAILURES};
 use crate::session::routing::{Place, Routing};
 use crate::session::runner::Runner;
-use crate::session::settings::DmSessions;
+use crate::session::settings::{DmSessions, ServiceSettings};
 use crate::session::texts;
 use crate::store::{Identity, Redemption, Store, StoreError};
 use crate::tools::settings::MemorySettings;
@@ -95,14 +94,13 @@ const SESSIONS_LISTED: i64 = 10;
 const TITLE_MAX_CHARS: usize = 200;
 
 impl CommandSettings {
-    /// Reads `llm.model`, `llm.extra_models`, `agent.max_iterations`,
-    /// `limits.principal_daily_usd`, `sessions.dm_sessions` and `memory`.
-    pub fn new(settings: &Settings) -> Self {
-        let model = settings.llm.model.clone();
+    /// Reads the models, `agent.max_iterations`, the daily spend cap,
+    /// `sessions.dm_sessions` and `memory`.
+    pub fn new(settings: &ServiceSettings) -> Self {
+        let model = settings.model.clone();
         let mut models = vec![model.clone()];
         models.extend(
             settings
-                .llm
                 .extra_models
                 .iter()
                 .filter(|m| **m != model)
@@ -112,7 +110,7 @@ impl CommandSettings {
             model,
             models,
             max_iterations: settings.agent.max_iterations.into(),
-            daily_usd: settings.limits.principal_daily_usd,
+            daily_usd: settings.daily_usd,
             dm_sessions: settings.sessions.dm_sessions,
             memory: settings.memory.clone(),
         }

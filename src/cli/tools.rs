@@ -1,0 +1,30 @@
+//! `switchboard tools`: every tool a new session is offered, with its
+//! source and cache policy, and each MCP server's state.
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::store::{Store, StoreOptions};
+use crate::telemetry;
+
+/// Starts the MCP servers, prints the listing, and stops them.
+///
+/// # Errors
+/// The tools cannot be built.
+pub async fn run(settings: &Settings) -> anyhow::Result<()> {
+    telemetry::init(&settings.log, Some("error"));
+    let shutdown = CancellationToken::new();
+    // The listing reads names, descriptions and cache policies and calls
+    // no tool, so the memory tool needs no real database: an in-memory one
+    // keeps this command from creating or touching the gateway's.
+    let scratch = Store::connect(&StoreOptions::new("sqlite::memory:"))
+        .await
+        .context("preparing the tool listing")?;
+    let registry = crate::gateway::build_registry(settings, &scratch, &shutdown)
+        .await
+        .context("building the tools")?;
+    print!("{}", registry.listing());
+    shutdown.cancel();
+    Ok(())
+}
