@@ -12,13 +12,13 @@
 //! SQLite (one process) the runner's in-process paths do the same and no
 //! listener runs.
 
+use crate::domain::{InboundId, SessionId};
 use std::time::Duration;
 
 use sqlx::postgres::PgListener;
 use switchboard_contract::backoff::{self, Backoff, Wait};
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::SessionId;
 use crate::session::runner::Runner;
 
 /// The channel every instance listens on.
@@ -31,7 +31,7 @@ const RECONNECT: Backoff = Backoff::new(Duration::from_millis(500), Duration::fr
 /// One signal, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Signal {
-    ReplyStored(i64),
+    ReplyStored(InboundId),
     StopRequested(SessionId),
     HandedBack(SessionId),
 }
@@ -42,7 +42,11 @@ impl Signal {
     pub fn parse(payload: &str) -> Option<Self> {
         let (kind, value) = payload.split_once(':')?;
         match kind {
-            "reply" => value.parse().ok().map(Self::ReplyStored),
+            "reply" => value
+                .parse()
+                .ok()
+                .map(InboundId::new)
+                .map(Self::ReplyStored),
             "stop" => SessionId::parse(value).ok().map(Self::StopRequested),
             "handback" => SessionId::parse(value).ok().map(Self::HandedBack),
             _ => None,
@@ -115,7 +119,10 @@ mod tests {
 
     #[test]
     fn payloads_parse_and_unknown_ones_are_ignored() {
-        assert_eq!(Signal::parse("reply:42"), Some(Signal::ReplyStored(42)));
+        assert_eq!(
+            Signal::parse("reply:42"),
+            Some(Signal::ReplyStored(InboundId::new(42)))
+        );
         let session = SessionId::parse("s-1").expect("id");
         assert_eq!(
             Signal::parse("stop:s-1"),

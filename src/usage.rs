@@ -162,7 +162,7 @@ mod tests {
     #[test]
     fn the_report_lists_rows_and_a_total() {
         let rows = [UsageRow {
-            principal_id: Some(7),
+            principal_id: Some(crate::domain::PrincipalId::new(7)),
             session_id: crate::domain::SessionId::parse("s1").expect("valid id"),
             day: 20_000,
             model: "m".to_owned(),

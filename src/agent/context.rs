@@ -14,12 +14,12 @@
 //! Between compactions the view is a pure function of the database, so the
 //! prefix stays byte-stable.
 
+use crate::domain::{ChatMessage, InboundId, PrincipalId, Scope, SessionId};
 use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 
 use crate::agent::settings::ContextSettings;
 
-use crate::domain::{ChatMessage, SessionId};
 use crate::llm::Provider;
 use crate::store::{Batch, Compaction, Store, StoreError, WireEntry};
 use crate::tools::settings::MemorySettings;
@@ -88,8 +88,8 @@ pub struct Summariser<'a> {
     pub provider: &'a dyn Provider,
     pub model: &'a str,
     pub session_id: &'a SessionId,
-    pub task_id: Option<i64>,
-    pub principal_id: Option<i64>,
+    pub task_id: Option<InboundId>,
+    pub principal_id: Option<PrincipalId>,
     pub prices: &'a BTreeMap<String, Price>,
 }
 
@@ -200,7 +200,7 @@ impl ContextPolicy {
         &self,
         by: &Summariser<'_>,
         view: &[WireEntry],
-        task_id: i64,
+        task_id: InboundId,
     ) -> Result<Option<Compaction>, CompactError> {
         match split_task(view, task_id, self.keep_recent_turns.max(1)) {
             Some(split) => summarise(by, view, split, self.person_memory.as_ref())
@@ -249,7 +249,7 @@ async fn summarise(
         extract_facts(by, &render(&view[pinned..cut]), memory).await?;
     }
     let question = OneShot {
-        scope: "compaction",
+        scope: &Scope::named("compaction"),
         system: SUMMARY_SYSTEM,
         prompt: format!(
             "Summarise this part of the conversation (it follows the user's first message: \
@@ -324,7 +324,7 @@ fn split(view: &[WireEntry], keep: usize) -> Option<Split> {
 /// task's own message (kept), and the start of the `keep`-th last round of
 /// the task. A round starts with an assistant entry, so a tool call and its
 /// results always stay on one side.
-fn split_task(view: &[WireEntry], task_id: i64, keep: usize) -> Option<Split> {
+fn split_task(view: &[WireEntry], task_id: InboundId, keep: usize) -> Option<Split> {
     let pinned = pinned(view)?;
     let goal = view.iter().rposition(|entry| {
         entry.task_id == Some(task_id) && matches!(entry.message, ChatMessage::User { .. })
@@ -498,7 +498,7 @@ mod tests {
         [
             WireEntry {
                 id,
-                task_id: Some(task),
+                task_id: Some(InboundId::new(task)),
                 message: ChatMessage::Assistant {
                     content: None,
                     tool_calls: vec![call],
@@ -506,7 +506,7 @@ mod tests {
             },
             WireEntry {
                 id: id + 1,
-                task_id: Some(task),
+                task_id: Some(InboundId::new(task)),
                 message: ChatMessage::Tool {
                     tool_call_id: format!("c{id}"),
                     content: "r".to_owned(),
@@ -520,13 +520,13 @@ mod tests {
     fn a_running_task_is_cut_between_rounds_and_keeps_its_goal() {
         let mut view = vec![user(1, "first"), assistant(2, "hi")];
         view.push(WireEntry {
-            task_id: Some(3),
+            task_id: Some(InboundId::new(3)),
             ..user(3, "the goal")
         });
         for id in [4, 6, 8, 10] {
             view.extend(round(id, 3));
         }
-        let split = split_task(&view, 3, 2).expect("a cut");
+        let split = split_task(&view, InboundId::new(3), 2).expect("a cut");
         assert_eq!(
             split,
             Split {
@@ -551,7 +551,11 @@ mod tests {
             [1, 3, 7, 8, 9, 10, 11],
             "goal, then summary, then rounds"
         );
-        assert_eq!(split_task(&view, 3, 4), None, "nothing older to summarise");
+        assert_eq!(
+            split_task(&view, InboundId::new(3), 4),
+            None,
+            "nothing older to summarise"
+        );
     }
 
     #[test]
@@ -559,7 +563,7 @@ mod tests {
         let mut raw = vec![user(1, "first"), assistant(2, "a"), user(3, "b")];
         raw.push(assistant(4, "c"));
         raw.push(WireEntry {
-            task_id: Some(5),
+            task_id: Some(InboundId::new(5)),
             ..user(5, "the goal")
         });
         for id in [6, 8, 10, 12] {
@@ -572,7 +576,7 @@ mod tests {
             summary: "old".to_owned(),
         };
         let view = apply(raw.clone(), Some(&older));
-        let split = split_task(&view, 5, 2).expect("a cut");
+        let split = split_task(&view, InboundId::new(5), 2).expect("a cut");
         let newer = Compaction {
             pinned_id: view[split.pinned].id,
             through_id: view[split.cut - 1].id,

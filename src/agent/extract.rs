@@ -10,7 +10,7 @@
 //! recorded and charged like the summary's (scope `memory`); when it fails
 //! the compaction goes on without it.
 
-use crate::domain::PrincipalId;
+use crate::domain::{PrincipalId, Scope};
 use crate::store::{Batch, Remembered, StoreError};
 use crate::tools::memory::normalise_fact;
 use crate::tools::settings::MemorySettings;
@@ -58,7 +58,7 @@ pub async fn extract_facts(
             .join("\n")
     };
     let question = OneShot {
-        scope: "memory",
+        scope: &Scope::named("memory"),
         system: EXTRACT_SYSTEM,
         prompt: format!("Facts already kept:\n{known}\n\nConversation:\n\n{transcript}"),
         max_tokens: 1024,

@@ -18,6 +18,7 @@
 //! the path the HTTP API's streamed completions take, and the one platform
 //! adapters can use for live replies.
 
+use crate::domain::InboundId;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -69,7 +70,7 @@ impl Channel {
 /// The turns followed on this instance, by inbound message id.
 #[derive(Clone, Default)]
 pub struct LiveHub {
-    turns: Arc<Mutex<HashMap<i64, Arc<Channel>>>>,
+    turns: Arc<Mutex<HashMap<InboundId, Arc<Channel>>>>,
 }
 
 impl fmt::Debug for LiveHub {
@@ -81,13 +82,13 @@ impl fmt::Debug for LiveHub {
 }
 
 impl LiveHub {
-    fn lock(&self) -> MutexGuard<'_, HashMap<i64, Arc<Channel>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<InboundId, Arc<Channel>>> {
         self.turns.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Follows the turn of inbound message `inbound_id`, from now on.
     /// Subscribe before the turn is queued to hear all of it.
-    pub fn subscribe(&self, inbound_id: i64) -> LiveSubscription {
+    pub fn subscribe(&self, inbound_id: InboundId) -> LiveSubscription {
         let (sender, events) = mpsc::unbounded_channel();
         let channel = Arc::clone(self.lock().entry(inbound_id).or_default());
         channel.subscribers().push(sender);
@@ -99,14 +100,14 @@ impl LiveHub {
     }
 
     /// The publisher for a turn about to run here.
-    pub fn open(&self, inbound_id: i64) -> LiveTurn {
+    pub fn open(&self, inbound_id: InboundId) -> LiveTurn {
         let channel = Arc::clone(self.lock().entry(inbound_id).or_default());
         LiveTurn { channel }
     }
 
     /// Ends a turn: its subscribers hear [`LiveEvent::Finished`], then
     /// their subscription ends.
-    pub fn close(&self, inbound_id: i64) {
+    pub fn close(&self, inbound_id: InboundId) {
         let Some(channel) = self.lock().remove(&inbound_id) else {
             return;
         };
@@ -127,7 +128,7 @@ impl LiveHub {
     }
 
     /// Drops a turn nobody follows any more, unless it runs here.
-    fn release(&self, inbound_id: i64) {
+    fn release(&self, inbound_id: InboundId) {
         let mut turns = self.lock();
         let Some(channel) = turns.get(&inbound_id) else {
             return;
@@ -179,7 +180,7 @@ impl LiveTurn {
 /// instance: the reply comes through the runner all the same).
 pub struct LiveSubscription {
     hub: LiveHub,
-    inbound_id: i64,
+    inbound_id: InboundId,
     events: mpsc::UnboundedReceiver<LiveEvent>,
 }
 
@@ -212,13 +213,13 @@ mod tests {
     #[tokio::test]
     async fn subscribers_hear_a_turn_in_order_until_it_closes() {
         let hub = LiveHub::default();
-        let mut early = hub.subscribe(7);
-        let turn = hub.open(7);
+        let mut early = hub.subscribe(InboundId::new(7));
+        let turn = hub.open(InboundId::new(7));
         assert!(turn.is_watched());
         turn.publish(LiveEvent::Round { round: 1 });
-        let mut late = hub.subscribe(7);
+        let mut late = hub.subscribe(InboundId::new(7));
         turn.publish(LiveEvent::Text("hi".to_owned()));
-        hub.close(7);
+        hub.close(InboundId::new(7));
         // Published after the close: nobody hears it.
         turn.publish(LiveEvent::Text("lost".to_owned()));
         let mut heard = Vec::new();
@@ -243,8 +244,8 @@ mod tests {
     #[test]
     fn a_subscription_to_a_turn_run_elsewhere_is_released_when_dropped() {
         let hub = LiveHub::default();
-        let subscription = hub.subscribe(1);
-        let other = hub.subscribe(1);
+        let subscription = hub.subscribe(InboundId::new(1));
+        let other = hub.subscribe(InboundId::new(1));
         assert_eq!(hub.len(), 1);
         drop(subscription);
         assert_eq!(hub.len(), 1, "another subscriber still follows it");
@@ -252,11 +253,11 @@ mod tests {
         assert!(hub.is_empty());
 
         // A turn running here keeps its entry while subscribers come and go.
-        let turn = hub.open(2);
-        drop(hub.subscribe(2));
+        let turn = hub.open(InboundId::new(2));
+        drop(hub.subscribe(InboundId::new(2)));
         assert_eq!(hub.len(), 1);
         assert!(!turn.is_watched());
-        hub.close(2);
+        hub.close(InboundId::new(2));
         assert!(hub.is_empty());
     }
 }

@@ -14,7 +14,7 @@
 //! live call gave, and its checkpoint is marked `cache_hit`; a live success
 //! is stored for the next same call.
 
-use crate::domain::{ChatMessage, PrincipalId, ToolCall, ToolCallStatus, canonical_json};
+use crate::domain::{ChatMessage, ToolCall, ToolCallStatus, canonical_json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -325,7 +325,7 @@ async fn execute(
     let ctx = ToolContext {
         request_id: request_id.to_owned(),
         session_id: env.session_id.clone(),
-        principal: env.principal_id.map(PrincipalId::new),
+        principal: env.principal_id,
         subagents: Some(Arc::new(SubAgentRunner::new(
             Arc::clone(agent),
             Arc::clone(env),

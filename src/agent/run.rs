@@ -11,7 +11,7 @@
 //! it arrives, with tool calls as they start and end; the stored steps are
 //! the same either way.
 
-use crate::domain::{ChatMessage, Outcome, SessionId, ToolCall};
+use crate::domain::{ChatMessage, InboundId, Outcome, PrincipalId, Scope, SessionId, ToolCall};
 use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -43,12 +43,12 @@ pub struct LoopEnv {
     /// Where the loop counts its model and tool calls.
     pub metrics: Metrics,
     pub session_id: SessionId,
-    pub task_id: i64,
+    pub task_id: InboundId,
     /// `""` for the session's own conversation; a sub-agent's path otherwise.
-    pub scope: String,
+    pub scope: Scope,
     /// Who sent the task's message; its model calls are counted against
     /// this principal's daily spend.
-    pub principal_id: Option<i64>,
+    pub principal_id: Option<PrincipalId>,
     /// Prices per model, for each call's cost estimate.
     pub prices: Arc<BTreeMap<String, Price>>,
     pub system_prompt: String,
@@ -344,7 +344,7 @@ fn take_step(
         )?;
         tracing::warn!(
             iteration,
-            scope = env.scope,
+            scope = %env.scope,
             "step budget spent; asking for a summary"
         );
         CallKind::Final
@@ -416,7 +416,7 @@ async fn call_step(
     let latency_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
     tracing::info!(
         iteration,
-        scope = env.scope,
+        scope = %env.scope,
         request_id,
         input_tokens = response.usage.input_tokens,
         output_tokens = response.usage.output_tokens,
@@ -664,7 +664,7 @@ impl MidTaskCompaction {
                     .collect();
                 self.tokens_per_byte = None;
                 tracing::info!(
-                    task_id = env.task_id,
+                    task_id = env.task_id.get(),
                     messages = history.len(),
                     "history compacted while the task runs"
                 );

@@ -10,12 +10,12 @@
 //! answer's text; compaction's summary and the extraction of a person's
 //! facts) is such a step of its own.
 
+use crate::domain::{ChatMessage, Scope};
 use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 
-use crate::domain::ChatMessage;
 use crate::llm::{ModelRequest, ModelResponse};
 use crate::store::{Batch, ModelCallEnd, ModelCallStart, Store, StoreError};
 use crate::usage::{Price, price_for};
@@ -107,7 +107,7 @@ where
 #[derive(Debug, Clone)]
 pub struct OneShot<'a> {
     /// The call's scope in its record (`compaction`, `memory`).
-    pub scope: &'a str,
+    pub scope: &'a Scope,
     pub system: &'a str,
     /// The one user message.
     pub prompt: String,

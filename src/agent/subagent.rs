@@ -81,7 +81,7 @@ impl SubAgents for SubAgentRunner {
             toolset,
         });
         let env = Arc::new(LoopEnv {
-            scope: format!("{}/{}", self.env.scope, self.request_id),
+            scope: self.env.scope.child(&self.request_id),
             system_prompt: sub_agent_prompt(child.toolset.specs()),
             depth,
             context: None,

@@ -14,6 +14,7 @@
 //! choices, then `[DONE]`. A turn run by another instance sends no live
 //! text; its reply comes whole when the turn ends.
 
+use crate::domain::{InboundId, InboundStatus, LocalPlatform, SessionId};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -37,7 +38,6 @@ use super::sessions::with_session_header;
 use super::transcript::{self, RequestMessage, Transcript};
 use super::{ApiError, ApiState, SESSION_HEADER};
 use crate::agent::live::{LiveEvent, LiveSubscription};
-use crate::domain::{InboundStatus, LocalPlatform, SessionId};
 use crate::session::runner::TurnReply;
 use crate::session::service::{Admission, SubmitOptions};
 
@@ -141,7 +141,7 @@ async fn answer(
 
 /// A submitted message whose turn's reply is awaited.
 struct Turn {
-    inbound_id: i64,
+    inbound_id: InboundId,
     session_id: SessionId,
     reply: oneshot::Receiver<TurnReply>,
     /// The turn's live events, for a streamed request.
@@ -160,7 +160,7 @@ enum NoReply {
 
 impl NoReply {
     /// The error for the turn `turn` of `session_id`.
-    fn into_error(self, session_id: &SessionId, turn: i64) -> ApiError {
+    fn into_error(self, session_id: &SessionId, turn: InboundId) -> ApiError {
         match self {
             Self::Closed => ApiError::Internal("the turn ended without a reply".to_owned()),
             Self::TimedOut => ApiError::Timeout {
@@ -520,7 +520,7 @@ impl Shown {
 }
 
 /// The turn's token counts, as a `usage` object.
-async fn usage_of(state: &ApiState, inbound_id: i64) -> Result<Value, ApiError> {
+async fn usage_of(state: &ApiState, inbound_id: InboundId) -> Result<Value, ApiError> {
     let usage = state
         .store
         .usage()

@@ -3,6 +3,7 @@
 //! Two faces: what the client may see (a clear message for its own mistakes,
 //! a generic one for ours) and what the log keeps (the real cause, once).
 
+use crate::domain::InboundId;
 use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
@@ -34,7 +35,7 @@ pub enum ApiError {
          (add ?wait=SECONDS to wait for it)",
         turn_path(session_id, *turn)
     )]
-    Timeout { session_id: String, turn: i64 },
+    Timeout { session_id: String, turn: InboundId },
     /// This instance is shutting down (or not ready): the client should try
     /// again, on another instance, after `retry_after_secs`. A message
     /// already taken is answered to a retry with the same Idempotency-Key.
@@ -102,7 +103,7 @@ impl IntoResponse for ApiError {
 }
 
 /// Where a turn's reply is read: `GET` it, with `?wait=SECONDS` to wait.
-pub fn turn_path(session_id: &str, turn: i64) -> String {
+pub fn turn_path(session_id: &str, turn: InboundId) -> String {
     format!("/v1/sessions/{session_id}/turns/{turn}")
 }
 

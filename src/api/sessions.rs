@@ -9,7 +9,7 @@
 //! or one without an owner (a group chat), is answered like a missing one.
 //! Responses about one session, errors included, carry `X-Session-Id`.
 
-use crate::domain::{InboundStatus, Outcome, Role, SessionId};
+use crate::domain::{InboundId, InboundStatus, Outcome, Role, SessionId};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -165,7 +165,7 @@ pub async fn turn(
         let session = reachable(&state, caller.scope(), &id).await?;
         let Query(query) = query.map_err(|err| ApiError::BadRequest(err.body_text()))?;
         let missing = || ApiError::NotFound(format!("no turn {turn} in session {id}"));
-        let turn: i64 = turn.parse().map_err(|_| missing())?;
+        let turn = InboundId::new(turn.parse().map_err(|_| missing())?);
         let wait = Duration::from_secs(query.wait.unwrap_or(0)).min(state.reply_timeout);
         let mut record = read_turn(&state, &session, turn)
             .await?
@@ -225,7 +225,7 @@ pub(super) async fn reachable(
 async fn read_turn(
     state: &ApiState,
     session: &SessionId,
-    turn: i64,
+    turn: InboundId,
 ) -> Result<Option<TurnRecord>, ApiError> {
     state
         .store

@@ -48,6 +48,7 @@
 //! carries. Ids are global: one taken by another caller is a 404, so clients
 //! should pick unguessable ones.
 
+use crate::domain::{ChatMessage, InboundId, Scope, SessionId, ToolCall, canonical_json};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use switchboard_contract::{ChatId, EventId, InboundMessage};
@@ -56,7 +57,6 @@ use super::caller::Caller;
 pub use super::images::ImagePart;
 use super::sessions::reachable;
 use super::{ApiError, ApiState};
-use crate::domain::{ChatMessage, SessionId, ToolCall, canonical_json};
 use crate::session::service::SubmitOptions;
 use crate::store::{StoreError, TranscriptOwner};
 
@@ -408,7 +408,7 @@ impl Route {
         caller: &Caller,
         sender: &str,
         session_id: &SessionId,
-        inbound_id: i64,
+        inbound_id: InboundId,
     ) {
         let Self::ByTranscript { key } = self else {
             return;
@@ -611,7 +611,11 @@ async fn tools_agree(
     session: &SessionId,
     history: &[ChatMessage],
 ) -> Result<bool, StoreError> {
-    let stored = state.store.transcript().wire_history(session, "").await?;
+    let stored = state
+        .store
+        .transcript()
+        .wire_history(session, &Scope::top())
+        .await?;
     let stored_calls: Vec<&ToolCall> = stored
         .iter()
         .flat_map(|entry| match &entry.message {
@@ -647,7 +651,7 @@ async fn tools_agree(
 /// duplicate of the first.
 fn continuation_event(
     session: &SessionId,
-    inbound_id: i64,
+    inbound_id: InboundId,
     text: &str,
 ) -> Result<EventId, ApiError> {
     let mut hash = Sha256::new();

@@ -19,7 +19,9 @@ use super::ConsoleState;
 use super::auth::{Admin, Kind, LOGIN_COOKIE, LOGIN_PATH, SESSION_COOKIE, cookie, same_origin};
 use super::charts::Bar;
 use super::templates::{self, DayFigures, Nav, OverviewView, SearchForm, UsageLine};
-use crate::domain::{PairingStatus, SessionId, Usage, day_label, now_ms, start_of_today_ms};
+use crate::domain::{
+    PairingStatus, PrincipalId, SessionId, Usage, day_label, now_ms, start_of_today_ms,
+};
 use crate::session::access::Decision;
 use crate::session::texts::NO_PAIRING_REQUEST;
 use crate::store::{SessionFilter, StoreError, UsageGroup, UsageKey};
@@ -233,7 +235,7 @@ pub async fn conversations(
     let nonempty = |value: &str| Some(value.trim().to_owned()).filter(|v| !v.is_empty());
     let filter = SessionFilter {
         platform: nonempty(&form.platform),
-        principal_id: form.principal.trim().parse().ok(),
+        principal_id: form.principal.trim().parse().ok().map(PrincipalId::new),
         text: nonempty(&form.q),
     };
     let mut sessions = state

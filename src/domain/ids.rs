@@ -79,6 +79,94 @@ impl fmt::Display for PrincipalId {
     }
 }
 
+/// An inbound message's id: the row that records it, the turn it starts
+/// (its task: every entry the turn writes carries it) and the key its
+/// reply and waiters are found by.
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct InboundId(i64);
+
+impl InboundId {
+    pub const fn new(id: i64) -> Self {
+        Self(id)
+    }
+
+    pub const fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for InboundId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl fmt::Debug for InboundId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Whose conversation a transcript entry belongs to within its session:
+/// the session's own ([`Scope::top`], stored as `""`), a sub-agent's (its
+/// path, `/mc-…` under its parent) or a side call's (`memory`).
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct Scope(String);
+
+impl Scope {
+    /// The session's own conversation.
+    #[must_use]
+    pub const fn top() -> Self {
+        Self(String::new())
+    }
+
+    /// A side call's own scope (`memory`).
+    #[must_use]
+    pub fn named(name: &str) -> Self {
+        Self(name.to_owned())
+    }
+
+    /// A scope as stored.
+    #[must_use]
+    pub fn stored(text: String) -> Self {
+        Self(text)
+    }
+
+    /// The scope of a sub-agent started by the call `request_id` in this
+    /// scope.
+    #[must_use]
+    pub fn child(&self, request_id: &str) -> Self {
+        Self(format!("{}/{request_id}", self.0))
+    }
+
+    /// Whether this is the session's own conversation.
+    #[must_use]
+    pub fn is_top(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// As stored (`""` for the session's own conversation).
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,7 +20,7 @@ pub mod status;
 pub use canonical::canonical_json;
 pub use clock::{DAY_MS, day_label, millis, now_ms, start_of_today_ms};
 pub use conversation::{ChatMessage, StopReason, StoredTool, ToolCall, ToolSpec, Usage};
-pub use ids::{InvalidSessionId, PrincipalId, SessionId};
+pub use ids::{InboundId, InvalidSessionId, PrincipalId, Scope, SessionId};
 pub use media::{Derived, MediaRef, Part, Shown, user_parts};
 pub use platform::LocalPlatform;
 pub use setting::{BaseUrl, InvalidSetting, closest};

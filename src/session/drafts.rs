@@ -24,6 +24,7 @@
 //! draft, made with the turn's key, is that same message; on Telegram a
 //! group may then keep the partial message beside the reply.
 
+use crate::domain::InboundId;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,7 +101,7 @@ pub struct DraftWriter {
     sender: Arc<dyn PlatformSender>,
     /// The turn's fenced store, where the draft's message is recorded.
     store: Store,
-    inbound_id: i64,
+    inbound_id: InboundId,
     interval: Duration,
     draft: Draft,
 }
@@ -112,7 +113,7 @@ impl DraftWriter {
     pub fn new(
         sender: Arc<dyn PlatformSender>,
         store: Store,
-        inbound_id: i64,
+        inbound_id: InboundId,
         chat: ChatRef,
         reply_to: Option<String>,
         message_id: Option<String>,
@@ -126,7 +127,7 @@ impl DraftWriter {
             draft: Draft {
                 chat,
                 reply_to,
-                draft_id: inbound_id.max(1),
+                draft_id: inbound_id.get().max(1),
                 // Set before the first draft is shown.
                 key: String::new(),
                 message_id,
@@ -289,17 +290,18 @@ mod tests {
         store.database_id().await.expect("database id");
         tokio::time::pause();
         let hub = LiveHub::default();
-        let turn = hub.open(9);
+        let turn = hub.open(InboundId::new(9));
         let as_sender: Arc<dyn PlatformSender> = Arc::clone(sender) as _;
-        let writer = DraftWriter::new(as_sender, store, 9, chat(), None, None).expect("drafts");
-        let writer = tokio::spawn(writer.run(hub.subscribe(9)));
+        let writer = DraftWriter::new(as_sender, store, InboundId::new(9), chat(), None, None)
+            .expect("drafts");
+        let writer = tokio::spawn(writer.run(hub.subscribe(InboundId::new(9))));
         let start = Instant::now();
         turn.publish(LiveEvent::Round { round: 1 });
         for n in 0..pieces {
             turn.publish(LiveEvent::Text(format!("w{n} ")));
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        hub.close(9);
+        hub.close(InboundId::new(9));
         assert_eq!(writer.await.expect("writer"), None);
         start
     }

@@ -23,6 +23,7 @@
 //! is asked their texts joined by newlines, and its reply, which answers
 //! the burst's first message, reaches the callers waiting on any of them.
 
+use crate::domain::{InboundId, InboundStatus, LocalPlatform, SessionId, StopCause};
 use crate::metrics::Metrics;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -38,7 +39,6 @@ use tracing::Instrument;
 use super::drafts::DraftWriter;
 use super::turn::{TurnControl, TurnExecutor};
 use crate::agent::live::LiveHub;
-use crate::domain::{InboundStatus, LocalPlatform, SessionId, StopCause};
 use crate::store::{
     Batch, Burst, Claim, Fence, InboundRow, Next, OutboxRow, Renewal, Store, StoreError,
 };
@@ -46,7 +46,7 @@ use crate::store::{
 /// How a turn ended, for whoever waits on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnReply {
-    pub inbound_id: i64,
+    pub inbound_id: InboundId,
     pub session_id: SessionId,
     pub text: String,
     pub status: InboundStatus,
@@ -145,7 +145,7 @@ struct Inner {
     running: Mutex<HashMap<SessionId, (Arc<TurnControl>, Fence)>>,
     /// Callers waiting for a turn's reply, by inbound id: any number per
     /// turn (a completion, its retry, readers of the turn).
-    waiters: Mutex<HashMap<i64, Vec<Waiter>>>,
+    waiters: Mutex<HashMap<InboundId, Vec<Waiter>>>,
     /// Subscribers following turns live; every turn run here publishes to
     /// it, and closes it before its reply is handed out.
     live: LiveHub,
@@ -220,7 +220,7 @@ impl Runner {
     /// Returns a receiver for the reply to an inbound message, wherever its
     /// turn runs. Register before calling [`Runner::notify`] so the reply
     /// cannot be missed. Every caller registered for a turn gets its reply.
-    pub fn wait_for(&self, inbound_id: i64) -> oneshot::Receiver<TurnReply> {
+    pub fn wait_for(&self, inbound_id: InboundId) -> oneshot::Receiver<TurnReply> {
         let (reply, receiver) = oneshot::channel();
         lock(&self.inner.waiters)
             .entry(inbound_id)
@@ -233,7 +233,7 @@ impl Runner {
     }
 
     /// Takes a turn's waiters out, for a caller that answers them itself.
-    pub fn take_waiters(&self, inbound_id: i64) -> Vec<oneshot::Sender<TurnReply>> {
+    pub fn take_waiters(&self, inbound_id: InboundId) -> Vec<oneshot::Sender<TurnReply>> {
         lock(&self.inner.waiters)
             .remove(&inbound_id)
             .into_iter()
@@ -244,7 +244,7 @@ impl Runner {
 
     /// Forgets the waiters of a turn that gave up (dropped their receiver);
     /// the others keep waiting.
-    pub fn forget(&self, inbound_id: i64) {
+    pub fn forget(&self, inbound_id: InboundId) {
         let mut waiters = lock(&self.inner.waiters);
         if let Some(turn) = waiters.get_mut(&inbound_id) {
             turn.retain(|waiter| !waiter.reply.is_closed());
@@ -262,8 +262,8 @@ impl Runner {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn reply_stored(&self, inbound_ids: Option<&[i64]>) -> Result<(), StoreError> {
-        let ids: Vec<i64> = {
+    pub async fn reply_stored(&self, inbound_ids: Option<&[InboundId]>) -> Result<(), StoreError> {
+        let ids: Vec<InboundId> = {
             let waiters = lock(&self.inner.waiters);
             match inbound_ids {
                 Some(ids) => ids
@@ -645,10 +645,10 @@ impl Runner {
         loop {
             // The later messages of its burst, merged into it by the claim.
             let merged = store.inbound().burst_of(inbound.id).await?;
-            let merged_ids: Vec<i64> = merged.iter().map(|row| row.id).collect();
+            let merged_ids: Vec<InboundId> = merged.iter().map(|row| row.id).collect();
             if !merged.is_empty() {
                 tracing::info!(
-                    inbound_id = inbound.id,
+                    inbound_id = inbound.id.get(),
                     merged = merged.len(),
                     "a burst of messages runs as one turn"
                 );
@@ -772,7 +772,7 @@ impl Runner {
             trace_id = %trace_id,
             session_id = %inbound.session_id,
             platform = %inbound.platform,
-            inbound_id = inbound.id
+            inbound_id = inbound.id.get()
         );
         // The reply goes back to the chat the message came from.
         let typing = self.typing_indicator(&chat_of(inbound));
@@ -839,7 +839,7 @@ impl Runner {
     async fn with_lease_renewal<T>(
         &self,
         fence: &Fence,
-        inbound_id: i64,
+        inbound_id: InboundId,
         control: &TurnControl,
         on_lost: OnLost,
         work: impl Future<Output = Result<T, StoreError>>,

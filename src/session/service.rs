@@ -10,7 +10,7 @@
 //! answers it as a [command](super::commands) or queues it for the
 //! session's runner.
 
-use crate::domain::{InboundStatus, Outcome, PrincipalId, SessionId, StopCause};
+use crate::domain::{InboundId, InboundStatus, Outcome, PrincipalId, SessionId, StopCause};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -36,7 +36,7 @@ use crate::tools::memory::MEMORY;
 pub enum Admission {
     /// Queued for its session's runner.
     Accepted {
-        inbound_id: i64,
+        inbound_id: InboundId,
         session_id: SessionId,
     },
     /// The same platform event was recorded before.
@@ -45,7 +45,7 @@ pub enum Admission {
     Ignored,
     /// A command, answered through the outbox.
     Handled {
-        inbound_id: i64,
+        inbound_id: InboundId,
         session_id: SessionId,
         reply: String,
     },
@@ -337,7 +337,7 @@ impl SessionService {
     /// chat, or wakes its session's runner.
     async fn settle(
         &self,
-        inbound_id: i64,
+        inbound_id: InboundId,
         place: Place,
         dispatched: Dispatched,
     ) -> Result<Admission, StoreError> {
@@ -372,7 +372,7 @@ impl SessionService {
     /// answer reaches the chat while the outbox keeps only its stored form.
     async fn answer(
         &self,
-        inbound_id: i64,
+        inbound_id: InboundId,
         session_id: SessionId,
         answer: Answer,
     ) -> Result<Admission, StoreError> {
@@ -448,7 +448,7 @@ fn new_inbound(
         speaker: super::speaker::label(message.chat_kind, &message.sender),
         text: Command::recorded_text(command, &message.text).to_owned(),
         status,
-        principal_id: Some(principal.get()),
+        principal_id: Some(principal),
         media: Vec::new(),
     }
 }

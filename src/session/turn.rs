@@ -2,7 +2,9 @@
 //! even when a cached agent exists), run the agent loop, and end the turn in
 //! one transaction with its reply in the outbox.
 
-use crate::domain::{ChatMessage, InboundStatus, MediaRef, Outcome, StopCause};
+use crate::domain::{
+    ChatMessage, InboundId, InboundStatus, MediaRef, Outcome, PrincipalId, Scope, StopCause,
+};
 use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -540,7 +542,7 @@ impl TurnExecutor {
             first_writes.append_message(&NewMessage::from_wire(
                 &session.id,
                 Some(inbound.id),
-                "",
+                &Scope::top(),
                 user.clone(),
             ))?;
             history.push(user);
@@ -601,7 +603,7 @@ impl TurnExecutor {
             metrics: self.metrics.clone(),
             session_id: session.id.clone(),
             task_id: inbound.id,
-            scope: String::new(),
+            scope: Scope::top(),
             principal_id: inbound.principal_id,
             prices: Arc::clone(&self.prices),
             system_prompt: session.system_prompt.clone(),
@@ -624,7 +626,10 @@ impl TurnExecutor {
 
     /// The daily spend cap of the message's principal, with what it has
     /// spent today (one query, only when a cap is configured).
-    async fn spend_limit(&self, principal: Option<i64>) -> Result<Option<SpendLimit>, StoreError> {
+    async fn spend_limit(
+        &self,
+        principal: Option<PrincipalId>,
+    ) -> Result<Option<SpendLimit>, StoreError> {
         let daily = self.limits.principal_daily_usd;
         let Some(principal) = principal.filter(|_| daily > 0.0) else {
             return Ok(None);
@@ -679,7 +684,7 @@ impl TurnExecutor {
 
 /// Whether the user message of task `inbound_id` is stored in `stored`
 /// (the task is resumed, not new).
-fn asked(stored: &[WireEntry], inbound_id: i64) -> bool {
+fn asked(stored: &[WireEntry], inbound_id: InboundId) -> bool {
     stored.iter().any(|entry| {
         entry.task_id == Some(inbound_id) && matches!(entry.message, ChatMessage::User { .. })
     })

@@ -4,11 +4,11 @@
 //! clients start: seeded with the transcript they sent, or under an id they
 //! chose.
 
+use crate::domain::{ChatMessage, InboundId, Scope, SessionId, now_ms};
 use sqlx::Row;
 
 use super::session_id::session_id_from_row;
 use super::{Arg, Batch, NewMessage, NewSession, Store, StoreError};
-use crate::domain::{ChatMessage, SessionId, now_ms};
 
 /// What the HTTP API reads and records: transcripts clients resend, their sessions, messages and turns.
 #[derive(Clone, Copy)]
@@ -37,11 +37,11 @@ pub struct TranscriptOwner<'a> {
 pub struct TranscriptCandidate {
     pub session_id: SessionId,
     /// The turn the key was written for.
-    pub inbound_id: i64,
+    pub inbound_id: InboundId,
     /// Its reply, once stored.
     pub reply: Option<String>,
     /// The session's latest message (turn or command).
-    pub latest_inbound: Option<i64>,
+    pub latest_inbound: Option<InboundId>,
 }
 
 /// Candidates examined per lookup, most recent first: equal prefixes of
@@ -61,7 +61,7 @@ impl ApiViews<'_> {
         owner: TranscriptOwner<'_>,
         prefix_sha: &str,
         session_id: &SessionId,
-        inbound_id: i64,
+        inbound_id: InboundId,
     ) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO api_transcripts (account, sender, prefix_sha, session_id, inbound_id, \
@@ -189,7 +189,7 @@ impl ApiViews<'_> {
             batch.append_message(&NewMessage::from_wire(
                 &session.id,
                 None,
-                "",
+                &Scope::top(),
                 message.clone(),
             ))?;
         }

@@ -6,7 +6,7 @@
 //! Sessions without an owner (group chats) are never anyone's here.
 
 use super::api_transcripts::ApiViews;
-use crate::domain::{InboundStatus, Outcome, SessionId};
+use crate::domain::{InboundId, InboundStatus, Outcome, SessionId};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use switchboard_contract::PlatformName;
@@ -57,7 +57,7 @@ pub struct TurnMessage {
 /// One turn: an inbound message, where it is, and its reply once stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnRecord {
-    pub id: i64,
+    pub id: InboundId,
     pub session_id: SessionId,
     pub text: String,
     pub status: InboundStatus,
@@ -262,7 +262,7 @@ impl ApiViews<'_> {
     pub async fn turn(
         self,
         session_id: &SessionId,
-        turn: i64,
+        turn: InboundId,
     ) -> Result<Option<TurnRecord>, StoreError> {
         let row = sqlx::query(&format!(
             "{TURN_SELECT} WHERE i.id = $1 AND i.session_id = $2"

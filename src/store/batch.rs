@@ -44,6 +44,7 @@
 //! cannot give none (an `INSERT … VALUES`, a `COUNT`), and others go through
 //! [`Batch::push_returning_optional`].
 
+use crate::domain::{InboundId, PrincipalId, SessionId};
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::hash::{Hash as _, Hasher as _};
@@ -55,7 +56,6 @@ use sqlx::{Either, Executor, Row};
 
 use super::literal::{LiteralError, push_literal};
 use super::{Backend, Store, StoreError, leases};
-use crate::domain::SessionId;
 
 /// One bound value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +73,24 @@ impl From<i64> for Arg {
 impl From<Option<i64>> for Arg {
     fn from(value: Option<i64>) -> Self {
         Self::Int(value)
+    }
+}
+
+impl From<InboundId> for Arg {
+    fn from(value: InboundId) -> Self {
+        Self::Int(Some(value.get()))
+    }
+}
+
+impl From<Option<InboundId>> for Arg {
+    fn from(value: Option<InboundId>) -> Self {
+        Self::Int(value.map(InboundId::get))
+    }
+}
+
+impl From<Option<PrincipalId>> for Arg {
+    fn from(value: Option<PrincipalId>) -> Self {
+        Self::Int(value.map(PrincipalId::get))
     }
 }
 

@@ -4,7 +4,7 @@
 //! conversation's turns, messages and compactions, and the principals with
 //! their identities and today's spend. Read only, every list paginated.
 
-use crate::domain::{InboundStatus, Outcome, PrincipalId, SessionId};
+use crate::domain::{InboundId, InboundStatus, Outcome, PrincipalId, SessionId};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -65,7 +65,7 @@ pub struct ConsoleSession {
     pub id: SessionId,
     pub platform: String,
     pub chat_id: String,
-    pub principal_id: Option<i64>,
+    pub principal_id: Option<PrincipalId>,
     pub title: Option<String>,
     /// The first user message, for sessions without a title.
     pub first_text: Option<String>,
@@ -77,7 +77,7 @@ pub struct ConsoleSession {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SessionFilter {
     pub platform: Option<String>,
-    pub principal_id: Option<i64>,
+    pub principal_id: Option<PrincipalId>,
     /// Found in the title or any message (case-insensitive).
     pub text: Option<String>,
 }
@@ -86,7 +86,7 @@ pub struct SessionFilter {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsoleTurn {
     /// The inbound message's id: `inbound_id` on the turn's log lines.
-    pub id: i64,
+    pub id: InboundId,
     pub sender_id: String,
     pub sender_name: Option<String>,
     pub text: String,
@@ -109,7 +109,7 @@ pub struct ConsoleTurn {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsoleMessage {
     pub id: i64,
-    pub task_id: Option<i64>,
+    pub task_id: Option<InboundId>,
     /// `""` for the conversation itself, a sub-agent's path otherwise.
     pub scope: String,
     pub role: String,
@@ -404,8 +404,8 @@ impl ConsoleViews<'_> {
     pub async fn messages(
         self,
         session: &SessionId,
-        first_task: i64,
-        last_task: i64,
+        first_task: InboundId,
+        last_task: InboundId,
     ) -> Result<Vec<ConsoleMessage>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, task_id, scope, role, content, tool_calls, tool_call_id, is_error, \

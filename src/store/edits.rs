@@ -6,8 +6,7 @@ use super::StoreError;
 use super::inbound::Inbound;
 use super::messages::Transcript;
 use super::sessions::Sessions;
-
-use crate::domain::{SessionId, now_ms};
+use crate::domain::{InboundId, SessionId, now_ms};
 
 /// The exchange [`Transcript::hide_last_exchange`] hid.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,7 +23,7 @@ impl Inbound<'_> {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn requeue(self, inbound_id: i64, text: &str) -> Result<(), StoreError> {
+    pub async fn requeue(self, inbound_id: InboundId, text: &str) -> Result<(), StoreError> {
         sqlx::query("UPDATE inbound SET text = $1, status = 'pending' WHERE id = $2")
             .bind(text)
             .bind(inbound_id)

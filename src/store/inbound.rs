@@ -6,16 +6,18 @@
 //! takes them in id order, so a message that arrives during a turn is queued,
 //! never lost, and survives a restart.
 
-use crate::domain::{InboundStatus, MediaRef, Outcome, SessionId, StopCause, now_ms};
+use crate::domain::{
+    InboundId, InboundStatus, MediaRef, Outcome, PrincipalId, SessionId, StopCause, now_ms,
+};
 use sqlx::any::AnyRow;
 use sqlx::{Connection, Row};
 
 use switchboard_contract::{AccountId, ChatId, EventId, PlatformName, ThreadId, UserId};
 
+use super::codec::MediaJson;
 use super::leases::{Fence, granted_token};
-use super::platform_ids::{id_from_row, optional_id_from_row};
 use super::session_id::{parse_stored, session_id_from_row};
-use super::{Arg, Batch, Store, StoreError, optional_stored};
+use super::{Arg, Batch, Store, StoreError};
 
 /// Inbound messages: recording them once, the per-session queue, claims, stop requests and pruning.
 #[derive(Clone, Copy)]
@@ -30,8 +32,9 @@ impl Store {
     }
 }
 
-/// An inbound message to record.
-#[derive(Debug, Clone)]
+/// An inbound message to record; as stored, it is the body of an
+/// [`InboundRow`].
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct NewInbound {
     pub platform: PlatformName,
     pub account: AccountId,
@@ -49,42 +52,45 @@ pub struct NewInbound {
     pub status: InboundStatus,
     /// The sender's principal (usage and spend limits are counted per
     /// principal).
-    pub principal_id: Option<i64>,
-    /// The files of the message, stored in the blob store.
+    pub principal_id: Option<PrincipalId>,
+    /// The files of the message, stored in the blob store (see migration
+    /// 0015).
+    #[sqlx(try_from = "MediaJson")]
     pub media: Vec<MediaRef>,
 }
 
-/// An inbound message as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An inbound message as stored: what was recorded ([`NewInbound`], which
+/// it dereferences to) and what its turn made of it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct InboundRow {
-    pub id: i64,
-    pub platform: PlatformName,
-    pub account: AccountId,
-    pub event_id: EventId,
-    pub session_id: SessionId,
-    pub chat_id: ChatId,
-    pub thread_id: Option<ThreadId>,
-    pub message_id: Option<String>,
-    pub sender_id: UserId,
-    pub sender_name: Option<String>,
-    /// In a group chat, the sender as the model is told it.
-    pub speaker: Option<String>,
-    pub text: String,
-    pub status: InboundStatus,
+    pub id: InboundId,
+    #[sqlx(flatten)]
+    pub message: NewInbound,
     pub outcome: Option<Outcome>,
     pub received_at: i64,
-    pub principal_id: Option<i64>,
     /// A stop requested for this message's turn (`/stop`, an interrupting
     /// message), by any instance.
     pub stop_cause: Option<StopCause>,
     /// The first message of the burst this one was merged into (its turn
     /// answers both), if it was.
-    pub burst_of: Option<i64>,
+    pub burst_of: Option<InboundId>,
     /// The platform message showing this turn's reply as it is written, if
     /// a draft message was created (see migration 0011).
     pub draft_message_id: Option<String>,
-    /// The files of the message (see migration 0015).
-    pub media: Vec<MediaRef>,
+}
+
+impl std::ops::Deref for InboundRow {
+    type Target = NewInbound;
+
+    fn deref(&self) -> &NewInbound {
+        &self.message
+    }
+}
+
+impl std::ops::DerefMut for InboundRow {
+    fn deref_mut(&mut self) -> &mut NewInbound {
+        &mut self.message
+    }
 }
 
 const INBOUND_COLUMNS: &str = "id, platform, account, event_id, session_id, chat_id, thread_id, \
@@ -252,37 +258,13 @@ pub enum Claim {
 }
 
 pub(super) fn inbound_from_row(row: &AnyRow) -> Result<InboundRow, StoreError> {
-    let status: String = row.try_get("status")?;
-    Ok(InboundRow {
-        id: row.try_get("id")?,
-        platform: id_from_row(row, "platform", PlatformName::parse)?,
-        account: id_from_row(row, "account", AccountId::parse)?,
-        event_id: id_from_row(row, "event_id", EventId::parse)?,
-        session_id: session_id_from_row(row, "session_id")?,
-        chat_id: id_from_row(row, "chat_id", ChatId::parse)?,
-        thread_id: optional_id_from_row(row, "thread_id", ThreadId::parse)?,
-        message_id: row.try_get("message_id")?,
-        sender_id: id_from_row(row, "sender_id", UserId::parse)?,
-        sender_name: row.try_get("sender_name")?,
-        speaker: row.try_get("speaker")?,
-        text: row.try_get("text")?,
-        status: super::stored("inbound status", &status)?,
-        outcome: optional_stored("outcome", row.try_get("outcome")?)?,
-        received_at: row.try_get("received_at")?,
-        principal_id: row.try_get("principal_id")?,
-        stop_cause: row
-            .try_get::<Option<String>, _>("stop_cause")?
-            .map(|cause| StopCause::read(&cause)),
-        burst_of: row.try_get("burst_of")?,
-        draft_message_id: row.try_get("draft_message_id")?,
-        media: parse_media(row.try_get("media")?)?,
-    })
+    super::read(row)
 }
 
 impl Batch {
     /// Records the `trace_id` of the turn answering message `inbound_id`
     /// (what its log lines carry), for the web console.
-    pub fn record_trace_id(&mut self, inbound_id: i64, trace_id: &str) {
+    pub fn record_trace_id(&mut self, inbound_id: InboundId, trace_id: &str) {
         self.push(
             "UPDATE inbound SET trace_id = $1 WHERE id = $2",
             vec![trace_id.into(), Arg::from(inbound_id)],
@@ -316,8 +298,8 @@ impl Inbound<'_> {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn record(self, inbound: &NewInbound) -> Result<Option<i64>, StoreError> {
-        let id = sqlx::query_scalar::<_, i64>(
+    pub async fn record(self, inbound: &NewInbound) -> Result<Option<InboundId>, StoreError> {
+        let id = sqlx::query_scalar::<_, InboundId>(
             "INSERT INTO inbound (platform, account, event_id, session_id, chat_id, thread_id, \
              message_id, sender_id, sender_name, speaker, text, status, received_at, principal_id, \
              media) \
@@ -411,7 +393,7 @@ impl Inbound<'_> {
     ///
     /// # Errors
     /// A database failure or a corrupt row.
-    pub async fn burst_of(self, first_id: i64) -> Result<Vec<InboundRow>, StoreError> {
+    pub async fn burst_of(self, first_id: InboundId) -> Result<Vec<InboundRow>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {INBOUND_COLUMNS} FROM inbound WHERE burst_of = $1 ORDER BY id"
         ))
@@ -500,7 +482,11 @@ impl Inbound<'_> {
     ///
     /// # Errors
     /// A database failure, or [`StoreError::LeaseLost`].
-    pub async fn record_draft(self, inbound_id: i64, message_id: &str) -> Result<(), StoreError> {
+    pub async fn record_draft(
+        self,
+        inbound_id: InboundId,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
         let mut batch = Batch::new();
         batch.push(
             "UPDATE inbound SET draft_message_id = $1 WHERE id = $2",
@@ -533,8 +519,11 @@ impl Inbound<'_> {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn running_turn(self, session_id: &SessionId) -> Result<Option<i64>, StoreError> {
-        let id = sqlx::query_scalar::<_, i64>(
+    pub async fn running_turn(
+        self,
+        session_id: &SessionId,
+    ) -> Result<Option<InboundId>, StoreError> {
+        let id = sqlx::query_scalar::<_, InboundId>(
             "SELECT id FROM inbound WHERE session_id = $1 AND status = 'running' LIMIT 1",
         )
         .bind(session_id.as_str())
@@ -552,7 +541,7 @@ impl Inbound<'_> {
         platform: &str,
         account: &str,
         event_id: &str,
-    ) -> Result<Option<(i64, SessionId)>, StoreError> {
+    ) -> Result<Option<(InboundId, SessionId)>, StoreError> {
         let row = sqlx::query(
             "SELECT id, session_id FROM inbound \
              WHERE platform = $1 AND account = $2 AND event_id = $3",

@@ -11,14 +11,13 @@
 //! migrations): once another instance has taken the session over, the old
 //! holder's writes fail with [`StoreError::LeaseLost`] and change nothing.
 
+use crate::domain::{InboundId, SessionId};
 use std::sync::Arc;
 
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::{Arg, Backend, Batch, Store, StoreError};
-
-use crate::domain::SessionId;
 
 /// Leases: session leases (renewal, release) and platform leases.
 #[derive(Clone, Copy)]
@@ -139,7 +138,7 @@ impl Leases<'_> {
     pub async fn renew(
         self,
         fence: &Fence,
-        inbound_id: i64,
+        inbound_id: InboundId,
         ttl_ms: i64,
     ) -> Result<Renewal, StoreError> {
         let mut batch = Batch::new();
@@ -294,7 +293,10 @@ mod tests {
         );
         assert_eq!(text_of_first(&base).await, "written by a");
         assert_eq!(
-            a.leases().renew(&fence_a, 1, TTL_MS).await.expect("renew"),
+            a.leases()
+                .renew(&fence_a, InboundId::new(1), TTL_MS)
+                .await
+                .expect("renew"),
             Renewal::Lost
         );
         a.leases().release(&fence_a, true).await.expect("release");
@@ -304,7 +306,10 @@ mod tests {
             .expect("the new holder writes");
         assert_eq!(text_of_first(&base).await, "written by b");
         assert_eq!(
-            b.leases().renew(&fence_b, 1, TTL_MS).await.expect("renew"),
+            b.leases()
+                .renew(&fence_b, InboundId::new(1), TTL_MS)
+                .await
+                .expect("renew"),
             Renewal::Held { stop: None },
             "the old holder's release left the new grant alone"
         );

@@ -5,7 +5,9 @@
 //! usage, latency, model, finish reason, request ids. [`Transcript::wire_history`]
 //! reads only the wire columns, so none of it reaches a model.
 
-use crate::domain::{ChatMessage, MediaRef, Role, SessionId, ToolCall, Usage, now_ms};
+use crate::domain::{
+    ChatMessage, InboundId, MediaRef, Role, Scope, SessionId, ToolCall, Usage, now_ms,
+};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -42,9 +44,9 @@ pub struct MessageMeta {
 pub struct NewMessage {
     pub session_id: SessionId,
     /// The inbound message whose task produced this entry.
-    pub task_id: Option<i64>,
+    pub task_id: Option<InboundId>,
     /// `""` for the session's own conversation; a sub-agent's path otherwise.
-    pub scope: String,
+    pub scope: Scope,
     pub role: Role,
     pub content: Option<String>,
     pub tool_calls: Vec<ToolCall>,
@@ -59,8 +61,8 @@ impl NewMessage {
     /// Builds the entry that a wire message came from.
     pub fn from_wire(
         session_id: &SessionId,
-        task_id: Option<i64>,
-        scope: &str,
+        task_id: Option<InboundId>,
+        scope: &Scope,
         wire: ChatMessage,
     ) -> Self {
         let mut files = Vec::new();
@@ -88,7 +90,7 @@ impl NewMessage {
         Self {
             session_id: session_id.clone(),
             task_id,
-            scope: scope.to_owned(),
+            scope: scope.clone(),
             role,
             content,
             tool_calls,
@@ -160,7 +162,7 @@ pub(super) fn parse_wire_view(raw: &str) -> Result<Vec<WireEntry>, StoreError> {
                 };
                 Ok(WireEntry {
                     id,
-                    task_id,
+                    task_id: task_id.map(InboundId::new),
                     message,
                 })
             },
@@ -186,7 +188,7 @@ type WireRow = (
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WireEntry {
     pub id: i64,
-    pub task_id: Option<i64>,
+    pub task_id: Option<InboundId>,
     pub message: ChatMessage,
 }
 
@@ -201,8 +203,8 @@ pub fn round_request_id(assistant_id: i64, index: usize) -> String {
 #[derive(Debug, Clone, Copy)]
 pub struct RoundStart<'a> {
     pub session_id: &'a SessionId,
-    pub task_id: Option<i64>,
-    pub scope: &'a str,
+    pub task_id: Option<InboundId>,
+    pub scope: &'a Scope,
     pub calls: &'a [ToolCall],
 }
 
@@ -211,8 +213,8 @@ pub struct RoundStart<'a> {
 pub struct ToolCheckpoint<'a> {
     pub request_id: &'a str,
     pub session_id: &'a SessionId,
-    pub task_id: Option<i64>,
-    pub scope: &'a str,
+    pub task_id: Option<InboundId>,
+    pub scope: &'a Scope,
     pub call_id: &'a str,
     pub name: &'a str,
     pub arguments: &'a str,
@@ -297,7 +299,7 @@ impl Batch {
                     format!("-{index}").into(),
                     round.session_id.into(),
                     round.task_id.into(),
-                    round.scope.into(),
+                    round.scope.as_str().into(),
                     call.id.as_str().into(),
                     call.name.as_str().into(),
                     call.arguments.as_str().into(),
@@ -317,7 +319,7 @@ impl Batch {
                 checkpoint.request_id.into(),
                 checkpoint.session_id.into(),
                 checkpoint.task_id.into(),
-                checkpoint.scope.into(),
+                checkpoint.scope.as_str().into(),
                 checkpoint.call_id.into(),
                 checkpoint.name.into(),
                 checkpoint.arguments.into(),
@@ -360,7 +362,7 @@ pub(super) fn message_from_row(row: &AnyRow) -> Result<StoredMessage, StoreError
         message: NewMessage {
             session_id: session_id_from_row(row, "session_id")?,
             task_id: row.try_get("task_id")?,
-            scope: row.try_get("scope")?,
+            scope: Scope::stored(row.try_get("scope")?),
             role: super::stored("message role", &role)?,
             content: row.try_get("content")?,
             tool_calls,
@@ -388,7 +390,7 @@ impl Transcript<'_> {
     pub async fn history(
         self,
         session_id: &SessionId,
-        scope: &str,
+        scope: &Scope,
     ) -> Result<Vec<StoredMessage>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 AND scope = $2 ORDER BY id"
@@ -410,7 +412,7 @@ impl Transcript<'_> {
     pub async fn wire_history(
         self,
         session_id: &SessionId,
-        scope: &str,
+        scope: &Scope,
     ) -> Result<Vec<WireEntry>, StoreError> {
         let sql = format!(
             "SELECT {} FROM messages WHERE session_id = $1 AND scope = $2 AND hidden = 0",

@@ -82,6 +82,7 @@ mod api_transcripts;
 mod api_views;
 mod batch;
 mod checkpoint;
+mod codec;
 mod compactions;
 mod console_views;
 mod edits;
@@ -113,7 +114,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::any::{AnyPoolOptions, AnyRow, install_default_drivers};
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
@@ -668,6 +669,20 @@ fn prepare_sqlite_url(url: &str) -> Result<String, StoreError> {
         query.push_str("mode=rwc");
     }
     Ok(format!("sqlite://{path}?{query}"))
+}
+
+/// A row read as `T` (`#[derive(sqlx::FromRow)]`); a value that decodes
+/// to no valid `T` is corrupt data.
+pub(crate) fn read<T>(row: &AnyRow) -> Result<T, StoreError>
+where
+    T: for<'r> sqlx::FromRow<'r, AnyRow>,
+{
+    T::from_row(row).map_err(|err| match err {
+        sqlx::Error::ColumnDecode { index, source } => {
+            StoreError::Corrupt(format!("column {index}: {source}"))
+        }
+        other => StoreError::Database(other),
+    })
 }
 
 /// A stored name read back as the enum `T` it is the name of; `what` says

@@ -7,7 +7,7 @@
 //! expired, on the database's clock. A delivery that retries renews its
 //! claim before each attempt; one that lost it stops.
 
-use crate::domain::{InboundStatus, OutboxStatus, Outcome, SessionId, now_ms};
+use crate::domain::{InboundId, InboundStatus, OutboxStatus, Outcome, SessionId, now_ms};
 use std::time::Duration;
 
 use sqlx::Row;
@@ -15,7 +15,6 @@ use sqlx::any::AnyRow;
 
 use switchboard_contract::{AccountId, ChatId, PlatformName, ThreadId};
 
-use super::platform_ids::{id_from_row, optional_id_from_row};
 use super::session_id::session_id_from_row;
 use super::{Arg, Batch, NewMessage, Store, StoreError};
 
@@ -33,11 +32,11 @@ impl Store {
 }
 
 /// A reply as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct OutboxRow {
     pub id: i64,
     pub session_id: SessionId,
-    pub inbound_id: i64,
+    pub inbound_id: InboundId,
     pub platform: PlatformName,
     pub account: AccountId,
     pub chat_id: ChatId,
@@ -74,7 +73,7 @@ impl OutboxRow {
 /// A finished turn's reply, as a waiting caller reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredReply {
-    pub inbound_id: i64,
+    pub inbound_id: InboundId,
     pub session_id: SessionId,
     pub text: String,
     pub status: InboundStatus,
@@ -83,7 +82,7 @@ pub struct StoredReply {
 /// How a turn ended, written atomically with its reply.
 #[derive(Debug, Clone)]
 pub struct TurnEnd<'a> {
-    pub inbound_id: i64,
+    pub inbound_id: InboundId,
     /// The final assistant entry, if the turn produced one.
     pub final_message: Option<&'a NewMessage>,
     pub reply: &'a str,
@@ -173,23 +172,7 @@ impl Batch {
 }
 
 fn outbox_from_row(row: &AnyRow) -> Result<OutboxRow, StoreError> {
-    let status: String = row.try_get("status")?;
-    Ok(OutboxRow {
-        id: row.try_get("id")?,
-        session_id: session_id_from_row(row, "session_id")?,
-        inbound_id: row.try_get("inbound_id")?,
-        platform: id_from_row(row, "platform", PlatformName::parse)?,
-        account: id_from_row(row, "account", AccountId::parse)?,
-        chat_id: id_from_row(row, "chat_id", ChatId::parse)?,
-        thread_id: optional_id_from_row(row, "thread_id", ThreadId::parse)?,
-        reply_to: row.try_get("reply_to")?,
-        text: row.try_get("text")?,
-        status: super::stored("outbox status", &status)?,
-        platform_message_id: row.try_get("platform_message_id")?,
-        attempts: row.try_get("attempts")?,
-        database_id: row.try_get("database_id")?,
-        replaces: row.try_get("replaces")?,
-    })
+    super::read(row)
 }
 
 impl Outbox<'_> {
@@ -344,7 +327,10 @@ impl Outbox<'_> {
     ///
     /// # Errors
     /// A database failure or a corrupt row.
-    pub async fn stored_replies(self, inbound_ids: &[i64]) -> Result<Vec<StoredReply>, StoreError> {
+    pub async fn stored_replies(
+        self,
+        inbound_ids: &[InboundId],
+    ) -> Result<Vec<StoredReply>, StoreError> {
         if inbound_ids.is_empty() {
             return Ok(Vec::new());
         }

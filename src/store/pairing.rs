@@ -9,7 +9,6 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use switchboard_contract::{AccountId, PlatformName, UserId};
 
-use super::platform_ids::id_from_row;
 use super::{Identity, Store, StoreError};
 
 /// Pairing requests from unknown senders and their decisions.
@@ -26,7 +25,7 @@ impl Store {
 }
 
 /// An unknown sender asking to talk to the agent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct PairingRequest {
     pub code: String,
     pub platform: PlatformName,
@@ -53,16 +52,7 @@ pub const PAIRING_TTL_MS: i64 = 3_600_000;
 const PAIRING_COLUMNS: &str = "code, platform, account, user_id, display_name, status, created_at";
 
 fn pairing_from_row(row: &AnyRow) -> Result<PairingRequest, StoreError> {
-    let status: String = row.try_get("status")?;
-    Ok(PairingRequest {
-        code: row.try_get("code")?,
-        platform: id_from_row(row, "platform", PlatformName::parse)?,
-        account: id_from_row(row, "account", AccountId::parse)?,
-        user_id: id_from_row(row, "user_id", UserId::parse)?,
-        display_name: row.try_get("display_name")?,
-        status: super::stored("pairing status", &status)?,
-        created_at: row.try_get("created_at")?,
-    })
+    super::read(row)
 }
 
 impl Principals<'_> {

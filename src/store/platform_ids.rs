@@ -18,18 +18,6 @@ pub(super) fn id_from_row<T>(
     parse(text).map_err(|err| corrupt(column, &err))
 }
 
-/// The id in nullable `column` of a row, checked by `parse`.
-pub(super) fn optional_id_from_row<T>(
-    row: &AnyRow,
-    column: &str,
-    parse: fn(String) -> Result<T, IdError>,
-) -> Result<Option<T>, StoreError> {
-    let text: Option<String> = row.try_get(column)?;
-    text.map(parse)
-        .transpose()
-        .map_err(|err| corrupt(column, &err))
-}
-
 fn corrupt(column: &str, err: &IdError) -> StoreError {
     StoreError::Corrupt(format!("{column}: {err}"))
 }

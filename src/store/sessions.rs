@@ -1,17 +1,16 @@
 //! Sessions (one conversation each, with its stored system prompt, model and
 //! toolset) and routes (which session a chat currently talks to).
 
-use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use sqlx::Connection;
 
 use switchboard_contract::{AccountId, ChatId, PlatformName, ThreadId};
 
+use super::codec::ToolsetJson;
 use super::compactions::{Compaction, conversation_columns, conversation_from_row};
-use super::platform_ids::{id_from_row, optional_id_from_row};
-use super::session_id::{parse_stored, session_id_from_row};
-use super::{Store, StoreError, WireEntry, to_u64};
+use super::session_id::parse_stored;
+use super::{Store, StoreError, WireEntry};
 use crate::domain::{PrincipalId, SessionId, StoredTool, now_ms};
 
 /// Sessions: their rows, routes from chats to sessions, and their settings (model, title).
@@ -28,7 +27,7 @@ impl Store {
 }
 
 /// A session as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct SessionRow {
     pub id: SessionId,
     /// The escaped origin key of the chat where the session started.
@@ -40,10 +39,13 @@ pub struct SessionRow {
     /// Built once when the session started; read back verbatim every turn.
     pub system_prompt: String,
     pub model: String,
+    #[sqlx(try_from = "ToolsetJson")]
     pub toolset: Vec<StoredTool>,
     pub title: Option<String>,
     /// The principal owning a direct-chat session; `None` for group chats.
+    #[sqlx(rename = "principal_id")]
     pub principal: Option<PrincipalId>,
+    #[sqlx(flatten)]
     pub totals: SessionTotals,
     pub created_at: i64,
     pub updated_at: i64,
@@ -59,12 +61,17 @@ pub struct SessionView {
 }
 
 /// Token and cost totals of a session.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
 pub struct SessionTotals {
+    #[sqlx(try_from = "i64")]
     pub input_tokens: u64,
+    #[sqlx(try_from = "i64")]
     pub output_tokens: u64,
+    #[sqlx(try_from = "i64")]
     pub cache_read_tokens: u64,
+    #[sqlx(try_from = "i64")]
     pub cache_write_tokens: u64,
+    #[sqlx(try_from = "i64")]
     pub cost_micros: u64,
 }
 
@@ -118,33 +125,7 @@ async fn insert_session(
 }
 
 fn session_from_row(row: &AnyRow) -> Result<SessionRow, StoreError> {
-    let toolset: String = row.try_get("toolset")?;
-    let toolset = serde_json::from_str(&toolset)
-        .map_err(|err| StoreError::Corrupt(format!("session toolset: {err}")))?;
-    Ok(SessionRow {
-        id: session_id_from_row(row, "id")?,
-        origin_key: row.try_get("origin_key")?,
-        platform: id_from_row(row, "platform", PlatformName::parse)?,
-        account: id_from_row(row, "account", AccountId::parse)?,
-        chat_id: id_from_row(row, "chat_id", ChatId::parse)?,
-        thread_id: optional_id_from_row(row, "thread_id", ThreadId::parse)?,
-        system_prompt: row.try_get("system_prompt")?,
-        model: row.try_get("model")?,
-        toolset,
-        title: row.try_get("title")?,
-        principal: row
-            .try_get::<Option<i64>, _>("principal_id")?
-            .map(PrincipalId::new),
-        totals: SessionTotals {
-            input_tokens: to_u64(row.try_get("input_tokens")?),
-            output_tokens: to_u64(row.try_get("output_tokens")?),
-            cache_read_tokens: to_u64(row.try_get("cache_read_tokens")?),
-            cache_write_tokens: to_u64(row.try_get("cache_write_tokens")?),
-            cost_micros: to_u64(row.try_get("cost_micros")?),
-        },
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
+    super::read(row)
 }
 
 impl Sessions<'_> {

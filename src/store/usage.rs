@@ -1,10 +1,10 @@
 //! Token usage per model call, and the running totals on each session.
 
+use crate::domain::{InboundId, PrincipalId, Scope, SessionId, Usage, now_ms};
 use sqlx::Row;
 
 use super::session_id::parse_stored;
 use super::{Arg, Batch, Store, StoreError, to_i64, to_u64};
-use crate::domain::{SessionId, Usage, now_ms};
 
 /// The usage log: model calls as recorded, spend per principal, per task, and the usage report.
 #[derive(Clone, Copy)]
@@ -26,10 +26,10 @@ pub struct ModelCallStart<'a> {
     /// Unique per call; also the key a retry after recovery would reuse.
     pub request_id: &'a str,
     pub session_id: &'a SessionId,
-    pub task_id: Option<i64>,
+    pub task_id: Option<InboundId>,
     /// `""` for the session's own conversation; a sub-agent's path otherwise.
-    pub scope: &'a str,
-    pub principal_id: Option<i64>,
+    pub scope: &'a Scope,
+    pub principal_id: Option<PrincipalId>,
     pub provider: &'a str,
     pub model: &'a str,
     /// Characters of the request's system prompt and messages.
@@ -71,7 +71,7 @@ impl Batch {
                 Arg::from(now),
                 call.request_chars.into(),
                 call.request_id.into(),
-                call.scope.into(),
+                call.scope.as_str().into(),
                 call.principal_id.into(),
             ],
         );
@@ -142,7 +142,7 @@ impl UsageSummary {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsageRow {
     /// Who sent the messages (`None` for usage recorded before principals).
-    pub principal_id: Option<i64>,
+    pub principal_id: Option<PrincipalId>,
     pub session_id: SessionId,
     /// Days since the Unix epoch (UTC).
     pub day: i64,
@@ -172,7 +172,7 @@ impl UsageLog<'_> {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn fail_interrupted_model_calls(self, task_id: i64) -> Result<u64, StoreError> {
+    pub async fn fail_interrupted_model_calls(self, task_id: InboundId) -> Result<u64, StoreError> {
         // A batch, so that a fenced store writes it only under its lease.
         let mut batch = Batch::new();
         batch.push_returning(
@@ -197,7 +197,11 @@ impl UsageLog<'_> {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn spend_since(self, principal_id: i64, since_ms: i64) -> Result<i64, StoreError> {
+    pub async fn spend_since(
+        self,
+        principal_id: PrincipalId,
+        since_ms: i64,
+    ) -> Result<i64, StoreError> {
         let spent = sqlx::query_scalar::<_, i64>(
             "SELECT CAST(COALESCE(SUM(cost_nanousd), 0) AS BIGINT) FROM usage \
              WHERE principal_id = $1 AND created_at >= $2",
@@ -214,7 +218,7 @@ impl UsageLog<'_> {
     ///
     /// # Errors
     /// A database failure.
-    pub async fn task_usage(self, task_id: i64) -> Result<UsageSummary, StoreError> {
+    pub async fn task_usage(self, task_id: InboundId) -> Result<UsageSummary, StoreError> {
         let sums = sqlx::query_as::<_, UsageSums>(
             "SELECT COUNT(*), CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), \
              CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), \
@@ -258,7 +262,7 @@ impl UsageLog<'_> {
             .map(
                 |(principal_id, session_id, day, model, calls, input, output, read, write)| {
                     Ok(UsageRow {
-                        principal_id,
+                        principal_id: principal_id.map(PrincipalId::new),
                         session_id: parse_stored(&session_id)?,
                         day,
                         model,

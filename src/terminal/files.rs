@@ -5,12 +5,12 @@
 //! They live next to a SQLite database, or else in the user's data folder
 //! (`$XDG_DATA_HOME/switchboard`, `~/.local/share/switchboard`).
 
+use crate::domain::{InboundId, SessionId};
 use std::path::{Path, PathBuf};
 
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogSettings;
-use crate::domain::SessionId;
 
 /// The chat's files, all in one folder.
 #[derive(Debug, Clone)]
@@ -62,14 +62,17 @@ impl ChatFiles {
     /// The turns (session, inbound message id) whose reply was not shown.
     /// A missing or unreadable file holds none; lines that do not parse are
     /// skipped.
-    pub fn unshown_turns(&self) -> Vec<(SessionId, i64)> {
+    pub fn unshown_turns(&self) -> Vec<(SessionId, InboundId)> {
         let Ok(text) = std::fs::read_to_string(self.unshown()) else {
             return Vec::new();
         };
         text.lines()
             .filter_map(|line| {
                 let (session, id) = line.split_once(' ')?;
-                Some((SessionId::parse(session).ok()?, id.parse().ok()?))
+                Some((
+                    SessionId::parse(session).ok()?,
+                    InboundId::new(id.parse().ok()?),
+                ))
             })
             .collect()
     }
@@ -78,7 +81,7 @@ impl ChatFiles {
     ///
     /// # Errors
     /// The file cannot be written.
-    pub fn set_unshown_turns(&self, turns: &[(SessionId, i64)]) -> std::io::Result<()> {
+    pub fn set_unshown_turns(&self, turns: &[(SessionId, InboundId)]) -> std::io::Result<()> {
         if turns.is_empty() {
             return match std::fs::remove_file(self.unshown()) {
                 Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err),
@@ -151,14 +154,14 @@ mod tests {
         assert!(files.unshown_turns().is_empty());
         let session = SessionId::generate();
         files
-            .set_unshown_turns(&[(session.clone(), 7)])
+            .set_unshown_turns(&[(session.clone(), InboundId::new(7))])
             .expect("written");
         std::fs::write(
             dir.path().join("switchboard-chat.unshown"),
             format!("{session} 7\nnot a line\n"),
         )
         .expect("written");
-        assert_eq!(files.unshown_turns(), vec![(session, 7)]);
+        assert_eq!(files.unshown_turns(), vec![(session, InboundId::new(7))]);
         files.set_unshown_turns(&[]).expect("removed");
         assert!(files.unshown_turns().is_empty());
         files.set_unshown_turns(&[]).expect("nothing to remove");

@@ -16,6 +16,7 @@ mod editor;
 mod files;
 mod follow;
 
+use crate::domain::{InboundId, InboundStatus, LocalPlatform, PrincipalId, SessionId};
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -23,7 +24,6 @@ use switchboard_contract::{
     AccountId, ChatId, ChatKind, EventId, IdError, InboundMessage, PlatformName, Sender, UserId,
 };
 
-use crate::domain::{InboundStatus, LocalPlatform, PrincipalId, SessionId};
 use crate::session::key::Origin;
 use crate::session::service::{Admission, ServiceError, SessionService, SubmitOptions};
 use crate::store::StoreError;
@@ -285,7 +285,7 @@ pub async fn run_chat(service: &SessionService, options: ChatOptions) -> Result<
     Ok(())
 }
 
-fn save_unshown(files: &ChatFiles, unshown: &[(SessionId, i64)]) {
+fn save_unshown(files: &ChatFiles, unshown: &[(SessionId, InboundId)]) {
     if let Err(err) = files.set_unshown_turns(unshown) {
         tracing::warn!(error = %err, "could not save the turns not yet shown");
     }
@@ -297,7 +297,7 @@ fn save_unshown(files: &ChatFiles, unshown: &[(SessionId, i64)]) {
 /// not shown.
 async fn show_unshown(
     service: &SessionService,
-    unshown: &mut Vec<(SessionId, i64)>,
+    unshown: &mut Vec<(SessionId, InboundId)>,
     patience: Duration,
     tty: bool,
 ) -> Result<(), ChatError> {

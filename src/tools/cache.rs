@@ -15,12 +15,12 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::CachePolicy;
-use crate::domain::{SessionId, canonical_json};
+use crate::domain::{PrincipalId, SessionId, canonical_json};
 
 /// Whose calls share cached results.
 #[derive(Debug, Clone, Copy)]
 pub struct Caller<'a> {
-    pub principal_id: Option<i64>,
+    pub principal_id: Option<PrincipalId>,
     pub session_id: &'a SessionId,
 }
 
@@ -66,7 +66,7 @@ mod tests {
     fn the_key_ignores_argument_order_and_depends_on_tool_and_values() {
         let session = SessionId::generate();
         let caller = Caller {
-            principal_id: Some(1),
+            principal_id: Some(PrincipalId::new(1)),
             session_id: &session,
         };
         let a = cache_key("t", &json!({"a": 1, "b": 2}), policy(false), caller);
@@ -86,11 +86,11 @@ mod tests {
     fn a_shared_tool_ignores_the_caller_and_a_per_user_tool_does_not() {
         let (s1, s2) = (SessionId::generate(), SessionId::generate());
         let one = Caller {
-            principal_id: Some(1),
+            principal_id: Some(PrincipalId::new(1)),
             session_id: &s1,
         };
         let two = Caller {
-            principal_id: Some(2),
+            principal_id: Some(PrincipalId::new(2)),
             session_id: &s2,
         };
         let args = json!({"x": 1});

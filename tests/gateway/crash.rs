@@ -165,7 +165,7 @@ async fn kill_9_at_many_points_loses_nothing_and_repeats_nothing() {
     // The stored history is valid: every tool call has exactly one result.
     let history = store
         .transcript()
-        .wire_history(&session_id(&session), "")
+        .wire_history(&session_id(&session), &switchboard::domain::Scope::top())
         .await
         .expect("history");
     let mut open: Vec<String> = Vec::new();

@@ -316,7 +316,7 @@ impl TestApp {
         self.gateway
             .store
             .transcript()
-            .history(&session_id(session), "")
+            .history(&session_id(session), &switchboard::domain::Scope::top())
             .await
             .expect("history")
     }
@@ -326,7 +326,7 @@ impl TestApp {
         self.gateway
             .store
             .transcript()
-            .wire_history(&session_id(session), "")
+            .wire_history(&session_id(session), &switchboard::domain::Scope::top())
             .await
             .expect("history")
     }

@@ -121,7 +121,11 @@ fn every_module_imports_only_modules_on_lower_floors() {
     }
     broken.sort();
     broken.dedup();
-    assert!(broken.is_empty(), "layer rule broken:\n{}", broken.join("\n"));
+    assert!(
+        broken.is_empty(),
+        "layer rule broken:\n{}",
+        broken.join("\n")
+    );
 }
 
 #[test]
@@ -141,7 +145,8 @@ fn the_store_names_nothing_but_the_domain() {
 
 #[test]
 fn named_modules_are_found_in_paths_groups_and_docs() {
-    let text = "use crate::store::Store;\nuse crate::{telemetry, terminal};\n/// [`x`](crate::agent::Y)";
+    let text =
+        "use crate::store::Store;\nuse crate::{telemetry, terminal};\n/// [`x`](crate::agent::Y)";
     assert_eq!(
         named_modules(text),
         ["store", "telemetry", "terminal", "agent"]

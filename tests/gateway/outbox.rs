@@ -287,7 +287,10 @@ async fn dedup_records_are_kept_72_hours_then_pruned_without_touching_transcript
     assert_eq!(app.count("outbox").await, 1);
     let history = store
         .transcript()
-        .wire_history(&session_id(&old_session), "")
+        .wire_history(
+            &session_id(&old_session),
+            &switchboard::domain::Scope::top(),
+        )
         .await
         .expect("history");
     assert_eq!(history.len(), 2, "the transcript stays");

@@ -83,6 +83,31 @@ macro_rules! id_type {
                 &self.0
             }
         }
+
+        #[cfg(feature = "sqlx")]
+        impl sqlx::Type<sqlx::Any> for $name {
+            fn type_info() -> sqlx::any::AnyTypeInfo {
+                <String as sqlx::Type<sqlx::Any>>::type_info()
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl<'r> sqlx::Decode<'r, sqlx::Any> for $name {
+            fn decode(value: sqlx::any::AnyValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                let text = <String as sqlx::Decode<'r, sqlx::Any>>::decode(value)?;
+                Ok(Self::parse(text)?)
+            }
+        }
+
+        #[cfg(feature = "sqlx")]
+        impl<'q> sqlx::Encode<'q, sqlx::Any> for $name {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <sqlx::Any as sqlx::Database>::ArgumentBuffer<'q>,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <String as sqlx::Encode<'q, sqlx::Any>>::encode_by_ref(&self.0, buf)
+            }
+        }
     };
 }
 

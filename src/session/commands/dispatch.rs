@@ -6,7 +6,7 @@
 //! principal's own sessions or facts.
 
 use super::Command;
-use crate::domain::{SessionId, StopCause, now_ms, start_of_today_ms};
+use crate::domain::{InboundId, SessionId, StopCause, now_ms, start_of_today_ms};
 use crate::session::access::{Access, Decision};
 use crate::session::link::{CODE_TTL, FAILURE_WINDOW, LinkCode, MAX_FAILURES};
 use crate::session::routing::{Place, Routing};
@@ -45,7 +45,7 @@ pub struct CommandSettings {
 /// Who sent a command, from where, and the session the chat is on.
 pub struct Context<'a> {
     /// The command's own recorded message.
-    pub inbound_id: i64,
+    pub inbound_id: InboundId,
     pub identity: Identity,
     pub place: &'a Place,
     /// The message is routed by its chat alone (see `SubmitOptions`).
