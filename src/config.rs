@@ -29,6 +29,7 @@ use crate::media::settings::MediaSettings;
 use crate::session::settings::{AccessSettings, RunnerSettings, ServiceSettings, SessionSettings};
 use crate::store::settings::DatabaseSettings;
 use crate::tools::settings::{MemorySettings, ToolSettings};
+use crate::tools::tasks::TaskSettings;
 
 mod layers;
 
@@ -80,6 +81,8 @@ pub struct Settings {
     pub tools: ToolSettings,
     /// Long-term memory per person (the `memory` tool and `/memory`).
     pub memory: MemorySettings,
+    /// Scheduled, recurring and background tasks.
+    pub tasks: TaskSettings,
     /// MCP tool servers whose tools join the agent's toolset.
     pub mcp: crate::tools::mcp::McpSettings,
     /// Photos and files sent to the bot (blob store, limits, vision).
@@ -437,6 +440,7 @@ impl Settings {
         self.llm.validate()?;
         self.agent.validate()?;
         self.memory.validate()?;
+        self.tasks.validate()?;
         self.media.validate()?;
         self.context.validate()?;
         self.runner.validate()?;

@@ -3,6 +3,7 @@
 //! and owns the process-wide resources (the HTTP client, the shutdown token).
 
 use crate::metrics::Metrics;
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::cache::{AgentCache, ProviderFactory};
 use crate::config::Settings;
+use crate::domain::Clock;
 use crate::llm::build_provider;
 use crate::media::Media;
 use crate::media::cleanup::MediaHousekeeping;
@@ -19,12 +21,9 @@ use crate::session::service::SessionService;
 use crate::session::turn::TurnExecutor;
 use crate::store::{Instance, Store, StoreError};
 use crate::tools::ToolRegistry;
-use crate::tools::calculator::Calculator;
-use crate::tools::current_time::CurrentTime;
-use crate::tools::delegate::Delegate;
-use crate::tools::http_get::HttpGet;
+use crate::tools::builtin::{BuiltIn, BuiltInContext};
 use crate::tools::mcp::McpRegistry;
-use crate::tools::memory::Memory;
+use crate::tools::tasks::{TaskTools, TaskWake};
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -35,9 +34,7 @@ pub enum StartError {
     Http(String),
     #[error("could not open the blob store: {0}")]
     Media(String),
-    #[error(
-        "unknown tool `{0}` in agent.tools; known tools: calculator, current_time, delegate, http_get, memory"
-    )]
+    #[error("unknown tool `{0}` in agent.tools")]
     UnknownTool(String),
 }
 
@@ -59,6 +56,10 @@ pub struct Gateway {
     pub platform_status: PlatformStatus,
     /// Files sent to the bot, and the blob store they are kept in.
     pub media: Arc<Media>,
+    /// The clock task runs and approval expiries are timed by.
+    pub clock: Clock,
+    /// Wakes the scheduler when a task is made, resumed or run by hand.
+    pub task_wake: Arc<TaskWake>,
 }
 
 impl Gateway {
@@ -93,7 +94,15 @@ impl Gateway {
                 lease_ttl: settings.runner.lease_ttl,
             });
         let shutdown = CancellationToken::new();
-        let registry = Arc::new(build_registry(&settings, &store, &shutdown).await?);
+        let clock = Clock::system();
+        let task_wake = Arc::new(TaskWake::default());
+        let task_tools = TaskTools {
+            store: store.clone(),
+            clock: clock.clone(),
+            settings: settings.tasks.clone(),
+            wake: Arc::clone(&task_wake),
+        };
+        let registry = Arc::new(build_registry(&settings, &task_tools, &shutdown).await?);
         let cache = Arc::new(AgentCache::new(
             settings.llm.endpoint(),
             factory,
@@ -119,6 +128,8 @@ impl Gateway {
             prices: Arc::new(settings.prices.clone()),
             media: Arc::clone(&media),
             metrics: Metrics::default(),
+            tasks: settings.tasks.clone(),
+            task_wake: Arc::clone(&task_wake),
         };
         let runner = Runner::new(
             store.clone(),
@@ -145,6 +156,8 @@ impl Gateway {
             drain_deadline: CancellationToken::new(),
             platform_status: PlatformStatus::default(),
             media,
+            clock,
+            task_wake,
         })
     }
 
@@ -296,25 +309,24 @@ fn instance_id(settings: &Settings) -> String {
 /// A setting names an unknown tool, or the HTTP client cannot be built.
 pub async fn build_registry(
     settings: &Settings,
-    store: &Store,
+    tasks: &TaskTools,
     shutdown: &CancellationToken,
 ) -> Result<ToolRegistry, StartError> {
     let mut registry = ToolRegistry::new();
+    let context = BuiltInContext {
+        tools: &settings.tools,
+        memory: &settings.memory,
+        store: &tasks.store,
+        tasks,
+    };
     for name in &settings.agent.tools {
-        match name.as_str() {
-            "calculator" => registry.register(Arc::new(Calculator)),
-            "current_time" => registry.register(Arc::new(CurrentTime)),
-            "delegate" => registry.register(Arc::new(Delegate)),
-            "http_get" => registry.register(Arc::new(
-                HttpGet::new(settings.tools.http_get.clone())
-                    .map_err(|err| StartError::Http(err.without_url().to_string()))?,
-            )),
-            "memory" if settings.memory.enabled => registry.register(Arc::new(Memory::new(
-                store.clone(),
-                settings.memory.clone(),
-            ))),
-            "memory" => tracing::info!("memory.enabled is off: the memory tool is not offered"),
-            other => return Err(StartError::UnknownTool(other.to_owned())),
+        let tool = BuiltIn::from_str(name).map_err(|_| StartError::UnknownTool(name.clone()))?;
+        match tool
+            .build(&context)
+            .map_err(|err| StartError::Http(err.without_url().to_string()))?
+        {
+            Some(built) => registry.register(built),
+            None => tracing::info!(tool = %tool, "turned off in its settings: not offered"),
         }
     }
     if settings.mcp.servers.is_empty() {

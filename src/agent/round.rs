@@ -325,6 +325,7 @@ async fn execute(
     let ctx = ToolContext {
         request_id: request_id.to_owned(),
         session_id: env.session_id.clone(),
+        inbound_id: env.task_id,
         principal: env.principal_id,
         subagents: Some(Arc::new(SubAgentRunner::new(
             Arc::clone(agent),

@@ -60,6 +60,9 @@ impl Default for AgentSettings {
                 "delegate",
                 "http_get",
                 "memory",
+                "schedule_task",
+                "list_tasks",
+                "cancel_task",
             ]
             .map(str::to_owned)
             .to_vec(),

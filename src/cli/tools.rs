@@ -21,7 +21,13 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
     let scratch = Store::connect(&StoreOptions::new("sqlite::memory:"))
         .await
         .context("preparing the tool listing")?;
-    let registry = crate::gateway::build_registry(settings, &scratch, &shutdown)
+    let tasks = crate::tools::tasks::TaskTools {
+        store: scratch,
+        clock: crate::domain::Clock::system(),
+        settings: settings.tasks.clone(),
+        wake: std::sync::Arc::default(),
+    };
+    let registry = crate::gateway::build_registry(settings, &tasks, &shutdown)
         .await
         .context("building the tools")?;
     print!("{}", registry.listing());

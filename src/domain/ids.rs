@@ -110,6 +110,35 @@ impl fmt::Debug for InboundId {
     }
 }
 
+/// A task's id: what the person and the API name it by (`/tasks cancel 7`).
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct TaskId(i64);
+
+impl TaskId {
+    pub const fn new(id: i64) -> Self {
+        Self(id)
+    }
+
+    pub const fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl fmt::Debug for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// Whose conversation a transcript entry belongs to within its session:
 /// the session's own ([`Scope::top`], stored as `""`), a sub-agent's (its
 /// path, `/mc-…` under its parent) or a side call's (`memory`).

@@ -14,16 +14,19 @@ pub mod conversation;
 pub mod ids;
 pub mod media;
 pub mod platform;
+pub mod schedule;
 pub mod setting;
 pub mod status;
 
 pub use canonical::canonical_json;
-pub use clock::{DAY_MS, day_label, millis, now_ms, start_of_today_ms};
+pub use clock::{Clock, DAY_MS, day_label, millis, now_ms, start_of_today_ms};
 pub use conversation::{ChatMessage, StopReason, StoredTool, ToolCall, ToolSpec, Usage};
-pub use ids::{InboundId, InvalidSessionId, PrincipalId, Scope, SessionId};
+pub use ids::{InboundId, InvalidSessionId, PrincipalId, Scope, SessionId, TaskId};
 pub use media::{Derived, MediaRef, Part, Shown, user_parts};
 pub use platform::LocalPlatform;
+pub use schedule::{Schedule, ScheduleError, ScheduleRequest};
 pub use setting::{BaseUrl, InvalidSetting, closest};
 pub use status::{
-    InboundStatus, OutboxStatus, Outcome, PairingStatus, Role, StopCause, ToolCallStatus,
+    InboundStatus, OutboxStatus, Outcome, PairingStatus, Role, RunStatus, RunTrigger, StopCause,
+    TaskStatus, ToolCallStatus,
 };

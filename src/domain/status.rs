@@ -36,6 +36,9 @@ pub enum InboundStatus {
 pub enum OutboxStatus {
     Pending,
     Sent,
+    /// Not sent: a background run's reply, which its conversation delivers
+    /// (the relay of the run's answer).
+    Relayed,
     /// Delivery failed permanently (the chat is gone); kept for inspection.
     Failed,
 }
@@ -77,6 +80,57 @@ pub enum PairingStatus {
     Pending,
     Approved,
     Denied,
+}
+
+/// Where a task stands.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Display, EnumString, IntoStaticStr, Serialize,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum TaskStatus {
+    /// Its runs come due.
+    Active,
+    /// Kept, but no run comes due until it is resumed (by the person, or
+    /// after failing runs in a row).
+    Paused,
+    /// Its last run was delivered (a one-off task, its count reached, or
+    /// past its `until`).
+    Done,
+    /// Cancelled by its owner or an operator.
+    Cancelled,
+}
+
+/// Where one run of a task stands.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Display, EnumString, IntoStaticStr, Serialize,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum RunStatus {
+    /// Claimed: its message waits for, or runs in, its session's turn.
+    Queued,
+    /// Its turn answered; the answer was delivered.
+    Done,
+    /// Its turn ended without an answer.
+    Failed,
+    /// It came due while no instance was up, and too late to catch up.
+    Missed,
+}
+
+/// What made a task run.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Display, EnumString, IntoStaticStr, Serialize,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum RunTrigger {
+    /// Its schedule came due.
+    Schedule,
+    /// A signed HTTP request (`POST /hooks/tasks/{id}`).
+    Hook,
+    /// `/tasks run ID`.
+    Manual,
 }
 
 /// Why a running turn was stopped.
@@ -180,7 +234,10 @@ as_str!(
     Role,
     ToolCallStatus,
     PairingStatus,
-    StopCause
+    StopCause,
+    TaskStatus,
+    RunStatus,
+    RunTrigger
 );
 
 #[cfg(test)]

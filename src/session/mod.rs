@@ -26,5 +26,6 @@ pub mod runner;
 pub mod service;
 pub mod settings;
 pub mod speaker;
+pub mod task_runs;
 pub mod texts;
 pub mod turn;

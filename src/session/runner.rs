@@ -23,6 +23,7 @@
 //! is asked their texts joined by newlines, and its reply, which answers
 //! the burst's first message, reaches the callers waiting on any of them.
 
+use crate::domain::OutboxStatus;
 use crate::domain::{InboundId, InboundStatus, LocalPlatform, SessionId, StopCause};
 use crate::metrics::Metrics;
 use std::collections::HashMap;
@@ -889,6 +890,9 @@ impl Runner {
     /// attempt, or the claim given up when no adapter for its platform runs
     /// here.
     async fn hand_out(&self, row: &OutboxRow, status: InboundStatus) -> Option<Batch> {
+        if row.status == OutboxStatus::Relayed {
+            return None;
+        }
         self.answer_waiter(TurnReply {
             inbound_id: row.inbound_id,
             session_id: row.session_id.clone(),

@@ -390,6 +390,7 @@ impl SessionService {
                 reply: stored.as_deref().unwrap_or(&text),
                 status: InboundStatus::Command,
                 outcome: Outcome::Command,
+                relayed: false,
             })
             .await?;
         row.text.clone_from(&text);

@@ -3,6 +3,8 @@
 //! Kept together so their wording is reviewed (and translated) in one place;
 //! the tests in `tests/gateway` pin them byte for byte.
 
+use crate::domain::Outcome;
+use crate::domain::TaskId;
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
@@ -157,6 +159,16 @@ pub fn turn_reply(outcome: &TurnOutcome) -> Cow<'_, str> {
         }
         TurnOutcome::MediaRefused { reply } => reply.as_str().into(),
     }
+}
+
+/// Told with the reply of a task's run that paused it: it failed `limit`
+/// times in a row, the last time with `outcome`.
+pub fn task_paused(task: TaskId, limit: i64, outcome: Outcome) -> String {
+    format!(
+        "Task {task} is paused: its last {limit} runs failed (the last one: {}). Resume it with \
+         /tasks resume {task}.",
+        outcome.as_str().replace('_', " ")
+    )
 }
 
 /// The greeting of an unknown direct-chat sender, with its pairing code.

@@ -6,6 +6,8 @@ use crate::domain::{
     ChatMessage, InboundId, InboundStatus, MediaRef, Outcome, PrincipalId, Scope, StopCause,
 };
 use crate::metrics::Metrics;
+use crate::tools::tasks::TaskSettings;
+use crate::tools::tasks::TaskWake;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::commands::Task;
+use super::task_runs::{TaskRun, relay_entries};
 use super::{speaker, texts};
 use crate::agent::Agent;
 use crate::agent::cache::AgentCache;
@@ -56,6 +59,11 @@ pub struct TurnExecutor {
     pub media: Arc<Media>,
     /// Where turns, model calls and tool calls are counted.
     pub metrics: Metrics,
+    /// What task runs are limited by.
+    pub tasks: TaskSettings,
+    /// Hands a background run's answer to the scheduler, which wakes its
+    /// conversation.
+    pub task_wake: Arc<TaskWake>,
 }
 
 /// The handle that stops one running turn.
@@ -303,6 +311,9 @@ impl TurnExecutor {
         control: &TurnControl,
         started: Instant,
     ) -> Result<(OutboxRow, InboundStatus), StoreError> {
+        if let Some(answer) = &inbound.relay {
+            return self.relay(store, inbound, answer, started).await;
+        }
         let mut turn = self.prepare(inbound).await?;
         if let Some(answer) = self.compact(store, inbound, &mut turn).await? {
             return self
@@ -559,7 +570,7 @@ impl TurnExecutor {
         } else {
             0
         };
-        let budget = u64::from(self.agent.max_iterations.get()).saturating_sub(spent);
+        let budget = u64::from(self.iterations(inbound).await?).saturating_sub(spent);
         let purse = Arc::new(Wallet::open(u32::try_from(budget).unwrap_or(0)));
         let _ = control.purse.set(Arc::clone(&purse));
         Ok(StartedTask {
@@ -667,18 +678,68 @@ impl TurnExecutor {
                 "turn ended by a limit or failure"
             );
         }
-        let reply = texts::turn_reply(outcome);
+        let mut reply = texts::turn_reply(outcome).into_owned();
+        let mut writes = writes;
+        let run = TaskRun::of(&self.store, inbound).await?;
+        if let Some(run) = &run {
+            if let Some(notice) = run.pause_notice(outcome.outcome(), &self.tasks) {
+                reply = format!("{reply}\n\n{notice}");
+            }
+            let answered = matches!(outcome, TurnOutcome::Answered { .. });
+            let answer = (answered || run.is_background()).then_some(reply.as_str());
+            writes.extend(run.writes(outcome.outcome(), answer, &self.tasks));
+        }
+        let relayed = run.as_ref().is_some_and(TaskRun::is_background);
         let end = TurnEnd {
             inbound_id: inbound.id,
             final_message,
             reply: &reply,
             status,
             outcome: outcome.outcome(),
+            relayed,
         };
         let row = store.outbox().finish_turn_with(&end, writes).await?;
+        if let Some(run) = run.filter(TaskRun::is_background) {
+            self.task_wake.relay(run.task.session_id);
+        }
         self.metrics
             .turn_finished(outcome.outcome(), started.elapsed());
         Ok((row, status))
+    }
+
+    /// The model calls this turn's task may make: a background run's own
+    /// budget, else `agent.max_iterations`.
+    async fn iterations(&self, inbound: &InboundRow) -> Result<u32, StoreError> {
+        let background = match inbound.task_run_id {
+            Some(_) => TaskRun::of(&self.store, inbound)
+                .await?
+                .is_some_and(|run| run.is_background()),
+            None => false,
+        };
+        Ok(if background {
+            self.tasks.background_max_iterations
+        } else {
+            self.agent.max_iterations.get()
+        })
+    }
+
+    /// A relay turn: records a background run's `answer` in the
+    /// conversation (after the relay's own message) and delivers it, with
+    /// no model call.
+    async fn relay(
+        &self,
+        store: &Store,
+        inbound: &InboundRow,
+        answer: &str,
+        started: Instant,
+    ) -> Result<(OutboxRow, InboundStatus), StoreError> {
+        let (writes, reply) = relay_entries(inbound, inbound.id, answer)?;
+        let outcome = TurnOutcome::Answered {
+            text: answer.to_owned(),
+            end: LoopEnd::Answered,
+        };
+        self.finish(store, inbound, &outcome, Some(&reply), writes, started)
+            .await
     }
 }
 

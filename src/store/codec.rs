@@ -14,7 +14,8 @@ use sqlx::{Any, Database, Decode, Encode, Type};
 
 use crate::domain::{
     InboundId, InboundStatus, MediaRef, OutboxStatus, Outcome, PairingStatus, PrincipalId, Role,
-    Scope, SessionId, StopCause, StoredTool, ToolCallStatus,
+    RunStatus, RunTrigger, Scope, SessionId, StopCause, StoredTool, TaskId, TaskStatus,
+    ToolCallStatus,
 };
 
 type Buffer<'q> = <Any as Database>::ArgumentBuffer<'q>;
@@ -69,7 +70,7 @@ macro_rules! int_column {
     )*};
 }
 
-int_column!(InboundId, PrincipalId);
+int_column!(InboundId, PrincipalId, TaskId);
 
 /// A stored name that must name a variant of `T`.
 fn named<T: std::str::FromStr>(what: &str, text: &str) -> Result<T, BoxDynError> {
@@ -87,6 +88,9 @@ text_column! {
     PairingStatus => |text| named("pairing status", &text), |status| Cow::Borrowed(status.as_str());
     Outcome => |text| named("outcome", &text), |outcome| Cow::Borrowed(outcome.as_str());
     StopCause => |text| Ok(StopCause::read(&text)), |cause| Cow::Borrowed(cause.as_str());
+    TaskStatus => |text| named("task status", &text), |status| Cow::Borrowed(status.as_str());
+    RunStatus => |text| named("run status", &text), |status| Cow::Borrowed(status.as_str());
+    RunTrigger => |text| named("run trigger", &text), |trigger| Cow::Borrowed(trigger.as_str());
 }
 
 /// A message's files as stored: JSON text (`[]` for none). Read into a

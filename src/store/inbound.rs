@@ -77,6 +77,11 @@ pub struct InboundRow {
     /// The platform message showing this turn's reply as it is written, if
     /// a draft message was created (see migration 0011).
     pub draft_message_id: Option<String>,
+    /// The task run this message is (see migration 0030).
+    pub task_run_id: Option<i64>,
+    /// A background run's answer, which this message's turn records in its
+    /// conversation and delivers as it is, with no model call.
+    pub relay: Option<String>,
 }
 
 impl std::ops::Deref for InboundRow {
@@ -95,7 +100,7 @@ impl std::ops::DerefMut for InboundRow {
 
 const INBOUND_COLUMNS: &str = "id, platform, account, event_id, session_id, chat_id, thread_id, \
     message_id, sender_id, sender_name, speaker, text, status, outcome, received_at, \
-    principal_id, stop_cause, burst_of, draft_message_id, media";
+    principal_id, stop_cause, burst_of, draft_message_id, media, task_run_id, relay";
 
 /// How a session's waiting messages are taken: those from one sender within
 /// `window_ms` of the first become one turn, and the first waits until it is
@@ -386,6 +391,20 @@ impl Inbound<'_> {
         );
         let rows = self.store.unfenced().write(before).await?;
         read_claim(&rows, skip, burst)
+    }
+
+    /// A message by id.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn get(self, id: InboundId) -> Result<Option<InboundRow>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {INBOUND_COLUMNS} FROM inbound WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *self.store.read_conn().await?)
+        .await?;
+        row.as_ref().map(inbound_from_row).transpose()
     }
 
     /// The messages merged into the burst that `first_id` begins, in

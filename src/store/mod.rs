@@ -102,6 +102,7 @@ mod session_id;
 mod sessions;
 pub mod settings;
 mod stats;
+pub mod tasks;
 #[cfg(test)]
 pub(crate) mod test_support;
 mod tool_cache;

@@ -89,6 +89,9 @@ pub struct TurnEnd<'a> {
     pub status: InboundStatus,
     /// Why the turn ended (`done`, or the limit that stopped it).
     pub outcome: Outcome,
+    /// The reply is not sent from here: a background run's, relayed to its
+    /// conversation (its row is kept as `relayed`).
+    pub relayed: bool,
 }
 
 const OUTBOX_COLUMNS: &str = "id, session_id, inbound_id, platform, account, chat_id, thread_id, \
@@ -207,7 +210,7 @@ impl Outbox<'_> {
                  thread_id, reply_to, text, status, created_at, claimed_by, claim_expires_at, \
                  replaces) \
                  SELECT session_id, id, platform, account, chat_id, thread_id, message_id, $1, \
-                 'pending', $2, $4, {} + $5, draft_message_id FROM inbound WHERE id = $3 RETURNING {OUTBOX_COLUMNS}",
+                 $6, $2, $4, {} + $5, draft_message_id FROM inbound WHERE id = $3 RETURNING {OUTBOX_COLUMNS}",
                 self.store.clock_sql()
             ),
             vec![
@@ -216,6 +219,13 @@ impl Outbox<'_> {
                 Arg::from(end.inbound_id),
                 self.store.instance.id.as_str().into(),
                 Arg::from(self.store.instance.lease_ttl_ms()),
+                if end.relayed {
+                    OutboxStatus::Relayed
+                } else {
+                    OutboxStatus::Pending
+                }
+                .as_str()
+                .into(),
             ],
         );
         batch.push(

@@ -13,6 +13,7 @@ use super::delegate::Delegate;
 use super::http_get::HttpGet;
 use super::memory::Memory;
 use super::settings::{MemorySettings, ToolSettings};
+use super::tasks::{CancelTask, ListTasks, ScheduleTask, TaskTools};
 use crate::store::Store;
 
 /// A built-in tool, by the name the model calls it.
@@ -35,6 +36,9 @@ pub enum BuiltIn {
     Delegate,
     HttpGet,
     Memory,
+    ScheduleTask,
+    ListTasks,
+    CancelTask,
 }
 
 /// What building the built-in tools needs.
@@ -42,6 +46,8 @@ pub struct BuiltInContext<'a> {
     pub tools: &'a ToolSettings,
     pub memory: &'a MemorySettings,
     pub store: &'a Store,
+    /// What the task tools share (the scheduler's clock and wake).
+    pub tasks: &'a TaskTools,
 }
 
 impl BuiltIn {
@@ -74,6 +80,9 @@ impl BuiltIn {
                 Arc::new(Memory::new(context.store.clone(), context.memory.clone()))
             }
             Self::Memory => return Ok(None),
+            Self::ScheduleTask => Arc::new(ScheduleTask(context.tasks.clone())),
+            Self::ListTasks => Arc::new(ListTasks(context.tasks.clone())),
+            Self::CancelTask => Arc::new(CancelTask(context.tasks.clone())),
         }))
     }
 }

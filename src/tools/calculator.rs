@@ -382,6 +382,7 @@ mod tests {
         ToolContext {
             request_id: "r".to_owned(),
             session_id: crate::domain::SessionId::parse("s").expect("valid id"),
+            inbound_id: crate::domain::InboundId::new(1),
             principal: None,
             subagents: None,
         }

@@ -300,6 +300,7 @@ mod tests {
         ToolContext {
             request_id: "r".to_owned(),
             session_id: id,
+            inbound_id: crate::domain::InboundId::new(1),
             principal: Some(speaker),
             subagents: None,
         }

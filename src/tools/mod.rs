@@ -26,7 +26,9 @@ pub mod http_get;
 pub mod mcp;
 pub mod memory;
 pub mod settings;
+pub mod tasks;
 
+use crate::domain::InboundId;
 use crate::domain::{PrincipalId, SessionId, StoredTool, ToolSpec};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,6 +47,8 @@ pub struct ToolContext {
     /// side effects can deduplicate.
     pub request_id: String,
     pub session_id: SessionId,
+    /// The message whose turn makes the call (its task).
+    pub inbound_id: InboundId,
     /// The person whose message the task answers (the speaker, in a group
     /// chat), when known.
     pub principal: Option<PrincipalId>,
