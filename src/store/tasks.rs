@@ -321,6 +321,35 @@ impl Tasks<'_> {
         Ok(result.rows_affected())
     }
 
+    /// Cancels the live tasks that the identity `identity_id` made while
+    /// it belonged to `principal` (it was unlinked from it), or (`None`)
+    /// under any principal (its access was denied); returns how many.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn cancel_made_by(
+        self,
+        identity_id: i64,
+        principal: Option<PrincipalId>,
+    ) -> Result<u64, StoreError> {
+        let result = sqlx::query(&format!(
+            "UPDATE tasks SET status = '{cancelled}', updated_at = $1 \
+             WHERE status IN ('{active}', '{paused}') AND ($2 IS NULL OR principal_id = $2) \
+             AND EXISTS (SELECT 1 FROM identities i WHERE i.id = $3 \
+             AND i.platform = tasks.platform AND i.account = tasks.account \
+             AND i.user_id = tasks.sender_id)",
+            cancelled = TaskStatus::Cancelled,
+            active = TaskStatus::Active,
+            paused = TaskStatus::Paused,
+        ))
+        .bind(now_ms())
+        .bind(principal)
+        .bind(identity_id)
+        .execute(&mut *self.store.conn().await?)
+        .await?;
+        Ok(result.rows_affected())
+    }
+
     /// When the next active task is due; `None` when none is. One read of
     /// the `tasks_due` index, whatever the number of tasks.
     ///

@@ -523,3 +523,74 @@ async fn the_api_makes_lists_fires_and_cancels_tasks_and_hooks_are_signed() {
     assert_eq!(gone.status(), 404);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_discord_reminder_arrives_once() {
+    use switchboard_test_support::discord::FakeDiscord;
+    const DM: u64 = 500_000_000_000_000_777;
+    let discord = FakeDiscord::start().await;
+    let llm = FakeLlm::start(planner).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        with_tasks(s);
+        s.discord = Some(crate::media_content::discord_settings(&discord));
+    })
+    .await;
+    eventually("the adapter identifies", || async { discord.connected() }).await;
+    let sent_with = |needle: &str| {
+        discord
+            .created()
+            .iter()
+            .filter(|m| m.content.contains(needle))
+            .count()
+    };
+    let args = json!({"prompt": "Stand up", "in": "5m"});
+    discord.user_sends_dm(DM, &format!("schedule {args}"));
+    eventually("the task made", || {
+        std::future::ready(sent_with("tool said") == 1)
+    })
+    .await;
+    app.gateway.clock.advance(Duration::from_secs(301));
+    eventually("the reminder", || {
+        std::future::ready(sent_with("done: [scheduled task 1] Stand up") == 1)
+    })
+    .await;
+    app.gateway.clock.advance(Duration::from_secs(3600));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sent_with("done: [scheduled task 1]"), 1);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_feishu_reminder_arrives_once() {
+    use switchboard_test_support::feishu::{FakeFeishu, message_event};
+    let feishu = FakeFeishu::start().await;
+    let llm = FakeLlm::start(planner).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        with_tasks(s);
+        s.feishu = Some(crate::feishu::feishu_settings(&feishu));
+    })
+    .await;
+    let sent_with = |needle: &str| {
+        feishu
+            .delivered()
+            .iter()
+            .filter(|m| m.body.to_string().contains(needle))
+            .count()
+    };
+    let args = json!({"prompt": "Stand up", "in": "5m"});
+    let event = message_event("ev-task", "p2p", &format!("schedule {args}"), json!([]));
+    assert_eq!(crate::feishu::post_signed(&app, &event).await, 200);
+    eventually("the task made", || {
+        std::future::ready(sent_with("tool said") == 1)
+    })
+    .await;
+    app.gateway.clock.advance(Duration::from_secs(301));
+    eventually("the reminder", || {
+        std::future::ready(sent_with("done: [scheduled task 1] Stand up") == 1)
+    })
+    .await;
+    app.gateway.clock.advance(Duration::from_secs(3600));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(sent_with("done: [scheduled task 1]"), 1);
+    app.stop().await;
+}

@@ -442,10 +442,16 @@ impl Commands<'_> {
         else {
             return Ok(stay(context, texts::NOT_LINKED));
         };
+        let cancelled = self
+            .store
+            .tasks()
+            .cancel_made_by(context.identity.id, Some(context.identity.principal))
+            .await?;
         tracing::info!(
             from = %context.identity.principal,
             to = %fresh,
-            "identity unlinked"
+            cancelled,
+            "identity unlinked; the tasks it made are cancelled"
         );
         let id = self
             .routing
