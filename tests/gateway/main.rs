@@ -39,6 +39,7 @@ mod recovery;
 mod runner;
 mod serve;
 mod slack;
+mod slack_cluster;
 mod stateless;
 mod steps;
 mod streaming;
