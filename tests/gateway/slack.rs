@@ -436,3 +436,28 @@ async fn readiness_and_metrics_name_the_slack_adapter() {
     assert!(!body.to_string().contains(BOT_TOKEN) && !metrics.contains(BOT_TOKEN));
     app.stop().await;
 }
+
+#[tokio::test]
+async fn an_unknown_slack_sender_gets_a_pairing_code_and_no_turn() {
+    let slack = FakeSlack::start().await;
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.slack = Some(slack_settings(&slack));
+        s.access
+            .platforms
+            .insert("slack".to_owned(), vec!["USOMEONE1".to_owned()]);
+    })
+    .await;
+
+    assert_eq!(
+        deliver(&app, &dm("let me in", "1700000800.000001")).await,
+        [200]
+    );
+    posted(&slack, DM, 1).await;
+
+    assert!(llm.requests().is_empty(), "no turn before pairing");
+    assert_eq!(app.count("pairing_requests").await, 1);
+    let greeting = &slack.posted_in(DM)[0].text;
+    assert!(!greeting.starts_with("echo:"), "{greeting}");
+    app.stop().await;
+}

@@ -399,3 +399,28 @@ async fn readiness_names_the_whatsapp_adapter_without_a_secret() {
     }
     app.stop().await;
 }
+
+#[tokio::test]
+async fn an_unknown_number_gets_a_pairing_code_and_no_turn() {
+    let fake = FakeWhatsApp::start().await;
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.whatsapp = Some(whatsapp_settings(&fake));
+        s.access
+            .platforms
+            .insert("whatsapp".to_owned(), vec!["15550000000".to_owned()]);
+    })
+    .await;
+
+    assert_eq!(
+        webhook(&app).deliver(&says("wamid.IN8", "let me in")).await,
+        200
+    );
+    sent(&fake, 1).await;
+
+    assert!(llm.requests().is_empty(), "no turn before pairing");
+    assert_eq!(app.count("pairing_requests").await, 1);
+    let greeting = fake.sent()[0].text().unwrap_or_default().to_owned();
+    assert!(!greeting.starts_with("echo:"), "{greeting}");
+    app.stop().await;
+}
