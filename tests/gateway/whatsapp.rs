@@ -424,3 +424,54 @@ async fn an_unknown_number_gets_a_pairing_code_and_no_turn() {
     assert!(!greeting.starts_with("echo:"), "{greeting}");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn no_token_nor_full_phone_number_reaches_the_logs_even_at_debug() {
+    let fake = FakeWhatsApp::start().await;
+    let llm = FakeLlm::echo().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (base_url, api_url) = (llm.openai_base(), fake.url());
+    let process = crate::helpers::ServeProcess::start(
+        dir.path(),
+        &[
+            ("SWITCHBOARD__LLM__BASE_URL", base_url.as_str()),
+            ("SWITCHBOARD__WHATSAPP__PHONE_NUMBER_ID", PHONE_NUMBER_ID),
+            ("SWITCHBOARD__WHATSAPP__API_URL", api_url.as_str()),
+            ("SWITCHBOARD__WHATSAPP__ACCESS_TOKEN_ENV", ACCESS_TOKEN_ENV),
+            ("SWITCHBOARD__WHATSAPP__APP_SECRET_ENV", APP_SECRET_ENV),
+            ("SWITCHBOARD__WHATSAPP__VERIFY_TOKEN_ENV", VERIFY_TOKEN_ENV),
+            (ACCESS_TOKEN_ENV, ACCESS_TOKEN),
+            (APP_SECRET_ENV, APP_SECRET),
+            (VERIFY_TOKEN_ENV, VERIFY_TOKEN),
+            (
+                "RUST_LOG",
+                "debug,sqlx=warn,hyper=info,reqwest=info,h2=info",
+            ),
+        ],
+        true,
+    )
+    .await;
+    let hook = Webhook::new(format!("{}/whatsapp/webhook", process.base_url()));
+    eventually("the webhook up", || async {
+        hook.deliver(&says("wamid.LOG1", "hello, logs")).await == 200
+    })
+    .await;
+    sent(&fake, 1).await;
+    let reply = fake.sent().remove(0);
+    let wamid = reply.message_id.clone().expect("a wamid");
+    let reports = statuses(
+        PHONE_NUMBER_ID,
+        vec![
+            status(&wamid, "delivered"),
+            failed_status(&wamid, 131_026, "Undeliverable"),
+        ],
+    );
+    assert_eq!(hook.deliver(&reports).await, 200);
+
+    let logs = process.stop().await;
+    assert!(logs.contains("DEBUG"), "debug logs were captured");
+    for secret in [CUSTOMER, ACCESS_TOKEN, APP_SECRET, VERIFY_TOKEN] {
+        let lines: Vec<&str> = logs.lines().filter(|line| line.contains(secret)).collect();
+        assert!(lines.is_empty(), "{secret} in the logs: {lines:#?}");
+    }
+}
