@@ -94,6 +94,11 @@ pub struct Settings {
     pub discord: Option<switchboard_discord::DiscordSettings>,
     /// Feishu/Lark app; the section's presence enables it.
     pub feishu: Option<switchboard_feishu::FeishuSettings>,
+    /// Slack app (Events API or Socket Mode); the section's presence
+    /// enables it.
+    pub slack: Option<switchboard_slack::SlackSettings>,
+    /// WhatsApp Business Cloud API app; the section's presence enables it.
+    pub whatsapp: Option<switchboard_whatsapp::WhatsAppSettings>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -890,6 +895,10 @@ deny = ["fs__write_file", "fs__edit_file"]
             "telegram",
             "discord",
             "feishu",
+            "slack",
+            "slack.workspaces.acme",
+            "whatsapp",
+            "whatsapp.numbers.shop",
             "prices.\"some-model\"",
             "api.keys.web",
         ] {

@@ -23,7 +23,7 @@ use crate::domain::closest;
 pub const ENV_PREFIX: &str = "SWITCHBOARD__";
 
 /// Platforms `[access.platforms]` may name.
-pub const ACCESS_PLATFORMS: [&str; 3] = ["discord", "feishu", "telegram"];
+pub const ACCESS_PLATFORMS: [&str; 5] = ["discord", "feishu", "slack", "telegram", "whatsapp"];
 
 /// The merged layers, and where each value came from.
 pub(super) struct Layers {

@@ -1,5 +1,6 @@
 //! The one place that knows which platform adapters exist: it turns the
-//! configured sections (`[telegram]`, `[discord]`, `[feishu]`) into
+//! configured sections (`[telegram]`, `[discord]`, `[feishu]`, `[slack]`,
+//! `[whatsapp]`) into
 //! [`Adapter`]s, in that order, for the supervisor
 //! ([`Platforms::start`](super::Platforms::start)) and for `switchboard
 //! check` alike.
@@ -16,7 +17,9 @@ use std::sync::Arc;
 use switchboard_contract::Adapter;
 use switchboard_discord::DiscordPlatform;
 use switchboard_feishu::FeishuPlatform;
+use switchboard_slack::SlackAdapter;
 use switchboard_telegram::TelegramPlatform;
+use switchboard_whatsapp::WhatsAppAdapter;
 
 use crate::config::Settings;
 
@@ -49,6 +52,18 @@ pub fn configured(settings: &Settings) -> Vec<Configured> {
         switchboard_feishu::PLATFORM,
         &settings.feishu,
         FeishuPlatform::new,
+    );
+    add(
+        &mut adapters,
+        switchboard_slack::PLATFORM,
+        &settings.slack,
+        SlackAdapter::from_settings,
+    );
+    add(
+        &mut adapters,
+        switchboard_whatsapp::PLATFORM,
+        &settings.whatsapp,
+        WhatsAppAdapter::from_env,
     );
     adapters
 }

@@ -14,7 +14,9 @@ use crate::domain::{InboundId, InboundStatus, Outcome, PrincipalId, SessionId, S
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use switchboard_contract::{ChatKind, InboundMessage, InboundSink, SubmitError, Submitted};
+use switchboard_contract::{
+    ChatKind, DeliveryState, DeliveryStatus, InboundMessage, InboundSink, SubmitError, Submitted,
+};
 use tokio::sync::oneshot;
 
 use super::access::{Access, Gate};
@@ -481,5 +483,25 @@ impl InboundSink for SessionService {
             Err(ServiceError::Store(err)) => Err(SubmitError::Unavailable(err.to_string())),
             Err(ServiceError::Media(err)) => Err(SubmitError::Unavailable(err.to_string())),
         }
+    }
+
+    /// Keeps a platform's report on a sent message (WhatsApp's statuses)
+    /// against its outbox row; a failure is logged, without the chat.
+    async fn delivery_status(&self, status: DeliveryStatus) -> Result<(), SubmitError> {
+        if let DeliveryState::Failed { code, reason } = &status.state {
+            tracing::warn!(
+                platform = %status.platform,
+                message_id = %status.message_id,
+                code = ?code,
+                %reason,
+                "the platform reports a sent message failed"
+            );
+        }
+        self.store
+            .deliveries()
+            .record(&status)
+            .await
+            .map(drop)
+            .map_err(|err| SubmitError::Unavailable(err.to_string()))
     }
 }

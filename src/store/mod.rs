@@ -85,6 +85,7 @@ mod checkpoint;
 mod codec;
 mod compactions;
 mod console_views;
+mod deliveries;
 mod edits;
 mod gauges;
 mod inbound;
@@ -132,6 +133,7 @@ pub use console_views::{
     ConsoleCompaction, ConsoleIdentity, ConsoleMessage, ConsolePrincipal, ConsoleSession,
     ConsoleTurn, SessionFilter, UsageGroup, UsageKey,
 };
+pub use deliveries::DeliveryRecord;
 pub use edits::HiddenExchange;
 pub use inbound::{Burst, Claim, InboundRow, NewInbound, Next};
 pub use leases::{Fence, Renewal};

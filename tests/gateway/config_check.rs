@@ -381,3 +381,86 @@ async fn json_logs_carry_the_turns_trace_session_and_platform_on_every_line() {
     assert!(!logs.contains("sk-json-log-secret"));
     assert!(!logs.contains('\u{1b}'));
 }
+
+#[tokio::test]
+async fn check_calls_slacks_auth_test_and_reads_the_whatsapp_number() {
+    use switchboard_test_support::{slack, whatsapp};
+    let llm = FakeLlm::echo().await;
+    let workspace = slack::FakeSlack::start().await;
+    let cloud = whatsapp::FakeWhatsApp::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("gw.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[database]\nurl = \"sqlite://gw.db\"\n\
+             [llm]\nbase_url = \"{}\"\nmodel = \"fake-model\"\napi_key_env = \"SB_CHECK_LLM_KEY\"\n\
+             [slack]\nbot_token_env = \"SB_CHECK_SLACK_BOT\"\n\
+             signing_secret_env = \"SB_CHECK_SLACK_SECRET\"\napi_url = \"{}\"\n\
+             [whatsapp]\nphone_number_id = \"{}\"\naccess_token_env = \"SB_CHECK_WA_TOKEN\"\n\
+             app_secret_env = \"SB_CHECK_WA_SECRET\"\nverify_token_env = \"SB_CHECK_WA_VERIFY\"\n\
+             api_url = \"{}\"\n",
+            llm.openai_base(),
+            workspace.api_url(),
+            whatsapp::PHONE_NUMBER_ID,
+            cloud.url(),
+        ),
+    )
+    .expect("write");
+    let config = file.display().to_string();
+    let mut secrets = vec![
+        ("SB_CHECK_LLM_KEY", "sk-check-secret"),
+        ("SB_CHECK_SLACK_BOT", slack::BOT_TOKEN),
+        ("SB_CHECK_SLACK_SECRET", slack::SIGNING_SECRET),
+        ("SB_CHECK_WA_TOKEN", whatsapp::ACCESS_TOKEN),
+        ("SB_CHECK_WA_SECRET", whatsapp::APP_SECRET),
+        ("SB_CHECK_WA_VERIFY", whatsapp::VERIFY_TOKEN),
+    ];
+    let migrated = switchboard(dir.path(), &["--config", &config, "migrate"], &secrets).await;
+    assert!(migrated.status.success(), "{}", text(&migrated.stderr));
+
+    let output = switchboard(dir.path(), &["--config", &config, "check"], &secrets).await;
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", text(&output.stderr));
+    let line = |platform: &str| {
+        stdout
+            .lines()
+            .find(|line| line.contains(&format!(" {platform}: ")))
+            .unwrap_or_else(|| panic!("no {platform} line: {stdout}"))
+            .to_owned()
+    };
+    let slack_line = line("slack");
+    assert!(slack_line.starts_with("ok      slack: "), "{stdout}");
+    assert!(
+        slack_line.contains("auth.test answered: team")
+            && slack_line.contains(slack::TEAM_ID)
+            && slack_line.contains(slack::BOT_USER_ID),
+        "{slack_line}"
+    );
+    let whatsapp_line = line("whatsapp");
+    assert!(whatsapp_line.starts_with("ok      whatsapp: "), "{stdout}");
+    assert!(
+        whatsapp_line.contains(whatsapp::VERIFIED_NAME),
+        "{whatsapp_line}"
+    );
+    assert!(
+        !whatsapp_line.contains(whatsapp::DISPLAY_PHONE_NUMBER),
+        "the number is masked: {whatsapp_line}"
+    );
+
+    // A bot token Slack refuses: a problem, exit 1, no token shown.
+    secrets[1] = ("SB_CHECK_SLACK_BOT", "xoxb-refused-by-the-fake");
+    let output = switchboard(dir.path(), &["--config", &config, "check"], &secrets).await;
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("PROBLEM slack: "), "{stdout}");
+    assert!(stdout.contains("invalid_auth"), "{stdout}");
+    for secret in [
+        "xoxb-refused-by-the-fake",
+        slack::BOT_TOKEN,
+        whatsapp::ACCESS_TOKEN,
+        whatsapp::APP_SECRET,
+    ] {
+        assert!(!stdout.contains(secret) && !text(&output.stderr).contains(secret));
+    }
+}
