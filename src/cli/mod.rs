@@ -6,6 +6,7 @@ mod check;
 mod console_hash;
 mod pairing;
 mod store;
+mod tasks;
 mod tools;
 
 use std::path::PathBuf;
@@ -52,6 +53,12 @@ pub enum Command {
         #[command(subcommand)]
         action: PairingAction,
     },
+    /// List everyone's scheduled and background tasks, or cancel, pause or
+    /// resume one.
+    Tasks {
+        #[command(subcommand)]
+        action: TasksAction,
+    },
     /// Measure the gateway's own overhead with an instant in-process model.
     Bench(BenchOptions),
     /// Validate the configuration and reach the database, the model
@@ -73,6 +80,22 @@ pub enum PairingAction {
     Approve { code: String },
     /// Refuse the sender with this code; its messages are ignored after.
     Deny { code: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TasksAction {
+    /// List the live tasks (active and paused).
+    List {
+        /// Finished and cancelled ones too.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Cancel a task.
+    Cancel { id: i64 },
+    /// Pause a task: no run comes due until it is resumed.
+    Pause { id: i64 },
+    /// Resume a paused task from its next due time after now.
+    Resume { id: i64 },
 }
 
 /// Runs the parsed command.
@@ -99,6 +122,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pairing { action } => {
             telemetry::init(&settings.log, Some("warn"));
             pairing::run(&settings, action).await
+        }
+        Command::Tasks { action } => {
+            telemetry::init(&settings.log, Some("warn"));
+            tasks::run(&settings, action).await
         }
         Command::ConsoleHash => console_hash::run(),
         Command::Tools => tools::run(&settings).await,

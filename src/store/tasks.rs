@@ -251,6 +251,28 @@ impl Tasks<'_> {
         rows.iter().map(super::read).collect()
     }
 
+    /// Every task, newest first: the live ones, or with `all` every one.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn all(self, all: bool) -> Result<Vec<TaskRow>, StoreError> {
+        let filter = if all {
+            String::new()
+        } else {
+            format!(
+                " WHERE status IN ('{}', '{}')",
+                TaskStatus::Active,
+                TaskStatus::Paused
+            )
+        };
+        let rows = sqlx::query(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks{filter} ORDER BY id DESC"
+        ))
+        .fetch_all(&mut *self.store.read_conn().await?)
+        .await?;
+        rows.iter().map(super::read).collect()
+    }
+
     /// How many active or paused tasks a principal has.
     ///
     /// # Errors
@@ -267,7 +289,8 @@ impl Tasks<'_> {
         Ok(count)
     }
 
-    /// Moves `principal`'s task `id` to `status` (from a live one); with
+    /// Moves `principal`'s task `id` to `status` (from a live one it may
+    /// change from); with
     /// `next_run_at` (resuming) its next run is set too. Returns whether it
     /// changed: another principal's task, or a finished one, does not.
     ///
@@ -284,12 +307,20 @@ impl Tasks<'_> {
             Some(_) => "AND principal_id = $4",
             None => "AND $4 IS NULL",
         };
+        // Paused from active, active (resumed) from paused, done or
+        // cancelled from either.
+        let from = match status {
+            TaskStatus::Paused => format!("'{}'", TaskStatus::Active),
+            TaskStatus::Active => format!("'{}'", TaskStatus::Paused),
+            TaskStatus::Done | TaskStatus::Cancelled => {
+                format!("'{}', '{}'", TaskStatus::Active, TaskStatus::Paused)
+            }
+        };
         let result = sqlx::query(&format!(
             "UPDATE tasks SET status = $1, next_run_at = COALESCE($2, next_run_at), \
              failures = CASE WHEN $1 = '{active}' THEN 0 ELSE failures END, updated_at = $3 \
-             WHERE id = $5 AND status IN ('{active}', '{paused}') {owner}",
+             WHERE id = $5 AND status IN ({from}) {owner}",
             active = TaskStatus::Active,
-            paused = TaskStatus::Paused,
         ))
         .bind(status)
         .bind(next_run_at)

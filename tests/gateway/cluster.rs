@@ -1059,3 +1059,92 @@ async fn a_streamed_request_to_another_instance_than_the_turns_gets_the_whole_re
     cluster.assert_settled().await;
     cluster.stop_all().await;
 }
+
+#[tokio::test]
+async fn a_recurring_task_fires_once_per_due_time_while_instances_are_killed_and_restarted() {
+    let _serial = SERIAL.lock().await;
+    let telegram = FakeTelegram::start().await;
+    let llm = FakeLlm::start(crate::tasks::planner).await;
+    let api_url = telegram.url().to_string();
+    let extra = [
+        ("SWITCHBOARD__TELEGRAM__TOKEN_ENV", "SB_CLUSTER_TG_TOKEN"),
+        ("SB_CLUSTER_TG_TOKEN", telegram::TOKEN),
+        ("SWITCHBOARD__TELEGRAM__API_URL", api_url.as_str()),
+        ("SWITCHBOARD__TELEGRAM__POLL_TIMEOUT_SECS", "1"),
+        (
+            "SWITCHBOARD__AGENT__TOOLS",
+            "calculator,schedule_task,list_tasks,cancel_task",
+        ),
+        ("SWITCHBOARD__TASKS__MIN_INTERVAL_SECS", "1"),
+    ];
+    let Some(mut cluster) = Cluster::start_with(&llm, &extra).await else {
+        return;
+    };
+    let args = json!({"prompt": "Ping", "every": "2s"});
+    telegram.push(json!({"update_id": 1, "message": {
+        "message_id": 10, "date": 1_700_000_000,
+        "chat": {"id": 777, "type": "private", "first_name": "Ada"},
+        "from": {"id": 777, "is_bot": false, "first_name": "Ada"},
+        "text": format!("schedule {args}")
+    }}));
+    let runs_sent = || {
+        telegram
+            .sent()
+            .iter()
+            .filter(|m| m.text.contains("done: [scheduled task 1] Ping"))
+            .count()
+    };
+    let fired = within(TAKEOVER_BOUND, || {
+        std::future::ready((runs_sent() >= 1).then_some(()))
+    })
+    .await;
+    assert!(fired.is_some(), "the first run: {:?}", telegram.sent());
+
+    // Kill an instance, run on two, restart it, kill another.
+    cluster.take(1).kill().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    cluster.nodes[1] =
+        Some(start_node(cluster._dir.path(), &cluster._database, &llm, 1, &extra).await);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.take(2).kill().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    // Stop the schedule, then let what was claimed finish.
+    sqlx::query("UPDATE tasks SET status = 'paused' WHERE id = 1")
+        .execute(&cluster.db)
+        .await
+        .expect("paused");
+    let settled = within(TAKEOVER_BOUND, || async {
+        let open: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM task_runs WHERE status = 'queued'")
+                .fetch_one(&cluster.db)
+                .await
+                .expect("count");
+        (open == 0).then_some(())
+    })
+    .await;
+    assert!(settled.is_some(), "every claimed run finished");
+    telegram.settled().await;
+
+    let runs: Vec<(i64, String)> =
+        sqlx::query_as("SELECT due_at, status FROM task_runs ORDER BY due_at")
+            .fetch_all(&cluster.db)
+            .await
+            .expect("runs");
+    let done = runs.iter().filter(|(_, status)| status == "done").count();
+    assert!(done >= 4, "runs kept coming through the kills: {runs:?}");
+    assert_eq!(runs.len(), done, "none failed or missed: {runs:?}");
+    assert_eq!(runs_sent(), done, "each run delivered once: {runs:?}");
+    let per_run: Vec<i64> = sqlx::query_scalar(
+        "SELECT COUNT(o.id) FROM task_runs r LEFT JOIN outbox o ON o.inbound_id = r.inbound_id \
+         GROUP BY r.id",
+    )
+    .fetch_all(&cluster.db)
+    .await
+    .expect("replies");
+    assert!(
+        per_run.iter().all(|n| *n == 1),
+        "one reply per run: {per_run:?}"
+    );
+    cluster.stop_all().await;
+}

@@ -16,7 +16,7 @@ use crate::helpers::{FakeLlm, Reply, TestApp, last_is_tool_result, last_user_tex
 /// The model: `schedule {json}` calls `schedule_task` with those
 /// arguments and then answers with the tool's result; a task's run
 /// (`[scheduled task N] …`) is answered `done: …`; anything else echoed.
-fn planner(body: &Value) -> Reply {
+pub(crate) fn planner(body: &Value) -> Reply {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     if last_is_tool_result(body) {
         let result = messages
@@ -592,5 +592,51 @@ async fn a_feishu_reminder_arrives_once() {
     app.gateway.clock.advance(Duration::from_secs(3600));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(sent_with("done: [scheduled task 1]"), 1);
+    app.stop().await;
+}
+
+/// Runs `switchboard tasks ARGS` against the app's database.
+async fn tasks_cli(app: &TestApp, args: &[&str]) -> (bool, String) {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+        .arg("tasks")
+        .args(args)
+        .env(
+            "SWITCHBOARD__DATABASE__URL",
+            &app.gateway.settings.database.url,
+        )
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("binary runs");
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
+}
+
+#[tokio::test]
+async fn the_operator_lists_pauses_and_cancels_tasks_from_the_command_line() {
+    let llm = FakeLlm::start(planner).await;
+    let app = TestApp::spawn_with(&llm, with_tasks).await;
+    let args = json!({"prompt": "Back up the notes", "every": "1h"});
+    app.say(None, &format!("schedule {args}")).await;
+
+    let (ok, listed) = tasks_cli(&app, &["list"]).await;
+    assert!(ok, "{listed}");
+    assert!(listed.contains("Back up the notes"), "{listed}");
+    assert!(listed.starts_with("1  active"), "{listed}");
+    let (ok, paused) = tasks_cli(&app, &["pause", "1"]).await;
+    assert!(ok, "{paused}");
+    let (ok, again) = tasks_cli(&app, &["pause", "1"]).await;
+    assert!(!ok, "pausing a paused task is refused: {again}");
+    // Paused: the clock passing its due time runs nothing.
+    app.gateway.clock.advance(Duration::from_secs(7200));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(runs_seen(&llm), 0);
+    let (ok, _) = tasks_cli(&app, &["cancel", "1"]).await;
+    assert!(ok);
+    let (_, listed) = tasks_cli(&app, &["list"]).await;
+    assert_eq!(listed.trim(), "No tasks.");
+    let (_, all) = tasks_cli(&app, &["list", "--all"]).await;
+    assert!(all.starts_with("1  cancelled"), "{all}");
     app.stop().await;
 }
