@@ -89,11 +89,9 @@ impl TaskRow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Flag(pub bool);
 
-impl TryFrom<i64> for Flag {
-    type Error = std::convert::Infallible;
-
-    fn try_from(value: i64) -> Result<Self, Self::Error> {
-        Ok(Self(value != 0))
+impl From<i64> for Flag {
+    fn from(value: i64) -> Self {
+        Self(value != 0)
     }
 }
 

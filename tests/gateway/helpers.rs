@@ -542,7 +542,9 @@ impl ServeProcess {
         self.child.wait().await.expect("reaped");
     }
 
-    /// Sends one user message to the API and returns the reply text.
+    /// Sends one user message to the API and returns the reply text, or
+    /// for a turn that failed (an HTTP error naming its turn) the error's
+    /// message: the text a chat platform would show.
     pub async fn say(&self, text: &str) -> String {
         let response = reqwest::Client::new()
             .post(format!("{}/v1/chat/completions", self.base))
@@ -550,8 +552,15 @@ impl ServeProcess {
             .send()
             .await
             .expect("sent");
-        assert_eq!(response.status(), StatusCode::OK);
+        let status = response.status();
         let body: Value = response.json().await.expect("json");
+        if !status.is_success() && body["error"]["turn"].is_i64() {
+            return body["error"]["message"]
+                .as_str()
+                .expect("message")
+                .to_owned();
+        }
+        assert_eq!(status, StatusCode::OK, "{body}");
         reply_text(&body)
     }
 }
