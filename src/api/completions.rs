@@ -100,13 +100,7 @@ async fn answer(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body.map_err(|rejection| {
-        if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::TooLarge
-        } else {
-            ApiError::BadRequest(rejection.body_text())
-        }
-    })?;
+    let body = body_bytes(body)?;
     let Json(request) = Json::<ChatRequest>::from_bytes(&body)?;
     let turn = admit(state, caller, headers, &request, &body).await?;
     let completion = Completion::new(state, &turn, request.model.as_deref()).await;
@@ -129,6 +123,17 @@ async fn answer(
         .headers_mut()
         .insert(SESSION_HEADER, session_header);
     Ok(response)
+}
+
+/// A request's body, or the error it is: 413 past `api.max_body_bytes`.
+pub(super) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge
+        } else {
+            ApiError::BadRequest(rejection.body_text())
+        }
+    })
 }
 
 /// Checks the request, records its message in its session and queues its

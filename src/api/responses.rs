@@ -87,7 +87,7 @@ async fn respond(
     mut headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body.map_err(|rejection| ApiError::BadRequest(rejection.body_text()))?;
+    let body = completions::body_bytes(body)?;
     let Json(request) = Json::<ResponsesRequest>::from_bytes(&body)?;
     request.options.check()?;
     refuse_unsupported(&request)?;

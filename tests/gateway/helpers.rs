@@ -277,14 +277,16 @@ impl TestApp {
         (status, session, body)
     }
 
-    /// Sends one message and returns (session id, reply text), asserting 200.
+    /// Sends one message and returns (session id, reply text), asserting 200,
+    /// or for a turn that failed (an HTTP error naming its turn) the
+    /// error's message: the text a chat platform would show.
     pub async fn say(&self, session: Option<&str>, text: &str) -> (String, String) {
         answered(self.chat(session, text).await)
     }
 
     /// Sends one message as the API user `user` (no session header: the
     /// user's own conversation) and returns (session id, reply text),
-    /// asserting 200.
+    /// asserting 200 (or a failed turn, as [`TestApp::say`]).
     pub async fn say_as(&self, user: &str, text: &str) -> (String, String) {
         answered(self.chat_as(Some(user), None, text).await)
     }
@@ -349,8 +351,14 @@ impl TestApp {
 
 /// (session id, reply text) of a completion that must have succeeded.
 fn answered((status, session, body): (StatusCode, Option<String>, Value)) -> (String, String) {
+    let session = session.expect("session header");
+    if !status.is_success() && body["error"]["turn"].is_i64() {
+        // A turn that failed: its message is the text a chat platform shows.
+        let message = body["error"]["message"].as_str().expect("message");
+        return (session, message.to_owned());
+    }
     assert_eq!(status, StatusCode::OK, "body: {body}");
-    (session.expect("session header"), reply_text(&body))
+    (session, reply_text(&body))
 }
 
 /// The assistant's text in a chat completion.
