@@ -3,27 +3,31 @@
 //! the turn's reply out, as a `chat.completion` object or as server-sent
 //! `chat.completion.chunk` events.
 //!
-//! A streamed request follows its turn live (`agent::live`): the text of
-//! each model call is sent as it arrives, text of a later round after a
-//! blank line (`"\n\n"`), and tool activity as chunks with an empty `delta`
-//! and a `switchboard` field (`{"type": "tool_call", "id", "name",
-//! "arguments"}`, `{"type": "tool_result", "id", "name", "is_error"}`,
-//! `{"type": "restart"}` when a failed model call that had sent text is
-//! retried). The last chunk carries the finish reason, then, with
-//! `stream_options.include_usage`, a chunk with the turn's `usage` and no
-//! choices, then `[DONE]`. A turn run by another instance sends no live
-//! text; its reply comes whole when the turn ends.
+//! The reply is the turn's visible reply (`reply`): the text of every model
+//! call, a later call's after a blank line, the same streamed or not. A
+//! turn that failed is an error (`failure`). A streamed request follows its
+//! turn live (`agent::live`): the text of each model call is sent as it
+//! arrives (`shown`: a retried call continues from what was shown), and
+//! tool activity as chunks with an empty `delta` and a `switchboard` field
+//! (`{"type": "tool_call", "id", "name", "arguments"}`, `{"type":
+//! "tool_result", "id", "name", "is_error"}`). The last chunk carries the
+//! finish reason, then, with `stream_options.include_usage`, a chunk with
+//! the turn's `usage` and no choices, then `[DONE]`; a failure ends the
+//! stream with an `{"error": …}` event instead. A turn run by another
+//! instance sends no live text; its reply comes whole when the turn ends.
+//! The event id a request is recorded under makes a client's retries one
+//! turn (`retries`).
 
-use crate::domain::{InboundId, InboundStatus, LocalPlatform, SessionId};
-use std::convert::Infallible;
+use crate::domain::{InboundId, LocalPlatform, SessionId};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Extension;
+use axum::body::Bytes;
 use axum::extract::State;
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Json, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -31,9 +35,13 @@ use switchboard_contract::{
     AccountId, ChatId, ChatKind, EventId, InboundMessage, PlatformName, Sender, UserId,
 };
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::caller::Caller;
+use super::follow::{self, Seen};
+use super::options::ModelOptions;
+use super::reply;
+use super::retries;
 use super::sessions::with_session_header;
 use super::transcript::{self, RequestMessage, Transcript};
 use super::{ApiError, ApiState, SESSION_HEADER};
@@ -41,19 +49,23 @@ use crate::agent::live::{LiveEvent, LiveSubscription};
 use crate::session::runner::TurnReply;
 use crate::session::service::{Admission, SubmitOptions};
 
-/// The part of an OpenAI request the gateway reads; other fields are
-/// accepted and ignored (the server owns the history and the settings).
+/// The part of an OpenAI request the gateway reads. Fields that would change
+/// the model call are refused when set (`options`); others are accepted
+/// and ignored (the server owns the history and the settings).
 #[derive(Debug, Deserialize)]
 pub struct ChatRequest {
     #[serde(default)]
-    model: Option<String>,
-    messages: Vec<RequestMessage>,
+    pub(super) model: Option<String>,
+    pub(super) messages: Vec<RequestMessage>,
     #[serde(default)]
-    stream: bool,
+    pub(super) stream: bool,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
     #[serde(default)]
     user: Option<String>,
+    /// Refused when set (`options`).
+    #[serde(flatten)]
+    options: ModelOptions,
 }
 
 /// `stream_options`: whether a streamed answer ends with a usage chunk.
@@ -71,7 +83,7 @@ pub async fn create(
     State(state): State<Arc<ApiState>>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
-    body: Result<Json<ChatRequest>, JsonRejection>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let named = header_value(&headers, SESSION_HEADER);
     let result = answer(&state, &caller, &headers, body).await;
@@ -86,37 +98,11 @@ async fn answer(
     state: &Arc<ApiState>,
     caller: &Caller,
     headers: &HeaderMap,
-    body: Result<Json<ChatRequest>, JsonRejection>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let Json(request) = body?;
-    let transcript = Transcript::parse(&request.messages)?;
-    let (mut message, mut options) =
-        prepare(headers, &request, &transcript, caller, &state.models)?;
-    // Images are fetched and checked before anything is stored.
-    message.attachments = state.images.take(&transcript.images).await?;
-    // The session it names (created when new), the one its resent
-    // transcript continues, or a new one.
-    let explicit_event = headers.contains_key("idempotency-key");
-    let route = transcript::resolve(
-        state,
-        caller,
-        &transcript,
-        &mut message,
-        &mut options,
-        explicit_event,
-    )
-    .await?;
-    let sender = message.sender.id.clone();
-    let turn = submit(state, message, options).await?;
-    route
-        .recorded(
-            state,
-            caller,
-            sender.as_str(),
-            &turn.session_id,
-            turn.inbound_id,
-        )
-        .await;
+    let body = body_bytes(body)?;
+    let Json(request) = Json::<ChatRequest>::from_bytes(&body)?;
+    let turn = admit(state, caller, headers, &request, &body).await?;
     let completion = Completion::new(state, &turn, request.model.as_deref()).await;
     let session_header = HeaderValue::from_str(turn.session_id.as_str())
         .map_err(|err| ApiError::Internal(err.to_string()))?;
@@ -139,17 +125,76 @@ async fn answer(
     Ok(response)
 }
 
+/// A request's body, or the error it is: 413 past `api.max_body_bytes`.
+pub(super) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::TooLarge
+        } else {
+            ApiError::BadRequest(rejection.body_text())
+        }
+    })
+}
+
+/// Checks the request, records its message in its session and queues its
+/// turn (or finds the turn an identical request started); `body` is the
+/// request's bytes.
+pub(super) async fn admit(
+    state: &ApiState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    request: &ChatRequest,
+    body: &[u8],
+) -> Result<Turn, ApiError> {
+    request.options.check()?;
+    let transcript = Transcript::parse(&request.messages)?;
+    let event = retries::request_event(state, caller, headers, body).await?;
+    let (mut message, mut options) = prepare(
+        headers,
+        request,
+        &transcript,
+        caller,
+        &state.models,
+        &event.event_id,
+    )?;
+    // Images are fetched and checked before anything is stored.
+    message.attachments = state.images.take(&transcript.images).await?;
+    // The session it names (created when new), the one its resent
+    // transcript continues, or a new one.
+    let route = transcript::resolve(
+        state,
+        caller,
+        &transcript,
+        &mut message,
+        &mut options,
+        event.retry,
+    )
+    .await?;
+    let sender = message.sender.id.clone();
+    let turn = submit(state, message, options).await?;
+    route
+        .recorded(
+            state,
+            caller,
+            sender.as_str(),
+            &turn.session_id,
+            turn.inbound_id,
+        )
+        .await;
+    Ok(turn)
+}
+
 /// A submitted message whose turn's reply is awaited.
-struct Turn {
-    inbound_id: InboundId,
-    session_id: SessionId,
-    reply: oneshot::Receiver<TurnReply>,
+pub(super) struct Turn {
+    pub(super) inbound_id: InboundId,
+    pub(super) session_id: SessionId,
+    pub(super) reply: oneshot::Receiver<TurnReply>,
     /// The turn's live events, for a streamed request.
-    live: Option<LiveSubscription>,
+    pub(super) live: Option<LiveSubscription>,
 }
 
 /// Why no reply came.
-enum NoReply {
+pub(super) enum NoReply {
     /// The turn ended without sending one.
     Closed,
     /// The reply timeout passed first.
@@ -160,7 +205,7 @@ enum NoReply {
 
 impl NoReply {
     /// The error for the turn `turn` of `session_id`.
-    fn into_error(self, session_id: &SessionId, turn: InboundId) -> ApiError {
+    pub(super) fn into_error(self, session_id: &SessionId, turn: InboundId) -> ApiError {
         match self {
             Self::Closed => ApiError::Internal("the turn ended without a reply".to_owned()),
             Self::TimedOut => ApiError::Timeout {
@@ -183,6 +228,7 @@ fn prepare(
     transcript: &Transcript,
     caller: &Caller,
     models: &[String],
+    event_id: &str,
 ) -> Result<(InboundMessage, SubmitOptions), ApiError> {
     let text = transcript.text.clone();
     let model = match request.model.as_deref().filter(|model| !model.is_empty()) {
@@ -195,8 +241,6 @@ fn prepare(
         model => model.map(str::to_owned),
     };
     let session = header_value(headers, SESSION_HEADER)?;
-    let event_id = header_value(headers, "idempotency-key")?
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let chat = session
         .clone()
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
@@ -206,7 +250,7 @@ fn prepare(
     // its own; a `user`'s other requests continue that user's conversation
     // (shared with their linked identities on other platforms).
     let own_chat = session.is_some() || user.is_none();
-    let message = inbound(caller.account(), &chat, &event_id, &sender, text)?;
+    let message = inbound(caller.account(), &chat, event_id, &sender, text)?;
     let options = SubmitOptions {
         session,
         wait: true,
@@ -294,7 +338,7 @@ async fn retried(
 
 /// Waits for the turn's reply, at most `timeout`, and while the instance
 /// drains at most until its grace period ends.
-async fn wait_for_reply(
+pub(super) async fn wait_for_reply(
     state: &ApiState,
     turn: Turn,
     timeout: Duration,
@@ -327,7 +371,9 @@ async fn answered(
     let reply = wait_for_reply(state, turn, state.reply_timeout)
         .await
         .map_err(|no_reply| no_reply.into_error(&session_id, inbound_id))?;
+    let text = reply::visible(state, &reply).await?;
     let usage = usage_of(state, inbound_id).await?;
+    retries::answered(state, inbound_id).await;
     let body = json!({
         "id": completion.id,
         "object": "chat.completion",
@@ -335,8 +381,8 @@ async fn answered(
         "model": completion.model,
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": reply.text},
-            "finish_reason": finish_reason(&reply),
+            "message": {"role": "assistant", "content": text},
+            "finish_reason": "stop",
         }],
         "usage": usage,
     });
@@ -344,179 +390,47 @@ async fn answered(
 }
 
 /// The turn as server-sent `chat.completion.chunk` events, sent as it runs
-/// (see the module's documentation). The events are made by a task of
-/// their own, which ends when the client hangs up; a turn that ends without
-/// a reply is forgotten like one that times out, and the stream ends with
-/// the error's event.
+/// (see the module's documentation), then `[DONE]`.
 fn streamed(
     state: &Arc<ApiState>,
     completion: Completion,
     turn: Turn,
     include_usage: bool,
 ) -> Response {
-    let (sender, receiver) = mpsc::unbounded_channel();
-    let state = Arc::clone(state);
-    tokio::spawn(async move {
-        let out = Outlet { sender };
-        stream_turn(&state, &completion, turn, include_usage, &out).await;
-    });
-    let events = futures::stream::unfold(receiver, |mut receiver| async move {
-        receiver
-            .recv()
-            .await
-            .map(|event| (Ok::<Event, Infallible>(event), receiver))
-    });
-    Sse::new(events)
-        .keep_alive(KeepAlive::default())
-        .into_response()
-}
-
-/// Where a streamed answer's events go.
-struct Outlet {
-    sender: mpsc::UnboundedSender<Event>,
-}
-
-impl Outlet {
-    fn send(&self, event: Event) {
-        // A client that hung up is noticed by `closed`.
-        let _ = self.sender.send(event);
-    }
-}
-
-/// Sends the turn's events to `out` until its reply (or the error that
-/// ends the wait), then `[DONE]`.
-async fn stream_turn(
-    state: &ApiState,
-    completion: &Completion,
-    mut turn: Turn,
-    include_usage: bool,
-    out: &Outlet,
-) {
-    let (session_id, inbound_id) = (turn.session_id.clone(), turn.inbound_id);
-    let deadline = tokio::time::Instant::now() + state.reply_timeout;
-    let mut live = turn.live.take();
-    let mut shown = Shown::default();
-    out.send(completion.chunk(json!({"role": "assistant", "content": ""}), Value::Null));
-    let reply = loop {
-        tokio::select! {
-            // Live events first: those of a turn are all queued before its
-            // reply is handed out.
-            biased;
-            event = next_live(&mut live) => match event {
-                Some(event) => {
-                    for event in shown.events(completion, event) {
-                        out.send(event);
+    follow::sse(state, move |state, out| async move {
+        let inbound_id = turn.inbound_id;
+        out.send(completion.chunk(json!({"role": "assistant", "content": ""}), Value::Null));
+        let seen = |seen: Seen<'_>| out.send(completion.seen_chunk(seen));
+        let Some(rest) = follow::follow(&state, turn, &out, seen).await else {
+            return;
+        };
+        match rest {
+            Ok(rest) => {
+                if let Some(rest) = rest {
+                    out.send(completion.chunk(json!({"content": rest}), Value::Null));
+                }
+                out.send(completion.chunk(json!({}), json!("stop")));
+                retries::answered(&state, inbound_id).await;
+                if include_usage {
+                    match usage_of(&state, inbound_id).await {
+                        Ok(usage) => out.send(completion.usage_chunk(usage)),
+                        Err(err) => tracing::warn!(error = %err, "no usage for a streamed turn"),
                     }
                 }
-                None => live = None,
-            },
-            reply = &mut turn.reply => break reply.map_err(|_closed| NoReply::Closed),
-            () = tokio::time::sleep_until(deadline) => break Err(NoReply::TimedOut),
-            () = state.drain_deadline.cancelled() => break Err(NoReply::Draining),
-            () = out.sender.closed() => {
-                // The client hung up; the reply stays in the history.
-                drop(turn);
-                state.service.runner().forget(inbound_id);
-                return;
             }
+            Err(err) => out.send(error_event(&err)),
         }
-    };
-    drop(live);
-    match reply {
-        Ok(reply) => {
-            if let Some(rest) = shown.rest_of(&reply.text) {
-                out.send(completion.chunk(json!({"content": rest}), Value::Null));
-            }
-            out.send(completion.chunk(json!({}), json!(finish_reason(&reply))));
-            if include_usage {
-                match usage_of(state, inbound_id).await {
-                    Ok(usage) => out.send(completion.usage_chunk(usage)),
-                    Err(err) => tracing::warn!(error = %err, "no usage for a streamed turn"),
-                }
-            }
-        }
-        Err(no_reply) => {
-            drop(turn);
-            state.service.runner().forget(inbound_id);
-            let err = no_reply.into_error(&session_id, inbound_id);
-            out.send(Event::default().data(
-                json!({"error": {"message": err.to_string(), "type": err.kind()}}).to_string(),
-            ));
-        }
-    }
-    out.send(Event::default().data("[DONE]"));
+        out.send(Event::default().data("[DONE]"));
+    })
 }
 
-/// The next live event; never, without a subscription.
-async fn next_live(live: &mut Option<LiveSubscription>) -> Option<LiveEvent> {
-    match live {
-        Some(live) => live.next().await,
-        None => std::future::pending().await,
+/// The event that ends a stream with `err`: `{"error": {...}}`, on which
+/// the official clients raise.
+pub(super) fn error_event(err: &ApiError) -> Event {
+    if let ApiError::Internal(cause) = err {
+        tracing::error!(%cause, "a streamed request failed");
     }
-}
-
-/// What a streamed answer has shown of its text so far.
-#[derive(Debug, Default)]
-struct Shown {
-    /// Whether any text was sent.
-    any: bool,
-    /// The text sent of the current model call.
-    round: String,
-    /// Whether the current model call's text has not begun yet.
-    fresh: bool,
-}
-
-impl Shown {
-    /// The chunks a live event becomes.
-    fn events(&mut self, completion: &Completion, event: LiveEvent) -> Vec<Event> {
-        let tool = |value: Value| vec![completion.chunk_with(json!({}), Value::Null, value)];
-        match event {
-            LiveEvent::Round { .. } => {
-                self.round.clear();
-                self.fresh = true;
-                Vec::new()
-            }
-            LiveEvent::Text(text) => {
-                let separator = if self.fresh && self.any { "\n\n" } else { "" };
-                self.fresh = false;
-                self.any = true;
-                self.round.push_str(&text);
-                vec![completion.chunk(
-                    json!({"content": format!("{separator}{text}")}),
-                    Value::Null,
-                )]
-            }
-            LiveEvent::Restart => {
-                self.round.clear();
-                self.fresh = true;
-                tool(json!({"type": "restart"}))
-            }
-            LiveEvent::ToolCall {
-                id,
-                name,
-                arguments,
-            } => tool(json!({"type": "tool_call", "id": id, "name": name, "arguments": arguments})),
-            LiveEvent::ToolResult { id, name, is_error } => {
-                tool(json!({"type": "tool_result", "id": id, "name": name, "is_error": is_error}))
-            }
-            LiveEvent::Finished => Vec::new(),
-        }
-    }
-
-    /// What is left to send of the reply `text`: nothing when the last
-    /// model call's streamed text was all of it, the missing end when it
-    /// was a beginning, else the whole reply (after a blank line when text
-    /// was shown before): a reply streamed nowhere (a turn run by another
-    /// instance) or a text the gateway wrote (a failure's apology).
-    fn rest_of(&self, text: &str) -> Option<String> {
-        let rest = match text.strip_prefix(self.round.as_str()) {
-            Some(rest) if !self.round.is_empty() => rest.to_owned(),
-            _ if text.is_empty() => String::new(),
-            _ if self.any => format!("\n\n{text}"),
-            _ => text.to_owned(),
-        };
-        (!rest.is_empty()).then_some(rest)
-    }
+    Event::default().data(json!({"error": err.body()}).to_string())
 }
 
 /// The turn's token counts, as a `usage` object.
@@ -583,6 +497,27 @@ impl Completion {
         Event::default().data(body.to_string())
     }
 
+    /// The chunk of something seen in the turn: its text as `content`,
+    /// tool activity as an empty delta with the gateway's `switchboard`
+    /// field.
+    fn seen_chunk(&self, seen: Seen<'_>) -> Event {
+        let tool = |value: Value| self.chunk_with(json!({}), Value::Null, value);
+        match seen {
+            Seen::Text(text) => self.chunk(json!({"content": text}), Value::Null),
+            Seen::Tool(LiveEvent::ToolCall {
+                id,
+                name,
+                arguments,
+            }) => {
+                tool(json!({"type": "tool_call", "id": id, "name": name, "arguments": arguments}))
+            }
+            Seen::Tool(LiveEvent::ToolResult { id, name, is_error }) => {
+                tool(json!({"type": "tool_result", "id": id, "name": name, "is_error": is_error}))
+            }
+            Seen::Tool(_) => tool(Value::Null),
+        }
+    }
+
     /// The usage chunk: no choices, the turn's `usage`.
     fn usage_chunk(&self, usage: Value) -> Event {
         let mut body = self.body(json!([]));
@@ -591,14 +526,7 @@ impl Completion {
     }
 }
 
-fn finish_reason(reply: &TurnReply) -> &'static str {
-    match reply.status {
-        InboundStatus::Failed => "error",
-        _ => "stop",
-    }
-}
-
-fn header_value(headers: &HeaderMap, name: &str) -> Result<Option<String>, ApiError> {
+pub(super) fn header_value(headers: &HeaderMap, name: &str) -> Result<Option<String>, ApiError> {
     match headers.get(name) {
         None => Ok(None),
         Some(value) => {
@@ -646,85 +574,8 @@ fn inbound(
     })
 }
 
-fn unix_now() -> u64 {
+pub(super) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn completion() -> Completion {
-        Completion {
-            id: "chatcmpl-1".to_owned(),
-            created: 0,
-            model: "m".to_owned(),
-        }
-    }
-
-    /// Feeds `events`; returns how many chunks they became.
-    fn shown_text(shown: &mut Shown, events: Vec<LiveEvent>) -> usize {
-        events
-            .into_iter()
-            .map(|event| shown.events(&completion(), event).len())
-            .sum()
-    }
-
-    #[test]
-    fn the_rest_of_a_reply_is_what_the_stream_did_not_show() {
-        // Streamed whole: nothing left.
-        let mut shown = Shown::default();
-        let sent = shown_text(
-            &mut shown,
-            vec![
-                LiveEvent::Round { round: 1 },
-                LiveEvent::Text("Let me".to_owned()),
-                LiveEvent::ToolCall {
-                    id: "c".to_owned(),
-                    name: "calculator".to_owned(),
-                    arguments: "{}".to_owned(),
-                },
-                LiveEvent::Round { round: 2 },
-                LiveEvent::Text("It is".to_owned()),
-                LiveEvent::Text(" 4.".to_owned()),
-                LiveEvent::Finished,
-            ],
-        );
-        assert_eq!(sent, 4, "three text chunks and one tool chunk");
-        assert_eq!(shown.round, "It is 4.");
-        assert_eq!(shown.rest_of("It is 4."), None);
-        // A reply longer than what was shown: its end.
-        assert_eq!(shown.rest_of("It is 4. Done.").as_deref(), Some(" Done."));
-        // A text the gateway wrote (an apology): after a blank line.
-        assert_eq!(
-            shown.rest_of("Sorry, the model failed.").as_deref(),
-            Some("\n\nSorry, the model failed.")
-        );
-        // Nothing shown (a turn run elsewhere): the whole reply.
-        assert_eq!(
-            Shown::default().rest_of("echo: hi").as_deref(),
-            Some("echo: hi")
-        );
-        assert_eq!(Shown::default().rest_of(""), None);
-    }
-
-    #[test]
-    fn a_restart_voids_the_text_of_its_model_call() {
-        let mut shown = Shown::default();
-        shown_text(
-            &mut shown,
-            vec![
-                LiveEvent::Round { round: 1 },
-                LiveEvent::Text("Hel".to_owned()),
-                LiveEvent::Restart,
-            ],
-        );
-        assert_eq!(shown.round, "");
-        let events = shown.events(&completion(), LiveEvent::Text("Hello".to_owned()));
-        assert_eq!(events.len(), 1);
-        assert_eq!(shown.round, "Hello");
-        assert_eq!(shown.rest_of("Hello"), None);
-    }
 }

@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use serde_json::json;
 
+use super::failure::TurnFailure;
 use crate::session::service::ServiceError;
 
 /// An error answered to an API client.
@@ -49,6 +50,19 @@ pub enum ApiError {
     },
     #[error("internal error")]
     Internal(String),
+    /// A streamed answer showed text its turn's reply does not have (a
+    /// retried model call answered differently); the reply is at
+    /// [`turn_path`].
+    #[error(
+        "the model's retried answer differs from the text already streamed; GET {} returns \
+         the reply",
+        turn_path(session_id, *turn)
+    )]
+    Diverged { session_id: String, turn: InboundId },
+    /// The turn ended without an answer (the model failed, a limit
+    /// stopped it): its status and code say why (`failure`).
+    #[error("{}", .0.message)]
+    TurnFailed(Box<TurnFailure>),
 }
 
 impl ApiError {
@@ -63,6 +77,8 @@ impl ApiError {
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Diverged { .. } => StatusCode::BAD_GATEWAY,
+            Self::TurnFailed(failure) => failure.status,
         }
     }
 
@@ -71,7 +87,11 @@ impl ApiError {
         match self {
             Self::Unauthorized | Self::BadSignature => "authentication_error",
             Self::Forbidden(_) => "permission_error",
-            Self::Internal(_) | Self::Timeout { .. } | Self::Unavailable { .. } => "server_error",
+            Self::TurnFailed(failure) => failure.kind(),
+            Self::Internal(_)
+            | Self::Timeout { .. }
+            | Self::Unavailable { .. }
+            | Self::Diverged { .. } => "server_error",
             _ => "invalid_request_error",
         }
     }
@@ -82,26 +102,53 @@ impl IntoResponse for ApiError {
         if let Self::Internal(cause) = &self {
             tracing::error!(%cause, "API request failed");
         }
-        let mut body = json!({
-            "error": {"message": self.to_string(), "type": self.kind(), "code": null}
-        });
-        if let Self::Timeout { session_id, turn } = &self {
-            body["error"]["code"] = json!("reply_timeout");
-            body["error"]["session_id"] = json!(session_id);
-            body["error"]["turn"] = json!(turn);
-            body["error"]["reply_url"] = json!(turn_path(session_id, *turn));
-        }
+        let body = json!({"error": self.body()});
         let mut response = (self.status(), Json(body)).into_response();
-        if let Self::Unavailable {
-            retry_after_secs, ..
-        } = self
-        {
+        let retry_after = match &self {
+            Self::Unavailable {
+                retry_after_secs, ..
+            } => Some(*retry_after_secs),
+            Self::TurnFailed(failure) => failure.retry_after_secs,
+            _ => None,
+        };
+        if let Some(secs) = retry_after {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from(retry_after_secs),
+                axum::http::HeaderValue::from(secs),
             );
         }
         response
+    }
+}
+
+impl ApiError {
+    /// The `error` object: `message`, `type`, `code`, `param`, and for a
+    /// turn that did not answer in time or failed, where it is.
+    pub(super) fn body(&self) -> serde_json::Value {
+        let mut body = json!({
+            "message": self.to_string(), "type": self.kind(), "param": null, "code": null
+        });
+        match self {
+            Self::Timeout { session_id, turn } | Self::Diverged { session_id, turn } => {
+                body["code"] = json!(if matches!(self, Self::Timeout { .. }) {
+                    "reply_timeout"
+                } else {
+                    "stream_diverged"
+                });
+                body["session_id"] = json!(session_id);
+                body["turn"] = json!(turn);
+                body["reply_url"] = json!(turn_path(session_id, *turn));
+            }
+            Self::TurnFailed(failure) => {
+                let session_id = failure.session_id.as_str();
+                body["code"] = json!(failure.code);
+                body["session_id"] = json!(session_id);
+                body["turn"] = json!(failure.turn);
+                body["reply_url"] = json!(turn_path(session_id, failure.turn));
+            }
+            _ => {}
+        }
+        body
     }
 }
 

@@ -1,6 +1,8 @@
 //! The gateway's HTTP server: the OpenAI-compatible API and health checks.
 //!
-//! `POST /v1/chat/completions` (plain and `stream: true`), `GET /v1/models`,
+//! `POST /v1/chat/completions` (plain and `stream: true`), the Responses API
+//! (`POST /v1/responses`, `GET`/`DELETE /v1/responses/{id}`, `POST
+//! /v1/responses/{id}/cancel`, see [`responses`]), `GET /v1/models`,
 //! `GET /healthz` (liveness: the process answers and reaches its database)
 //! and `GET /readyz` (readiness: 503 while the instance drains, so that a
 //! load balancer sends new requests elsewhere, while the database is
@@ -24,8 +26,15 @@ mod auth;
 pub mod caller;
 mod completions;
 mod error;
+mod failure;
+mod follow;
 pub mod images;
+mod options;
+mod reply;
+mod responses;
+mod retries;
 mod sessions;
+mod shown;
 mod tasks;
 mod transcript;
 
@@ -74,6 +83,12 @@ pub struct ApiState {
 pub fn router(state: Arc<ApiState>, max_body_bytes: usize, api_enabled: bool) -> Router {
     let v1 = Router::new()
         .route("/chat/completions", post(completions::create))
+        .route("/responses", post(responses::create))
+        .route(
+            "/responses/{id}",
+            get(responses::get).delete(responses::delete),
+        )
+        .route("/responses/{id}/cancel", post(responses::cancel))
         .route("/models", get(models))
         .route("/sessions", get(sessions::list))
         .route("/sessions/{id}/messages", get(sessions::messages))

@@ -227,12 +227,27 @@ async fn read_turn(
     session: &SessionId,
     turn: InboundId,
 ) -> Result<Option<TurnRecord>, ApiError> {
-    state
+    let Some(mut record) = state
         .store
         .api()
         .turn(session, turn)
         .await
-        .map_err(internal)
+        .map_err(internal)?
+    else {
+        return Ok(None);
+    };
+    // An answered turn's reply as its client was shown it.
+    if record.status == InboundStatus::Done
+        && let Some(visible) = state
+            .store
+            .api()
+            .visible_reply(session, turn)
+            .await
+            .map_err(internal)?
+    {
+        record.reply = Some(visible);
+    }
+    Ok(Some(record))
 }
 
 /// The response with `X-Session-Id: id` (when it can be a header value).

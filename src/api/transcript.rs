@@ -11,7 +11,8 @@
 //! visible transcript (up to and including its new user message) is stored
 //! with the turn, under the caller's key namespace and API user
 //! (`store::api_transcripts`). A later request whose visible transcript is
-//! that one plus the turn's reply (exactly as it was sent) plus a new user
+//! that one plus the turn's visible reply (exactly as it was sent, streamed
+//! or not: the text of every model call of the turn, see `reply`) plus a new user
 //! message continues that session, as if it had named it — when the turn is
 //! still the session's latest message, the session is still the caller's,
 //! and every tool call and result the client did resend agrees with the
@@ -36,11 +37,11 @@
 //! moves the chat to another session (`/new`, `/resume`) forks too: a
 //! stateless client starts a new conversation by sending one.
 //!
-//! **Two identical requests at once** (a double submit, a retry racing its
-//! original) both find the same turn and derive the same event id from it,
-//! so the second is a duplicate of the first: one turn runs, and both get its
-//! reply. One arriving after the first has finished finds the session moved
-//! on and forks, like a regenerated reply.
+//! **Two identical requests** (a double submit, a client's automatic retry)
+//! are one turn: both are recorded under the same event id (`retries`), so
+//! the second is a duplicate of the first while it runs, and gets its reply
+//! when it finished within the reply window. An identical request after
+//! that finds the session moved on and forks, like a regenerated reply.
 //!
 //! **Client-chosen ids.** An `X-Session-Id` that names no session yet
 //! creates one with that id (1 to 128 letters, digits, `.`, `_`, `:` or
@@ -51,7 +52,7 @@
 use crate::domain::{ChatMessage, InboundId, Scope, SessionId, ToolCall, canonical_json};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use switchboard_contract::{ChatId, EventId, InboundMessage};
+use switchboard_contract::{ChatId, InboundMessage};
 
 use super::caller::Caller;
 pub use super::images::ImagePart;
@@ -470,10 +471,7 @@ pub async fn resolve(
         return Ok(Route::ByTranscript { key });
     }
     let session = match continued_session(state, caller, transcript, message).await? {
-        Some((session, event)) => {
-            if !explicit_event {
-                message.event_id = event;
-            }
+        Some(session) => {
             tracing::info!(session_id = %session, "a resent transcript continues its session");
             session
         }
@@ -544,14 +542,14 @@ fn chosen_id(text: &str) -> Result<SessionId, ApiError> {
     }
 }
 
-/// The session (and the event id of the new message) whose latest turn the
+/// The session whose latest turn the
 /// transcript continues, if one does (see the module doc).
 async fn continued_session(
     state: &ApiState,
     caller: &Caller,
     transcript: &Transcript,
     message: &InboundMessage,
-) -> Result<Option<(SessionId, EventId)>, ApiError> {
+) -> Result<Option<SessionId>, ApiError> {
     let Some((prefix, reply)) = transcript.continued() else {
         return Ok(None);
     };
@@ -566,20 +564,29 @@ async fn continued_session(
         .await
         .map_err(internal)?;
     for candidate in candidates {
-        if candidate.reply.as_deref() != Some(reply) {
+        let Some(stored) = candidate.reply.as_deref() else {
+            continue;
+        };
+        // The reply as the client was shown it: every model call's text.
+        let visible = state
+            .store
+            .api()
+            .visible_reply(&candidate.session_id, candidate.inbound_id)
+            .await
+            .map_err(internal)?;
+        if visible.as_deref().unwrap_or(stored) != reply {
             continue;
         }
-        let event = continuation_event(
-            &candidate.session_id,
-            candidate.inbound_id,
-            &transcript.keyed_text(),
-        )?;
         if candidate.latest_inbound != Some(candidate.inbound_id) {
             // Moved on: only the same request, still running, follows it.
             let twin = state
                 .store
                 .api()
-                .event_unfinished(message.platform.as_str(), caller.account(), event.as_str())
+                .event_unfinished(
+                    message.platform.as_str(),
+                    caller.account(),
+                    message.event_id.as_str(),
+                )
                 .await
                 .map_err(internal)?;
             if twin != Some(true) {
@@ -599,7 +606,7 @@ async fn continued_session(
         {
             continue;
         }
-        return Ok(Some((candidate.session_id, event)));
+        return Ok(Some(candidate.session_id));
     }
     Ok(None)
 }
@@ -644,25 +651,6 @@ async fn tools_agree(
         } => stored_result(tool_call_id) == Some(content.as_str()),
         ChatMessage::User { .. } => true,
     }))
-}
-
-/// The event id of a message continuing turn `inbound_id` of `session` with
-/// `text`: the same for two identical requests, so the second is a
-/// duplicate of the first.
-fn continuation_event(
-    session: &SessionId,
-    inbound_id: InboundId,
-    text: &str,
-) -> Result<EventId, ApiError> {
-    let mut hash = Sha256::new();
-    hash.update(session.as_str().as_bytes());
-    hash.update(b"\n");
-    hash.update(inbound_id.to_string().as_bytes());
-    hash.update(b"\n");
-    hash.update(text.as_bytes());
-    let digest = hex::encode(hash.finalize());
-    EventId::parse(format!("transcript-{}", &digest[..32]))
-        .map_err(|err| ApiError::Internal(err.to_string()))
 }
 
 /// Points the message at `session`, as a request naming it would.

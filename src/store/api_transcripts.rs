@@ -4,7 +4,7 @@
 //! clients start: seeded with the transcript they sent, or under an id they
 //! chose.
 
-use crate::domain::{ChatMessage, InboundId, Scope, SessionId, now_ms};
+use crate::domain::{ChatMessage, InboundId, InboundStatus, Scope, SessionId, now_ms};
 use sqlx::Row;
 
 use super::session_id::session_id_from_row;
@@ -42,6 +42,17 @@ pub struct TranscriptCandidate {
     pub reply: Option<String>,
     /// The session's latest message (turn or command).
     pub latest_inbound: Option<InboundId>,
+}
+
+/// One attempt of a request: the message recorded for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub event_id: String,
+    pub status: InboundStatus,
+    /// When its turn finished (ms), once it has.
+    pub finished_at: Option<i64>,
+    /// Whether its reply was handed to its caller ([`ApiViews::record_answered`]).
+    pub answered: bool,
 }
 
 /// Candidates examined per lookup, most recent first: equal prefixes of
@@ -135,6 +146,100 @@ impl ApiViews<'_> {
         .fetch_optional(&mut *self.store.read_conn().await?)
         .await?;
         Ok(status.map(|status| matches!(status.as_str(), "pending" | "running")))
+    }
+
+    /// The latest message recorded under one of `event_ids` (the attempts
+    /// of one request, see `api::retries`): its event id, status, when its
+    /// turn finished and whether its reply was handed out. Exact ids, so
+    /// that the (platform, account, event_id) index serves the lookup on
+    /// both backends whatever the collation.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn latest_attempt(
+        self,
+        platform: &str,
+        account: &str,
+        event_ids: &[String],
+    ) -> Result<Option<Attempt>, StoreError> {
+        if event_ids.is_empty() {
+            return Ok(None);
+        }
+        let placeholders: Vec<String> = (3..event_ids.len() + 3).map(|n| format!("${n}")).collect();
+        let sql = format!(
+            "SELECT event_id, status, finished_at, \
+             (SELECT COUNT(*) FROM api_answered a WHERE a.inbound_id = inbound.id) AS answered \
+             FROM inbound WHERE platform = $1 AND account = $2 AND event_id IN ({}) \
+             ORDER BY id DESC LIMIT 1",
+            placeholders.join(", ")
+        );
+        let row = event_ids
+            .iter()
+            .fold(
+                sqlx::query(&sql).bind(platform).bind(account),
+                |query, id| query.bind(id.as_str()),
+            )
+            .fetch_optional(&mut *self.store.read_conn().await?)
+            .await?;
+        row.map(|row| {
+            let status: String = row.try_get("status")?;
+            Ok(Attempt {
+                event_id: row.try_get("event_id")?,
+                status: super::stored("inbound status", &status)?,
+                finished_at: row.try_get("finished_at")?,
+                answered: row.try_get::<i64, _>("answered")? > 0,
+            })
+        })
+        .transpose()
+    }
+
+    /// Records that the reply of turn `inbound_id` was handed to its API
+    /// caller (see migration 0045).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn record_answered(self, inbound_id: InboundId) -> Result<(), StoreError> {
+        let mut batch = Batch::new();
+        batch.push(
+            "INSERT INTO api_answered (inbound_id, answered_at) VALUES ($1, $2) \
+             ON CONFLICT (inbound_id) DO NOTHING",
+            vec![Arg::from(inbound_id), Arg::from(now_ms())],
+        );
+        self.store.write(batch).await.map(drop)
+    }
+
+    /// The session of the API turn `inbound_id`, unless the turn is
+    /// unknown, not an API turn, or deleted as a response (migration 0046).
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn response_session(
+        self,
+        inbound_id: InboundId,
+    ) -> Result<Option<SessionId>, StoreError> {
+        let row = sqlx::query(
+            "SELECT session_id FROM inbound WHERE id = $1 AND platform = 'api' \
+             AND NOT EXISTS (SELECT 1 FROM api_deleted_responses d WHERE d.inbound_id = $1)",
+        )
+        .bind(inbound_id)
+        .fetch_optional(&mut *self.store.read_conn().await?)
+        .await?;
+        row.map(|row| session_id_from_row(&row, "session_id"))
+            .transpose()
+    }
+
+    /// Marks the API turn `inbound_id` deleted as a response.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn delete_response(self, inbound_id: InboundId) -> Result<(), StoreError> {
+        let mut batch = Batch::new();
+        batch.push(
+            "INSERT INTO api_deleted_responses (inbound_id, deleted_at) VALUES ($1, $2) \
+             ON CONFLICT (inbound_id) DO NOTHING",
+            vec![Arg::from(inbound_id), Arg::from(now_ms())],
+        );
+        self.store.write(batch).await.map(drop)
     }
 
     /// Creates `session` with `seed` as its conversation (history, not turns

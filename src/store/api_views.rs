@@ -18,6 +18,10 @@ use super::tasks::{TASK_COLUMNS, TaskRow};
 use super::{StoreError, StoredMessage};
 use crate::domain::{TaskId, TaskStatus};
 
+/// What separates the texts of a turn's model calls in its visible reply
+/// (and in a streamed answer).
+pub const VISIBLE_SEPARATOR: &str = "\n\n";
+
 /// Whose sessions a read may return: the API identities in `account`,
 /// limited to `users` when given.
 #[derive(Debug, Clone, Copy)]
@@ -310,6 +314,37 @@ impl ApiViews<'_> {
         .fetch_all(&mut *self.store.read_conn().await?)
         .await?;
         rows.iter().map(turn_from_row).collect()
+    }
+
+    /// The text of every model call of turn `inbound_id` of `session_id` (its top-level
+    /// assistant entries with text, in order), the shape a client was shown
+    /// it in: joined by blank lines. `None` when the turn stored no such
+    /// text (a command's answer, a failure); its outbox reply is then the
+    /// visible one.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn visible_reply(
+        self,
+        session_id: &SessionId,
+        inbound_id: InboundId,
+    ) -> Result<Option<String>, StoreError> {
+        let texts = sqlx::query_scalar::<_, Option<String>>(
+            "SELECT content FROM messages WHERE session_id = $1 AND scope = '' \
+             AND role = 'assistant' \
+             AND task_id = (SELECT COALESCE(burst_of, id) FROM inbound WHERE id = $2) \
+             ORDER BY id",
+        )
+        .bind(session_id.as_str())
+        .bind(inbound_id)
+        .fetch_all(&mut *self.store.read_conn().await?)
+        .await?;
+        let texts: Vec<String> = texts
+            .into_iter()
+            .flatten()
+            .filter(|text| !text.is_empty())
+            .collect();
+        Ok((!texts.is_empty()).then(|| texts.join(VISIBLE_SEPARATOR)))
     }
 
     /// One turn of the session, with its stored reply.

@@ -594,6 +594,10 @@ impl Inbound<'_> {
             .bind(older_than_ms)
             .execute(&mut *tx)
             .await?;
+        sqlx::query("DELETE FROM api_answered WHERE answered_at < $1")
+            .bind(older_than_ms)
+            .execute(&mut *tx)
+            .await?;
         let result = sqlx::query(
             "DELETE FROM inbound WHERE received_at < $1 AND status IN ('done', 'failed', 'command') \
              AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.inbound_id = inbound.id)",

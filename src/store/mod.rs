@@ -124,8 +124,10 @@ use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 use self::checkpoint::Checkpointer;
 
 pub use crate::domain::{InvalidSessionId, SessionId};
-pub use api_transcripts::{TranscriptCandidate, TranscriptOwner};
-pub use api_views::{ApiScope, ApiSession, SessionCursor, TurnMessage, TurnRecord};
+pub use api_transcripts::{Attempt, TranscriptCandidate, TranscriptOwner};
+pub use api_views::{
+    ApiScope, ApiSession, SessionCursor, TurnMessage, TurnRecord, VISIBLE_SEPARATOR,
+};
 pub use batch::{Arg, Batch};
 pub use checkpoint::WalStats;
 pub use compactions::{Compaction, tokens_per_char};

@@ -181,15 +181,13 @@ async fn a_failing_model_ends_the_turn_with_a_clear_message() {
 
     let (status, _, body) = app.chat(None, "anyone there?").await;
 
-    assert_eq!(status, reqwest::StatusCode::OK);
-    let text = body["choices"][0]["message"]["content"]
-        .as_str()
-        .expect("text");
+    assert_eq!(status, reqwest::StatusCode::BAD_GATEWAY, "{body}");
+    let text = body["error"]["message"].as_str().expect("text");
     assert_eq!(
         text,
         switchboard::session::texts::model_failure(switchboard::llm::ModelFailure::ProviderFailed)
     );
-    assert_eq!(body["choices"][0]["finish_reason"], "error");
+    assert_eq!(body["error"]["code"], "model_failed");
     assert_eq!(llm.requests().len(), 3, "one call and two retries");
     app.stop().await;
 }

@@ -20,7 +20,7 @@ use crate::identity::Fake;
 
 /// A model that answers `echo: <last user text>` only once the test lets
 /// it: each request is reported on `asked`, then waits for a permit.
-struct GatedLlm {
+pub(crate) struct GatedLlm {
     base: String,
     gate: Arc<Semaphore>,
     asked: mpsc::UnboundedReceiver<Value>,
@@ -33,7 +33,7 @@ struct Gate {
 }
 
 impl GatedLlm {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let gate = Arc::new(Semaphore::new(0));
         let (tx, asked) = mpsc::unbounded_channel();
         let state = Gate {
@@ -56,12 +56,12 @@ impl GatedLlm {
     }
 
     /// Waits until the model is asked; returns the request.
-    async fn asked(&mut self) -> Value {
+    pub(crate) async fn asked(&mut self) -> Value {
         self.asked.recv().await.expect("the model is asked")
     }
 
     /// Lets one waiting (or future) request be answered.
-    fn release(&self) {
+    pub(crate) fn release(&self) {
         self.gate.add_permits(1);
     }
 }
@@ -84,7 +84,7 @@ async fn gated(
 }
 
 /// A gateway on the gated model, with a one-second reply timeout.
-async fn gated_app(llm: &GatedLlm) -> TestApp {
+pub(crate) async fn gated_app(llm: &GatedLlm) -> TestApp {
     let unused = FakeLlm::echo().await;
     let base = llm.base.clone();
     TestApp::spawn_with(&unused, move |s| {
@@ -128,7 +128,12 @@ async fn get(app: &TestApp, key: Option<&str>, path: &str) -> Answer {
 }
 
 /// `POST /v1/chat/completions` with `body`, `key` and `session` (when given).
-async fn post_chat(app: &TestApp, key: Option<&str>, session: Option<&str>, body: Value) -> Answer {
+pub(crate) async fn post_chat(
+    app: &TestApp,
+    key: Option<&str>,
+    session: Option<&str>,
+    body: Value,
+) -> Answer {
     let mut request = app.http.post(app.url("/v1/chat/completions")).json(&body);
     if let Some(key) = key {
         request = request.bearer_auth(key);

@@ -543,7 +543,7 @@ async fn the_overview_conversations_and_usage_match_the_database() {
     let app = TestApp::spawn_with(&llm, enable_console).await;
     let (session, _) = app.say(None, "hello console").await;
     let (_, answer) = app.say(Some(&session), "calculate: 6*7").await;
-    assert_eq!(answer, "The result is 42.");
+    assert_eq!(answer, "Calculating.\n\nThe result is 42.");
     app.say_as("bob", "another conversation").await;
     let admin = Admin::login(&app).await;
 

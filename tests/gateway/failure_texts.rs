@@ -11,14 +11,15 @@ use switchboard::session::texts;
 
 use crate::helpers::{FakeLlm, Reply, ServeProcess, TestApp, last_user_text};
 
-/// The reply text and finish reason of a completion.
+/// The reply text (an API client's error message) and error code of a
+/// failed completion.
 fn reply_of(body: &Value) -> (String, String) {
     (
-        body["choices"][0]["message"]["content"]
+        body["error"]["message"]
             .as_str()
             .unwrap_or_default()
             .to_owned(),
-        body["choices"][0]["finish_reason"]
+        body["error"]["code"]
             .as_str()
             .unwrap_or_default()
             .to_owned(),
@@ -34,27 +35,28 @@ async fn each_failing_status_gets_the_reply_for_its_kind() {
     })
     .await;
     let app = TestApp::spawn_with(&llm, |s| s.llm.max_retries = 1).await;
+    // The model's status, its kind, and what an API client is answered.
     let cases = [
-        (401, ModelFailure::Credentials),
-        (403, ModelFailure::Credentials),
-        (404, ModelFailure::Endpoint),
-        (429, ModelFailure::Busy),
-        (503, ModelFailure::Busy),
-        (400, ModelFailure::BadRequest),
-        (500, ModelFailure::ProviderFailed),
+        (401, ModelFailure::Credentials, 502, "model_misconfigured"),
+        (403, ModelFailure::Credentials, 502, "model_misconfigured"),
+        (404, ModelFailure::Endpoint, 502, "model_misconfigured"),
+        (429, ModelFailure::Busy, 503, "model_busy"),
+        (503, ModelFailure::Busy, 503, "model_busy"),
+        (400, ModelFailure::BadRequest, 400, "model_refused"),
+        (500, ModelFailure::ProviderFailed, 502, "model_failed"),
     ];
-    for (status, failure) in cases {
+    for (status, failure, answered, error_code) in cases {
         let (code, _, body) = app.chat(None, &status.to_string()).await;
-        assert_eq!(code, StatusCode::OK);
-        let (text, finish) = reply_of(&body);
+        assert_eq!(code.as_u16(), answered, "HTTP {status}: {body}");
+        let (text, code) = reply_of(&body);
         assert_eq!(text, texts::model_failure(failure), "HTTP {status}");
-        assert_eq!(finish, "error");
+        assert_eq!(code, error_code);
         assert_eq!(app.outcome_of_last_turn().await, "model_error");
     }
     // Every kind reads differently.
     let distinct: std::collections::BTreeSet<&str> = cases
         .iter()
-        .map(|(_, failure)| texts::model_failure(*failure))
+        .map(|(_, failure, _, _)| texts::model_failure(*failure))
         .collect();
     assert_eq!(distinct.len(), 5);
     app.stop().await;
@@ -97,9 +99,9 @@ async fn a_closed_port_is_reported_as_unreachable() {
 
     let (_, _, body) = app.chat(None, "hello").await;
 
-    let (text, finish) = reply_of(&body);
+    let (text, code) = reply_of(&body);
     assert_eq!(text, texts::model_failure(ModelFailure::Unreachable));
-    assert_eq!(finish, "error");
+    assert_eq!(code, "model_unreachable");
     app.stop().await;
 }
 
@@ -188,10 +190,10 @@ async fn a_database_refusing_the_answer_ends_the_turn_with_its_own_reply() {
 
     let (code, _, body) = app.chat(Some(&session), "second").await;
 
-    assert_eq!(code, StatusCode::OK);
-    let (text, finish) = reply_of(&body);
+    assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+    let (text, code) = reply_of(&body);
     assert_eq!(text, texts::STORE_FAILED);
-    assert_eq!(finish, "error");
+    assert_eq!(code, "store_error");
     assert_eq!(app.outcome_of_last_turn().await, "store_error");
     assert_eq!(llm.requests().len(), 2, "the failed turn was not run again");
     let calls: Vec<String> = sqlx::query_scalar("SELECT status FROM usage ORDER BY id")
@@ -214,7 +216,7 @@ async fn a_database_refusing_the_message_ends_the_turn_before_any_model_call() {
 
     let (code, session, body) = app.chat(None, "hello").await;
 
-    assert_eq!(code, StatusCode::OK);
+    assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(reply_of(&body).0, texts::STORE_FAILED);
     assert_eq!(app.outcome_of_last_turn().await, "store_error");
     assert!(

@@ -280,14 +280,16 @@ impl TestApp {
         (status, session, body)
     }
 
-    /// Sends one message and returns (session id, reply text), asserting 200.
+    /// Sends one message and returns (session id, reply text), asserting 200,
+    /// or for a turn that failed (an HTTP error naming its turn) the
+    /// error's message: the text a chat platform would show.
     pub async fn say(&self, session: Option<&str>, text: &str) -> (String, String) {
         answered(self.chat(session, text).await)
     }
 
     /// Sends one message as the API user `user` (no session header: the
     /// user's own conversation) and returns (session id, reply text),
-    /// asserting 200.
+    /// asserting 200 (or a failed turn, as [`TestApp::say`]).
     pub async fn say_as(&self, user: &str, text: &str) -> (String, String) {
         answered(self.chat_as(Some(user), None, text).await)
     }
@@ -352,8 +354,14 @@ impl TestApp {
 
 /// (session id, reply text) of a completion that must have succeeded.
 fn answered((status, session, body): (StatusCode, Option<String>, Value)) -> (String, String) {
+    let session = session.expect("session header");
+    if !status.is_success() && body["error"]["turn"].is_i64() {
+        // A turn that failed: its message is the text a chat platform shows.
+        let message = body["error"]["message"].as_str().expect("message");
+        return (session, message.to_owned());
+    }
     assert_eq!(status, StatusCode::OK, "body: {body}");
-    (session.expect("session header"), reply_text(&body))
+    (session, reply_text(&body))
 }
 
 /// The assistant's text in a chat completion.
@@ -545,7 +553,9 @@ impl ServeProcess {
         self.child.wait().await.expect("reaped");
     }
 
-    /// Sends one user message to the API and returns the reply text.
+    /// Sends one user message to the API and returns the reply text, or
+    /// for a turn that failed (an HTTP error naming its turn) the error's
+    /// message: the text a chat platform would show.
     pub async fn say(&self, text: &str) -> String {
         let response = reqwest::Client::new()
             .post(format!("{}/v1/chat/completions", self.base))
@@ -553,8 +563,15 @@ impl ServeProcess {
             .send()
             .await
             .expect("sent");
-        assert_eq!(response.status(), StatusCode::OK);
+        let status = response.status();
         let body: Value = response.json().await.expect("json");
+        if !status.is_success() && body["error"]["turn"].is_i64() {
+            return body["error"]["message"]
+                .as_str()
+                .expect("message")
+                .to_owned();
+        }
+        assert_eq!(status, StatusCode::OK, "{body}");
         reply_text(&body)
     }
 }

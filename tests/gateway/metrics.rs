@@ -176,8 +176,9 @@ async fn a_scrape_after_a_few_turns_counts_each_family() {
     // unknown); three calls and two tools, then the token limit.
     app.say(None, "hello").await;
     app.say(None, "calculate").await;
-    let (status, _, _) = app.chat(None, "loop").await;
-    assert_eq!(status.as_u16(), 200);
+    let (status, _, body) = app.chat(None, "loop").await;
+    assert_eq!(status.as_u16(), 400, "a turn a limit stopped is an error");
+    assert_eq!(body["error"]["code"], "token_limit");
     assert_eq!(app.outcome_of_last_turn().await, "token_limit");
     // A Telegram message, answered and delivered; the same update again,
     // dropped as a duplicate.

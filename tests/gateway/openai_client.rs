@@ -22,6 +22,7 @@ use tokio::process::Command;
 
 use crate::helpers::{FakeLlm, Reply, TestApp, last_is_tool_result, last_user_text};
 use crate::identity::user_texts;
+use switchboard_test_support::model::Canned;
 
 /// The 1×1 PNG the client scripts send as an `image_url` part, in base64.
 const PIXEL: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg==";
@@ -246,6 +247,198 @@ async fn works_unchanged(client: Client) {
         7,
         "one model call per completion (two for the tool round), none for the unknown session"
     );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_python_client_raises_on_failures_and_its_streams_and_retries_stay_in_one_turn() {
+    as_agent_frameworks_use_it(Client::Python).await;
+}
+
+#[tokio::test]
+async fn the_node_client_raises_on_failures_and_its_streams_and_retries_stay_in_one_turn() {
+    as_agent_frameworks_use_it(Client::Node).await;
+}
+
+/// The model of `openai_agents`: by the user message's prefix, a 500
+/// (`fail:`), text then a tool round (`compute:`), a stream cut once part-way
+/// (`cut:`), an answer after three seconds (`slow:`), else an echo.
+async fn agents_model() -> FakeLlm {
+    let cut = std::sync::atomic::AtomicBool::new(false);
+    FakeLlm::start(move |body| {
+        let text = last_user_text(body);
+        let (kind, _) = text.split_once(": ").unwrap_or_default();
+        match kind {
+            "fail" => Reply::Status(500, r#"{"error":{"message":"boom"}}"#.to_owned()),
+            "compute" if last_is_tool_result(body) => Reply::Text("It is 4.".to_owned()),
+            "compute" => Reply::TextAndTools(
+                "Let me check that.".to_owned(),
+                vec![(
+                    "calc-1".to_owned(),
+                    "calculator".to_owned(),
+                    r#"{"expression":"2+2"}"#.to_owned(),
+                )],
+            ),
+            "cut" if !cut.swap(true, std::sync::atomic::Ordering::SeqCst) => {
+                Reply::CutStream("Hello wor".to_owned())
+            }
+            "cut" => Reply::Text("Hello world.".to_owned()),
+            "slow" => Canned {
+                delay: Duration::from_secs(3),
+                ..Canned::json(200, slow_completion(&text).to_string())
+            }
+            .into(),
+            _ => Reply::Text(format!("echo: {text}")),
+        }
+    })
+    .await
+}
+
+/// A plain chat completion answering `text`.
+fn slow_completion(text: &str) -> Value {
+    serde_json::json!({
+        "id": "chatcmpl-slow", "object": "chat.completion", "model": "fake-model",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": format!("echo: {text}")}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    })
+}
+
+async fn as_agent_frameworks_use_it(client: Client) {
+    if !available(client).await {
+        return;
+    }
+    let llm = agents_model().await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.llm.max_retries = 1;
+        s.api.reply_timeout = Duration::from_secs(2);
+    })
+    .await;
+
+    let results = run_script(client, "openai_agents", &app).await;
+
+    for failure in ["plain_failure", "streamed_failure"] {
+        let failure = &results[failure];
+        assert_eq!(failure["raised"], true, "the client raised: {failure}");
+        assert_eq!(failure["code"], "model_failed", "{failure}");
+    }
+    assert_eq!(results["plain_failure"]["status"], 502);
+    assert!(results["plain_failure"]["session"].is_string());
+
+    let resent = &results["resent"];
+    assert_eq!(resent["first_reply"], "Let me check that.\n\nIt is 4.");
+    assert_eq!(resent["second_reply"], "Let me check that.\n\nIt is 4.");
+    assert_eq!(
+        resent["first_session"], resent["second_session"],
+        "the transcript as streamed continued its session: {resent}"
+    );
+    let last = llm
+        .requests()
+        .iter()
+        .map(|request| request.json())
+        .rfind(|body| last_user_text(body) == "compute: again")
+        .expect("the second turn's requests");
+    let tool_results = last["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|message| message["role"] == "tool")
+        .count();
+    assert_eq!(tool_results, 2, "both turns' tool rounds reach the model");
+
+    assert_eq!(results["cut"]["text"], "Hello world.", "no text twice");
+
+    for refused in ["tools_refused", "temperature_refused"] {
+        let refused = &results[refused];
+        assert_eq!(refused["raised"], true, "{refused}");
+        assert_eq!(refused["status"], 400, "{refused}");
+    }
+    assert!(
+        llm.requests()
+            .iter()
+            .all(|request| !last_user_text(&request.json()).starts_with("refused")),
+        "a refused request reaches no model"
+    );
+
+    let retried = &results["retried"];
+    assert_eq!(retried["raised"], false, "{retried}");
+    assert_eq!(retried["outcome"], "echo: slow: take your time");
+    let slow_calls = llm
+        .requests()
+        .iter()
+        .filter(|request| last_user_text(&request.json()) == "slow: take your time")
+        .count();
+    assert_eq!(slow_calls, 1, "the client's retries joined the first turn");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn the_python_client_speaks_the_responses_api() {
+    speaks_the_responses_api(Client::Python).await;
+}
+
+#[tokio::test]
+async fn the_node_client_speaks_the_responses_api() {
+    speaks_the_responses_api(Client::Node).await;
+}
+
+async fn speaks_the_responses_api(client: Client) {
+    if !available(client).await {
+        return;
+    }
+    let llm = agents_model().await;
+    let app = TestApp::spawn_with(&llm, |s| s.llm.max_retries = 0).await;
+
+    let results = run_script(client, "openai_responses", &app).await;
+
+    let plain = &results["plain"];
+    assert!(
+        plain["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("resp_")),
+        "{plain}"
+    );
+    assert_eq!(plain["object"], "response");
+    assert_eq!(plain["status"], "completed");
+    assert_eq!(plain["text"], "echo: my name is Ada");
+    let continued = &results["continued"];
+    assert_eq!(continued["text"], "echo: what is my name?");
+    assert_eq!(continued["previous"], plain["id"]);
+    let continued_request = llm
+        .requests()
+        .iter()
+        .map(|request| request.json())
+        .find(|body| last_user_text(body) == "what is my name?")
+        .expect("the continued request");
+    assert!(
+        continued_request.to_string().contains("my name is Ada"),
+        "previous_response_id continued the conversation"
+    );
+    let streamed = &results["streamed"];
+    assert_eq!(
+        streamed["types"],
+        serde_json::json!([
+            "response.created",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed",
+        ]),
+        "{streamed}"
+    );
+    assert_eq!(streamed["text"], "Let me check that.\n\nIt is 4.");
+    assert_eq!(streamed["final_text"], streamed["text"]);
+    assert_eq!(results["retrieved"]["text"], "echo: my name is Ada");
+    assert_eq!(results["deleted"]["status"], 404, "{}", results["deleted"]);
+    assert_eq!(results["plain_failure"]["status"], 502);
+    assert_eq!(results["plain_failure"]["code"], "model_failed");
+    let streamed_failure = &results["streamed_failure"];
+    assert_eq!(streamed_failure["raised"], true, "{streamed_failure}");
+    assert_eq!(streamed_failure["code"], "model_failed");
+    assert_eq!(results["tools_refused"]["status"], 400);
     app.stop().await;
 }
 

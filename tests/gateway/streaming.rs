@@ -1,8 +1,9 @@
 //! Streamed completions end to end: the model is called streaming, its text
 //! reaches the API client as it arrives (text of every round, tool activity
 //! as `switchboard` chunks), usage comes last when asked for, a stream cut
-//! short is retried with a restart chunk, and what is stored is exactly what
-//! the same turn stores unstreamed.
+//! short is retried and continued from what the client was shown (never
+//! repeated), a failed turn ends with an error event, and what is stored is
+//! exactly what the same turn stores unstreamed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -130,8 +131,8 @@ async fn same_rows_streamed_or_not(provider: ProviderKind) {
     let (status, plain_session, reply) = app.chat(None, "what is 2+2?").await;
     assert_eq!(status, StatusCode::OK, "{reply}");
     assert_eq!(
-        reply["choices"][0]["message"]["content"],
-        "It is 4, as computed."
+        reply["choices"][0]["message"]["content"], "Let me compute.\n\nIt is 4, as computed.",
+        "the plain reply is the visible text a stream shows"
     );
     let plain_session = plain_session.expect("session header");
     let (streamed_session, chunks) = stream_chat(&app, None, "what is 2+2?", false).await;
@@ -217,6 +218,80 @@ async fn a_streamed_turn_with_tools_stores_what_an_unstreamed_one_does_openai() 
 #[tokio::test]
 async fn a_streamed_turn_with_tools_stores_what_an_unstreamed_one_does_anthropic() {
     same_rows_streamed_or_not(ProviderKind::Anthropic).await;
+}
+
+/// A stateless request: the whole transcript, streamed or not.
+async fn resend(app: &TestApp, messages: Value, stream: bool) -> (String, String) {
+    let body = json!({"messages": messages, "stream": stream});
+    let response = app
+        .http
+        .post(app.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), StatusCode::OK);
+    let session = response.headers()["x-session-id"]
+        .to_str()
+        .expect("header")
+        .to_owned();
+    let text = response.text().await.expect("body");
+    let reply = if stream {
+        let mut data = data_lines(&text);
+        assert_eq!(data.pop().as_deref(), Some("[DONE]"), "{text}");
+        let chunks: Vec<Value> = data
+            .iter()
+            .map(|line| serde_json::from_str(line).expect("chunk JSON"))
+            .collect();
+        content(&chunks)
+    } else {
+        let body: Value = serde_json::from_str(&text).expect("JSON");
+        body["choices"][0]["message"]["content"]
+            .as_str()
+            .expect("content")
+            .to_owned()
+    };
+    (session, reply)
+}
+
+async fn a_resent_transcript_continues_its_session(stream: bool) {
+    let llm = FakeLlm::start(compute_then_answer).await;
+    let app = TestApp::spawn(&llm).await;
+    let mut messages = vec![json!({"role": "user", "content": "what is 2+2?"})];
+
+    let (first, reply) = resend(&app, json!(messages), stream).await;
+    assert_eq!(reply, "Let me compute.\n\nIt is 4, as computed.");
+    messages.push(json!({"role": "assistant", "content": reply}));
+    messages.push(json!({"role": "user", "content": "and again?"}));
+    let (second, _) = resend(&app, json!(messages), stream).await;
+
+    assert_eq!(
+        first, second,
+        "the client's transcript continued its session"
+    );
+    let last = llm.requests().last().expect("requests").json();
+    let tools: Vec<&Value> = last["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|message| message["role"] == "tool")
+        .collect();
+    assert_eq!(
+        tools.len(),
+        2,
+        "the model still sees the first turn's tool round, then the second's"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_streamed_reply_with_text_before_a_tool_call_resent_continues_the_session() {
+    a_resent_transcript_continues_its_session(true).await;
+}
+
+#[tokio::test]
+async fn a_plain_reply_with_text_before_a_tool_call_resent_continues_the_session() {
+    a_resent_transcript_continues_its_session(false).await;
 }
 
 #[tokio::test]
@@ -306,7 +381,7 @@ async fn usage_comes_last_when_asked_for() {
 }
 
 #[tokio::test]
-async fn a_failed_streamed_turn_ends_with_its_apology() {
+async fn a_failed_streamed_turn_ends_with_an_error_event_not_an_apology() {
     let llm = FakeLlm::start(|body| {
         if last_is_tool_result(body) {
             Reply::Status(400, r#"{"error":{"message":"no"}}"#.to_owned())
@@ -317,17 +392,19 @@ async fn a_failed_streamed_turn_ends_with_its_apology() {
     .await;
     let app = TestApp::spawn(&llm).await;
 
-    let (_, chunks) = stream_chat(&app, None, "what is 2+2?", false).await;
+    let (session, chunks) = stream_chat(&app, None, "what is 2+2?", false).await;
 
-    let text = content(&chunks);
-    let apology = text
-        .strip_prefix("Let me compute.\n\n")
-        .unwrap_or_else(|| panic!("the streamed text, then the apology: {text:?}"));
-    assert!(!apology.is_empty());
-    assert_eq!(
-        chunks.last().expect("chunks")["choices"][0]["finish_reason"],
-        "error"
+    let (error, chunks) = chunks.split_last().expect("chunks");
+    assert_eq!(content(chunks), "Let me compute.", "no apology as content");
+    assert!(
+        chunks
+            .iter()
+            .all(|chunk| chunk["choices"][0]["finish_reason"].is_null()),
+        "no finish reason: the turn did not finish"
     );
+    assert_eq!(error["error"]["code"], "model_refused", "{error}");
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert_eq!(error["error"]["session_id"], session.as_str());
     assert_eq!(app.outcome_of_last_turn().await, "model_error");
     app.stop().await;
 }
@@ -354,14 +431,15 @@ async fn a_cut_stream_is_retried(provider: ProviderKind) {
 
     let (session, chunks) = stream_chat(&app, None, "hi", false).await;
 
-    // The client saw the cut text, the restart, then the retried text.
-    assert_eq!(content(&chunks), "Hello wor\n\nHello world.");
-    let restart = chunks
-        .iter()
-        .position(|chunk| chunk["switchboard"] == json!({"type": "restart"}))
-        .expect("a restart chunk");
-    assert_eq!(content(&chunks[..restart]), "Hello wor");
-    assert_eq!(content(&chunks[restart..]), "\n\nHello world.");
+    // The client saw the cut text, then only what the retried call added:
+    // the reply it was shown is the stored one, nothing repeated.
+    assert_eq!(content(&chunks), "Hello world.");
+    assert!(
+        chunks
+            .iter()
+            .all(|chunk| chunk.get("switchboard").is_none()),
+        "no gateway-specific restart marker: {chunks:?}"
+    );
     // Stored as if the first attempt never happened; the retry sent the
     // same request.
     let history: Vec<_> = app
@@ -387,11 +465,11 @@ async fn a_cut_stream_is_retried(provider: ProviderKind) {
 }
 
 #[tokio::test]
-async fn a_stream_cut_short_is_retried_and_the_client_told_to_restart_openai() {
+async fn a_stream_cut_short_is_retried_without_repeating_text_openai() {
     a_cut_stream_is_retried(ProviderKind::Openai).await;
 }
 
 #[tokio::test]
-async fn a_stream_cut_short_is_retried_and_the_client_told_to_restart_anthropic() {
+async fn a_stream_cut_short_is_retried_without_repeating_text_anthropic() {
     a_cut_stream_is_retried(ProviderKind::Anthropic).await;
 }

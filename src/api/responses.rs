@@ -1,0 +1,564 @@
+//! The Responses API: `POST /v1/responses` (plain and `stream: true`),
+//! `GET /v1/responses/{id}`, `DELETE /v1/responses/{id}` and `POST
+//! /v1/responses/{id}/cancel`.
+//!
+//! A response is a turn: its id is `resp_<turn>`, the number the turn
+//! endpoint and the chat completion id (`chatcmpl-<turn>`) carry. A request
+//! is translated into the chat completion request it means and goes the
+//! same way (`completions::admit`): `input` (a string, or `message` items
+//! with text, `input_text`/`output_text` and `input_image` parts) is the
+//! transcript, `instructions` a system message (the operator's system
+//! prompt stays what the model sees, as for chat completions), and
+//! `previous_response_id` names the session of that turn, as `X-Session-Id`
+//! would, so the conversation is the one the other styles reach, with the
+//! same byte-stable model requests. Without it a request starts a new
+//! conversation or continues a resent transcript. Fields the gateway does
+//! not pass on are refused with 400 (`options`; also `function_call`
+//! items, a `text.format` other than text, `max_output_tokens`, `store:
+//! false`).
+//!
+//! Streamed, the typed events are `response.created`,
+//! `response.output_item.added`, `response.content_part.added`,
+//! `response.output_text.delta`, `response.output_text.done`,
+//! `response.content_part.done`, `response.output_item.done` and
+//! `response.completed`; a failure sends `response.failed` and then an
+//! `error` event, on which the official clients raise.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::sse::Event;
+use axum::response::{IntoResponse, Json, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::caller::Caller;
+use super::completions::{self, ChatRequest, Turn};
+use super::follow::{self, Outlet, Seen};
+use super::options::ModelOptions;
+use super::sessions::reachable;
+use super::{ApiError, ApiState, SESSION_HEADER, reply, retries};
+use crate::domain::{InboundId, InboundStatus, StopCause};
+
+/// A Responses API request, as far as the gateway reads it.
+#[derive(Debug, Deserialize)]
+pub struct ResponsesRequest {
+    #[serde(default)]
+    model: Option<String>,
+    input: Value,
+    #[serde(default)]
+    instructions: Option<String>,
+    #[serde(default)]
+    previous_response_id: Option<String>,
+    #[serde(default)]
+    store: Option<bool>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    text: Option<Value>,
+    #[serde(default)]
+    max_output_tokens: Option<Value>,
+    #[serde(flatten)]
+    options: ModelOptions,
+}
+
+/// `POST /v1/responses`.
+pub async fn create(
+    State(state): State<Arc<ApiState>>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match respond(&state, &caller, headers, body).await {
+        Ok(response) => response,
+        Err(err) => err.into_response(),
+    }
+}
+
+async fn respond(
+    state: &Arc<ApiState>,
+    caller: &Caller,
+    mut headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = completions::body_bytes(body)?;
+    let Json(request) = Json::<ResponsesRequest>::from_bytes(&body)?;
+    request.options.check()?;
+    refuse_unsupported(&request)?;
+    if let Some(previous) = &request.previous_response_id {
+        let (_, session) = turn_of(state, caller, previous).await?;
+        let value = HeaderValue::from_str(session.as_str())
+            .map_err(|err| ApiError::Internal(err.to_string()))?;
+        headers.insert(SESSION_HEADER, value);
+    }
+    let chat = chat_body(&request)?;
+    let bytes = serde_json::to_vec(&chat).map_err(|err| ApiError::Internal(err.to_string()))?;
+    let chat: ChatRequest =
+        serde_json::from_value(chat).map_err(|err| ApiError::BadRequest(err.to_string()))?;
+    let turn = completions::admit(state, caller, &headers, &chat, &bytes).await?;
+    let shape = Shape::new(state, &turn, &request).await;
+    let session = HeaderValue::from_str(turn.session_id.as_str())
+        .map_err(|err| ApiError::Internal(err.to_string()))?;
+    let mut response = if request.stream {
+        streamed(state, shape, turn)
+    } else {
+        answered(state, &shape, turn)
+            .await
+            .unwrap_or_else(IntoResponse::into_response)
+    };
+    response.headers_mut().insert(SESSION_HEADER, session);
+    Ok(response)
+}
+
+/// `GET /v1/responses/{id}`: the response as it stands.
+pub async fn get(
+    State(state): State<Arc<ApiState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
+    let result = async {
+        let (turn, session) = turn_of(&state, &caller, &id).await?;
+        stored(&state, turn, &session).await
+    }
+    .await;
+    result.map_or_else(IntoResponse::into_response, |body| {
+        Json(body).into_response()
+    })
+}
+
+/// `DELETE /v1/responses/{id}`: the response can no longer be read nor
+/// continued by its id; the conversation it belongs to stays.
+pub async fn delete(
+    State(state): State<Arc<ApiState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
+    let result = async {
+        let (turn, _) = turn_of(&state, &caller, &id).await?;
+        state
+            .store
+            .api()
+            .delete_response(turn)
+            .await
+            .map_err(|err| ApiError::Internal(err.to_string()))?;
+        Ok::<_, ApiError>(json!({"id": id, "object": "response", "deleted": true}))
+    }
+    .await;
+    result.map_or_else(IntoResponse::into_response, |body| {
+        Json(body).into_response()
+    })
+}
+
+/// `POST /v1/responses/{id}/cancel`: stops the response's turn if it is
+/// running (as `/stop` does), then answers the response as it stands.
+pub async fn cancel(
+    State(state): State<Arc<ApiState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
+    let result = async {
+        let (turn, session) = turn_of(&state, &caller, &id).await?;
+        let record = state
+            .store
+            .api()
+            .turn(&session, turn)
+            .await
+            .map_err(|err| ApiError::Internal(err.to_string()))?;
+        if record.is_some_and(|record| record.status == InboundStatus::Running) {
+            state
+                .service
+                .runner()
+                .stop(&session, StopCause::User)
+                .await
+                .map_err(|err| ApiError::Internal(err.to_string()))?;
+        }
+        stored(&state, turn, &session).await
+    }
+    .await;
+    result.map_or_else(IntoResponse::into_response, |body| {
+        Json(body).into_response()
+    })
+}
+
+/// Refuses what a Responses request may set that the gateway does not do.
+fn refuse_unsupported(request: &ResponsesRequest) -> Result<(), ApiError> {
+    let text_format = request
+        .text
+        .as_ref()
+        .and_then(|text| text.get("format"))
+        .is_some_and(|format| !format.is_null() && *format != json!({"type": "text"}));
+    let refused = if text_format {
+        Some("text.format")
+    } else if request
+        .max_output_tokens
+        .as_ref()
+        .is_some_and(|max| !max.is_null())
+    {
+        Some("max_output_tokens")
+    } else if request.store == Some(false) {
+        Some("store: false")
+    } else {
+        None
+    };
+    match refused {
+        Some(field) => Err(ApiError::BadRequest(format!(
+            "`{field}` is not supported by this gateway: it keeps every conversation and the \
+             agent's own model settings; send the request without it"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The chat completion request a Responses request means.
+fn chat_body(request: &ResponsesRequest) -> Result<Value, ApiError> {
+    let mut messages = Vec::new();
+    if let Some(instructions) = request.instructions.as_deref() {
+        messages.push(json!({"role": "system", "content": instructions}));
+    }
+    match &request.input {
+        Value::String(text) => messages.push(json!({"role": "user", "content": text})),
+        Value::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                messages.push(chat_message(index, item)?);
+            }
+        }
+        _ => {
+            return Err(ApiError::BadRequest(
+                "`input` must be a string or a list of items".to_owned(),
+            ));
+        }
+    }
+    let mut chat = json!({"messages": messages, "stream": request.stream});
+    if let Some(model) = &request.model {
+        chat["model"] = json!(model);
+    }
+    if let Some(user) = &request.user {
+        chat["user"] = json!(user);
+    }
+    Ok(chat)
+}
+
+/// One `input` item as a chat message.
+fn chat_message(index: usize, item: &Value) -> Result<Value, ApiError> {
+    let bad = |what: &str| ApiError::BadRequest(format!("input[{index}]: {what}"));
+    let kind = item
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message");
+    if kind != "message" {
+        return Err(bad(&format!(
+            "items of type `{kind}` are not supported (client function tools are not: the \
+             gateway runs its own tools)"
+        )));
+    }
+    let role = item
+        .get("role")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("a message needs a role"))?;
+    let content = match item.get("content") {
+        Some(Value::String(text)) => json!(text),
+        Some(Value::Array(parts)) => {
+            let parts: Result<Vec<Value>, ApiError> = parts
+                .iter()
+                .enumerate()
+                .map(|(position, part)| chat_part(index, position, part))
+                .collect();
+            json!(parts?)
+        }
+        _ => return Err(bad("a message needs content")),
+    };
+    Ok(json!({"role": role, "content": content}))
+}
+
+/// One content part as a chat content part.
+fn chat_part(index: usize, position: usize, part: &Value) -> Result<Value, ApiError> {
+    let kind = part.get("type").and_then(Value::as_str).unwrap_or_default();
+    match kind {
+        "input_text" | "output_text" | "text" => Ok(json!({
+            "type": "text",
+            "text": part.get("text").and_then(Value::as_str).unwrap_or_default(),
+        })),
+        "input_image" => Ok(json!({
+            "type": "image_url",
+            "image_url": {"url": part.get("image_url").cloned().unwrap_or(Value::Null)},
+        })),
+        other => Err(ApiError::BadRequest(format!(
+            "input[{index}].content[{position}]: a part of type `{other}` cannot be taken"
+        ))),
+    }
+}
+
+/// The turn and session a response id names, if the caller may reach it.
+async fn turn_of(
+    state: &ApiState,
+    caller: &Caller,
+    id: &str,
+) -> Result<(InboundId, crate::domain::SessionId), ApiError> {
+    let missing = || ApiError::NotFound(format!("no response with id {id}"));
+    let turn = id
+        .strip_prefix("resp_")
+        .and_then(|n| n.parse::<i64>().ok())
+        .map(InboundId::new)
+        .ok_or_else(missing)?;
+    let found = state
+        .store
+        .api()
+        .response_session(turn)
+        .await
+        .map_err(|err| ApiError::Internal(err.to_string()))?
+        .ok_or_else(missing)?;
+    let session = reachable(state, caller.scope(), found.as_str())
+        .await
+        .map_err(|_| missing())?;
+    Ok((turn, session))
+}
+
+/// What every rendering of one response repeats.
+struct Shape {
+    id: String,
+    message_id: String,
+    created_at: u64,
+    model: String,
+    previous: Option<String>,
+}
+
+impl Shape {
+    async fn new(state: &ApiState, turn: &Turn, request: &ResponsesRequest) -> Self {
+        let model = match state.store.sessions().get(&turn.session_id).await {
+            Ok(Some(session)) => session.model,
+            _ => request.model.clone().unwrap_or_default(),
+        };
+        Self {
+            id: format!("resp_{}", turn.inbound_id),
+            message_id: format!("msg_{}", turn.inbound_id),
+            created_at: completions::unix_now(),
+            model,
+            previous: request.previous_response_id.clone(),
+        }
+    }
+
+    /// The output message holding `text`.
+    fn message(&self, text: &str, status: &str) -> Value {
+        json!({
+            "type": "message", "id": self.message_id, "status": status, "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": []}],
+        })
+    }
+
+    /// The response object.
+    fn response(&self, status: &str, output: Value, usage: Value, error: Value) -> Value {
+        json!({
+            "id": self.id, "object": "response", "created_at": self.created_at,
+            "status": status, "model": self.model, "output": output, "usage": usage,
+            "error": error, "incomplete_details": null, "instructions": null,
+            "previous_response_id": self.previous, "store": true,
+            "parallel_tool_calls": false, "tool_choice": "auto", "tools": [],
+            "text": {"format": {"type": "text"}},
+        })
+    }
+}
+
+/// The response, once its turn has ended, as one object.
+async fn answered(state: &ApiState, shape: &Shape, turn: Turn) -> Result<Response, ApiError> {
+    let inbound_id = turn.inbound_id;
+    let session_id = turn.session_id.clone();
+    let reply = completions::wait_for_reply(state, turn, state.reply_timeout)
+        .await
+        .map_err(|no_reply| no_reply.into_error(&session_id, inbound_id))?;
+    let text = reply::visible(state, &reply).await?;
+    let usage = usage(state, inbound_id).await?;
+    retries::answered(state, inbound_id).await;
+    let output = json!([shape.message(&text, "completed")]);
+    Ok(Json(shape.response("completed", output, usage, Value::Null)).into_response())
+}
+
+/// A stored response, for `GET` and `cancel`.
+async fn stored(
+    state: &ApiState,
+    turn: InboundId,
+    session: &crate::domain::SessionId,
+) -> Result<Value, ApiError> {
+    let internal = |err: crate::store::StoreError| ApiError::Internal(err.to_string());
+    let record = state
+        .store
+        .api()
+        .turn(session, turn)
+        .await
+        .map_err(internal)?
+        .ok_or_else(|| ApiError::NotFound(format!("no response with id resp_{turn}")))?;
+    let model = state
+        .store
+        .sessions()
+        .get(session)
+        .await
+        .map_err(internal)?
+        .map(|session| session.model)
+        .unwrap_or_default();
+    let shape = Shape {
+        id: format!("resp_{turn}"),
+        message_id: format!("msg_{turn}"),
+        created_at: u64::try_from(record.received_at.div_euclid(1000)).unwrap_or_default(),
+        model,
+        previous: None,
+    };
+    let (status, output) = match record.status {
+        InboundStatus::Pending | InboundStatus::Running => ("in_progress", json!([])),
+        InboundStatus::Failed if record.outcome.is_some_and(|o| o.is_stopped()) => {
+            ("cancelled", json!([]))
+        }
+        InboundStatus::Failed => ("failed", json!([])),
+        _ => {
+            let text = state
+                .store
+                .api()
+                .visible_reply(session, turn)
+                .await
+                .map_err(internal)?
+                .or(record.reply)
+                .unwrap_or_default();
+            ("completed", json!([shape.message(&text, "completed")]))
+        }
+    };
+    let usage = usage(state, turn).await?;
+    Ok(shape.response(status, output, usage, Value::Null))
+}
+
+/// The turn's token counts, as a Responses `usage` object.
+async fn usage(state: &ApiState, turn: InboundId) -> Result<Value, ApiError> {
+    let usage = state
+        .store
+        .usage()
+        .task_usage(turn)
+        .await
+        .map_err(|err| ApiError::Internal(err.to_string()))?
+        .usage;
+    Ok(json!({
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cache_read_tokens},
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+    }))
+}
+
+/// The response as typed server-sent events, sent as its turn runs.
+fn streamed(state: &Arc<ApiState>, shape: Shape, turn: Turn) -> Response {
+    follow::sse(state, move |state, out| async move {
+        let inbound_id = turn.inbound_id;
+        let mut events = Events {
+            out: &out,
+            shape: &shape,
+            sequence: 0,
+        };
+        events.start();
+        let mut text = String::new();
+        let Some(rest) = follow::follow(&state, turn, &out, |seen| {
+            if let Seen::Text(piece) = seen {
+                text.push_str(&piece);
+                events.delta(&piece);
+            }
+        })
+        .await
+        else {
+            return;
+        };
+        match rest {
+            Ok(rest) => {
+                if let Some(rest) = rest {
+                    text.push_str(&rest);
+                    events.delta(&rest);
+                }
+                let usage = usage(&state, inbound_id).await.unwrap_or(Value::Null);
+                retries::answered(&state, inbound_id).await;
+                events.finish(&text, usage);
+            }
+            Err(err) => events.failed(&err),
+        }
+    })
+}
+
+/// The typed events of one streamed response, numbered.
+struct Events<'a> {
+    out: &'a Outlet,
+    shape: &'a Shape,
+    sequence: u64,
+}
+
+impl Events<'_> {
+    fn send(&mut self, kind: &str, mut data: Value) {
+        data["type"] = json!(kind);
+        data["sequence_number"] = json!(self.sequence);
+        self.sequence += 1;
+        self.out
+            .send(Event::default().event(kind).data(data.to_string()));
+    }
+
+    /// `response.created`, the output message and its text part begun.
+    fn start(&mut self) {
+        let shape = self.shape;
+        let response = shape.response("in_progress", json!([]), Value::Null, Value::Null);
+        self.send("response.created", json!({"response": response}));
+        let mut item = shape.message("", "in_progress");
+        item["content"] = json!([]);
+        self.send(
+            "response.output_item.added",
+            json!({"output_index": 0, "item": item}),
+        );
+        self.send(
+            "response.content_part.added",
+            json!({"item_id": shape.message_id, "output_index": 0, "content_index": 0,
+                   "part": {"type": "output_text", "text": "", "annotations": []}}),
+        );
+    }
+
+    fn delta(&mut self, piece: &str) {
+        let item_id = self.shape.message_id.clone();
+        self.send(
+            "response.output_text.delta",
+            json!({"item_id": item_id, "output_index": 0, "content_index": 0, "delta": piece}),
+        );
+    }
+
+    /// The text, part, item and response done.
+    fn finish(&mut self, text: &str, usage: Value) {
+        let shape = self.shape;
+        let id = &shape.message_id;
+        self.send(
+            "response.output_text.done",
+            json!({"item_id": id, "output_index": 0, "content_index": 0, "text": text}),
+        );
+        self.send(
+            "response.content_part.done",
+            json!({"item_id": id, "output_index": 0, "content_index": 0,
+                   "part": {"type": "output_text", "text": text, "annotations": []}}),
+        );
+        let item = shape.message(text, "completed");
+        self.send(
+            "response.output_item.done",
+            json!({"output_index": 0, "item": item.clone()}),
+        );
+        let response = shape.response("completed", json!([item]), usage, Value::Null);
+        self.send("response.completed", json!({"response": response}));
+    }
+
+    /// `response.failed`, then the `error` event clients raise on.
+    fn failed(&mut self, err: &ApiError) {
+        let body = err.body();
+        let error = json!({"code": body["code"], "message": body["message"]});
+        let response = self
+            .shape
+            .response("failed", json!([]), Value::Null, error.clone());
+        self.send("response.failed", json!({"response": response}));
+        self.send(
+            "error",
+            json!({"code": body["code"], "message": body["message"], "param": null,
+                   "error": body}),
+        );
+    }
+}

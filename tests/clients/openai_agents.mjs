@@ -1,0 +1,109 @@
+// Uses a running Switchboard gateway the way agent frameworks use the
+// official OpenAI Node client, and prints what it saw as one JSON object (the
+// same shape as openai_agents.py prints).
+//
+// Usage: node openai_agents.mjs BASE_URL   (e.g. http://127.0.0.1:8080/v1)
+// The `openai` package is looked up from this folder (.ci/run installs it
+// into tests/clients/node_modules).
+//
+// Run by tests/gateway/openai_client.rs, which asserts on the output.
+
+import OpenAI from "openai";
+
+const MODEL = "fake-model";
+const user = (text) => ({ role: "user", content: text });
+
+const client = new OpenAI({
+  baseURL: process.argv[2],
+  apiKey: "sk-unused",
+  maxRetries: 0,
+  timeout: 60_000,
+});
+const results = { client_version: OpenAI.VERSION ?? null };
+
+// Streams a completion; returns [X-Session-Id, accumulated text].
+async function streamed(messages) {
+  const { data, response } = await client.chat.completions
+    .create({ model: MODEL, messages, stream: true })
+    .withResponse();
+  let text = "";
+  for await (const chunk of data) {
+    for (const choice of chunk.choices) text += choice.delta.content ?? "";
+  }
+  return [response.headers.get("x-session-id"), text];
+}
+
+// Runs `call`; returns what the client threw, if it did.
+async function raised(call) {
+  try {
+    return { raised: false, outcome: await call() };
+  } catch (error) {
+    if (!(error instanceof OpenAI.APIError)) throw error;
+    return {
+      raised: true,
+      error: error.constructor.name,
+      status: error.status ?? null,
+      code: error.code ?? null,
+      session: error.headers?.get?.("x-session-id") ?? null,
+    };
+  }
+}
+
+results.plain_failure = await raised(async () => {
+  const completion = await client.chat.completions.create({
+    model: MODEL,
+    messages: [user("fail: plain")],
+  });
+  return completion.choices[0].message.content;
+});
+results.streamed_failure = await raised(async () => (await streamed([user("fail: streamed")]))[1]);
+
+// The transcript as the client accumulated it from the stream.
+const history = [user("compute: 2+2")];
+const [firstSession, reply] = await streamed(history);
+history.push({ role: "assistant", content: reply }, user("compute: again"));
+const [secondSession, secondReply] = await streamed(history);
+results.resent = {
+  first_session: firstSession,
+  first_reply: reply,
+  second_session: secondSession,
+  second_reply: secondReply,
+};
+
+results.cut = { text: (await streamed([user("cut: hello")]))[1] };
+
+// Fields the gateway does not pass on are refused, not dropped.
+const tool = { type: "function", function: { name: "lookup", parameters: { type: "object" } } };
+results.tools_refused = await raised(async () => {
+  const completion = await client.chat.completions.create({
+    model: MODEL,
+    messages: [user("refused: tools")],
+    tools: [tool],
+  });
+  return completion.choices[0].message.content;
+});
+results.temperature_refused = await raised(async () => {
+  const completion = await client.chat.completions.create({
+    model: MODEL,
+    messages: [user("refused: temperature")],
+    temperature: 0.2,
+  });
+  return completion.choices[0].message.content;
+});
+
+// The client's default automatic retries, no Idempotency-Key.
+const retrying = new OpenAI({
+  baseURL: process.argv[2],
+  apiKey: "sk-unused",
+  maxRetries: 2,
+  timeout: 60_000,
+});
+results.retried = await raised(async () => {
+  const completion = await retrying.chat.completions.create({
+    model: MODEL,
+    messages: [user("slow: take your time")],
+  });
+  return completion.choices[0].message.content;
+});
+
+console.log(JSON.stringify(results));
