@@ -461,3 +461,30 @@ async fn an_unknown_slack_sender_gets_a_pairing_code_and_no_turn() {
     assert!(!greeting.starts_with("echo:"), "{greeting}");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_button_press_that_matches_nothing_gets_a_2xx_and_changes_nothing() {
+    let slack = FakeSlack::start().await;
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn_with(&llm, |s| s.slack = Some(slack_settings(&slack))).await;
+    let press = switchboard_test_support::slack::block_actions(
+        TEAM_ID,
+        CHANNEL,
+        "1700000900.000001",
+        None,
+        "sb:no-such-action",
+    );
+
+    let answered = Delivery::new(SIGNING_SECRET)
+        .interaction(&app.url("/slack/interactivity"), &press)
+        .await;
+    let forged = Delivery::new("not-the-signing-secret")
+        .interaction(&app.url("/slack/interactivity"), &press)
+        .await;
+
+    assert_eq!(answered.statuses, [200], "{}", answered.body);
+    assert_eq!(forged.statuses, [401], "verified like events");
+    assert_eq!(app.count("inbound").await, 0);
+    assert!(llm.requests().is_empty());
+    app.stop().await;
+}
