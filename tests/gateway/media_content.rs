@@ -284,7 +284,9 @@ async fn turns_with_every_kind_of_media_keep_the_prompt_prefix_byte_identical() 
 const DISCORD_TOKEN_ENV: &str = "SWITCHBOARD_TEST_DISCORD_TOKEN";
 
 /// The `[discord]` settings that point the adapter at `fake`.
-fn discord_settings(fake: &switchboard_test_support::discord::FakeDiscord) -> DiscordSettings {
+pub(crate) fn discord_settings(
+    fake: &switchboard_test_support::discord::FakeDiscord,
+) -> DiscordSettings {
     static TOKEN_SET: std::sync::Once = std::sync::Once::new();
     // SAFETY (test): set once per process, before the first adapter reads
     // it; nothing else writes this variable.
