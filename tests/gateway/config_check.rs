@@ -67,7 +67,7 @@ async fn config_mistakes_are_refused_once_with_file_key_and_fix() {
             vec![],
             format!(
                 "{shown}: unknown platform `telegarm` in [access.platforms]; did you mean \
-                 `telegram`? platforms: discord, feishu, telegram"
+                 `telegram`? platforms: discord, feishu, slack, telegram, whatsapp"
             ),
         ),
         (
