@@ -188,15 +188,13 @@ async fn a_ten_thousand_character_markdown_answer_is_split_and_rendered() {
         deliver(&app, &dm("explain", "1700000200.000001")).await,
         [200]
     );
-    eventually("the whole answer", || {
-        ready(
-            slack
-                .posted_in(DM)
-                .iter()
-                .filter(|p| p.text.ends_with("lazy dog."))
-                .count()
-                >= 1,
-        )
+    // Every part is posted once the reply is marked sent.
+    eventually("the reply marked sent", || async {
+        let sent: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE status = 'sent'")
+            .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+            .await
+            .expect("count");
+        sent == 1
     })
     .await;
 
@@ -459,5 +457,32 @@ async fn an_unknown_slack_sender_gets_a_pairing_code_and_no_turn() {
     assert_eq!(app.count("pairing_requests").await, 1);
     let greeting = &slack.posted_in(DM)[0].text;
     assert!(!greeting.starts_with("echo:"), "{greeting}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_button_press_that_matches_nothing_gets_a_2xx_and_changes_nothing() {
+    let slack = FakeSlack::start().await;
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn_with(&llm, |s| s.slack = Some(slack_settings(&slack))).await;
+    let press = switchboard_test_support::slack::block_actions(
+        TEAM_ID,
+        CHANNEL,
+        "1700000900.000001",
+        None,
+        "sb:no-such-action",
+    );
+
+    let answered = Delivery::new(SIGNING_SECRET)
+        .interaction(&app.url("/slack/interactivity"), &press)
+        .await;
+    let forged = Delivery::new("not-the-signing-secret")
+        .interaction(&app.url("/slack/interactivity"), &press)
+        .await;
+
+    assert_eq!(answered.statuses, [200], "{}", answered.body);
+    assert_eq!(forged.statuses, [401], "verified like events");
+    assert_eq!(app.count("inbound").await, 0);
+    assert!(llm.requests().is_empty());
     app.stop().await;
 }
