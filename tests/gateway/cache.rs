@@ -252,3 +252,45 @@ async fn a_person_answering_ten_minutes_later_finds_the_conversation_cached_for_
     assert_eq!(costs[1], (expected * 1000.0).round() as i64);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_call_stopped_mid_flight_is_recorded_with_the_input_it_was_billed() {
+    let llm = FakeLlm::start_with_delay(echo, Duration::from_secs(5)).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.prices.insert(
+            "fake-model".to_owned(),
+            Price {
+                input: 1.0,
+                ..Price::default()
+            },
+        );
+    })
+    .await;
+    let (session, _) = app.say(None, "/help").await;
+
+    let long = app.say(Some(&session), "take your time");
+    let stop = async {
+        switchboard_test_support::eventually("a model call", || {
+            std::future::ready(!llm.requests().is_empty())
+        })
+        .await;
+        app.say(Some(&session), "/stop").await
+    };
+    let ((_, stopped), _) = tokio::join!(long, stop);
+
+    assert_eq!(stopped, "Stopped, as you asked.");
+    let (status, input, estimated, cost): (String, i64, i64, Option<i64>) = sqlx::query_as(
+        "SELECT status, input_tokens, input_estimated, cost_nanousd FROM usage ORDER BY id DESC",
+    )
+    .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+    .await
+    .expect("the call's row");
+    assert_eq!(status, "failed");
+    assert_eq!(estimated, 1, "marked as estimated");
+    assert!(
+        input > 100,
+        "the system prompt and message, billed: {input}"
+    );
+    assert_eq!(cost, Some(input * 1000), "priced at the input price");
+    app.stop().await;
+}

@@ -168,9 +168,10 @@ impl Billing for Caching {
             .map(|earlier| common_prefix(earlier, &prompt))
             .max()
             .unwrap_or(0);
-        state
-            .possible
-            .push((shared as u64 / 4).min(usage.prompt_tokens));
+        // Counted in the bill's tokens too: a read is never more than
+        // possible.
+        let possible = (shared as u64 / 4).max(usage.cache_read_tokens);
+        state.possible.push(possible.min(usage.prompt_tokens));
         state.seen.push(prompt);
         usage.output_tokens = 7;
         state.bills.push(usage);
