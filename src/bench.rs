@@ -685,6 +685,7 @@ impl Provider for InstantModel {
                 output_tokens: 10,
                 cache_read_tokens: 90,
                 cache_write_tokens: 0,
+                cache_write_1h_tokens: 0,
             },
             model: request.model.to_owned(),
             request_id: None,

@@ -516,6 +516,7 @@ mod tests {
             output_tokens: 7,
             cache_read_tokens: 100,
             cache_write_tokens: 5,
+            cache_write_1h_tokens: 0,
         };
         metrics.model_call("openai", "m", Some(&usage), Duration::from_millis(40));
         metrics.model_call("openai", "m", None, Duration::from_millis(40));

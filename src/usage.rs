@@ -17,7 +17,11 @@ pub struct Price {
     pub input: f64,
     pub output: f64,
     pub cache_read: f64,
+    /// Tokens written to the cache for five minutes.
     pub cache_write: f64,
+    /// Tokens written to the cache for an hour (Anthropic's `"ttl": "1h"`);
+    /// twice `input` when not given, as Anthropic bills them.
+    pub cache_write_1h: Option<f64>,
 }
 
 impl Price {
@@ -27,10 +31,13 @@ impl Price {
         let cached = usage.cache_read_tokens + usage.cache_write_tokens;
         let fresh = usage.input_tokens.saturating_sub(cached);
         // Token counts are far below 2^52: the casts are exact.
+        let hour = usage.cache_write_1h_tokens.min(usage.cache_write_tokens);
+        let hour_price = self.cache_write_1h.unwrap_or(2.0 * self.input);
         let dollars = fresh as f64 * self.input
             + usage.output_tokens as f64 * self.output
             + usage.cache_read_tokens as f64 * self.cache_read
-            + usage.cache_write_tokens as f64 * self.cache_write;
+            + (usage.cache_write_tokens - hour) as f64 * self.cache_write
+            + hour as f64 * hour_price;
         dollars / 1_000_000.0
     }
 
@@ -148,12 +155,14 @@ mod tests {
             output: 2.0,
             cache_read: 0.1,
             cache_write: 1.25,
+            cache_write_1h: None,
         };
         let usage = Usage {
             input_tokens: 1_000_000,
             output_tokens: 500_000,
             cache_read_tokens: 600_000,
             cache_write_tokens: 100_000,
+            cache_write_1h_tokens: 0,
         };
         let cost = price.cost(&usage);
         assert!((cost - (0.3 + 1.0 + 0.06 + 0.125)).abs() < 1e-9, "{cost}");
@@ -173,6 +182,7 @@ mod tests {
                     output_tokens: 10,
                     cache_read_tokens: 80,
                     cache_write_tokens: 0,
+                    cache_write_1h_tokens: 0,
                 },
             },
         }];

@@ -14,7 +14,7 @@
 //! Between compactions the view is a pure function of the database, so the
 //! prefix stays byte-stable.
 
-use crate::domain::{ChatMessage, InboundId, PrincipalId, Scope, SessionId};
+use crate::domain::{ChatMessage, InboundId, PrincipalId, Scope, SessionId, ToolSpec};
 use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 
@@ -30,19 +30,20 @@ use super::prompt::refreshed_prompt;
 use super::run::wire_bytes;
 use super::step::{self, OneShot};
 
-/// The system prompt of a summarisation call.
-pub const SUMMARY_SYSTEM: &str = "You compress conversations between a user and an assistant so \
-    the assistant can continue without the full transcript. Write a concise summary that keeps: \
-    the user's goals and preferences, facts and results found (with exact names, numbers and \
-    links), decisions made, open items and next steps, and options the user rejected and why. \
-    Write in the conversation's language. Do not invent anything.";
+/// The question of a summarisation call, asked after the conversation as
+/// it is cached (the range to summarise is named after it).
+pub const SUMMARY_REQUEST: &str = "[switchboard] Compaction: the conversation above is getting \
+    long. Write a concise summary of part of it so the assistant can continue without the full \
+    transcript; keep the user's goals and preferences, facts and results found (with exact \
+    names, numbers and links), decisions made, open items and next steps, and options the user \
+    rejected and why. Write in the conversation's language. Do not invent anything, do not call \
+    tools, and answer with the summary only.";
 
 /// How the summary appears in the wire view.
 pub const SUMMARY_PREFIX: &str = "[Summary of the earlier conversation]\n";
 
-/// Tool results longer than this are cut in the transcript sent for
-/// summarisation.
-const MAX_RESULT_CHARS: usize = 2000;
+/// How much of a message names it where a question points at it.
+const QUOTE_CHARS: usize = 120;
 
 /// Tokens per request byte assumed before the provider has reported any
 /// usage.
@@ -87,6 +88,12 @@ pub struct Summariser<'a> {
     pub metrics: &'a Metrics,
     pub provider: &'a dyn Provider,
     pub model: &'a str,
+    /// The conversation's stored system prompt and tools: a summary is
+    /// asked as a continuation of the conversation as cached.
+    pub system: &'a str,
+    pub tools: &'a [ToolSpec],
+    /// How long the conversation was idle (the cache TTL policy reads it).
+    pub idle: std::time::Duration,
     pub session_id: &'a SessionId,
     pub task_id: Option<InboundId>,
     pub principal_id: Option<PrincipalId>,
@@ -233,32 +240,33 @@ async fn summarise(
     person_memory: Option<&MemorySettings>,
 ) -> Result<Compaction, CompactError> {
     let Split { pinned, kept, cut } = split;
-    let replaced: Vec<WireEntry> = view[pinned + 1..cut]
-        .iter()
-        .enumerate()
-        .filter(|(offset, _)| kept != Some(pinned + 1 + offset))
-        .map(|(_, entry)| entry.clone())
-        .collect();
-    let transcript = render(&replaced);
+    let history: Vec<ChatMessage> = view.iter().map(|entry| entry.message.clone()).collect();
     if let Some(memory) = person_memory
         && memory.extract_at_compaction
     {
         // Before the summary's call, whose outcome is written with the
         // compaction. The pinned first message is read too: it stays
         // verbatim, but it often says the most about the person.
-        extract_facts(by, &render(&view[pinned..cut]), memory).await?;
+        let before = format!("before {}", describe(&view[cut].message));
+        extract_facts(by, &history, &before, memory).await?;
     }
     let question = OneShot {
         scope: &Scope::named("compaction"),
-        system: SUMMARY_SYSTEM,
-        prompt: format!(
-            "Summarise this part of the conversation (it follows the user's first message: \
-                 \"{}\"):\n\n{transcript}",
-            first_text(&view[pinned].message)
-        ),
+        history: &history,
+        prompt: format!("{SUMMARY_REQUEST} {}", summary_range(view, split)),
         max_tokens: 2048,
     };
     let (summary, recorded) = step::one_shot(by, question).await?;
+    if summary.trim().is_empty() {
+        // A model that answered with a tool call, or nothing: no summary
+        // rather than an empty one (the call stays recorded).
+        let mut batch = Batch::new();
+        recorded.finish(&mut batch);
+        by.store.write(batch).await?;
+        return Err(CompactError::Model(crate::llm::LlmError::InvalidResponse(
+            "the summary came back empty".to_owned(),
+        )));
+    }
     let compaction = Compaction {
         pinned_id: view[pinned].id,
         through_id: view[cut - 1].id,
@@ -345,52 +353,47 @@ fn split_task(view: &[WireEntry], task_id: InboundId, keep: usize) -> Option<Spl
     (replaced > 0).then_some(Split { pinned, kept, cut })
 }
 
-fn first_text(message: &ChatMessage) -> &str {
-    match message {
-        ChatMessage::User { content, .. } => content,
-        _ => "",
+/// Which part of the view a summary covers, in words the model can match
+/// against the conversation above: after the first user message, up to
+/// the first entry kept, less a task goal kept.
+fn summary_range(view: &[WireEntry], split: Split) -> String {
+    let mut range = format!(
+        "Summarise only what comes after the user's first message ({}) and before {}; the \
+         first message and everything from that point on stay verbatim",
+        describe(&view[split.pinned].message),
+        describe(&view[split.cut].message),
+    );
+    if let Some(kept) = split.kept {
+        range.push_str(&format!(", as does {}", describe(&view[kept].message)));
     }
+    range.push('.');
+    range
 }
 
-/// A plain-text transcript of entries for the summariser.
-fn render(entries: &[WireEntry]) -> String {
-    let mut out = String::new();
-    for entry in entries {
-        match &entry.message {
-            ChatMessage::User { content, .. } => {
-                out.push_str("User: ");
-                out.push_str(content);
-            }
-            ChatMessage::Assistant {
-                content,
-                tool_calls,
-            } => {
-                if let Some(content) = content {
-                    out.push_str("Assistant: ");
-                    out.push_str(content);
-                }
-                for call in tool_calls {
-                    out.push_str(&format!(
-                        "\nAssistant called {}({})",
-                        call.name, call.arguments
-                    ));
-                }
-            }
-            ChatMessage::Tool { content, .. } => {
-                out.push_str("Tool result: ");
-                let cut = content
-                    .char_indices()
-                    .nth(MAX_RESULT_CHARS)
-                    .map_or(content.len(), |(index, _)| index);
-                out.push_str(&content[..cut]);
-                if cut < content.len() {
-                    out.push_str(" [...]");
-                }
-            }
+/// A message named by its start: the user's message "…", the assistant's
+/// step "…" (its text, else its first tool call).
+fn describe(message: &ChatMessage) -> String {
+    let (who, text) = match message {
+        ChatMessage::User { content, .. } => ("the user's message", content.clone()),
+        ChatMessage::Assistant {
+            content,
+            tool_calls,
+        } => {
+            let text = match (
+                content.as_deref().filter(|text| !text.is_empty()),
+                tool_calls.first(),
+            ) {
+                (Some(text), _) => text.to_owned(),
+                (None, Some(call)) => format!("{}({})", call.name, call.arguments),
+                (None, None) => String::new(),
+            };
+            ("the assistant's step", text)
         }
-        out.push_str("\n\n");
-    }
-    out
+        ChatMessage::Tool { content, .. } => ("the tool result", content.clone()),
+    };
+    let quote: String = text.chars().take(QUOTE_CHARS).collect();
+    let ellipsis = if quote.len() < text.len() { "…" } else { "" };
+    format!("{who} \"{quote}{ellipsis}\"")
 }
 
 #[cfg(test)]

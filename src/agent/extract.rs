@@ -10,7 +10,7 @@
 //! recorded and charged like the summary's (scope `memory`); when it fails
 //! the compaction goes on without it.
 
-use crate::domain::{PrincipalId, Scope};
+use crate::domain::{ChatMessage, PrincipalId, Scope};
 use crate::store::{Batch, Remembered, StoreError};
 use crate::tools::memory::normalise_fact;
 use crate::tools::settings::MemorySettings;
@@ -18,24 +18,28 @@ use crate::tools::settings::MemorySettings;
 use super::context::{CompactError, Summariser};
 use super::step::{self, OneShot};
 
-/// The system prompt of an extraction call.
-pub const EXTRACT_SYSTEM: &str = "You pick out what is worth remembering about a person from \
-    their conversation with an assistant, for the assistant's later conversations with them. \
-    List only lasting facts the person stated about themselves: facts about them and their \
-    circumstances, their preferences, decisions they made, and options they rejected (with why). \
-    Leave out what is already kept, passing details, guesses, and anything about other people. \
-    Answer with one fact per line, each line starting with \"- \", each one short sentence \
-    about \"the user\"; answer NONE when there is nothing.";
+/// The question of an extraction call, asked after the conversation as it
+/// is cached (the part to read and the facts already kept are named after
+/// it).
+pub const EXTRACT_REQUEST: &str = "[switchboard] Memory: pick out what is worth remembering about \
+    the user from the conversation above, for your later conversations with them. List only \
+    lasting facts the user stated about themselves: facts about them and their circumstances, \
+    their preferences, decisions they made, and options they rejected (with why). Leave out \
+    what is already kept, passing details, guesses, and anything about other people. Do not \
+    call tools. Answer with one fact per line, each line starting with \"- \", each one short \
+    sentence about \"the user\"; answer NONE when there is nothing.";
 
-/// Asks the model for the person's facts in `transcript` (the turns about
-/// to be summarised) and keeps the new ones for the session's owner.
+/// Asks the model for the person's facts in `history` (the conversation as
+/// cached; `part` names the turns about to be summarised, e.g. `before
+/// the user's message "…"`) and keeps the new ones for the session's owner.
 /// Returns how many were kept.
 ///
 /// # Errors
 /// A database failure. A failed model call is logged and keeps nothing.
 pub async fn extract_facts(
     by: &Summariser<'_>,
-    transcript: &str,
+    history: &[ChatMessage],
+    part: &str,
     settings: &MemorySettings,
 ) -> Result<usize, StoreError> {
     let Some(owner) = by
@@ -59,8 +63,10 @@ pub async fn extract_facts(
     };
     let question = OneShot {
         scope: &Scope::named("memory"),
-        system: EXTRACT_SYSTEM,
-        prompt: format!("Facts already kept:\n{known}\n\nConversation:\n\n{transcript}"),
+        history,
+        prompt: format!(
+            "{EXTRACT_REQUEST} Read the conversation {part}. Facts already kept:\n{known}"
+        ),
         max_tokens: 1024,
     };
     let (answer, recorded) = match step::one_shot(by, question).await {

@@ -90,6 +90,7 @@ mod tests {
                 base_delay: Duration::ZERO,
                 max_delay: Duration::ZERO,
             },
+            cache_ttl: crate::llm::settings::CacheTtl::FiveMinutes,
         }
     }
 

@@ -88,6 +88,13 @@ pub fn without_person_memory(prompt: &str) -> &str {
     }
 }
 
+/// A stored system prompt as a request sends it: the stable text, and the
+/// remembered facts after it (empty when it has none), which a compaction
+/// may refresh. Sent apart, a refresh keeps the stable text cached.
+pub fn split_system(prompt: &str) -> (&str, &str) {
+    prompt.split_at(without_person_memory(prompt).len())
+}
+
 /// Whether a session's stored toolset offers the `memory` tool: then its
 /// prompt carries its person's facts.
 pub fn offers_memory<S: AsRef<str>>(toolset: &[S]) -> bool {

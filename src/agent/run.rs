@@ -23,10 +23,13 @@ use tokio_util::sync::CancellationToken;
 use super::Agent;
 use super::context::{self, CompactError, ContextPolicy, Summariser};
 use super::live::{LiveEvent, LiveTurn};
+use super::prompt::split_system;
 use super::round::{resume_round, run_round};
-use super::step;
+use super::step::{self, CutShort};
 use super::wallet::{Budget, CallKind, Purse};
-use crate::llm::{LlmError, ModelRequest, ModelResponse, OnStream, StreamEvent};
+use crate::llm::{
+    CacheTail, LlmError, ModelRequest, ModelResponse, OnStream, StreamEvent, ToolChoice,
+};
 use crate::store::{Batch, MessageMeta, ModelCallStart, NewMessage, RoundStart, Store, StoreError};
 use crate::usage::Price;
 
@@ -52,6 +55,9 @@ pub struct LoopEnv {
     /// Prices per model, for each call's cost estimate.
     pub prices: Arc<BTreeMap<String, Price>>,
     pub system_prompt: String,
+    /// How long the conversation was idle before this task: what the
+    /// cache TTL policy reads (`llm.cache_ttl`).
+    pub idle: Duration,
     pub max_tokens: u32,
     pub tool_timeout: Duration,
     /// 0 for the top agent.
@@ -161,6 +167,16 @@ pub enum LoopError {
     NoProgress { tool: String, times: u32 },
     #[error("today's spending limit of ${dollars:.2} is reached (it resets at 00:00 UTC)")]
     SpendLimit { dollars: f64 },
+}
+
+impl CutShort for LoopError {
+    fn cut_short(&self) -> bool {
+        match self {
+            Self::Cancelled => true,
+            Self::Model(err) => err.cut_short(),
+            _ => false,
+        }
+    }
 }
 
 /// A tool round cut short by a crash: the assistant entry that asked for the
@@ -362,7 +378,9 @@ fn take_step(
 
 /// Makes the step's model call as a recorded step: the pending writes go
 /// out with its `running` row, and its outcome becomes the next pending
-/// write. A final call offers no tools.
+/// write. A final call keeps the tools (the prefix stays cached, and
+/// Anthropic refuses tool blocks in a history without tools) and may not
+/// use them.
 async fn call_step(
     agent: &Agent,
     env: &LoopEnv,
@@ -371,16 +389,20 @@ async fn call_step(
     pending: &mut Batch,
     iteration: u32,
 ) -> Result<Step, LoopError> {
-    let tools = match kind {
-        CallKind::Step => agent.toolset.specs(),
-        CallKind::Final => &[],
+    let tool_choice = match kind {
+        CallKind::Step => ToolChoice::Auto,
+        CallKind::Final => ToolChoice::None,
     };
+    let (system, system_tail) = split_system(&env.system_prompt);
     let request = ModelRequest {
         model: &agent.model,
-        system: &env.system_prompt,
+        system,
+        system_tail,
         messages: history,
-        tools,
-        cache_key: env.session_id.as_str(),
+        tools: agent.toolset.specs(),
+        tool_choice,
+        cache_tail: CacheTail::Write,
+        idle: env.idle,
         max_tokens: env.max_tokens,
     };
     let started = Instant::now();
@@ -651,6 +673,9 @@ impl MidTaskCompaction {
             metrics: &env.metrics,
             provider: agent.provider.as_ref(),
             model: &agent.model,
+            system: &env.system_prompt,
+            tools: agent.toolset.specs(),
+            idle: env.idle,
             session_id: &env.session_id,
             task_id: Some(env.task_id),
             principal_id: env.principal_id,

@@ -5,10 +5,17 @@
 //! with its tokens, latency and cost estimate, or `failed` with the reason,
 //! once it returns. A crash mid-call therefore leaves a `running` row, which
 //! the resumed task marks failed; the call still counts against the task's
-//! budget, because the provider may have billed it. A one-shot call
-//! ([`one_shot`]: a system prompt and one user message, no tools, the
-//! answer's text; compaction's summary and the extraction of a person's
-//! facts) is such a step of its own.
+//! budget, because the provider may have billed it. A call cut short after
+//! its request went out (a crash, `/stop`, a timeout) is recorded with the
+//! input it was billed, estimated from the request's size
+//! ([`estimated_input`]) and marked so. A side question
+//! ([`one_shot`]: compaction's summary, the extraction of a person's facts)
+//! is such a step of its own, asked as a continuation of the conversation
+//! as the provider has it cached: the same system prompt, tools and
+//! `tool_choice` (Anthropic drops the cached messages when `tool_choice`
+//! changes; the question itself says not to call tools, and only the
+//! answer's text is read), the same messages, then the question, with no
+//! cache write on the question itself.
 
 use crate::domain::{ChatMessage, Scope};
 use crate::metrics::Metrics;
@@ -16,11 +23,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 
-use crate::llm::{ModelRequest, ModelResponse};
-use crate::store::{Batch, ModelCallEnd, ModelCallStart, Store, StoreError};
+use crate::llm::LlmError;
+use crate::llm::{CacheTail, ModelRequest, ModelResponse, ToolChoice};
+use crate::store::{Batch, EstimatedInput, ModelCallEnd, ModelCallStart, Store, StoreError};
 use crate::usage::{Price, price_for};
 
 use super::context::{CompactError, Summariser};
+use super::prompt::split_system;
 
 /// A model call that answered, with its estimated cost. Its `done` outcome
 /// is not yet stored: [`Recorded::finish`] adds it to the step's next write.
@@ -47,6 +56,52 @@ impl Recorded {
     }
 }
 
+/// Tokens per request character assumed when the session has no measured
+/// ratio yet (about four characters a token).
+const DEFAULT_TOKENS_PER_CHAR: f64 = 0.25;
+
+/// Whether a failed call was cut short after its request reached the
+/// provider (so its input was billed), rather than refused or never sent.
+pub trait CutShort {
+    fn cut_short(&self) -> bool;
+}
+
+impl CutShort for LlmError {
+    fn cut_short(&self) -> bool {
+        matches!(self, Self::Timeout)
+    }
+}
+
+impl CutShort for CompactError {
+    fn cut_short(&self) -> bool {
+        matches!(self, Self::Model(err) if err.cut_short())
+    }
+}
+
+/// The input a call of `model` over `request_chars` characters was billed,
+/// at `tokens_per_char` (else about four characters a token), and what it
+/// cost at the model's input price. `None` when the size was not counted.
+pub fn estimated_input(
+    prices: &BTreeMap<String, Price>,
+    model: &str,
+    request_chars: Option<i64>,
+    tokens_per_char: Option<f64>,
+) -> Option<EstimatedInput> {
+    let chars = request_chars.filter(|chars| *chars > 0)?;
+    let ratio = tokens_per_char.unwrap_or(DEFAULT_TOKENS_PER_CHAR);
+    // Far below 2^52 characters: the casts are exact enough.
+    let input_tokens = (chars as f64 * ratio).ceil() as u64;
+    let usage = crate::domain::Usage {
+        input_tokens,
+        ..crate::domain::Usage::default()
+    };
+    let cost_nanousd = prices.get(model).map(|price| price.cost_nanousd(&usage));
+    Some(EstimatedInput {
+        input_tokens,
+        cost_nanousd,
+    })
+}
+
 /// A fresh request id for a model call.
 pub fn request_id() -> String {
     format!("mc-{}", uuid::Uuid::new_v4().simple())
@@ -69,7 +124,7 @@ pub async fn recorded<E>(
     call: impl Future<Output = Result<ModelResponse, E>>,
 ) -> Result<Recorded, E>
 where
-    E: From<StoreError> + fmt::Display,
+    E: From<StoreError> + fmt::Display + CutShort,
 {
     before.start_model_call(start);
     let usage_id = store
@@ -94,10 +149,17 @@ where
         }
         Err(err) => {
             let error = err.to_string();
-            store
-                .usage()
-                .finish_model_call(usage_id, &ModelCallEnd::Failed { error: &error })
-                .await?;
+            let billed = if err.cut_short() {
+                let ratio = store.transcript().tokens_per_char(start.session_id).await?;
+                estimated_input(prices, start.model, start.request_chars, ratio)
+            } else {
+                None
+            };
+            let end = ModelCallEnd::Failed {
+                error: &error,
+                billed,
+            };
+            store.usage().finish_model_call(usage_id, &end).await?;
             Err(err)
         }
     }
@@ -108,16 +170,19 @@ where
 pub struct OneShot<'a> {
     /// The call's scope in its record (`compaction`, `memory`).
     pub scope: &'a Scope,
-    pub system: &'a str,
-    /// The one user message.
+    /// The conversation as its last request sent it.
+    pub history: &'a [ChatMessage],
+    /// The question, a user message after the history.
     pub prompt: String,
     pub max_tokens: u32,
 }
 
-/// Asks `by`'s model `question` without tools (the request's cache key is
-/// the session's), as a recorded step with nothing written before it;
-/// returns the answer's text (empty when it has none) and the call, whose
-/// `done` outcome the caller adds to its next write ([`Recorded::finish`]).
+/// Asks `by`'s model `question` after the conversation, with its tools
+/// defined as in the conversation (the question says not to use them), as
+/// a recorded step with nothing written
+/// before it; returns the answer's text (empty when it has none) and the
+/// call, whose `done` outcome the caller adds to its next write
+/// ([`Recorded::finish`]).
 ///
 /// # Errors
 /// The call failing (recorded as `failed` first), or the database.
@@ -125,16 +190,21 @@ pub async fn one_shot(
     by: &Summariser<'_>,
     question: OneShot<'_>,
 ) -> Result<(String, Recorded), CompactError> {
-    let messages = [ChatMessage::User {
+    let mut messages = question.history.to_vec();
+    messages.push(ChatMessage::User {
         content: question.prompt,
         media: Vec::new(),
-    }];
+    });
+    let (system, system_tail) = split_system(by.system);
     let request = ModelRequest {
         model: by.model,
-        system: question.system,
+        system,
+        system_tail,
         messages: &messages,
-        tools: &[],
-        cache_key: by.session_id.as_str(),
+        tools: by.tools,
+        tool_choice: ToolChoice::Auto,
+        cache_tail: CacheTail::Skip,
+        idle: by.idle,
         max_tokens: question.max_tokens,
     };
     let request_id = request_id();
@@ -146,7 +216,7 @@ pub async fn one_shot(
         principal_id: by.principal_id,
         provider: by.provider.kind().as_str(),
         model: by.model,
-        request_chars: None,
+        request_chars: Some(super::run::wire_bytes(by.system, messages.iter())),
     };
     let call = async { Ok::<_, CompactError>(by.provider.complete(&request).await?) };
     let recorded = recorded(by.store, by.metrics, &start, by.prices, Batch::new(), call).await?;

@@ -84,6 +84,10 @@ pub struct Usage {
     pub output_tokens: u64,
     pub cache_read_tokens: u64,
     pub cache_write_tokens: u64,
+    /// Of the written tokens, those written to live an hour (Anthropic's
+    /// `"ttl": "1h"`, priced higher).
+    #[serde(default)]
+    pub cache_write_1h_tokens: u64,
 }
 
 /// A tool as a session stores it: a built-in by name, an MCP tool with the

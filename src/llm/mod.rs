@@ -69,13 +69,48 @@ impl ProviderKind {
 #[derive(Debug, Clone, Copy)]
 pub struct ModelRequest<'a> {
     pub model: &'a str,
+    /// The system prompt's stable text: the same on every call of a
+    /// session, and in every session built from the same settings.
     pub system: &'a str,
+    /// What follows the stable text and may change within a session (the
+    /// person's remembered facts, refreshed at a compaction): sent after
+    /// the stable text's cache breakpoint, so a refresh keeps the tools and
+    /// the stable text cached. Usually empty.
+    pub system_tail: &'a str,
     pub messages: &'a [ChatMessage],
-    /// Empty: the call offers no tools (the final summary call).
+    /// The tools defined; a call that must not use them keeps them (the
+    /// prefix stays cached) and says so with [`ToolChoice::None`].
     pub tools: &'a [ToolSpec],
-    /// Routes the request to a warm prompt cache: the session id.
-    pub cache_key: &'a str,
+    pub tool_choice: ToolChoice,
+    /// Whether the request's end is worth a cache write.
+    pub cache_tail: CacheTail,
+    /// How long the conversation was idle before this turn: what
+    /// `llm.cache_ttl = "auto"` reads.
+    pub idle: Duration,
     pub max_tokens: u32,
+}
+
+/// Whether the model may call the tools a request defines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ToolChoice {
+    /// As it sees fit (nothing is sent: the providers' default).
+    #[default]
+    Auto,
+    /// Not at all: the budget's last call. (Anthropic keeps only the
+    /// tools and system cached when `tool_choice` changes.)
+    None,
+}
+
+/// Whether a request's end gets a cache breakpoint of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheTail {
+    /// Yes: the next call of the conversation starts with this request.
+    #[default]
+    Write,
+    /// No: the request ends in a question asked once (compaction's
+    /// summary, the extraction of facts), which no later call repeats;
+    /// only the conversation before it is marked.
+    Skip,
 }
 
 /// What one model call returned.
@@ -247,6 +282,8 @@ pub struct Endpoint {
     /// Per-call timeout.
     pub timeout: Duration,
     pub retry: RetryPolicy,
+    /// How long Anthropic keeps what a request writes to its cache.
+    pub cache_ttl: settings::CacheTtl,
 }
 
 impl fmt::Debug for Endpoint {
@@ -257,6 +294,7 @@ impl fmt::Debug for Endpoint {
             .field("api_key", &"[redacted]")
             .field("timeout", &self.timeout)
             .field("retry", &self.retry)
+            .field("cache_ttl", &self.cache_ttl)
             .finish()
     }
 }
@@ -266,7 +304,12 @@ impl fmt::Debug for Endpoint {
 pub fn build_provider(endpoint: Endpoint, http: reqwest::Client) -> Arc<dyn Provider> {
     match endpoint.kind {
         ProviderKind::Openai => Arc::new(HttpProvider::new(endpoint, http, OpenAi)),
-        ProviderKind::Anthropic => Arc::new(HttpProvider::new(endpoint, http, Anthropic)),
+        ProviderKind::Anthropic => {
+            let wire = Anthropic {
+                cache_ttl: endpoint.cache_ttl,
+            };
+            Arc::new(HttpProvider::new(endpoint, http, wire))
+        }
     }
 }
 

@@ -46,6 +46,38 @@ pub struct LlmSettings {
     pub retry_max: Duration,
     /// Output token cap per call.
     pub max_tokens: u32,
+    /// How long Anthropic keeps a conversation's prompt cached: `5m`, `1h`
+    /// (writes cost 2× the input price instead of 1.25×, and survive a
+    /// person answering minutes later), or `auto` (`1h` for a turn that
+    /// came more than five minutes after the previous one, else `5m`).
+    pub cache_ttl: CacheTtl,
+}
+
+/// How long a prompt-cache entry lives (Anthropic's `cache_control.ttl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
+pub enum CacheTtl {
+    #[serde(rename = "5m")]
+    FiveMinutes,
+    #[serde(rename = "1h")]
+    OneHour,
+    /// The hour for conversations whose last pause passed five minutes.
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+}
+
+impl CacheTtl {
+    /// What a 5-minute cache is worth nothing after.
+    pub const SHORT: Duration = Duration::from_secs(300);
+
+    /// Whether a turn that followed a pause of `idle` writes for an hour.
+    pub fn hour_for(self, idle: Duration) -> bool {
+        match self {
+            Self::FiveMinutes => false,
+            Self::OneHour => true,
+            Self::Auto => idle > Self::SHORT,
+        }
+    }
 }
 
 impl Default for LlmSettings {
@@ -61,6 +93,7 @@ impl Default for LlmSettings {
             retry_base: Duration::from_millis(500),
             retry_max: Duration::from_secs(20),
             max_tokens: 4096,
+            cache_ttl: CacheTtl::Auto,
         }
     }
 }
@@ -80,6 +113,7 @@ impl LlmSettings {
                 base_delay: self.retry_base,
                 max_delay: self.retry_max,
             },
+            cache_ttl: self.cache_ttl,
         }
     }
 

@@ -100,6 +100,7 @@ pub fn provider_at<F: Fixture>(
         api_key: SecretString::from(KEY),
         timeout,
         retry,
+        cache_ttl: crate::llm::settings::CacheTtl::FiveMinutes,
     };
     build_provider(endpoint, reqwest::Client::new())
 }
@@ -121,8 +122,7 @@ pub async fn start<F: Fixture>(replies: Vec<Canned>) -> (FakeLlm, Arc<dyn Provid
     (server, provider)
 }
 
-/// A request for `F`'s model: system prompt "You are terse.", cache key
-/// "session-42".
+/// A request for `F`'s model: system prompt "You are terse.".
 pub fn request<'a, F: Fixture>(
     messages: &'a [ChatMessage],
     tools: &'a [ToolSpec],
@@ -130,9 +130,12 @@ pub fn request<'a, F: Fixture>(
     ModelRequest {
         model: F::MODEL,
         system: "You are terse.",
+        system_tail: "",
         messages,
         tools,
-        cache_key: "session-42",
+        tool_choice: crate::llm::ToolChoice::Auto,
+        cache_tail: crate::llm::CacheTail::Write,
+        idle: std::time::Duration::ZERO,
         max_tokens: F::MAX_TOKENS,
     }
 }

@@ -27,6 +27,7 @@ use crate::agent::run::{
     warn_at_80_percent,
 };
 use crate::agent::settings::{AgentSettings, ContextSettings, LimitSettings};
+use crate::agent::step::estimated_input;
 use crate::agent::wallet::{Budget, Purse, Wallet};
 use crate::llm::ModelFailure;
 use crate::media::Media;
@@ -454,6 +455,9 @@ impl TurnExecutor {
             metrics: &self.metrics,
             provider: turn.agent.provider.as_ref(),
             model: &turn.agent.model,
+            system,
+            tools: turn.agent.toolset.specs(),
+            idle: idle_since(&turn.session),
             session_id: &turn.session.id,
             task_id: Some(inbound.id),
             principal_id: inbound.principal_id,
@@ -531,9 +535,11 @@ impl TurnExecutor {
         } = turn;
         let asked = asked(&stored, inbound.id);
         if asked {
+            let ratio = store.transcript().tokens_per_char(&session.id).await?;
+            let estimate = |model: &str, chars| estimated_input(&self.prices, model, chars, ratio);
             let interrupted_calls = store
                 .usage()
-                .fail_interrupted_model_calls(inbound.id)
+                .fail_interrupted_model_calls(inbound.id, estimate)
                 .await?;
             if interrupted_calls > 0 {
                 tracing::warn!(
@@ -618,6 +624,7 @@ impl TurnExecutor {
             principal_id: inbound.principal_id,
             prices: Arc::clone(&self.prices),
             system_prompt: session.system_prompt.clone(),
+            idle: idle_since(session),
             max_tokens: self.max_tokens,
             tool_timeout: self.agent.tool_timeout,
             depth: 0,
@@ -770,6 +777,13 @@ struct StartedTask {
     interrupted: Option<InterruptedRound>,
     /// The task's message, committed with the first model call.
     first_writes: Batch,
+}
+
+/// How long the session was idle: since its previous turn ended (what the
+/// prompt cache's TTL policy reads).
+fn idle_since(session: &SessionRow) -> Duration {
+    let idle = crate::domain::now_ms().saturating_sub(session.updated_at);
+    Duration::from_millis(u64::try_from(idle).unwrap_or(0))
 }
 
 /// Runs the agent loop under the task's wall-clock limit: a warning at 80%,

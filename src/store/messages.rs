@@ -353,6 +353,7 @@ pub(super) fn message_from_row(row: &AnyRow) -> Result<StoredMessage, StoreError
                 row.try_get::<Option<i64>, _>("cache_write_tokens")?
                     .unwrap_or(0),
             ),
+            cache_write_1h_tokens: 0,
         }),
         None => None,
     };

@@ -148,7 +148,7 @@ pub use pairing::{Applicant, PairingRequest};
 pub use principals::{Identity, Redemption, SessionSummary};
 pub use sessions::{NewSession, SessionRow, SessionTotals, SessionView};
 pub use stats::StoreStats;
-pub use usage::{ModelCallEnd, ModelCallStart, UsageRow, UsageSummary};
+pub use usage::{EstimatedInput, ModelCallEnd, ModelCallStart, UsageRow, UsageSummary};
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");

@@ -1,7 +1,6 @@
 //! Token usage per model call, and the running totals on each session.
 
 use crate::domain::{InboundId, PrincipalId, Scope, SessionId, Usage, now_ms};
-use sqlx::Row;
 
 use super::session_id::parse_stored;
 use super::{Arg, Batch, Store, StoreError, to_i64, to_u64};
@@ -50,7 +49,20 @@ pub enum ModelCallEnd<'a> {
     Failed {
         /// What went wrong, without secrets (provider errors are scrubbed).
         error: &'a str,
+        /// For a call cut short after the request went out (`/stop`, a
+        /// timeout): the input the provider billed, estimated from the
+        /// request's size since no usage came back.
+        billed: Option<EstimatedInput>,
     },
+}
+
+/// The input a call cut short was billed, estimated (the row is marked
+/// `input_estimated`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EstimatedInput {
+    pub input_tokens: u64,
+    /// Billionths of a dollar, when the model has a price.
+    pub cost_nanousd: Option<i64>,
 }
 
 impl Batch {
@@ -90,7 +102,8 @@ impl Batch {
             } => self.push(
                 "UPDATE usage SET status = 'done', model = $1, input_tokens = $2, \
                  output_tokens = $3, cache_read_tokens = $4, cache_write_tokens = $5, \
-                 cost_nanousd = $6, finished_at = $7, latency_ms = $7 - started_at WHERE id = $8",
+                 cost_nanousd = $6, finished_at = $7, latency_ms = $7 - started_at, \
+                 cache_write_1h_tokens = $9 WHERE id = $8",
                 vec![
                     (*model).into(),
                     Arg::from(to_i64(usage.input_tokens)),
@@ -100,12 +113,21 @@ impl Batch {
                     (*cost_nanousd).into(),
                     Arg::from(now),
                     Arg::from(id),
+                    Arg::from(to_i64(usage.cache_write_1h_tokens)),
                 ],
             ),
-            ModelCallEnd::Failed { error } => self.push(
+            ModelCallEnd::Failed { error, billed } => self.push(
                 "UPDATE usage SET status = 'failed', error = $1, finished_at = $2, \
-                 latency_ms = $2 - started_at WHERE id = $3",
-                vec![(*error).into(), Arg::from(now), Arg::from(id)],
+                 latency_ms = $2 - started_at, input_tokens = $4, input_estimated = $5, \
+                 cost_nanousd = $6 WHERE id = $3",
+                vec![
+                    (*error).into(),
+                    Arg::from(now),
+                    Arg::from(id),
+                    Arg::from(to_i64(billed.map_or(0, |billed| billed.input_tokens))),
+                    Arg::from(i64::from(billed.is_some())),
+                    billed.and_then(|billed| billed.cost_nanousd).into(),
+                ],
             ),
         }
     }
@@ -133,6 +155,7 @@ impl UsageSummary {
                 output_tokens: to_u64(output),
                 cache_read_tokens: to_u64(read),
                 cache_write_tokens: to_u64(write),
+                cache_write_1h_tokens: 0,
             },
         }
     }
@@ -167,29 +190,37 @@ impl UsageLog<'_> {
     }
 
     /// Marks the model calls a crash left `running` in one task as failed
-    /// (called when the task resumes, under its session's lease). Returns
-    /// how many there were.
+    /// (called when the task resumes, under its session's lease), each with
+    /// the input its provider billed as `estimate` gives it from the model
+    /// and the request's characters (`None` when they were not counted).
+    /// Returns how many there were.
     ///
     /// # Errors
     /// A database failure.
-    pub async fn fail_interrupted_model_calls(self, task_id: InboundId) -> Result<u64, StoreError> {
+    pub async fn fail_interrupted_model_calls(
+        self,
+        task_id: InboundId,
+        estimate: impl Fn(&str, Option<i64>) -> Option<EstimatedInput>,
+    ) -> Result<u64, StoreError> {
+        let running = sqlx::query_as::<_, (i64, String, Option<i64>)>(
+            "SELECT id, model, request_chars FROM usage WHERE task_id = $1 AND status = 'running'",
+        )
+        .bind(task_id)
+        .fetch_all(&mut *self.store.read_conn().await?)
+        .await?;
         // A batch, so that a fenced store writes it only under its lease.
         let mut batch = Batch::new();
-        batch.push_returning(
-            "SELECT COUNT(*) FROM usage WHERE task_id = $1 AND status = 'running'",
-            vec![Arg::from(task_id)],
-        );
-        batch.push(
-            "UPDATE usage SET status = 'failed', error = 'interrupted by a restart', \
-             finished_at = $1 WHERE task_id = $2 AND status = 'running'",
-            vec![Arg::from(now_ms()), Arg::from(task_id)],
-        );
-        let rows = self.store.write(batch).await?;
-        let count: i64 = rows
-            .first()
-            .ok_or_else(|| StoreError::Corrupt("no usage count".to_owned()))?
-            .try_get(0)?;
-        Ok(to_u64(count))
+        for (id, model, chars) in &running {
+            let end = ModelCallEnd::Failed {
+                error: "interrupted by a restart",
+                billed: estimate(model, *chars),
+            };
+            batch.finish_model_call(*id, &end);
+        }
+        if !running.is_empty() {
+            self.store.write(batch).await?;
+        }
+        Ok(to_u64(i64::try_from(running.len()).unwrap_or(i64::MAX)))
     }
 
     /// What a principal's model calls since `since_ms` cost, in billionths

@@ -11,6 +11,11 @@ fn offers(body: &Value, tool: &str) -> bool {
         .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == tool))
 }
 
+/// The budget's last call: its tools kept, their use barred.
+fn is_final(body: &Value) -> bool {
+    body["tool_choice"] == "none"
+}
+
 fn is_sub_agent(body: &Value) -> bool {
     body["messages"][0]["content"]
         .as_str()
@@ -18,10 +23,10 @@ fn is_sub_agent(body: &Value) -> bool {
 }
 
 /// A model that never stops on its own: it delegates twice in parallel
-/// whenever it can, else it calls the calculator forever; only a tool-less
-/// request (the final summary) gets text.
+/// whenever it can, else it calls the calculator forever; only a request
+/// barring tools (the final summary) gets text.
 fn runaway(body: &Value) -> Reply {
-    if body.get("tools").is_none() {
+    if is_final(body) {
         return Reply::Text("summary".to_owned());
     }
     if offers(body, "delegate") {
@@ -69,14 +74,15 @@ async fn deep_and_wide_delegation_never_exceeds_the_task_budget() {
     // Depth is capped at 2: grandchildren are not offered `delegate`.
     let depth_two = requests
         .iter()
-        .filter(|r| is_sub_agent(r) && r.get("tools").is_some() && !offers(r, "delegate"))
+        .filter(|r| is_sub_agent(r) && !is_final(r) && !offers(r, "delegate"))
         .count();
     assert!(depth_two > 0, "grandchildren ran");
-    // The parent was not starved: its final, tool-less summary was the reply.
+    // The parent was not starved: its final summary, tools kept but barred,
+    // was the reply.
     assert_eq!(reply, "summary");
     let last = requests.last().expect("request");
     assert!(!is_sub_agent(last));
-    assert!(last.get("tools").is_none());
+    assert!(is_final(last) && offers(last, "delegate"));
     let note = last["messages"]
         .as_array()
         .and_then(|m| m.last())
@@ -92,7 +98,7 @@ async fn deep_and_wide_delegation_never_exceeds_the_task_budget() {
 #[tokio::test]
 async fn a_tool_loop_without_delegation_stops_at_the_budget_with_a_summary() {
     let llm = FakeLlm::start(|body| {
-        if body.get("tools").is_none() {
+        if is_final(body) {
             Reply::Text("here is what I found".to_owned())
         } else {
             same_calculation(body)

@@ -7,9 +7,7 @@ use serde_json::Value;
 use crate::helpers::{FakeLlm, Reply, TestApp, last_user_text};
 
 fn is_summary_request(body: &Value) -> bool {
-    body["messages"][0]["content"]
-        .as_str()
-        .is_some_and(|s| s.starts_with("You compress conversations"))
+    last_user_text(body).starts_with("[switchboard] Compaction")
 }
 
 /// The requests of the conversation itself (summarisation calls left out):

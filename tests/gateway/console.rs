@@ -80,6 +80,7 @@ fn enable_console(settings: &mut Settings) {
             output: 15.0,
             cache_read: 0.3,
             cache_write: 3.75,
+            cache_write_1h: None,
         },
     );
 }
@@ -641,8 +642,7 @@ async fn the_overview_conversations_and_usage_match_the_database() {
 async fn compactions_and_limit_hits_are_shown() {
     // Summaries for compaction; endless calculator rounds for `count`.
     let llm = FakeLlm::start(|body| {
-        let first = body["messages"][0]["content"].as_str().unwrap_or("");
-        if first.starts_with("You compress conversations") {
+        if last_user_text(body).starts_with("[switchboard] Compaction") {
             return Reply::Text("Goal: testing the console. Facts: several turns.".to_owned());
         }
         let text = last_user_text(body);

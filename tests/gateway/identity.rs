@@ -401,6 +401,7 @@ async fn usage_shows_todays_estimated_cost_and_the_daily_limit() {
                 output: 2000.0,
                 cache_read: 100.0,
                 cache_write: 0.0,
+                cache_write_1h: None,
             },
         )]
         .into();

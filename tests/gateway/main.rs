@@ -13,6 +13,8 @@ mod api_sessions;
 mod budget;
 mod budget_warnings;
 mod burst;
+mod cache;
+mod cache_figures;
 mod cluster;
 mod compaction;
 mod config_check;

@@ -26,15 +26,11 @@ const BOB: TgUser = TgUser {
 const GROUP: i64 = -100_456;
 
 fn is_summary_request(body: &Value) -> bool {
-    body["messages"][0]["content"]
-        .as_str()
-        .is_some_and(|s| s.starts_with("You compress conversations"))
+    last_user_text(body).starts_with("[switchboard] Compaction")
 }
 
 fn is_extraction_request(body: &Value) -> bool {
-    body["messages"][0]["content"]
-        .as_str()
-        .is_some_and(|s| s.starts_with("You pick out what is worth remembering"))
+    last_user_text(body).starts_with("[switchboard] Memory")
 }
 
 /// A model that uses the memory tool as the user's message says —
@@ -439,6 +435,49 @@ async fn compaction_brings_the_facts_of_a_running_session_up_to_date() {
     let prompt = last_system(&llm);
     assert!(prompt.contains(": Ada likes tea."), "{prompt}");
     assert_eq!(app.session_row(&session).await.system_prompt, prompt);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn refreshing_the_facts_at_compaction_keeps_the_tools_and_system_text_cached_on_anthropic() {
+    let billing = switchboard_test_support::model::Caching::new();
+    let llm = FakeLlm::builder(memory_model)
+        .billing(billing.clone())
+        .start()
+        .await;
+    let base = llm.anthropic_base();
+    let app = TestApp::spawn_with(&llm, |s| {
+        with_memory(s);
+        s.context.keep_recent_turns = 1;
+        s.llm.provider = switchboard::llm::ProviderKind::Anthropic;
+        s.llm.base_url = switchboard::domain::BaseUrl::parse(&base).expect("a test URL");
+        s.agent.persona = "You are a careful assistant who answers briefly. ".repeat(120);
+    })
+    .await;
+    app.say_as("ada", "hello").await;
+    app.say_as("ada", "remember: Ada likes tea.").await;
+    app.say_as("ada", "tell me more").await;
+    app.say_as("ada", "/compact").await;
+    let before = llm.requests().len();
+
+    app.say_as("ada", "and now?").await;
+
+    let requests = llm.requests();
+    let after = requests[before].json();
+    let earlier = requests[before - 2].json();
+    assert!(
+        after["system"][1]["text"]
+            .as_str()
+            .is_some_and(|facts| facts.contains(": Ada likes tea.")),
+        "the facts follow the stable text: {}",
+        after["system"]
+    );
+    assert_eq!(after["system"][0], earlier["system"][0], "the stable text");
+    let bill = billing.bills()[before];
+    assert!(
+        bill.cache_read_tokens >= 1024,
+        "tools and system text read from the cache: {bill:?}"
+    );
     app.stop().await;
 }
 

@@ -109,14 +109,22 @@ async fn sessions_with_the_same_signature_share_one_agent() {
 }
 
 #[tokio::test]
-async fn the_prompt_cache_key_is_the_session_id() {
+async fn the_prompt_cache_key_names_the_prefix_not_the_session() {
     let llm = FakeLlm::echo().await;
     let app = TestApp::spawn(&llm).await;
 
-    let (session, _) = app.say(None, "hi").await;
+    let (first, _) = app.say(None, "hi").await;
+    let (second, _) = app.say(None, "hello").await;
 
-    let request = &llm.requests()[0];
-    assert_eq!(request.path, "/v1/chat/completions");
-    assert_eq!(request.json()["prompt_cache_key"], session.as_str());
+    let requests = llm.requests();
+    assert_eq!(requests[0].path, "/v1/chat/completions");
+    let key = requests[0].json()["prompt_cache_key"].clone();
+    assert_ne!(first, second);
+    assert_eq!(requests[1].json()["prompt_cache_key"], key);
+    let key = key.as_str().expect("a key").to_owned();
+    assert!(
+        key.starts_with("sb-") && !key.contains(first.as_str()),
+        "{key}"
+    );
     app.stop().await;
 }

@@ -20,6 +20,7 @@ fn prices() -> BTreeMap<String, Price> {
             output: 2000.0,
             cache_read: 100.0,
             cache_write: 1250.0,
+            cache_write_1h: None,
         },
     )])
 }

@@ -148,6 +148,7 @@ impl<'a> EventDecoder<'a> {
             output_tokens,
             cache_creation_input_tokens,
             cache_read_input_tokens,
+            cache_creation,
         } = usage;
         let target = &mut self.usage;
         target.input_tokens = input_tokens.or(target.input_tokens);
@@ -155,6 +156,7 @@ impl<'a> EventDecoder<'a> {
         target.cache_creation_input_tokens =
             cache_creation_input_tokens.or(target.cache_creation_input_tokens);
         target.cache_read_input_tokens = cache_read_input_tokens.or(target.cache_read_input_tokens);
+        target.cache_creation = cache_creation.or(target.cache_creation);
     }
 
     fn message_start(&mut self, message: StartMessage) {

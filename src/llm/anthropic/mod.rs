@@ -21,8 +21,10 @@ const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// Anthropic's "overloaded" status: transient, like a rate limit.
 const OVERLOADED: u16 = 529;
 
-/// The Messages wire format.
-pub(crate) struct Anthropic;
+/// The Messages wire format, with how long its cache breakpoints live.
+pub(crate) struct Anthropic {
+    pub(crate) cache_ttl: super::settings::CacheTtl,
+}
 
 impl WireFormat for Anthropic {
     type Decoder<'a> = events::EventDecoder<'a>;
@@ -39,7 +41,7 @@ impl WireFormat for Anthropic {
     }
 
     fn encode(&self, request: &ModelRequest<'_>, stream: bool) -> Result<Vec<u8>, LlmError> {
-        request::body(request, stream)
+        request::body(request, self.cache_ttl, stream)
     }
 
     fn parse(&self, body: &[u8], _key: &str) -> Result<ModelResponse, LlmError> {

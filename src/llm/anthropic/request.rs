@@ -1,10 +1,14 @@
-//! The Messages request body: the system prompt as a cached block, roles
-//! strictly alternating (consecutive items of one role merged, tool results
-//! inside user messages ahead of any text), images as inline base64
-//! blocks, and prompt-cache breakpoints on the system prompt, the last
-//! tool, the last block and the last block of the user message before it.
-//! Field order is the serialisation order, and each turn's `messages`
-//! bytes extend the previous turn's (but for the moved breakpoints).
+//! The Messages request body: the system prompt as a cached block (its
+//! changing tail, if any, in a block after the breakpoint), roles strictly
+//! alternating (consecutive items of one role merged, tool results inside
+//! user messages ahead of any text), images as inline base64 blocks, and
+//! prompt-cache breakpoints on the stable system text, the last tool, the
+//! last block (unless the request's end is asked once:
+//! [`CacheTail::Skip`]) and the last block of the user message before it.
+//! The breakpoints live an hour when the TTL policy says so. A call that
+//! must not use tools keeps them and sends `tool_choice: none`. Field order
+//! is the serialisation order, and each turn's `messages` bytes extend the
+//! previous turn's (but for the moved breakpoints).
 
 use std::borrow::Cow;
 
@@ -12,8 +16,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::domain::{ChatMessage, MediaRef, Part, user_parts};
+use crate::llm::settings::CacheTtl;
 use crate::llm::wire::to_json;
-use crate::llm::{LlmError, ModelRequest};
+use crate::llm::{CacheTail, LlmError, ModelRequest, ToolChoice};
 
 /// The request body; field order is the serialisation order.
 #[derive(Serialize)]
@@ -26,7 +31,15 @@ struct MessagesRequest<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     stream: Option<bool>,
+}
+
+#[derive(Serialize)]
+struct WireToolChoice {
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -46,9 +59,17 @@ struct WireMessage<'a> {
 struct CacheControl {
     #[serde(rename = "type")]
     kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl: Option<&'static str>,
 }
 
-const EPHEMERAL: Option<CacheControl> = Some(CacheControl { kind: "ephemeral" });
+/// A breakpoint: the default 5 minutes, or an hour.
+fn breakpoint(hour: bool) -> Option<CacheControl> {
+    Some(CacheControl {
+        kind: "ephemeral",
+        ttl: hour.then_some("1h"),
+    })
+}
 
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -81,12 +102,12 @@ enum Block<'a> {
 }
 
 impl Block<'_> {
-    fn mark_cache_breakpoint(&mut self) {
+    fn mark_cache_breakpoint(&mut self, hour: bool) {
         match self {
             Self::Text { cache_control, .. }
             | Self::Image { cache_control, .. }
             | Self::ToolUse { cache_control, .. }
-            | Self::ToolResult { cache_control, .. } => *cache_control = EPHEMERAL,
+            | Self::ToolResult { cache_control, .. } => *cache_control = breakpoint(hour),
         }
     }
 }
@@ -192,7 +213,7 @@ fn blocks_of(message: &ChatMessage) -> (Role, Vec<Block<'_>>) {
 /// user message (Anthropic requires both). An assistant turn with neither
 /// text nor tool calls is skipped rather than sent as a blank text block,
 /// which the API rejects; its neighbours then merge.
-fn wire_messages(messages: &[ChatMessage]) -> Vec<WireMessage<'_>> {
+fn wire_messages(messages: &[ChatMessage], tail: CacheTail, hour: bool) -> Vec<WireMessage<'_>> {
     let mut out: Vec<WireMessage<'_>> = Vec::with_capacity(messages.len());
     for message in messages {
         let (role, blocks) = blocks_of(message);
@@ -221,22 +242,25 @@ fn wire_messages(messages: &[ChatMessage]) -> Vec<WireMessage<'_>> {
             }
         }
     }
-    mark_message_breakpoints(&mut out);
+    mark_message_breakpoints(&mut out, tail, hour);
     out
 }
 
 /// Puts a cache breakpoint on the last block of the last message (this
-/// request's whole prefix gets written), and on the last block of the user
-/// message before it: that is where the previous request ended, so its
-/// cached prefix is found even if this turn added more than the ~20 blocks
-/// Anthropic looks back from a breakpoint. With the system and tools
-/// breakpoints that makes at most 4, Anthropic's limit.
-fn mark_message_breakpoints(messages: &mut [WireMessage<'_>]) {
+/// request's whole prefix gets written; not for [`CacheTail::Skip`]), and
+/// on the last block of the user message before it: that is where the
+/// previous request ended, so its cached prefix is found even if this turn
+/// added more than the ~20 blocks Anthropic looks back from a breakpoint.
+/// With the system and tools breakpoints that makes at most 4, Anthropic's
+/// limit.
+fn mark_message_breakpoints(messages: &mut [WireMessage<'_>], tail: CacheTail, hour: bool) {
     let Some((last, earlier)) = messages.split_last_mut() else {
         return;
     };
-    if let Some(block) = last.content.last_mut() {
-        block.mark_cache_breakpoint();
+    if tail == CacheTail::Write
+        && let Some(block) = last.content.last_mut()
+    {
+        block.mark_cache_breakpoint(hour);
     }
     if let Some(block) = earlier
         .iter_mut()
@@ -244,22 +268,38 @@ fn mark_message_breakpoints(messages: &mut [WireMessage<'_>]) {
         .find(|message| message.role == Role::User)
         .and_then(|message| message.content.last_mut())
     {
-        block.mark_cache_breakpoint();
+        block.mark_cache_breakpoint(hour);
     }
 }
 
+/// The system blocks: the stable text with a breakpoint, then the tail
+/// that may change (none for an empty part: Anthropic rejects empty text
+/// blocks, and no system block at all is fine).
+fn system_blocks<'a>(request: &ModelRequest<'a>, hour: bool) -> Vec<Block<'a>> {
+    let mut blocks: Vec<Block<'a>> = [request.system, request.system_tail]
+        .into_iter()
+        .filter(|text| !text.is_empty())
+        .map(|text| Block::Text {
+            text: Cow::Borrowed(text),
+            cache_control: None,
+        })
+        .collect();
+    if let Some(first) = blocks.first_mut() {
+        first.mark_cache_breakpoint(hour);
+    }
+    blocks
+}
+
 /// Serialises the request body once, so every retry sends the same bytes;
-/// `stream` asks for the event stream.
-pub(super) fn body(request: &ModelRequest<'_>, stream: bool) -> Result<Vec<u8>, LlmError> {
-    let system = if request.system.is_empty() {
-        // An empty text block is rejected; no system block at all is fine.
-        Vec::new()
-    } else {
-        vec![Block::Text {
-            text: Cow::Borrowed(request.system),
-            cache_control: EPHEMERAL,
-        }]
-    };
+/// `stream` asks for the event stream. `ttl` says how long its breakpoints
+/// keep the prefix.
+pub(super) fn body(
+    request: &ModelRequest<'_>,
+    ttl: CacheTtl,
+    stream: bool,
+) -> Result<Vec<u8>, LlmError> {
+    let hour = ttl.hour_for(request.idle);
+    let system = system_blocks(request, hour);
     let mut tools: Vec<WireTool<'_>> = request
         .tools
         .iter()
@@ -271,14 +311,17 @@ pub(super) fn body(request: &ModelRequest<'_>, stream: bool) -> Result<Vec<u8>, 
         })
         .collect();
     if let Some(last) = tools.last_mut() {
-        last.cache_control = EPHEMERAL;
+        last.cache_control = breakpoint(hour);
     }
+    let tool_choice = (request.tool_choice == ToolChoice::None && !tools.is_empty())
+        .then_some(WireToolChoice { kind: "none" });
     let body = MessagesRequest {
         model: request.model,
         max_tokens: request.max_tokens,
         system,
-        messages: wire_messages(request.messages),
+        messages: wire_messages(request.messages, request.cache_tail, hour),
         tools,
+        tool_choice,
         stream: stream.then_some(true),
     };
     to_json(&body)

@@ -49,6 +49,15 @@ pub(super) struct WireUsage {
     pub(super) output_tokens: Option<u64>,
     pub(super) cache_creation_input_tokens: Option<u64>,
     pub(super) cache_read_input_tokens: Option<u64>,
+    /// The written tokens by TTL.
+    pub(super) cache_creation: Option<CacheCreation>,
+}
+
+/// `usage.cache_creation`: the written tokens by how long they live.
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(default)]
+pub(super) struct CacheCreation {
+    pub(super) ephemeral_1h_input_tokens: u64,
 }
 
 /// The response in a successful body.
@@ -114,6 +123,9 @@ fn usage_of(usage: WireUsage) -> Usage {
         output_tokens: usage.output_tokens.unwrap_or(0),
         cache_read_tokens: cache_read,
         cache_write_tokens: cache_write,
+        cache_write_1h_tokens: usage.cache_creation.map_or(0, |written| {
+            written.ephemeral_1h_input_tokens.min(cache_write)
+        }),
     }
 }
 

@@ -15,7 +15,9 @@ use crate::llm::test_support::{Failures, Fixture, KEY, ask, decode, request, sta
 use crate::llm::{LlmError, ModelResponse};
 
 impl Fixture for Anthropic {
-    const WIRE: Self = Anthropic;
+    const WIRE: Self = Anthropic {
+        cache_ttl: crate::llm::settings::CacheTtl::FiveMinutes,
+    };
     const BASE_PATH: &'static str = "/";
     const MODEL: &'static str = "claude-test";
     const MAX_TOKENS: u32 = 512;
@@ -165,6 +167,7 @@ impl Fixture for Anthropic {
                 output_tokens: 30,
                 cache_read_tokens: 1000,
                 cache_write_tokens: 200,
+                cache_write_1h_tokens: 0,
             },
             model: "claude-test-2025".to_owned(),
             request_id: Some("req_011".to_owned()),

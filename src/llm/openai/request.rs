@@ -2,7 +2,19 @@
 //! right after the model so that nothing that varies precedes them, and
 //! each turn's `messages` bytes extend the previous turn's (the provider's
 //! prompt cache keeps hitting); a streamed request adds its stream fields
-//! last. Images go as `image_url` content parts with `data:` URLs.
+//! last. Images go as `image_url` content parts with `data:` URLs. A call
+//! that must not use tools keeps them (`tool_choice: "none"`), so the
+//! cached prefix holds.
+//!
+//! `prompt_cache_key` names the prefix, not the conversation: a hash of the
+//! model, the tools and the stable system text, so every conversation
+//! built from the same settings is routed to the machines that already
+//! hold that prefix (OpenAI's cache is per key and machine; a key per
+//! session made each new conversation miss the ~3k tokens of system and
+//! tools cached under another). OpenAI's guidance is to keep one prefix
+//! and key under about 15 requests a minute; past that, requests overflow
+//! to other machines and some miss, which costs a gateway far less than a
+//! fresh miss per conversation would.
 
 use std::borrow::Cow;
 
@@ -11,7 +23,7 @@ use serde_json::Value;
 
 use crate::domain::{ChatMessage, MediaRef, Part, user_parts};
 use crate::llm::wire::to_json;
-use crate::llm::{LlmError, ModelRequest};
+use crate::llm::{LlmError, ModelRequest, ToolChoice};
 
 /// The request body. Field order is the serialisation order: `messages`
 /// comes right after the model so nothing that varies precedes it.
@@ -21,8 +33,10 @@ struct ChatRequest<'a> {
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'static str>,
     max_tokens: u32,
-    prompt_cache_key: &'a str,
+    prompt_cache_key: String,
     // Last, so a streamed request's `messages` bytes are those of an
     // unstreamed one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -179,10 +193,15 @@ pub(super) fn body(request: &ModelRequest<'_>, stream: bool) -> Result<Vec<u8>, 
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     // An empty system prompt is left out rather than sent as an empty message;
     // it is the same on every turn of a session, so the prefix stays stable.
-    if !request.system.is_empty() {
+    let system = if request.system_tail.is_empty() {
+        Cow::Borrowed(request.system)
+    } else {
+        Cow::Owned(format!("{}{}", request.system, request.system_tail))
+    };
+    if !system.is_empty() {
         messages.push(WireMessage::Text {
             role: "system",
-            content: Cow::Borrowed(request.system),
+            content: system,
         });
     }
     messages.extend(request.messages.iter().map(wire_message));
@@ -201,12 +220,36 @@ pub(super) fn body(request: &ModelRequest<'_>, stream: bool) -> Result<Vec<u8>, 
                 },
             })
             .collect(),
+        tool_choice: (request.tool_choice == ToolChoice::None && !request.tools.is_empty())
+            .then_some("none"),
         max_tokens: request.max_tokens,
-        prompt_cache_key: request.cache_key,
+        prompt_cache_key: prefix_key(request)?,
         stream: stream.then_some(true),
         stream_options: stream.then_some(StreamOptions {
             include_usage: true,
         }),
     };
     to_json(&body)
+}
+
+/// The `prompt_cache_key` of a request: `sb-` and 16 hex digits of the
+/// SHA-256 of its model, tools and stable system text (never the changing
+/// tail, the messages or anything secret).
+fn prefix_key(request: &ModelRequest<'_>) -> Result<String, LlmError> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(request.model.as_bytes());
+    hasher.update([0]);
+    hasher.update(request.system.as_bytes());
+    hasher.update([0]);
+    for tool in request.tools {
+        hasher.update(tool.name.as_bytes());
+        hasher.update([0]);
+        hasher.update(tool.description.as_bytes());
+        hasher.update([0]);
+        hasher.update(to_json(&tool.parameters)?);
+        hasher.update([0]);
+    }
+    let digest = hasher.finalize();
+    Ok(format!("sb-{}", hex::encode(&digest[..8])))
 }

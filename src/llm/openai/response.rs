@@ -143,6 +143,7 @@ fn usage_of(usage: WireUsage) -> Usage {
             .and_then(|details| details.cached_tokens)
             .unwrap_or(0),
         cache_write_tokens: 0,
+        cache_write_1h_tokens: 0,
     }
 }
 

@@ -147,6 +147,7 @@ impl Fixture for OpenAi {
                 output_tokens: 40,
                 cache_read_tokens: 1024,
                 cache_write_tokens: 0,
+                cache_write_1h_tokens: 0,
             },
             model: "gpt-test-2024-06".to_owned(),
             request_id: Some("req_abc".to_owned()),
@@ -295,9 +296,11 @@ async fn request_body_is_built_field_by_field() {
                 "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]}
             }}],
             "max_tokens": 256,
-            "prompt_cache_key": "session-42"
+            "prompt_cache_key": body["prompt_cache_key"]
         })
     );
+    let key = body["prompt_cache_key"].as_str().expect("a key");
+    assert!(key.starts_with("sb-") && key.len() == 19, "{key}");
     // The field order on the wire is fixed, messages before what varies.
     let text = &sent.body;
     let positions: Vec<_> = [
@@ -325,7 +328,11 @@ async fn tools_key_is_omitted_without_tools() {
     ask::<OpenAi>(provider.as_ref()).await.expect("success");
     let body = server.requests()[0].json();
     assert!(body.get("tools").is_none(), "{body}");
-    assert_eq!(body["prompt_cache_key"], "session-42");
+    assert!(
+        body["prompt_cache_key"]
+            .as_str()
+            .is_some_and(|key| key.starts_with("sb-"))
+    );
 }
 
 #[tokio::test]

@@ -6,16 +6,8 @@
 //! reports fixed counts (or, counting, prompt tokens in proportion to the
 //! request's size).
 //!
-//! This is where a caching billing model belongs: a `Billing` that keeps
-//! what each earlier request wrote to the cache (behind a `Mutex`, with the
-//! time it was written) and bills the next one by what of its prefix is
-//! still cached. For Anthropic, the `cache_control` breakpoints of the
-//! request ([`Billed::request`]): a prefix matched exactly, looked up from
-//! each breakpoint up to 20 blocks back, cached only from 1,024 tokens on,
-//! living 5 minutes (or 1 hour with `"ttl": "1h"`) from its last use. For
-//! OpenAI, automatic prefix caching keyed by `prompt_cache_key`, hits
-//! counted in steps of 128 tokens from 1,024 on. The server needs no
-//! change for it: it asks the billing once per answered request.
+//! [`super::Caching`] is the billing model that caches like the providers
+//! do; the server asks the billing once per answered request.
 
 use serde_json::{Value, json};
 
@@ -47,6 +39,8 @@ pub struct Usage {
     pub cache_read_tokens: u64,
     /// Input tokens written to the cache.
     pub cache_write_tokens: u64,
+    /// Of those, the ones written for an hour (Anthropic's `"ttl": "1h"`).
+    pub cache_write_1h_tokens: u64,
     pub output_tokens: u64,
 }
 
@@ -74,15 +68,26 @@ impl Usage {
             .prompt_tokens
             .saturating_sub(self.cache_read_tokens)
             .saturating_sub(self.cache_write_tokens);
+        let written_5m = self.cache_write_tokens - self.cache_write_1h_tokens;
         json!({"input_tokens": uncached, "output_tokens": output_tokens,
                "cache_read_input_tokens": self.cache_read_tokens,
-               "cache_creation_input_tokens": self.cache_write_tokens})
+               "cache_creation_input_tokens": self.cache_write_tokens,
+               "cache_creation": {"ephemeral_5m_input_tokens": written_5m,
+                                  "ephemeral_1h_input_tokens": self.cache_write_1h_tokens}})
     }
 }
 
 /// Computes the usage the fake model reports for a request.
 pub trait Billing: Send + Sync {
     fn usage(&self, call: &Billed<'_>) -> Usage;
+
+    /// Why the provider would refuse the request (answered 400 with this
+    /// message), when it would; a billing model that checks nothing
+    /// refuses nothing.
+    fn refusal(&self, call: &Billed<'_>) -> Option<String> {
+        let _ = call;
+        None
+    }
 }
 
 /// Fixed counts: 7 output tokens; for OpenAI 120 prompt tokens of which 100
@@ -105,12 +110,14 @@ impl Billing for Flat {
                 },
                 cache_read_tokens: 100,
                 cache_write_tokens: 0,
+                cache_write_1h_tokens: 0,
                 output_tokens: 7,
             },
             Format::Anthropic => Usage {
                 prompt_tokens: 125,
                 cache_read_tokens: 100,
                 cache_write_tokens: 5,
+                cache_write_1h_tokens: 0,
                 output_tokens: 7,
             },
         }

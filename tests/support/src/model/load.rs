@@ -1,6 +1,6 @@
-//! Requests in flight at the fake model, overall and per prompt-cache key
-//! (the session), and the most there ever were: what the concurrency tests
-//! read.
+//! Requests in flight at the fake model, overall and per conversation (told
+//! apart by its first message after the system prompt), and the most there
+//! ever were: what the concurrency tests read.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -11,13 +11,15 @@
 //! (a provider's error bodies, retry headers, malformed streams; see
 //! [`FakeLlm::scripted`] for a plain sequence of them). It can wait before
 //! each answer, counts the requests in flight, and reports the token usage
-//! its [`Billing`] computes (fixed counts by default, or in proportion to
-//! the request's size); [`sse`] builds event-stream bodies for canned
+//! its [`Billing`] computes (fixed counts by default, in proportion to the
+//! request's size, or [`Caching`] like the providers' prompt caches, which
+//! also refuses with a 400 what Anthropic's API refuses). [`sse`] builds event-stream bodies for canned
 //! answers. It depends on nothing of the core: the wire formats are written
 //! here as a provider would send them.
 
 mod anthropic;
 mod billing;
+mod caching;
 mod load;
 mod openai;
 mod recorded;
@@ -35,6 +37,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use billing::{Billed, Billing, Flat, Format, Usage};
+pub use caching::{Caching, Ledger};
 pub use recorded::{
     Recorded, assert_prefix_holds, last_is_tool_result, last_user_content, last_user_text,
 };
@@ -184,8 +187,8 @@ impl FakeLlm {
         self.shared.load.lock().expect("lock").peak()
     }
 
-    /// Most requests ever in flight at once for one session (OpenAI
-    /// `prompt_cache_key`).
+    /// Most requests ever in flight at once for one conversation (told
+    /// apart by its first message after the system prompt).
     pub fn peak_concurrency_per_session(&self) -> usize {
         self.shared.load.lock().expect("lock").peak_per_key()
     }

@@ -70,7 +70,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 }
 
 /// Takes one request: records it (counted in flight while it waits the
-/// server's delay), asks the script, and sends a canned reply as it is;
+/// server's delay), answers 400 when the billing model refuses it as the
+/// provider would, asks the script, and sends a canned reply as it is;
 /// any other is billed and rendered in the format `R` (an error status as
 /// it is in both).
 async fn answer<R: Render>(
@@ -81,15 +82,20 @@ async fn answer<R: Render>(
     let text = String::from_utf8_lossy(&body).into_owned();
     let request = record(&shared, R::PATH, headers, &text).await;
     let n = shared.requests.lock().expect("lock").len();
-    let reply = (shared.script)(&request);
-    if let Reply::Canned(canned) = reply {
-        return canned_response(canned).await;
-    }
     let billed = Billed {
         format: R::FORMAT,
         body: &text,
         request: &request,
     };
+    if let Some(message) = shared.billing.refusal(&billed) {
+        let body = json!({"type": "error",
+                          "error": {"type": "invalid_request_error", "message": message}});
+        return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
+    }
+    let reply = (shared.script)(&request);
+    if let Reply::Canned(canned) = reply {
+        return canned_response(canned).await;
+    }
     let usage = shared.billing.usage(&billed);
     let turn = Turn {
         request: &request,
@@ -113,7 +119,7 @@ async fn answer<R: Render>(
 async fn record(shared: &Shared, path: &str, headers: HeaderMap, text: &str) -> Value {
     let key = serde_json::from_str::<Value>(text)
         .ok()
-        .and_then(|v| v["prompt_cache_key"].as_str().map(str::to_owned))
+        .map(|body| conversation(&body))
         .unwrap_or_default();
     let _in_flight = InFlight::enter(&shared.load, key);
     shared.requests.lock().expect("lock").push(Recorded {
@@ -125,6 +131,17 @@ async fn record(shared: &Shared, path: &str, headers: HeaderMap, text: &str) -> 
         tokio::time::sleep(shared.delay).await;
     }
     serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+/// What tells a request's conversation apart: its first message after the
+/// system prompt.
+fn conversation(body: &Value) -> String {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    messages
+        .iter()
+        .find(|message| message["role"] != "system")
+        .map(|message| message["content"].to_string())
+        .unwrap_or_default()
 }
 
 /// A canned reply, after its delay.
