@@ -61,6 +61,9 @@ pub enum Command {
     },
     /// Measure the gateway's own overhead with an instant in-process model.
     Bench(BenchOptions),
+    /// Measure the scheduler: many tasks due over a window, each run a
+    /// turn with the instant model; lateness, CPU per run, idle cost.
+    BenchTasks(crate::bench::tasks::TaskBenchOptions),
     /// Validate the configuration and reach the database, the model
     /// endpoint and each enabled platform; exits non-zero on a problem.
     Check,
@@ -129,6 +132,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::ConsoleHash => console_hash::run(),
         Command::Tools => tools::run(&settings).await,
+        Command::BenchTasks(options) => {
+            telemetry::init(&settings.log, Some("error"));
+            let report = bench::tasks::run(&options)
+                .await
+                .context("running the task benchmark")?;
+            println!("{report}");
+            Ok(())
+        }
         Command::Bench(options) => {
             telemetry::init(&settings.log, Some("error"));
             let report = bench::run(&options)

@@ -640,3 +640,121 @@ async fn the_operator_lists_pauses_and_cancels_tasks_from_the_command_line() {
     assert!(all.starts_with("1  cancelled"), "{all}");
     app.stop().await;
 }
+
+/// The real binary on a SQLite file in `dir`, with tasks on and
+/// `catch_up` seconds of catch-up.
+async fn serve(
+    dir: &std::path::Path,
+    llm: &FakeLlm,
+    catch_up: &str,
+) -> crate::helpers::ServeProcess {
+    let base_url = llm.openai_base();
+    crate::helpers::ServeProcess::start(
+        dir,
+        &[
+            ("SWITCHBOARD__LLM__BASE_URL", base_url.as_str()),
+            ("SWITCHBOARD__LLM__RETRY_BASE_MS", "1"),
+            (
+                "SWITCHBOARD__AGENT__TOOLS",
+                "calculator,schedule_task,list_tasks,cancel_task",
+            ),
+            ("SWITCHBOARD__TASKS__MIN_INTERVAL_SECS", "1"),
+            ("SWITCHBOARD__TASKS__CATCH_UP_SECS", catch_up),
+            ("SWITCHBOARD__RUNNER__LEASE_TTL_SECS", "2"),
+            ("RUST_LOG", "warn"),
+        ],
+        false,
+    )
+    .await
+}
+
+/// Polls the SQLite file of `dir` until `query` (one integer) reaches
+/// `expected`.
+async fn until_count(dir: &std::path::Path, query: &str, expected: i64) {
+    let url = format!("sqlite://{}/data/switchboard.db", dir.display());
+    let pool = sqlx::SqlitePool::connect(&url).await.expect("open");
+    eventually(query, || async {
+        sqlx::query_scalar::<_, i64>(query)
+            .fetch_one(&pool)
+            .await
+            .is_ok_and(|n| n == expected)
+    })
+    .await;
+    pool.close().await;
+}
+
+#[tokio::test]
+async fn runs_due_while_the_gateway_was_down_catch_up_once_and_a_killed_run_resumes_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = FakeLlm::builder(planner)
+        .delay(Duration::from_millis(600))
+        .start()
+        .await;
+    // Due while the gateway is stopped, within the window: one run on start.
+    let gateway = serve(dir.path(), &llm, "60").await;
+    let args = json!({"prompt": "Catch up", "in": "3s"});
+    let made = gateway.say(&format!("schedule {args}")).await;
+    assert!(made.contains("\"task_id\":1"), "{made}");
+    gateway.stop().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let gateway = serve(dir.path(), &llm, "60").await;
+    until_count(
+        dir.path(),
+        "SELECT COUNT(*) FROM task_runs WHERE task_id = 1 AND status = 'done'",
+        1,
+    )
+    .await;
+
+    // Killed with SIGKILL in the middle of a run: the restart resumes it,
+    // and its answer is stored and delivered once.
+    let args = json!({"prompt": "Survive a crash", "in": "1s"});
+    gateway.say(&format!("schedule {args}")).await;
+    until_count(
+        dir.path(),
+        "SELECT COUNT(*) FROM inbound WHERE status = 'running' AND text LIKE '[scheduled task 2]%'",
+        1,
+    )
+    .await;
+    gateway.kill().await;
+    let gateway = serve(dir.path(), &llm, "60").await;
+    until_count(
+        dir.path(),
+        "SELECT COUNT(*) FROM task_runs WHERE task_id = 2 AND status = 'done'",
+        1,
+    )
+    .await;
+    until_count(
+        dir.path(),
+        "SELECT COUNT(*) FROM messages WHERE role = 'assistant' \
+         AND content LIKE 'done: [scheduled task 2]%'",
+        1,
+    )
+    .await;
+    until_count(
+        dir.path(),
+        "SELECT COUNT(*) FROM outbox o JOIN task_runs r ON r.inbound_id = o.inbound_id \
+         WHERE r.task_id = 2",
+        1,
+    )
+    .await;
+
+    // Due while stopped, past the window: recorded as missed, not run.
+    let args = json!({"prompt": "Too late", "in": "3s"});
+    gateway.say(&format!("schedule {args}")).await;
+    gateway.stop().await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let gateway = serve(dir.path(), &llm, "1").await;
+    until_count(
+        dir.path(),
+        "SELECT COUNT(*) FROM task_runs WHERE task_id = 3 AND status = 'missed'",
+        1,
+    )
+    .await;
+    gateway.stop().await;
+    let once = llm
+        .requests()
+        .iter()
+        .filter(|r| last_user_text(&r.json()).starts_with("[scheduled task 3]"))
+        .count();
+    assert_eq!(once, 0, "a missed run makes no model call");
+}

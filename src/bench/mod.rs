@@ -17,6 +17,8 @@
 //! latency includes the API and the socket; streamed, the first text is the
 //! first content delta the client reads.
 
+pub mod tasks;
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
