@@ -17,6 +17,7 @@ use crate::media::Media;
 use crate::media::cleanup::MediaHousekeeping;
 use crate::platforms::PlatformStatus;
 use crate::session::runner::Runner;
+use crate::session::scheduler::Scheduler;
 use crate::session::service::SessionService;
 use crate::session::turn::TurnExecutor;
 use crate::store::{Instance, Store, StoreError};
@@ -143,6 +144,7 @@ impl Gateway {
             runner,
             Arc::clone(&registry),
             Arc::clone(&media),
+            task_tools,
             &settings.service(),
         ));
         Ok(Self {
@@ -188,6 +190,7 @@ impl Gateway {
             self.spawn_maintenance(stop.clone()),
             self.spawn_sweep(stop.clone()),
             runner.spawn_reply_poller(stop.clone()),
+            self.scheduler().spawn(stop.clone()),
         ];
         if self.store.is_shared() {
             tasks.push(crate::signals::spawn_listener(
@@ -197,6 +200,19 @@ impl Gateway {
             ));
         }
         tasks
+    }
+
+    /// The loop that turns due tasks into runs.
+    #[must_use]
+    pub fn scheduler(&self) -> Scheduler {
+        Scheduler {
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            settings: self.settings.tasks.clone(),
+            wake: Arc::clone(&self.task_wake),
+            runner: self.service.runner().clone(),
+            metrics: self.service.runner().metrics().clone(),
+        }
     }
 
     /// Prunes deduplication records past their retention and expired cached

@@ -33,7 +33,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::domain::{Outcome, Usage};
+use crate::domain::{Outcome, RunStatus, Usage};
 
 /// The content type of [`Metrics::render`]'s text (OpenMetrics, which
 /// Prometheus reads).
@@ -43,6 +43,9 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 const TURN_BUCKETS: [f64; 14] = [
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0,
 ];
+
+/// How late a task's run was queued, in seconds.
+const LATENESS_BUCKETS: [f64; 10] = [0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 3600.0];
 
 /// Model call durations, in seconds.
 const MODEL_CALL_BUCKETS: [f64; 13] = [
@@ -128,6 +131,9 @@ pub struct Snapshot {
     /// up (connected, or standing by for another instance).
     pub adapters: Vec<(String, &'static str, bool)>,
     pub draining: bool,
+    /// Active tasks, database-wide; `None` when the database did not
+    /// answer.
+    pub tasks_active: Option<i64>,
 }
 
 /// The metrics of one gateway; cheap to clone (all clones share them).
@@ -161,6 +167,9 @@ struct Inner {
     adapter_up: Family<AdapterLabel, Gauge>,
     adapter_state: Family<AdapterStateLabels, Gauge>,
     draining: Gauge,
+    task_runs: Family<KindLabel, Counter>,
+    task_lateness: Histogram,
+    tasks_active: Gauge,
     /// Held while a scrape sets the gauges and encodes, so that two
     /// scrapes do not interleave.
     scrape: Mutex<()>,
@@ -189,6 +198,9 @@ impl Default for Inner {
             adapter_up: Family::default(),
             adapter_state: Family::default(),
             draining: Gauge::default(),
+            task_runs: Family::default(),
+            task_lateness: Histogram::new(LATENESS_BUCKETS),
+            tasks_active: Gauge::default(),
             scrape: Mutex::new(()),
         };
         inner.register();
@@ -289,6 +301,22 @@ impl Inner {
             "switchboard_draining",
             "1 while this instance drains for shutdown",
             self.draining.clone(),
+        );
+        r.register(
+            "switchboard_task_runs",
+            "Task runs that came due, by what became of them (queued, missed); a queued \
+             run's turn counts in switchboard_turns",
+            self.task_runs.clone(),
+        );
+        r.register(
+            "switchboard_task_run_lateness_seconds",
+            "How long after its due time a task's run was queued",
+            self.task_lateness.clone(),
+        );
+        r.register(
+            "switchboard_tasks_active",
+            "Active tasks (database-wide, read at scrape time)",
+            self.tasks_active.clone(),
         );
     }
 }
@@ -404,6 +432,22 @@ impl Metrics {
             .inc();
     }
 
+    /// A task's run came due `late_ms` ago and was `status` (queued or
+    /// missed).
+    pub fn task_run(&self, status: RunStatus, late_ms: i64) {
+        let inner = &self.inner;
+        inner
+            .task_runs
+            .get_or_create(&KindLabel {
+                kind: status.as_str(),
+            })
+            .inc();
+        if status == RunStatus::Queued {
+            #[allow(clippy::cast_precision_loss)]
+            inner.task_lateness.observe(late_ms.max(0) as f64 / 1000.0);
+        }
+    }
+
     /// The exposition text, with the gauges set from `snapshot`.
     #[must_use]
     pub fn render(&self, snapshot: &Snapshot) -> String {
@@ -442,6 +486,7 @@ impl Metrics {
                 .set(1);
         }
         inner.draining.set(i64::from(snapshot.draining));
+        inner.tasks_active.set(snapshot.tasks_active.unwrap_or(0));
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &inner.registry);
@@ -478,12 +523,15 @@ mod tests {
         metrics.tool_call("made-up name", false, "unknown_tool");
         metrics.duplicate_dropped("telegram");
         metrics.delivery_failed("telegram", "transient");
+        metrics.task_run(RunStatus::Queued, 300);
+        metrics.task_run(RunStatus::Missed, 7_200_000);
         let text = metrics.render(&Snapshot {
             queue_depth: Some(2),
             outbox_backlog: Some(vec![("telegram".to_owned(), 1)]),
             turns_running: 1,
             adapters: vec![("telegram".to_owned(), "retrying", false)],
             draining: false,
+            tasks_active: Some(3),
         });
         let expected = [
             ("switchboard_turns_total{outcome=\"answered\"}", 1.0),
@@ -511,6 +559,13 @@ mod tests {
                 1.0,
             ),
             ("switchboard_queue_depth", 2.0),
+            ("switchboard_task_runs_total{kind=\"missed\"}", 1.0),
+            ("switchboard_task_run_lateness_seconds_count", 1.0),
+            (
+                "switchboard_task_run_lateness_seconds_bucket{le=\"0.5\"}",
+                1.0,
+            ),
+            ("switchboard_tasks_active", 3.0),
             ("switchboard_outbox_backlog{platform=\"telegram\"}", 1.0),
             ("switchboard_database_up", 1.0),
             ("switchboard_adapter_up{adapter=\"telegram\"}", 0.0),

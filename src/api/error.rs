@@ -18,6 +18,9 @@ pub enum ApiError {
     BadRequest(String),
     #[error("invalid or missing API key")]
     Unauthorized,
+    /// A signed request (a task hook) whose signature is missing or wrong.
+    #[error("missing or wrong signature (X-Switchboard-Signature: sha256=<hex HMAC of the body>)")]
+    BadSignature,
     /// The key may not act for this (it names no session, so nothing is
     /// confirmed by it).
     #[error("{0}")]
@@ -52,7 +55,7 @@ impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized | Self::BadSignature => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Conflict(_) => StatusCode::CONFLICT,
@@ -66,7 +69,7 @@ impl ApiError {
     /// The OpenAI error `type`.
     pub(super) fn kind(&self) -> &'static str {
         match self {
-            Self::Unauthorized => "authentication_error",
+            Self::Unauthorized | Self::BadSignature => "authentication_error",
             Self::Forbidden(_) => "permission_error",
             Self::Internal(_) | Self::Timeout { .. } | Self::Unavailable { .. } => "server_error",
             _ => "invalid_request_error",

@@ -26,6 +26,7 @@ mod completions;
 mod error;
 pub mod images;
 mod sessions;
+mod tasks;
 mod transcript;
 
 use std::sync::Arc;
@@ -77,6 +78,9 @@ pub fn router(state: Arc<ApiState>, max_body_bytes: usize, api_enabled: bool) ->
         .route("/sessions", get(sessions::list))
         .route("/sessions/{id}/messages", get(sessions::messages))
         .route("/sessions/{id}/turns/{turn}", get(sessions::turn))
+        .route("/tasks", get(tasks::list).post(tasks::create))
+        .route("/tasks/{id}", get(tasks::get).delete(tasks::cancel))
+        .route("/tasks/{id}/runs", get(tasks::runs))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             auth::require_key,
@@ -86,7 +90,9 @@ pub fn router(state: Arc<ApiState>, max_body_bytes: usize, api_enabled: bool) ->
             refuse_while_draining,
         ));
     let root = if api_enabled {
-        Router::new().nest("/v1", v1)
+        Router::new()
+            .nest("/v1", v1)
+            .route("/hooks/tasks/{id}", post(tasks::hook))
     } else {
         Router::new()
     };
@@ -161,9 +167,10 @@ async fn ready(State(state): State<Arc<ApiState>>) -> Response {
 /// database, running turns, adapters, draining).
 async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
     let store = &state.store;
-    let (queue_depth, outbox_backlog) = tokio::join!(
+    let (queue_depth, outbox_backlog, tasks_active) = tokio::join!(
         store.gauges().queue_depth(),
-        store.gauges().outbox_backlog()
+        store.gauges().outbox_backlog(),
+        store.gauges().tasks_active()
     );
     if let Some(err) = queue_depth.as_ref().err().or(outbox_backlog.as_ref().err()) {
         tracing::warn!(error = %err, "metrics: the database did not answer");
@@ -180,6 +187,7 @@ async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
             .map(|(name, status)| (name, status.state.as_str(), status.state.is_ready()))
             .collect(),
         draining: runner.is_draining(),
+        tasks_active: tasks_active.ok(),
     };
     let text = runner.metrics().render(&snapshot);
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()

@@ -23,6 +23,7 @@ pub mod link;
 
 pub mod routing;
 pub mod runner;
+pub mod scheduler;
 pub mod service;
 pub mod settings;
 pub mod speaker;

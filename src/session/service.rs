@@ -30,6 +30,7 @@ use crate::session::settings::ServiceSettings;
 use crate::store::{NewInbound, Store, StoreError, TurnEnd};
 use crate::tools::ToolRegistry;
 use crate::tools::memory::MEMORY;
+use crate::tools::tasks::TaskTools;
 
 /// What became of a submitted message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +109,8 @@ pub struct SessionService {
     media_budget: MediaBudget,
     /// Events whose files are being fetched.
     arrivals: Arrivals,
+    /// What `/tasks` and `/timezone` act through.
+    tasks: TaskTools,
 }
 
 impl SessionService {
@@ -118,6 +121,7 @@ impl SessionService {
         runner: Runner,
         registry: Arc<ToolRegistry>,
         media: Arc<Media>,
+        tasks: TaskTools,
         settings: &ServiceSettings,
     ) -> Self {
         let commands = CommandSettings::new(settings);
@@ -142,6 +146,7 @@ impl SessionService {
             media,
             media_budget: settings.media_budget,
             arrivals: Arrivals::default(),
+            tasks,
         }
     }
 
@@ -322,6 +327,11 @@ impl SessionService {
         })
     }
 
+    /// Tasks: what the API's `/v1/tasks` and hooks act through.
+    pub fn tasks(&self) -> &TaskTools {
+        &self.tasks
+    }
+
     /// The command handlers, over this service's parts.
     fn commands(&self) -> Commands<'_> {
         Commands {
@@ -330,6 +340,7 @@ impl SessionService {
             access: &self.access,
             routing: &self.routing,
             settings: &self.commands,
+            tasks: &self.tasks,
         }
     }
 

@@ -3,8 +3,8 @@
 //! Kept together so their wording is reviewed (and translated) in one place;
 //! the tests in `tests/gateway` pin them byte for byte.
 
-use crate::domain::Outcome;
-use crate::domain::TaskId;
+use crate::domain::{Outcome, TaskId, TaskStatus};
+use crate::store::tasks::TaskRow;
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
@@ -31,6 +31,8 @@ pub const HELP: &str = "Commands:\n\
     /link: get a code to link another account; /link CODE: link this account\n\
     /unlink: detach this account from the others\n\
     /memory: what I remember about you; /memory forget N, /memory clear: remove it\n\
+    /tasks: your reminders and scheduled tasks; /tasks cancel|pause|resume|run ID\n\
+    /timezone [ZONE]: the time zone your tasks' times are in; /stop ID: stop a background task\n\
     Anything else goes to the assistant.";
 
 /// The answer to identity commands sent in a group chat.
@@ -169,6 +171,120 @@ pub fn task_paused(task: TaskId, limit: i64, outcome: Outcome) -> String {
          /tasks resume {task}.",
         outcome.as_str().replace('_', " ")
     )
+}
+
+/// How `/tasks` is used.
+pub const TASKS_USAGE: &str = "Use /tasks to list your tasks, or /tasks cancel ID, /tasks pause \
+    ID, /tasks resume ID, /tasks run ID.";
+
+/// `/tasks` with no live task.
+pub const NO_TASKS: &str = "You have no scheduled tasks. Ask me to remind you of something, or \
+    to do something every day.";
+
+/// A task id that is not one of the sender's (here).
+pub fn no_such_task(id: &str) -> String {
+    format!("You have no task {id} here; /tasks lists yours.")
+}
+
+/// `/tasks cancel|pause|resume ID` done.
+pub fn task_changed(task: TaskId, verb: &str) -> String {
+    format!("Task {task} is {}.", past(verb))
+}
+
+fn past(verb: &str) -> &'static str {
+    match verb.to_ascii_lowercase().as_str() {
+        "cancel" => "cancelled",
+        "pause" => "paused",
+        _ => "resumed",
+    }
+}
+
+/// `/tasks cancel|pause|resume ID` on a task that cannot change so.
+pub fn task_not_live(task: TaskId, verb: &str) -> String {
+    format!(
+        "Task {task} cannot be {} now (it is finished, cancelled, or already so).",
+        past(verb)
+    )
+}
+
+/// `/tasks run ID`: the run is queued (or was, by the same request).
+pub fn task_fired(task: TaskId, queued: bool) -> String {
+    if queued {
+        format!("Task {task} runs now; its answer comes here.")
+    } else {
+        format!("Task {task} is already running.")
+    }
+}
+
+/// `/stop ID` when the task has no run in progress.
+pub fn task_not_running(task: TaskId) -> String {
+    format!("Task {task} is not running.")
+}
+
+/// One task in `/tasks`: id, schedule, next run, last outcome, progress.
+pub fn task_line(task: &TaskRow, timezone: &str, progress: Option<&str>) -> String {
+    let schedule = task
+        .schedule()
+        .map_or_else(|_| task.kind.clone(), |s| s.describe(timezone));
+    let mut line = format!("{}: {schedule}", task.id);
+    if task.status == TaskStatus::Paused {
+        line.push_str(" (paused)");
+    }
+    if let Some(next) = task
+        .next_run_at
+        .filter(|_| task.status == TaskStatus::Active)
+    {
+        let _ = write!(
+            line,
+            "; next {}",
+            crate::domain::schedule::words(next, timezone)
+        );
+    }
+    if let Some(outcome) = task.last_outcome {
+        let _ = write!(line, "; last {}", outcome.as_str().replace('_', " "));
+    }
+    if let Some(progress) = progress {
+        let _ = write!(line, "; {progress}");
+    }
+    let prompt: String = task.prompt.chars().take(80).collect();
+    let _ = write!(line, "\n   {prompt}");
+    line
+}
+
+/// A background run in progress, in `/tasks`.
+pub fn task_progress(used: u32, budget: u32) -> String {
+    format!("running, {used} of {budget} model calls used")
+}
+
+/// `/tasks`: the lines of [`task_line`].
+pub fn task_list(lines: &[String]) -> String {
+    if lines.is_empty() {
+        return NO_TASKS.to_owned();
+    }
+    format!("Your tasks:\n{}", lines.join("\n"))
+}
+
+/// `/timezone`.
+pub fn timezone(set: Option<&str>, default: &str) -> String {
+    match set {
+        Some(zone) => format!("Your time zone is {zone}. Change it with /timezone ZONE."),
+        None => format!(
+            "You have set no time zone, so {default} is used. Set yours with /timezone ZONE \
+             (for example /timezone Europe/Paris)."
+        ),
+    }
+}
+
+/// `/timezone ZONE` with a name that is no time zone.
+pub fn unknown_timezone(zone: &str) -> String {
+    format!(
+        "{zone} is not a time zone I know; use an IANA name such as Europe/Paris or America/New_York."
+    )
+}
+
+/// `/timezone ZONE` done.
+pub fn timezone_set(zone: &str, now: &str) -> String {
+    format!("Your time zone is now {zone} (it is {now} there).")
 }
 
 /// The greeting of an unknown direct-chat sender, with its pairing code.

@@ -700,7 +700,7 @@ impl TurnExecutor {
         };
         let row = store.outbox().finish_turn_with(&end, writes).await?;
         if let Some(run) = run.filter(TaskRun::is_background) {
-            self.task_wake.relay(run.task.session_id);
+            self.task_wake.wake_session(run.task.session_id);
         }
         self.metrics
             .turn_finished(outcome.outcome(), started.elapsed());

@@ -14,7 +14,9 @@ use switchboard_contract::PlatformName;
 use super::messages::{MESSAGE_COLUMNS, message_from_row};
 use super::platform_ids::id_from_row;
 use super::session_id::session_id_from_row;
+use super::tasks::{TASK_COLUMNS, TaskRow};
 use super::{StoreError, StoredMessage};
+use crate::domain::{TaskId, TaskStatus};
 
 /// Whose sessions a read may return: the API identities in `account`,
 /// limited to `users` when given.
@@ -162,6 +164,61 @@ impl ApiViews<'_> {
                 })
             })
             .collect()
+    }
+
+    /// The caller's tasks, newest first: those with `status`, or (none)
+    /// the live ones (active, paused); at most `limit`.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn tasks(
+        self,
+        scope: ApiScope<'_>,
+        status: Option<TaskStatus>,
+        limit: i64,
+    ) -> Result<Vec<TaskRow>, StoreError> {
+        let (owned, binds) = scope.principals_sql("principal_id", 1);
+        let next = binds.len() + 1;
+        let filter = match status {
+            Some(status) => format!("status = '{status}'"),
+            None => format!(
+                "status IN ('{}', '{}')",
+                TaskStatus::Active,
+                TaskStatus::Paused
+            ),
+        };
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE {owned} AND {filter} \
+             ORDER BY id DESC LIMIT ${next}"
+        );
+        let rows = binds
+            .iter()
+            .fold(sqlx::query(&sql), |query, value| query.bind(value.as_str()))
+            .bind(limit)
+            .fetch_all(&mut *self.store.read_conn().await?)
+            .await?;
+        rows.iter().map(super::read).collect()
+    }
+
+    /// The caller's task `id`, if it is theirs.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn task(
+        self,
+        scope: ApiScope<'_>,
+        id: TaskId,
+    ) -> Result<Option<TaskRow>, StoreError> {
+        let (owned, binds) = scope.principals_sql("principal_id", 2);
+        let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1 AND {owned}");
+        let row = binds
+            .iter()
+            .fold(sqlx::query(&sql).bind(id), |query, value| {
+                query.bind(value.as_str())
+            })
+            .fetch_optional(&mut *self.store.read_conn().await?)
+            .await?;
+        row.as_ref().map(super::read).transpose()
     }
 
     /// Whether the session exists and is the caller's.

@@ -36,6 +36,20 @@ impl Gauges<'_> {
         Ok(depth)
     }
 
+    /// Active tasks, database-wide.
+    ///
+    /// # Errors
+    /// The database is unreachable.
+    pub async fn tasks_active(self) -> Result<i64, StoreError> {
+        let count = sqlx::query_scalar::<_, i64>(&format!(
+            "SELECT COUNT(*) FROM tasks WHERE status = '{}'",
+            crate::domain::TaskStatus::Active
+        ))
+        .fetch_one(&mut *self.store.read_conn().await?)
+        .await?;
+        Ok(count)
+    }
+
     /// Replies waiting to be delivered, per platform (platforms with none
     /// left out), database-wide.
     ///

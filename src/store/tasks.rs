@@ -89,11 +89,9 @@ impl TaskRow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Flag(pub bool);
 
-impl TryFrom<i64> for Flag {
-    type Error = std::convert::Infallible;
-
-    fn try_from(value: i64) -> Result<Self, Self::Error> {
-        Ok(Self(value != 0))
+impl From<i64> for Flag {
+    fn from(value: i64) -> Self {
+        Self(value != 0)
     }
 }
 
@@ -148,7 +146,7 @@ pub struct RunClaim<'a> {
     pub next_run_at: Option<i64>,
 }
 
-const TASK_COLUMNS: &str = "id, principal_id, session_id, platform, account, chat_id, thread_id, \
+pub(super) const TASK_COLUMNS: &str = "id, principal_id, session_id, platform, account, chat_id, thread_id, \
     sender_id, sender_name, prompt, kind, spec, timezone, until_at, max_runs, runs, background, \
     run_session, status, next_run_at, failures, last_outcome, last_run_at, created_at";
 
@@ -462,6 +460,32 @@ impl Tasks<'_> {
         .fetch_all(&mut *self.store.read_conn().await?)
         .await?;
         rows.iter().map(super::read).collect()
+    }
+
+    /// Stores the nonce task `id`'s hook secret derives from.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn set_hook_nonce(self, id: TaskId, nonce: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE tasks SET hook_nonce = $1 WHERE id = $2")
+            .bind(nonce)
+            .bind(id)
+            .execute(&mut *self.store.conn().await?)
+            .await?;
+        Ok(())
+    }
+
+    /// The nonce of task `id`'s hook secret; `None`: it has no hook.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn hook_nonce(self, id: TaskId) -> Result<Option<String>, StoreError> {
+        let nonce =
+            sqlx::query_scalar::<_, Option<String>>("SELECT hook_nonce FROM tasks WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *self.store.read_conn().await?)
+                .await?;
+        Ok(nonce.flatten())
     }
 
     /// A principal's time zone, if they set one (`/timezone`).

@@ -210,6 +210,9 @@ impl TestApp {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let stop = CancellationToken::new();
+        // The scheduler runs as under `serve` (the other background loops,
+        // sweeps and pruning, are driven by the tests that need them).
+        gateway.scheduler().spawn(stop.clone());
         let server_gateway = Arc::clone(&gateway);
         let server_stop = stop.clone();
         tokio::spawn(async move {

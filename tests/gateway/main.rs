@@ -42,6 +42,7 @@ mod stateless;
 mod steps;
 mod streaming;
 mod supervision;
+mod tasks;
 mod telegram;
 mod terminal;
 mod transcripts;

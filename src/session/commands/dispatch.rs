@@ -15,6 +15,7 @@ use crate::session::settings::{DmSessions, ServiceSettings};
 use crate::session::texts;
 use crate::store::{Identity, Redemption, Store, StoreError};
 use crate::tools::settings::MemorySettings;
+use crate::tools::tasks::TaskTools;
 
 /// What commands act on: the service's parts, borrowed for one message.
 pub struct Commands<'a> {
@@ -23,6 +24,8 @@ pub struct Commands<'a> {
     pub access: &'a Access,
     pub routing: &'a Routing,
     pub settings: &'a CommandSettings,
+    /// Tasks: `/tasks`, `/timezone`, `/stop ID`.
+    pub tasks: &'a TaskTools,
 }
 
 /// The settings commands read.
@@ -136,6 +139,7 @@ impl Commands<'_> {
                 | Command::Resume(_)
                 | Command::Usage
                 | Command::Memory(_)
+                | Command::Timezone(_)
         );
         if identity_command && !context.place.direct {
             return Ok(stay(context, texts::DIRECT_ONLY));
@@ -154,7 +158,12 @@ impl Commands<'_> {
                 let text = texts::status(session.as_ref(), running, self.settings.max_iterations);
                 stay(context, text)
             }
-            Command::Stop => stay(
+            Command::Stop(Some(id)) => stay(context, self.stop_task(context, &id).await?),
+            Command::Tasks(action) => stay(context, self.tasks(context, action.as_deref()).await?),
+            Command::Timezone(zone) => {
+                stay(context, self.timezone(context, zone.as_deref()).await?)
+            }
+            Command::Stop(None) => stay(
                 context,
                 if self.runner.stop(session_id, StopCause::User).await? {
                     texts::STOPPING

@@ -9,6 +9,7 @@
 //! its own message into a task asking the last question again.
 
 mod dispatch;
+mod tasks;
 
 pub use dispatch::{Answer, CommandSettings, Commands, Context, Dispatched};
 
@@ -22,8 +23,8 @@ pub enum Command {
     New,
     /// Show the session, model and token totals.
     Status,
-    /// Stop the running task.
-    Stop,
+    /// Stop the running task; `/stop ID`: a background task's run.
+    Stop(Option<String>),
     /// Summarise older history now (runs as a queued task).
     Compact,
     /// `/link`: get a one-time code; `/link CODE`: join the code owner.
@@ -43,6 +44,11 @@ pub enum Command {
     /// `/memory`: list what is remembered about the sender;
     /// `/memory forget N`, `/memory clear`: remove facts.
     Memory(Option<String>),
+    /// `/tasks`: list the sender's tasks; `/tasks cancel|pause|resume|run
+    /// ID`: change one.
+    Tasks(Option<String>),
+    /// `/timezone`: show the sender's time zone; `/timezone ZONE`: set it.
+    Timezone(Option<String>),
     /// Answer the last user message again.
     Retry,
     /// Drop the last exchange from what the model sees.
@@ -116,7 +122,9 @@ impl Command {
             "help" | "start" => Self::Help,
             "new" | "reset" => Self::New,
             "status" => Self::Status,
-            "stop" | "cancel" => Self::Stop,
+            "stop" | "cancel" => Self::Stop(argument),
+            "tasks" => Self::Tasks(argument),
+            "timezone" => Self::Timezone(argument),
             "compact" => Self::Compact,
             "link" => Self::Link(argument),
             "unlink" => Self::Unlink,

@@ -18,13 +18,16 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+mod control;
+
+pub use control::{Changed, run_text};
+
 use super::{Tool, ToolContext, ToolError, arguments_schema};
 use crate::domain::setting::{self, InvalidSetting};
-use crate::domain::{
-    Clock, PrincipalId, Schedule, ScheduleRequest, SessionId, TaskId, TaskStatus, schedule,
-};
+use crate::domain::{Clock, PrincipalId, Schedule, ScheduleRequest, SessionId, TaskId, schedule};
 use crate::store::tasks::{NewTask, TaskRow};
 use crate::store::{NewSession, Store, StoreError};
+use switchboard_contract::{AccountId, ChatId, PlatformName, ThreadId, UserId};
 
 /// `[tasks]`: what people may schedule, and how runs are caught up.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -125,15 +128,16 @@ impl TaskSettings {
     }
 }
 
-/// Wakes the scheduler: a task was made, resumed or run by hand, or a
-/// background run's answer waits in its conversation (whose runner the
-/// scheduler wakes).
+/// Wakes the scheduler: a task was made or resumed, or a session has a
+/// run waiting (a task run by hand, a background run's answer relayed to
+/// its conversation) whose runner the scheduler wakes (this floor cannot
+/// reach the runner).
 #[derive(Debug, Default)]
 pub struct TaskWake {
     notify: Notify,
-    /// Conversations with a relayed answer waiting; bounded by the
-    /// background runs finishing between two looks of the scheduler.
-    relays: std::sync::Mutex<Vec<SessionId>>,
+    /// Sessions with a run waiting; bounded by the runs queued between two
+    /// looks of the scheduler.
+    sessions: std::sync::Mutex<Vec<SessionId>>,
 }
 
 impl TaskWake {
@@ -142,20 +146,20 @@ impl TaskWake {
         self.notify.notify_one();
     }
 
-    /// Tells the scheduler that `session` has a relayed answer waiting.
-    pub fn relay(&self, session: SessionId) {
-        self.relays
+    /// Tells the scheduler that `session` has a run waiting.
+    pub fn wake_session(&self, session: SessionId) {
+        self.sessions
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(session);
         self.wake();
     }
 
-    /// The conversations with relayed answers waiting, since last asked.
-    pub fn take_relays(&self) -> Vec<SessionId> {
+    /// The sessions with a run waiting, since last asked.
+    pub fn take_sessions(&self) -> Vec<SessionId> {
         std::mem::take(
             &mut *self
-                .relays
+                .sessions
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         )
@@ -193,6 +197,71 @@ impl TaskTools {
     }
 }
 
+/// Where a task is made, and so where its runs report: the conversation,
+/// its chat, and the person asking.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    pub session_id: SessionId,
+    pub principal: Option<PrincipalId>,
+    pub platform: PlatformName,
+    pub account: AccountId,
+    pub chat_id: ChatId,
+    pub thread_id: Option<ThreadId>,
+    pub sender_id: UserId,
+    pub sender_name: Option<String>,
+}
+
+impl TaskTools {
+    /// Makes the task `request` asks for, reporting to `origin`; returns
+    /// its id and what the tool answers (its schedule and next run in
+    /// words, in the person's time zone).
+    ///
+    /// # Errors
+    /// A bad request (an ordinary error the model or client can correct;
+    /// nothing is stored), too many tasks, or a database failure.
+    pub async fn schedule(
+        &self,
+        origin: &Origin,
+        request: &TaskRequest,
+    ) -> Result<(TaskId, Value), ToolError> {
+        if let Some(principal) = origin.principal {
+            let live = self
+                .store
+                .tasks()
+                .count_live(principal)
+                .await
+                .map_err(failed)?;
+            if live >= i64::from(self.settings.max_per_person) {
+                return Err(ToolError::Failed(format!(
+                    "the person already has {live} tasks, the most allowed; cancel one first"
+                )));
+            }
+        }
+        let timezone = match &request.timezone {
+            Some(zone) => zone.trim().to_owned(),
+            None => self.timezone(origin.principal).await?,
+        };
+        let planned = plan(self, request, timezone)?;
+        let id = create(self, origin, request, &planned).await?;
+        self.wake.wake();
+        let note = planned.background.then_some(
+            "it runs now, in the background; its answer will be delivered to this chat when done",
+        );
+        Ok((
+            id,
+            json!({
+                "task_id": id.get(),
+                "schedule": planned.schedule.describe(&planned.timezone),
+                "next_run": planned
+                    .next_run_at
+                    .map(|at| schedule::words(at, &planned.timezone)),
+                "background": planned.background,
+                "note": note,
+            }),
+        ))
+    }
+}
+
 /// `schedule_task`.
 pub struct ScheduleTask(pub TaskTools);
 /// `list_tasks`.
@@ -216,36 +285,37 @@ next run, last outcome, status.";
 const CANCEL_DESCRIPTION: &str = "Cancel one of the person's tasks by its id (from schedule_task \
 or list_tasks).";
 
-/// `schedule_task`'s arguments.
-#[derive(Deserialize, JsonSchema)]
+/// What a task is asked to be: `schedule_task`'s arguments, and the body
+/// of `POST /v1/tasks`.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
-struct ScheduleArgs {
+pub struct TaskRequest {
     /// What to do when it fires: an instruction to yourself.
-    prompt: String,
+    pub prompt: String,
     /// When, once: RFC 3339, or a local date-time in `timezone`.
     #[serde(default)]
-    at: Option<String>,
+    pub at: Option<String>,
     /// How long from now, once: 90s, 45m, 2h30m, 1d.
     #[serde(default, rename = "in")]
-    after: Option<String>,
+    pub after: Option<String>,
     /// How often: a duration between runs.
     #[serde(default)]
-    every: Option<String>,
+    pub every: Option<String>,
     /// A five-field cron expression.
     #[serde(default)]
-    cron: Option<String>,
+    pub cron: Option<String>,
     /// An IANA time zone; default the person's.
     #[serde(default)]
-    timezone: Option<String>,
+    pub timezone: Option<String>,
     /// No runs after this time.
     #[serde(default)]
-    until: Option<String>,
+    pub until: Option<String>,
     /// Stop after this many runs.
     #[serde(default)]
-    count: Option<u32>,
+    pub count: Option<u32>,
     /// Run in the background, now, and report when done.
     #[serde(default)]
-    background: Option<bool>,
+    pub background: Option<bool>,
 }
 
 #[async_trait]
@@ -259,42 +329,30 @@ impl Tool for ScheduleTask {
     }
 
     fn parameters(&self) -> Value {
-        arguments_schema::<ScheduleArgs>()
+        arguments_schema::<TaskRequest>()
     }
 
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
-        let args: ScheduleArgs = serde_json::from_value(args)
+        let args: TaskRequest = serde_json::from_value(args)
             .map_err(|err| ToolError::InvalidArguments(err.to_string()))?;
-        let tools = &self.0;
-        let principal = ctx.principal;
-        if let Some(principal) = principal {
-            let live = tools
-                .store
-                .tasks()
-                .count_live(principal)
-                .await
-                .map_err(failed)?;
-            if live >= i64::from(tools.settings.max_per_person) {
-                return Err(ToolError::Failed(format!(
-                    "the person already has {live} tasks, the most allowed; cancel one first"
-                )));
-            }
-        }
-        let timezone = match &args.timezone {
-            Some(zone) => zone.trim().to_owned(),
-            None => tools.timezone(principal).await?,
+        let store = &self.0.store;
+        let Some(message) = store.inbound().get(ctx.inbound_id).await.map_err(failed)? else {
+            return Err(ToolError::Failed(
+                "the message asking for it is gone".to_owned(),
+            ));
         };
-        let planned = plan(tools, &args, timezone)?;
-        let id = create(tools, ctx, &args, &planned).await?;
-        tools.wake.wake();
-        Ok(json!({
-            "task_id": id.get(),
-            "schedule": planned.schedule.describe(&planned.timezone),
-            "next_run": planned
-                .next_run_at
-                .map(|at| schedule::words(at, &planned.timezone)),
-            "background": planned.background,
-        }))
+        let origin = Origin {
+            session_id: ctx.session_id.clone(),
+            principal: ctx.principal,
+            platform: message.platform.clone(),
+            account: message.account.clone(),
+            chat_id: message.chat_id.clone(),
+            thread_id: message.thread_id.clone(),
+            sender_id: message.sender_id.clone(),
+            sender_name: message.sender_name.clone(),
+        };
+        let (_, made) = self.0.schedule(&origin, &args).await?;
+        Ok(made)
     }
 }
 
@@ -307,7 +365,7 @@ struct Planned {
     background: bool,
 }
 
-fn plan(tools: &TaskTools, args: &ScheduleArgs, timezone: String) -> Result<Planned, ToolError> {
+fn plan(tools: &TaskTools, args: &TaskRequest, timezone: String) -> Result<Planned, ToolError> {
     let invalid = |err: crate::domain::ScheduleError| ToolError::InvalidArguments(err.to_string());
     if args.prompt.trim().is_empty() {
         return Err(ToolError::InvalidArguments(
@@ -373,30 +431,25 @@ fn plan(tools: &TaskTools, args: &ScheduleArgs, timezone: String) -> Result<Plan
 
 async fn create(
     tools: &TaskTools,
-    ctx: &ToolContext,
-    args: &ScheduleArgs,
+    origin: &Origin,
+    args: &TaskRequest,
     planned: &Planned,
 ) -> Result<TaskId, ToolError> {
     let store = &tools.store;
-    let Some(message) = store.inbound().get(ctx.inbound_id).await.map_err(failed)? else {
-        return Err(ToolError::Failed(
-            "the message asking for it is gone".to_owned(),
-        ));
-    };
     let run_session = if planned.background {
-        Some(background_session(store, &ctx.session_id).await?)
+        Some(background_session(store, &origin.session_id).await?)
     } else {
         None
     };
     let task = NewTask {
-        principal_id: ctx.principal,
-        session_id: ctx.session_id.clone(),
-        platform: message.platform.clone(),
-        account: message.account.clone(),
-        chat_id: message.chat_id.clone(),
-        thread_id: message.thread_id.clone(),
-        sender_id: message.sender_id.clone(),
-        sender_name: message.sender_name.clone(),
+        principal_id: origin.principal,
+        session_id: origin.session_id.clone(),
+        platform: origin.platform.clone(),
+        account: origin.account.clone(),
+        chat_id: origin.chat_id.clone(),
+        thread_id: origin.thread_id.clone(),
+        sender_id: origin.sender_id.clone(),
+        sender_name: origin.sender_name.clone(),
         prompt: args.prompt.trim().to_owned(),
         schedule: planned.schedule.clone(),
         timezone: planned.timezone.clone(),
@@ -499,17 +552,10 @@ impl Tool for CancelTask {
             .map_err(|err| ToolError::InvalidArguments(err.to_string()))?;
         let cancelled = self
             .0
-            .store
-            .tasks()
-            .set_status(
-                TaskId::new(task_id),
-                ctx.principal,
-                TaskStatus::Cancelled,
-                None,
-            )
+            .cancel(TaskId::new(task_id), ctx.principal)
             .await
             .map_err(failed)?;
-        if !cancelled {
+        if cancelled == Changed::NoSuchTask {
             return Err(ToolError::Failed(format!(
                 "no task {task_id} of this person is scheduled"
             )));
