@@ -1,6 +1,9 @@
 //! What the gateway does with each message: [`InboundHandler`] normalises it,
 //! optionally opens a conversation thread, and submits it to the core.
 //!
+//! Button presses (`INTERACTION_CREATE`) go to [`crate::interaction`],
+//! which answers them within Discord's deadline.
+//!
 //! It also remembers the channels the bot is active in ([`ActiveChannels`])
 //! and, after the gateway had to start a new session, fetches the messages
 //! missed there ([`InboundHandler::catch_up`]).
@@ -24,8 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::active::ActiveChannels;
 use crate::error::DiscordError;
+use crate::interaction::Interactions;
 use crate::media::DiscordFile;
-use crate::normalise::{Normalised, Skip, normalise};
+use crate::normalise::{Normalised, Skip, account_id, normalise};
+use crate::press::Interaction;
 use crate::rest::{Bucket, Rest, RestError};
 use crate::settings::DiscordSettings;
 
@@ -67,6 +72,8 @@ pub struct InboundHandler {
 
 struct Inner {
     sink: Arc<dyn InboundSink>,
+    /// Answers button presses.
+    interactions: Interactions,
     rest: Rest,
     /// Downloads attachments from the CDN (no bot token needed).
     files: reqwest::Client,
@@ -104,6 +111,10 @@ impl InboundHandler {
     ) -> Result<Self, DiscordError> {
         Ok(Self {
             inner: Arc::new(Inner {
+                interactions: Interactions {
+                    sink: Arc::clone(&sink),
+                    rest: rest.clone(),
+                },
                 sink,
                 rest,
                 files: reqwest::Client::new(),
@@ -134,6 +145,24 @@ impl InboundHandler {
     #[must_use]
     pub fn bot_id(&self) -> Option<UserId> {
         self.inner.bot_id.get().copied()
+    }
+
+    /// Handles one `INTERACTION_CREATE`: a press of one of the core's
+    /// buttons goes to the core; every interaction is answered.
+    #[tracing::instrument(skip_all, fields(interaction_id = %interaction.id))]
+    pub(crate) async fn on_interaction(&self, interaction: Interaction) {
+        // The application's id is the bot's user id; READY says so first.
+        let bot = self
+            .bot_id()
+            .unwrap_or_else(|| UserId::new(interaction.application_id.get()));
+        let account = match account_id(bot) {
+            Ok(account) => account,
+            Err(err) => {
+                tracing::warn!(error = %err, "no account for a Discord interaction");
+                return;
+            }
+        };
+        self.inner.interactions.handle(interaction, &account).await;
     }
 
     /// Handles one `MESSAGE_CREATE`: normalise, maybe open a thread, submit.

@@ -7,6 +7,12 @@
 //!   (mention gating, mention stripping, threads as chats).
 //! - [`inbound`]: the gateway's message handler, which only normalises and
 //!   submits to the core's `InboundSink`.
+//! - `press`: an `INTERACTION_CREATE` → the contract's `InboundAction`;
+//!   `interaction`: a press handed to the core's `InboundSink::act` and
+//!   answered through the interaction callback within 3 seconds (type 7
+//!   UPDATE_MESSAGE, 4 with an ephemeral notice, or 6).
+//! - `components`: a reply's buttons as action rows of buttons whose
+//!   `custom_id` is the action id, under the reply's last chunk.
 //! - `active`: the channels the bot is active in and the last message seen
 //!   in each, for catching up after a lost gateway session.
 //! - [`sender`]: the `PlatformSender` (2,000-character chunks, idempotent
@@ -23,13 +29,16 @@
 
 mod active;
 pub mod adapter;
+mod components;
 pub mod error;
 pub mod gateway;
 mod ids;
 pub mod inbound;
+mod interaction;
 mod lifecycle;
 mod media;
 pub mod normalise;
+mod press;
 mod rest;
 pub mod sender;
 mod session;

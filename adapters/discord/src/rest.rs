@@ -49,6 +49,11 @@ pub(crate) enum Bucket {
     GetMessages,
     /// `PATCH /channels/{id}/messages/{id}`.
     EditMessage,
+    /// `POST /interactions/{id}/{token}/callback`.
+    InteractionCallback,
+    /// `POST /webhooks/{application}/{token}` and
+    /// `PATCH /webhooks/{application}/{token}/messages/@original`.
+    InteractionFollowup,
 }
 
 /// Why a REST call failed. Never carries the token or message content.

@@ -18,6 +18,12 @@
 //! ([`OutboundMessage::replaces`]) and sends the rest as new messages; a
 //! draft longer than 2,000 characters shows its newest chunk.
 //!
+//! A reply with buttons carries them as message components
+//! ([`crate::components`]: action rows of buttons whose `custom_id` is the
+//! action id) on its last chunk only. [`PlatformSender::edit`] replaces a
+//! message's content (its first 2,000 characters) and removes its
+//! components: a question once it is answered.
+//!
 //! A 429 is read in full by [`Rest`]: a wait of at most
 //! [`INLINE_RETRY_LIMIT`] is slept here and the chunk sent once more; a
 //! longer one (or a second 429) goes back to the core as
@@ -30,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serenity::builder::{CreateAllowedMentions, CreateMessage};
+use serenity::builder::{CreateActionRow, CreateAllowedMentions, CreateMessage, EditMessage};
 use serenity::http::{LightMethod, Request, Route};
 use serenity::model::channel::{MessageReference, MessageReferenceKind, Nonce};
 use serenity::model::id::{ChannelId, MessageId};
@@ -40,6 +46,7 @@ use switchboard_contract::{
 };
 
 use crate::active::ActiveChannels;
+use crate::components;
 use crate::ids;
 use crate::rest::{Bucket, Rest, RestError};
 
@@ -91,14 +98,20 @@ impl DiscordSender {
         self
     }
 
-    /// Replaces the content of the bot's message `id` in `channel`.
-    async fn edit(
+    /// Replaces the content of the bot's message `id` in `channel`, and its
+    /// components with `components` when given (an empty list removes them).
+    async fn edit_content(
         &self,
         channel: ChannelId,
         id: MessageId,
         content: String,
+        components: Option<Vec<CreateActionRow>>,
     ) -> Result<(), RestError> {
-        let body = serde_json::to_vec(&serde_json::json!({ "content": content }))
+        let mut edit = EditMessage::new().content(content);
+        if let Some(components) = components {
+            edit = edit.components(components);
+        }
+        let body = serde_json::to_vec(&edit)
             .map_err(|err| RestError::Invalid(format!("invalid edit: {err}")))?;
         let request = Request::new(
             Route::ChannelMessage {
@@ -141,6 +154,7 @@ impl DiscordSender {
         reply_to: Option<MessageId>,
         nonce: String,
         content: String,
+        components: Option<Vec<CreateActionRow>>,
     ) -> Result<MessageId, SendError> {
         let mut builder = CreateMessage::new()
             .content(content)
@@ -149,6 +163,9 @@ impl DiscordSender {
             // Model output must not ping @everyone, roles or users; whether
             // the reply notifies the person who asked is a setting.
             .allowed_mentions(CreateAllowedMentions::new().replied_user(self.pings(channel)));
+        if let Some(components) = components {
+            builder = builder.components(components);
+        }
         if let Some(original) = reply_to {
             builder = builder.reference_message(
                 MessageReference::new(MessageReferenceKind::Default, channel)
@@ -206,9 +223,16 @@ impl PlatformSender for DiscordSender {
         }
         let mut message_ids = Vec::with_capacity(chunks.len());
         let mut draft = message.replaces.as_deref().and_then(ids::message_id);
+        let last = chunks.len() - 1;
         for (index, chunk) in chunks.into_iter().enumerate() {
+            // The buttons go on the last part only.
+            let components = (index == last && !message.buttons.is_empty())
+                .then(|| components::action_rows(&message.buttons));
             if let Some(id) = draft.take() {
-                match self.edit(channel, id, chunk.clone()).await {
+                match self
+                    .edit_content(channel, id, chunk.clone(), components.clone())
+                    .await
+                {
                     Ok(()) => {
                         message_ids.push(id.to_string());
                         continue;
@@ -220,7 +244,9 @@ impl PlatformSender for DiscordSender {
             }
             let nonce = nonce(&message.idempotency_key, index);
             let reply = if index == 0 { reply_to } else { None };
-            let id = self.send_chunk(channel, reply, nonce, chunk).await?;
+            let id = self
+                .send_chunk(channel, reply, nonce, chunk, components)
+                .await?;
             message_ids.push(id.to_string());
         }
         tracing::info!(chunks = message_ids.len(), "reply delivered");
@@ -263,7 +289,7 @@ impl PlatformSender for DiscordSender {
             return Ok(draft.message_id.clone());
         };
         if let Some(id) = draft.message_id.as_deref().and_then(ids::message_id) {
-            match self.edit(channel, id, content.clone()).await {
+            match self.edit_content(channel, id, content.clone(), None).await {
                 Ok(()) => return Ok(Some(id.to_string())),
                 Err(RestError::Status { status: 404, .. }) => {}
                 Err(err) => return Err(send_error(err)),
@@ -273,8 +299,34 @@ impl PlatformSender for DiscordSender {
         // The turn's key: created again after a crash, before its id was
         // recorded, the draft is the message Discord already made.
         let nonce = nonce(&draft.key, 0);
-        let id = self.send_chunk(channel, reply_to, nonce, content).await?;
+        let id = self
+            .send_chunk(channel, reply_to, nonce, content, None)
+            .await?;
         Ok(Some(id.to_string()))
+    }
+
+    async fn edit(&self, chat: &ChatRef, message_id: &str, text: &str) -> Result<(), SendError> {
+        let channel = ids::channel_id(chat.chat.as_str()).ok_or_else(|| {
+            SendError::Permanent(format!(
+                "{:?} is not a Discord channel id",
+                chat.chat.as_str()
+            ))
+        })?;
+        let id = ids::message_id(message_id).ok_or_else(|| {
+            SendError::Permanent(format!("{message_id:?} is not a Discord message id"))
+        })?;
+        // One message shows the new text: a longer one keeps its first part.
+        let Some(content) = split_message(text, MESSAGE_LIMIT, LengthUnit::Chars)
+            .into_iter()
+            .next()
+        else {
+            return Err(SendError::Permanent(
+                "Discord cannot show an empty message".to_owned(),
+            ));
+        };
+        self.edit_content(channel, id, content, Some(Vec::new()))
+            .await
+            .map_err(send_error)
     }
 }
 

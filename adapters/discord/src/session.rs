@@ -53,6 +53,7 @@ use twilight_model::gateway::payload::outgoing::identify::IdentifyProperties;
 use crate::error::DiscordError;
 use crate::gateway::ShardLinks;
 use crate::inbound::InboundHandler;
+use crate::press::Interaction;
 
 /// Between a connection that ended without a session (or a failed connect)
 /// and the next attempt: from 1 s, doubling while it keeps failing, at most a
@@ -352,6 +353,19 @@ impl GatewayShard {
                         tokio::spawn(async move { handler.on_message(&message.d).await });
                     }
                     Err(err) => tracing::warn!(error = %err, "unreadable MESSAGE_CREATE skipped"),
+                }
+            }
+            (OP_DISPATCH, Some("INTERACTION_CREATE")) => {
+                match serde_json::from_str::<Payload<Interaction>>(text) {
+                    Ok(interaction) => {
+                        let handler = self.handler.clone();
+                        // Own task: answering waits for the core and Discord.
+                        tokio::spawn(async move { handler.on_interaction(interaction.d).await });
+                    }
+                    // Serde's message names the field, never its value.
+                    Err(err) => {
+                        tracing::warn!(error = %err, "unreadable INTERACTION_CREATE skipped")
+                    }
                 }
             }
             _ => {}

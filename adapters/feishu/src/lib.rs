@@ -23,12 +23,24 @@
 //! ([`FeishuPlatform`]), [`webhook`] (the route), [`crypto`] (decryption,
 //! signatures), `event` (payloads and normalisation), [`tasks`] (event
 //! hand-off tasks), [`api`] (open API client), `token` (tenant token cache),
-//! [`send`] (the sender).
+//! [`send`] (the sender), `press` (a card callback → an inbound action),
+//! `callback` (a press handed to the core, answered with a toast and the
+//! updated card).
+//!
+//! Buttons: a reply with buttons is a card whose last chunk carries them
+//! (card JSON 2.0 `button`s whose `callback` value is
+//! `{"action": "<action id>"}`). A press arrives as a `card.action.trigger`
+//! callback at the same webhook, verified like any event (signature, token,
+//! decryption), goes to the core's `InboundSink::act`, and is answered
+//! within the ack timeout with the core's notice as a toast and its new
+//! text as the card, buttons gone.
 
 pub mod api;
+mod callback;
 pub mod crypto;
 mod event;
 mod lifecycle;
+mod press;
 pub mod send;
 pub mod settings;
 pub mod tasks;

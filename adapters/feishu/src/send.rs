@@ -20,6 +20,12 @@
 //! its Markdown; [`OutboundMessage::replaces`]) and sends the rest as new
 //! messages; a recalled draft card is replaced by a new message.
 //!
+//! A reply with buttons is a card whatever its Markdown, the buttons under
+//! its last chunk's text: card JSON 2.0 `button` elements (`primary`,
+//! `danger` or `default`) whose `behaviors` are a `callback` with the value
+//! `{"action": "<action id>"}`, one a line. [`PlatformSender::edit`]
+//! replaces a card's content (`PATCH`) with the new text and no buttons.
+//!
 //! With a reply target the chunks are replies to it (`reply_in_thread` when
 //! the reply belongs to a Feishu thread, whose ids start with `omt_`); without
 //! one they are new messages in the chat.
@@ -31,8 +37,8 @@ use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use switchboard_contract::markdown::{MarkupRenderer, PlainText};
 use switchboard_contract::{
-    ChatRef, DeliveryReceipt, Draft, LengthUnit, OutboundMessage, PlatformSender, SendError,
-    split_message_fitting,
+    Button, ButtonStyle, ChatRef, DeliveryReceipt, Draft, LengthUnit, OutboundMessage,
+    PlatformSender, SendError, split_message_fitting,
 };
 
 use crate::api::{ApiError, ErrorCode, OpenApi, Payload, Target};
@@ -70,8 +76,9 @@ impl PlatformSender for FeishuSender {
         let target = target(&chat, message.reply_to.as_deref());
         let mut draft = message.replaces.as_deref();
         // A reply replacing a draft's card is a card itself.
-        let markdown = draft.is_some() || has_markup(&message.text);
-        let payloads = self.payloads(&message.text, &target, markdown);
+        // Buttons only come on a card.
+        let markdown = draft.is_some() || has_markup(&message.text) || !message.buttons.is_empty();
+        let payloads = self.payloads(&message.text, &target, markdown, &message.buttons);
         let mut message_ids = Vec::with_capacity(payloads.len());
         for (index, payload) in payloads.iter().enumerate() {
             if let Some(card) = draft.take() {
@@ -107,7 +114,7 @@ impl PlatformSender for FeishuSender {
 
     async fn draft(&self, draft: &Draft) -> Result<Option<String>, SendError> {
         let target = target(&draft.chat, draft.reply_to.as_deref());
-        let Some(card) = self.payloads(&draft.text, &target, true).pop() else {
+        let Some(card) = self.payloads(&draft.text, &target, true, &[]).pop() else {
             return Ok(draft.message_id.clone());
         };
         if let Some(id) = draft.message_id.as_deref() {
@@ -127,6 +134,13 @@ impl PlatformSender for FeishuSender {
             .await
             .map_err(|err| draft_error(&err))?;
         Ok(Some(id))
+    }
+
+    async fn edit(&self, _chat: &ChatRef, message_id: &str, text: &str) -> Result<(), SendError> {
+        self.api
+            .update_card(message_id, &card(text, &[]))
+            .await
+            .map_err(|err| send_error(&err))
     }
 }
 
@@ -150,7 +164,14 @@ impl FeishuSender {
     /// The reply's chunks as message payloads (cards when `markdown`), each
     /// request body under its limit and as full as that limit allows: a
     /// reply is split across messages only when one message cannot hold it.
-    fn payloads(&self, text: &str, target: &Target<'_>, markdown: bool) -> Vec<Payload> {
+    /// The last card carries `buttons`; every chunk is measured with them.
+    fn payloads(
+        &self,
+        text: &str,
+        target: &Target<'_>,
+        markdown: bool,
+        buttons: &[Button],
+    ) -> Vec<Payload> {
         let limit = if markdown {
             CARD_BODY_LIMIT
         } else {
@@ -158,19 +179,25 @@ impl FeishuSender {
         };
         let longest_uuid = "x".repeat(UUID_MAX_LEN);
         let body_size = |chunk: &str| {
-            let (_, body) = self
-                .api
-                .request_for(target, &payload(chunk, markdown), &longest_uuid);
+            let (_, body) =
+                self.api
+                    .request_for(target, &payload(chunk, markdown, buttons), &longest_uuid);
             body.to_string().len()
         };
         // The content is a JSON string inside a JSON body, so escaping can
         // double a chunk's size; the chunks are measured as sent.
-        split_message_fitting(text, limit, LengthUnit::Bytes, &|chunk| {
+        let chunks = split_message_fitting(text, limit, LengthUnit::Bytes, &|chunk| {
             body_size(chunk) <= limit
-        })
-        .iter()
-        .map(|chunk| payload(chunk, markdown))
-        .collect()
+        });
+        let last = chunks.len().saturating_sub(1);
+        chunks
+            .iter()
+            .enumerate()
+            .map(|(index, chunk)| {
+                let shown: &[Button] = if index == last { buttons } else { &[] };
+                payload(chunk, markdown, shown)
+            })
+            .collect()
     }
 }
 
@@ -194,16 +221,11 @@ pub fn chunk_uuid(idempotency_key: &str, index: usize) -> String {
     format!("{}{suffix}", &hex[..UUID_MAX_LEN - suffix.len()])
 }
 
-fn payload(chunk: &str, markdown: bool) -> Payload {
+fn payload(chunk: &str, markdown: bool, buttons: &[Button]) -> Payload {
     if markdown {
-        let card = serde_json::json!({
-            "schema": "2.0",
-            "config": { "update_multi": true, "width_mode": "fill" },
-            "body": { "elements": [{ "tag": "markdown", "content": chunk }] },
-        });
         Payload {
             msg_type: "interactive",
-            content: card.to_string(),
+            content: card(chunk, buttons),
         }
     } else {
         Payload {
@@ -211,6 +233,45 @@ fn payload(chunk: &str, markdown: bool) -> Payload {
             content: serde_json::json!({ "text": chunk }).to_string(),
         }
     }
+}
+
+/// A card (JSON 2.0, shared: `update_multi`) showing `text` as Markdown
+/// and `buttons` under it, as the JSON string a message's content is.
+pub(crate) fn card(text: &str, buttons: &[Button]) -> String {
+    card_json(text, buttons).to_string()
+}
+
+/// [`card`] as a JSON value (what a card callback answers with).
+pub(crate) fn card_json(text: &str, buttons: &[Button]) -> serde_json::Value {
+    let mut elements = vec![serde_json::json!({ "tag": "markdown", "content": text })];
+    elements.extend(buttons.iter().map(button));
+    serde_json::json!({
+        "schema": "2.0",
+        "config": { "update_multi": true, "width_mode": "fill" },
+        "body": { "elements": elements },
+    })
+}
+
+/// A card JSON 2.0 button whose press calls back with the action id.
+fn button(button: &Button) -> serde_json::Value {
+    let kind = match button.style {
+        ButtonStyle::Plain => "default",
+        ButtonStyle::Primary => "primary",
+        ButtonStyle::Danger => "danger",
+    };
+    let label = match button.label.trim() {
+        "" => "·",
+        label => label,
+    };
+    serde_json::json!({
+        "tag": "button",
+        "text": { "tag": "plain_text", "content": label },
+        "type": kind,
+        "behaviors": [{
+            "type": "callback",
+            "value": { (crate::press::ACTION_KEY): button.action.as_str() },
+        }],
+    })
 }
 
 /// A failed draft: only a rate limit's wait matters (drafts are not

@@ -15,6 +15,10 @@
 //!    verification may come unsigned; it is still encrypted and carries the
 //!    token.
 //!
+//! Card callbacks (`card.action.trigger`: a press of a button on one of the
+//! bot's cards) pass the same checks and are answered by
+//! [`crate::callback`] with the toast and card to show.
+//!
 //! Message events are normalised and handed to the core through
 //! [`crate::tasks::EventTasks`]; other events, other message types and events
 //! of other apps are acknowledged with 200 and dropped. A message event is
@@ -39,8 +43,10 @@ use switchboard_contract::{AccountId, InboundMessage, InboundSink, SubmitError, 
 use tokio::sync::oneshot;
 
 use crate::api::OpenApi;
+use crate::callback;
 use crate::crypto;
 use crate::event::{self, Context, Envelope, NormaliseError};
+use crate::press;
 use crate::tasks::EventTasks;
 
 /// Everything the webhook handler needs, shared by all requests.
@@ -163,6 +169,13 @@ async fn handle_event(state: &WebhookState, envelope: Envelope) -> Result<Respon
     {
         tracing::warn!(event_id = %header.event_id, "Feishu event for another app ignored");
         return Ok(acknowledged());
+    }
+    if header.event_type == press::CARD_ACTION {
+        let raw = envelope.event.unwrap_or_default();
+        let answer = callback::answer(state, &header.event_id, raw)
+            .await
+            .ok_or(Rejection::Busy)?;
+        return Ok((StatusCode::OK, Json(answer)).into_response());
     }
     if header.event_type != event::MESSAGE_RECEIVE {
         tracing::debug!(event_type = %header.event_type, "Feishu event type ignored");

@@ -1,5 +1,6 @@
-//! One update in: normalise it and submit it to the core. Shared by long
-//! polling and the webhook route.
+//! One update in: normalise it and submit it to the core, or, for a tap on
+//! an inline button (`callback_query`), hand it to [`Callbacks`]. Shared by
+//! long polling and the webhook route.
 //!
 //! This is all an update costs the adapter: the core's
 //! [`InboundSink::submit`] records and queues the message and returns at once,
@@ -17,14 +18,16 @@ use std::sync::Arc;
 
 use futures_util::FutureExt;
 use switchboard_contract::{InboundSink, SubmitError};
-use teloxide_core::types::Update;
+use teloxide_core::types::{Update, UpdateKind};
 
+use crate::callback::Callbacks;
 use crate::normalise::Normaliser;
 
 /// Normalises updates and submits them to the core's sink.
 pub(crate) struct Inbound {
     pub normaliser: Normaliser,
     pub sink: Arc<dyn InboundSink>,
+    pub callbacks: Callbacks,
 }
 
 impl Inbound {
@@ -36,6 +39,11 @@ impl Inbound {
     /// deliver the update again later; [`SubmitError::Rejected`]: don't).
     #[tracing::instrument(name = "telegram.update", skip_all, fields(update_id = update.id.0))]
     pub(crate) async fn handle(&self, update: &Update) -> Result<(), SubmitError> {
+        if let UpdateKind::CallbackQuery(query) = &update.kind {
+            let account = &self.normaliser.account;
+            self.callbacks.handle(&*self.sink, account, query).await;
+            return Ok(());
+        }
         let message = match self.normaliser.normalise(update) {
             Ok(message) => message,
             Err(skip) => {

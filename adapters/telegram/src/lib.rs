@@ -12,20 +12,35 @@
 //! the adapter as the core supervises it), `entities` (UTF-16 entity offsets
 //! → checked byte ranges), `normalise` (update →
 //! [`switchboard_contract::InboundMessage`]), `inbound` (normalise and
-//! submit, a panic contained to its update), `polling` (the `getUpdates`
-//! loop), `webhook` (the axum route), `format` (split and render replies),
-//! [`sender`] (the [`PlatformSender`]), [`error`] (errors, token scrubbing).
+//! submit, a panic contained to its update), `press` (a `callback_query` →
+//! [`switchboard_contract::InboundAction`]), `callback` (a tap handed to the
+//! core, answered with `answerCallbackQuery`, the message edited), `polling`
+//! (the `getUpdates` loop), `webhook` (the axum route), `format` (split and
+//! render replies), `keyboard` (buttons as an inline keyboard), [`sender`]
+//! (the [`PlatformSender`]), [`error`] (errors, token scrubbing).
+//!
+//! Buttons: a reply's [`switchboard_contract::Button`]s become an inline
+//! keyboard (`reply_markup.inline_keyboard`, one `callback_data` button a
+//! row) under its last chunk. A tap arrives as a `callback_query` update
+//! (both polling and `setWebhook` ask for `callback_query` in
+//! `allowed_updates`), goes to the core's `InboundSink::act`, and is always
+//! answered with `answerCallbackQuery` (the core's notice as the toast);
+//! the core's new text replaces the message's with `editMessageText`, its
+//! keyboard removed.
 //!
 //! The adapter depends on the contract crate only, never on the core.
 
+mod callback;
 mod entities;
 pub mod error;
 mod format;
 mod inbound;
+mod keyboard;
 mod lifecycle;
 mod media;
 mod normalise;
 mod polling;
+mod press;
 pub mod sender;
 pub mod settings;
 mod webhook;
@@ -50,6 +65,7 @@ pub use sender::TelegramSender;
 pub use settings::{Mode, TelegramSettings};
 pub use webhook::SECRET_HEADER;
 
+use callback::Callbacks;
 use error::Scrubber;
 use inbound::Inbound;
 use normalise::{BotIdentity, Normaliser};
@@ -57,6 +73,10 @@ use polling::Poller;
 
 /// The platform name this adapter registers under and stamps on messages.
 pub const PLATFORM: &str = "telegram";
+
+/// The updates asked for, by polling and the webhook alike: new messages,
+/// and taps on the bot's inline buttons.
+const ALLOWED_UPDATES: [AllowedUpdate; 2] = [AllowedUpdate::Message, AllowedUpdate::CallbackQuery];
 
 /// HTTP timeout on top of the long-polling timeout, so a `getUpdates` that
 /// Telegram holds open for the whole poll is not cut short.
@@ -127,6 +147,9 @@ impl TelegramAdapter {
         let (bot, scrubber) = client(&settings, token)?;
         let (identity, account) = identify(&bot, &scrubber).await?;
         tracing::info!(bot = %identity.username, account = %account, "connected to Telegram");
+        let sender = Arc::new(
+            TelegramSender::new(bot.clone(), scrubber.clone()).with_drafts(settings.drafts()),
+        );
         let inbound = Arc::new(Inbound {
             normaliser: Normaliser {
                 identity,
@@ -142,10 +165,12 @@ impl TelegramAdapter {
                 }),
             },
             sink,
+            callbacks: Callbacks {
+                bot: bot.clone(),
+                scrubber: scrubber.clone(),
+                sender: Arc::clone(&sender),
+            },
         });
-        let sender = Arc::new(
-            TelegramSender::new(bot.clone(), scrubber.clone()).with_drafts(settings.drafts()),
-        );
         let adapter = Self {
             bot,
             scrubber,
@@ -223,7 +248,7 @@ impl TelegramAdapter {
         self.bot
             .set_webhook(url)
             .secret_token(secret.expose_secret())
-            .allowed_updates([AllowedUpdate::Message])
+            .allowed_updates(ALLOWED_UPDATES)
             .await
             .map_err(|e| self.scrubber.api_error("setWebhook", &e))?;
         tracing::info!("Telegram webhook registered");

@@ -26,7 +26,7 @@ use switchboard_contract::backoff::{self, Backoff, Wait};
 use switchboard_contract::{LinkObserver, SubmitError};
 use teloxide_core::payloads::GetUpdatesSetters;
 use teloxide_core::prelude::Requester;
-use teloxide_core::types::{AllowedUpdate, Update};
+use teloxide_core::types::Update;
 use teloxide_core::{ApiError, Bot, RequestError};
 use tokio_util::sync::CancellationToken;
 
@@ -104,7 +104,7 @@ impl Poller {
                 .bot
                 .get_updates()
                 .timeout(self.timeout_secs)
-                .allowed_updates([AllowedUpdate::Message]);
+                .allowed_updates(crate::ALLOWED_UPDATES);
             if let Some(offset) = offset {
                 request = request.offset(offset);
             }

@@ -17,6 +17,13 @@
 //! messages, so the chat ends up with the reply once. A draft longer than
 //! one message shows its newest chunk.
 //!
+//! A reply with buttons carries them as an inline keyboard
+//! ([`crate::keyboard`]) under its last chunk only. [`PlatformSender::edit`]
+//! replaces a message's text (`editMessageText`, HTML with the plain-text
+//! fallback; a text longer than one message keeps its first part) and
+//! removes its keyboard (an empty `inline_keyboard`): a question once it is
+//! answered.
+//!
 //! Retrying a reply must neither lose nor duplicate chunks. When a chunk
 //! fails after earlier chunks went out, the ids of those sent are remembered
 //! under the reply's idempotency key; the retry sends only what is left. The
@@ -36,12 +43,13 @@ use teloxide_core::payloads::{EditMessageTextSetters, SendChatActionSetters, Sen
 use teloxide_core::prelude::Requester;
 use teloxide_core::requests::{JsonRequest, Payload};
 use teloxide_core::types::{
-    ChatAction, ChatId, MessageId, ParseMode, ReplyParameters, ThreadId, True,
+    ChatAction, ChatId, InlineKeyboardMarkup, MessageId, ParseMode, ReplyParameters, ThreadId, True,
 };
 use teloxide_core::{ApiError, Bot, RequestError};
 
 use crate::error::Scrubber;
 use crate::format::{Chunk, TELEGRAM_TEXT_LIMIT, render_chunks};
+use crate::keyboard;
 use crate::settings::DraftPace;
 
 /// How often the core should repeat the typing indicator: Telegram shows it
@@ -84,16 +92,20 @@ impl PlatformSender for TelegramSender {
         }
         let mut sent = self.take_partial(&message.idempotency_key);
         let mut chat = target.chat;
+        let keyboard = keyboard::keyboard(&message.buttons);
+        let last = chunks.len() - 1;
         let draft = message
             .replaces
             .as_deref()
             .and_then(|id| id.parse().ok())
             .map(MessageId);
         for (index, chunk) in chunks.iter().enumerate().skip(sent.len()) {
+            // The buttons go under the last part only.
+            let markup = keyboard.as_ref().filter(|_| index == last);
             if index == 0
                 && let Some(draft) = draft
             {
-                match self.edit_chunk(chat, draft, chunk).await {
+                match self.edit_chunk(chat, draft, chunk, markup).await {
                     Ok(()) => {
                         sent.push(draft.0.to_string());
                         continue;
@@ -105,14 +117,19 @@ impl PlatformSender for TelegramSender {
                 }
             }
             let reply_to = if index == 0 { target.reply_to } else { None };
-            match self.send_chunk(chat, target.thread, reply_to, chunk).await {
+            let place = Place {
+                thread: target.thread,
+                reply_to,
+                markup,
+            };
+            match self.send_chunk(chat, &place, chunk).await {
                 Ok(id) => sent.push(id),
                 Err(RequestError::MigrateToChatId(new_chat)) => {
                     // The group became a supergroup: Telegram names the new
                     // chat; send there once.
                     tracing::info!("group migrated to a supergroup; resending there");
                     chat = new_chat;
-                    match self.send_chunk(chat, target.thread, reply_to, chunk).await {
+                    match self.send_chunk(chat, &place, chunk).await {
                         Ok(id) => sent.push(id),
                         Err(error) => {
                             return Err(self.fail(&message.idempotency_key, sent, &error));
@@ -171,6 +188,22 @@ impl PlatformSender for TelegramSender {
                 .map(Some)
         };
         shown.map_err(|error| self.draft_error(&error))
+    }
+
+    async fn edit(&self, chat: &ChatRef, message_id: &str, text: &str) -> Result<(), SendError> {
+        let target = Target::of_chat(chat, None)?;
+        let message = message_id.parse().map(MessageId).map_err(|_| {
+            SendError::Permanent(format!("not a Telegram message id: {message_id}"))
+        })?;
+        // One message shows the new text: a longer one keeps its first part.
+        let Some(chunk) = render_chunks(text, TELEGRAM_TEXT_LIMIT).into_iter().next() else {
+            return Err(SendError::Permanent(
+                "Telegram cannot show an empty message".to_owned(),
+            ));
+        };
+        self.edit_chunk(target.chat, message, &chunk, Some(&keyboard::none()))
+            .await
+            .map_err(|error| self.classify(&error))
     }
 }
 
@@ -231,35 +264,43 @@ impl TelegramSender {
         chunk: &Chunk,
     ) -> Result<String, RequestError> {
         if let Some(id) = message_id.and_then(|id| id.parse().ok()).map(MessageId) {
-            match self.edit_chunk(target.chat, id, chunk).await {
+            match self.edit_chunk(target.chat, id, chunk, None).await {
                 Ok(()) => return Ok(id.0.to_string()),
                 Err(error) if draft_gone(&error) => {}
                 Err(error) => return Err(error),
             }
         }
-        self.send_chunk(target.chat, target.thread, target.reply_to, chunk)
-            .await
+        let place = Place {
+            thread: target.thread,
+            reply_to: target.reply_to,
+            markup: None,
+        };
+        self.send_chunk(target.chat, &place, chunk).await
     }
 
-    /// Replaces a sent message's text with `chunk`, as HTML, and as plain
-    /// text if the HTML is refused. A message already showing it is fine.
+    /// Replaces a sent message's text with `chunk`, and its keyboard with
+    /// `markup` (none given: Telegram leaves no keyboard), as HTML, and as
+    /// plain text if the HTML is refused. A message already showing it is
+    /// fine.
     async fn edit_chunk(
         &self,
         chat: ChatId,
         message: MessageId,
         chunk: &Chunk,
+        markup: Option<&InlineKeyboardMarkup>,
     ) -> Result<(), RequestError> {
-        let html = self
-            .bot
-            .edit_message_text(chat, message, &chunk.html)
-            .parse_mode(ParseMode::Html)
-            .await;
+        let request = |text: &str| {
+            let request = self.bot.edit_message_text(chat, message, text);
+            match markup {
+                Some(markup) => request.reply_markup(markup.clone()),
+                None => request,
+            }
+        };
+        let html = request(&chunk.html).parse_mode(ParseMode::Html).await;
         let edited = match html {
             Err(RequestError::Api(ApiError::CantParseEntities(reason))) => {
                 tracing::warn!(%reason, "Telegram refused the HTML; editing as plain text");
-                self.bot
-                    .edit_message_text(chat, message, &chunk.plain)
-                    .await
+                request(&chunk.plain).await
             }
             other => other,
         };
@@ -285,18 +326,17 @@ impl TelegramSender {
     async fn send_chunk(
         &self,
         chat: ChatId,
-        thread: Option<ThreadId>,
-        reply_to: Option<MessageId>,
+        place: &Place<'_>,
         chunk: &Chunk,
     ) -> Result<String, RequestError> {
         let html = self
-            .request(chat, thread, reply_to, &chunk.html)
+            .request(chat, place, &chunk.html)
             .parse_mode(ParseMode::Html)
             .await;
         let sent = match html {
             Err(RequestError::Api(ApiError::CantParseEntities(reason))) => {
                 tracing::warn!(%reason, "Telegram refused the HTML; resending as plain text");
-                self.request(chat, thread, reply_to, &chunk.plain).await?
+                self.request(chat, place, &chunk.plain).await?
             }
             other => other?,
         };
@@ -306,18 +346,20 @@ impl TelegramSender {
     fn request(
         &self,
         chat: ChatId,
-        thread: Option<ThreadId>,
-        reply_to: Option<MessageId>,
+        place: &Place<'_>,
         text: &str,
     ) -> teloxide_core::requests::JsonRequest<teloxide_core::payloads::SendMessage> {
         let mut request = self.bot.send_message(chat, text);
-        if let Some(thread) = thread {
+        if let Some(thread) = place.thread {
             request = request.message_thread_id(thread);
         }
-        if let Some(reply_to) = reply_to {
+        if let Some(reply_to) = place.reply_to {
             // Deleting the triggering message must not make the reply fail.
             request = request
                 .reply_parameters(ReplyParameters::new(reply_to).allow_sending_without_reply());
+        }
+        if let Some(markup) = place.markup {
+            request = request.reply_markup(markup.clone());
         }
         request
     }
@@ -330,6 +372,11 @@ impl TelegramSender {
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(key.to_owned(), sent);
         }
+        self.classify(error)
+    }
+
+    /// A failed call as the core's retry classes, scrubbed of the token.
+    fn classify(&self, error: &RequestError) -> SendError {
         let detail = self.scrubber.scrub(&error.to_string());
         match error {
             RequestError::RetryAfter(wait) => {
@@ -351,6 +398,13 @@ impl TelegramSender {
             .unwrap_or_else(PoisonError::into_inner)
             .take(key)
     }
+}
+
+/// Where one chunk goes in its chat, and the keyboard under it.
+struct Place<'a> {
+    thread: Option<ThreadId>,
+    reply_to: Option<MessageId>,
+    markup: Option<&'a InlineKeyboardMarkup>,
 }
 
 /// Where a reply goes, in Telegram's types.

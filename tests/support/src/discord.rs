@@ -11,7 +11,15 @@
 //! refused), refuses RESUME, or sends a close frame with a chosen status code
 //! or none. Files a user attaches ([`FakeDiscord::user_sends_file`]) are
 //! served from its CDN path `/attachments/{id}/{filename}`, and each
-//! download is counted.
+//! download is counted. A user presses a button under a bot message with
+//! [`FakeDiscord::user_presses`] (an INTERACTION_CREATE of type 3 on the
+//! gateway); the interaction's answers are recorded
+//! ([`FakeDiscord::interaction_requests`]: the callback
+//! `POST /interactions/{id}/{token}/callback`, follow-ups
+//! `POST /webhooks/{application}/{token}`, edits of
+//! `/webhooks/{application}/{token}/messages/@original`), a type 7
+//! UPDATE_MESSAGE or an edit of `@original` changes the pressed message,
+//! and [`FakeDiscord::buttons`] reads the buttons a message shows now.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -37,6 +45,8 @@ pub const REJECTED_TOKEN: &str = "rejected-token";
 
 /// The user who writes to the bot in gateway tests.
 pub const USER_ID: u64 = 800_000_000_000_000_001;
+/// The application id interactions carry (the bot's application).
+pub const APPLICATION_ID: u64 = 900_000_000_000_000_002;
 
 /// One request the fake received.
 #[derive(Debug, Clone)]
@@ -101,6 +111,8 @@ struct Inner {
     files: HashMap<String, Vec<u8>>,
     /// CDN paths downloaded, in order.
     downloads: Vec<String>,
+    /// The pressed message of each interaction, by token.
+    presses: HashMap<String, u64>,
 }
 
 #[derive(Clone, Default)]
@@ -165,6 +177,83 @@ impl FakeDiscord {
             let _ = live.send(Command::Dispatch("MESSAGE_CREATE", message));
         }
         id
+    }
+
+    /// The user [`USER_ID`] presses the button with `custom_id` under the
+    /// bot's message `message_id` in `channel` (in the server `guild`, or a
+    /// DM when `None`): the gateway dispatches INTERACTION_CREATE (type 3,
+    /// a button). Returns the interaction id; its token is
+    /// `itoken-<id>`.
+    ///
+    /// # Panics
+    ///
+    /// When no client is connected to the gateway.
+    pub fn user_presses(
+        &self,
+        channel: u64,
+        guild: Option<u64>,
+        message_id: u64,
+        custom_id: &str,
+    ) -> u64 {
+        let mut inner = self.shared.lock();
+        let id = inner.next_id;
+        inner.next_id += 1;
+        let token = format!("itoken-{id}");
+        inner.presses.insert(token.clone(), message_id);
+        let user = json!({"id": USER_ID.to_string(), "username": "alice",
+                          "discriminator": "0", "global_name": "Alice", "avatar": null});
+        let mut interaction = json!({
+            "id": id.to_string(), "application_id": APPLICATION_ID.to_string(),
+            "type": 3, "token": token, "version": 1, "locale": "en-US",
+            "channel_id": channel.to_string(),
+            "data": {"custom_id": custom_id, "component_type": 2},
+            "message": {"id": message_id.to_string(), "channel_id": channel.to_string()},
+        });
+        match guild {
+            Some(guild) => {
+                interaction["guild_id"] = json!(guild.to_string());
+                interaction["member"] = json!({"user": user, "nick": null, "roles": []});
+            }
+            None => interaction["user"] = user,
+        }
+        let live = inner
+            .gateway
+            .live
+            .as_ref()
+            .expect("a client on the gateway");
+        let _ = live.send(Command::Dispatch("INTERACTION_CREATE", interaction));
+        id
+    }
+
+    /// The requests answering interactions (callbacks, follow-ups, edits of
+    /// the original message), oldest first.
+    pub fn interaction_requests(&self) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.contains("/interactions/") || r.path.contains("/webhooks/"))
+            .collect()
+    }
+
+    /// The buttons the message `id` shows now, as (label, `custom_id`) in
+    /// reading order.
+    pub fn buttons(&self, id: u64) -> Vec<(String, String)> {
+        let inner = self.shared.lock();
+        let Some(message) = inner.created.iter().find(|m| m.id == id) else {
+            return Vec::new();
+        };
+        let rows = message.body["components"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        rows.iter()
+            .filter_map(|row| row["components"].as_array())
+            .flatten()
+            .map(|button| {
+                let label = button["label"].as_str().unwrap_or_default().to_owned();
+                let id = button["custom_id"].as_str().unwrap_or_default().to_owned();
+                (label, id)
+            })
+            .collect()
     }
 
     /// A user sends `text` with the file `filename` (`bytes`, declared as
@@ -335,6 +424,15 @@ fn router(shared: Shared) -> Router {
             "/api/v10/channels/{channel_id}/messages/{message_id}",
             patch(edit_message),
         )
+        .route(
+            "/api/v10/interactions/{id}/{token}/callback",
+            post(interaction_callback),
+        )
+        .route("/api/v10/webhooks/{application}/{token}", post(follow_up))
+        .route(
+            "/api/v10/webhooks/{application}/{token}/messages/{message}",
+            patch(edit_original),
+        )
         .route("/attachments/{id}/{filename}", get(attachment))
         .with_state(shared)
 }
@@ -490,11 +588,106 @@ async fn edit_message(
         let body = json!({"message": "Unknown Message", "code": 10008});
         return (StatusCode::NOT_FOUND, Json(body)).into_response();
     };
+    apply_edit(message, &body);
+    let edited = message.clone();
+    Json(message_json(&edited)).into_response()
+}
+
+/// `body`'s content and components (where given) on `message`.
+fn apply_edit(message: &mut Created, body: &Value) {
     if let Some(content) = body["content"].as_str() {
         content.clone_into(&mut message.content);
     }
-    let edited = message.clone();
-    Json(message_json(&edited)).into_response()
+    if let Some(components) = body.get("components") {
+        message.body["components"] = components.clone();
+    }
+}
+
+/// Applies `edit` to the message pressed in the interaction with `token`;
+/// `false` when there is none.
+fn edit_pressed(inner: &mut Inner, token: &str, edit: &Value) -> bool {
+    let Some(&id) = inner.presses.get(token) else {
+        return false;
+    };
+    match inner.created.iter_mut().find(|m| m.id == id) {
+        Some(message) => {
+            apply_edit(message, edit);
+            true
+        }
+        None => false,
+    }
+}
+
+/// `POST /interactions/{id}/{token}/callback`: recorded; a type 7
+/// UPDATE_MESSAGE changes the pressed message. An unknown token is 404
+/// Unknown Interaction, as Discord answers one too late.
+async fn interaction_callback(
+    State(shared): State<Shared>,
+    Path((id, token)): Path<(String, String)>,
+    Json(body): Json<Value>,
+) -> Response {
+    let mut inner = shared.lock();
+    inner.requests.push(Recorded {
+        path: format!("/api/v10/interactions/{id}/{token}/callback"),
+        body: body.clone(),
+        at: Instant::now(),
+    });
+    if !inner.presses.contains_key(&token) {
+        let body = json!({"message": "Unknown interaction", "code": 10062});
+        return (StatusCode::NOT_FOUND, Json(body)).into_response();
+    }
+    if body["type"] == 7 {
+        edit_pressed(&mut inner, &token, &body["data"]);
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `POST /webhooks/{application}/{token}`: a follow-up message, recorded.
+async fn follow_up(
+    State(shared): State<Shared>,
+    Path((application, token)): Path<(String, String)>,
+    Json(body): Json<Value>,
+) -> Response {
+    let mut inner = shared.lock();
+    inner.requests.push(Recorded {
+        path: format!("/api/v10/webhooks/{application}/{token}"),
+        body: body.clone(),
+        at: Instant::now(),
+    });
+    let id = inner.next_id;
+    inner.next_id += 1;
+    let message = Created {
+        id,
+        channel_id: "0".to_owned(),
+        content: body["content"].as_str().unwrap_or_default().to_owned(),
+        body,
+    };
+    Json(message_json(&message)).into_response()
+}
+
+/// `PATCH /webhooks/{application}/{token}/messages/@original`: the pressed
+/// message edited.
+async fn edit_original(
+    State(shared): State<Shared>,
+    Path((application, token, message)): Path<(String, String, String)>,
+    Json(body): Json<Value>,
+) -> Response {
+    let mut inner = shared.lock();
+    inner.requests.push(Recorded {
+        path: format!("/api/v10/webhooks/{application}/{token}/messages/{message}"),
+        body: body.clone(),
+        at: Instant::now(),
+    });
+    if message != "@original" || !edit_pressed(&mut inner, &token, &body) {
+        let body = json!({"message": "Unknown Message", "code": 10008});
+        return (StatusCode::NOT_FOUND, Json(body)).into_response();
+    }
+    let id = inner.presses[&token];
+    let edited = inner.created.iter().find(|m| m.id == id).cloned();
+    match edited {
+        Some(edited) => Json(message_json(&edited)).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 async fn typing(State(shared): State<Shared>, Path(channel_id): Path<String>) -> StatusCode {
@@ -579,7 +772,7 @@ fn message_json(created: &Created) -> Value {
         "pinned": false,
         "nonce": created.body["nonce"],
         "flags": 0,
-        "components": []
+        "components": created.body.get("components").cloned().unwrap_or_else(|| json!([]))
     })
 }
 

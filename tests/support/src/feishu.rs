@@ -7,7 +7,8 @@
 //! first message's id. Resources added with [`FakeFeishu::add_resource`]
 //! are served from `im/v1/messages/{id}/resources/{key}` to a bearer of a
 //! live tenant token. Also builders for the events Feishu posts to the
-//! webhook.
+//! webhook, a button press on a card among them ([`card_action`]), and
+//! [`card_buttons`], which reads the buttons a card shows.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -213,6 +214,55 @@ pub fn message_event(event_id: &str, chat_type: &str, text: &str, mentions: Valu
             }
         }
     })
+}
+
+/// A `card.action.trigger` callback: `open_id` pressed the button whose
+/// value is `value` on the card message `message_id` in `chat_id`.
+pub fn card_action(
+    event_id: &str,
+    open_id: &str,
+    chat_id: &str,
+    message_id: &str,
+    value: Value,
+) -> Value {
+    json!({
+        "schema": "2.0",
+        "header": {
+            "event_id": event_id,
+            "event_type": "card.action.trigger",
+            "create_time": "1700000000000000",
+            "token": VERIFICATION_TOKEN,
+            "app_id": APP_ID,
+            "tenant_key": "tenant"
+        },
+        "event": {
+            "operator": {"tenant_key": "tenant", "user_id": "u_alice", "open_id": open_id,
+                         "union_id": "on_alice"},
+            "token": "c-card-update-token",
+            "action": {"value": value, "tag": "button", "timezone": "Asia/Shanghai"},
+            "host": "im_message",
+            "delivery_type": "url_page",
+            "context": {"open_message_id": message_id, "open_chat_id": chat_id}
+        }
+    })
+}
+
+/// The buttons on `card` (card JSON 2.0), as (label, the `action` of their
+/// callback value) in reading order.
+pub fn card_buttons(card: &Value) -> Vec<(String, String)> {
+    card["body"]["elements"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|element| element["tag"] == "button")
+        .map(|button| {
+            let label = button["text"]["content"].as_str().unwrap_or_default();
+            let action = button["behaviors"][0]["value"]["action"]
+                .as_str()
+                .unwrap_or_default();
+            (label.to_owned(), action.to_owned())
+        })
+        .collect()
 }
 
 /// A mention of `open_id` under `key`.

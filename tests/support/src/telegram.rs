@@ -10,6 +10,10 @@
 //! it also keeps updates until a later poll confirms them, as Telegram does.
 //! Files added with [`FakeTelegram::add_file`] are described by `getFile`
 //! and served from `/file/bot<token>/<file_path>`, as Telegram serves them.
+//! A test taps an inline button with [`FakeTelegram::tap`] (a
+//! `callback_query` update under one of the bot's messages) and reads the
+//! answer ([`FakeTelegram::answers`], `answerCallbackQuery`) and the
+//! keyboard a message shows now ([`FakeTelegram::buttons`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -233,6 +237,84 @@ impl FakeTelegram {
             }
         }
         messages
+    }
+
+    /// The inline buttons the bot's message `message_id` in `chat` shows
+    /// now, as (label, `callback_data`) in reading order: those it was sent
+    /// with, as the last accepted edit left them (`editMessageText` without
+    /// a `reply_markup` leaves none, as on Telegram).
+    pub fn buttons(&self, chat: i64, message_id: i64) -> Vec<(String, String)> {
+        let calls = self.api.calls.lock().expect("lock");
+        let mut markup = Value::Null;
+        for call in calls.iter().filter(|call| call.delivered) {
+            let here = call.body["chat_id"].as_i64() == Some(chat);
+            let edited = call.body["message_id"].as_i64() == Some(message_id);
+            match call.method.as_str() {
+                "sendmessage" if here && call.message_id == Some(message_id) => {
+                    markup = call.body["reply_markup"].clone();
+                }
+                "editmessagetext" | "editmessagereplymarkup" if here && edited => {
+                    markup = call.body["reply_markup"].clone();
+                }
+                _ => {}
+            }
+        }
+        let rows = markup["inline_keyboard"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        rows.iter()
+            .filter_map(Value::as_array)
+            .flatten()
+            .map(|button| {
+                let text = button["text"].as_str().unwrap_or_default().to_owned();
+                let data = button["callback_data"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                (text, data)
+            })
+            .collect()
+    }
+
+    /// `user` taps the inline button carrying `data` under the bot's
+    /// message `message_id` in `chat` (a group when negative): queues the
+    /// `callback_query` update and returns the query's id. The message is
+    /// described as the bot sent it (its text), or plainly if it sent no
+    /// such message.
+    pub fn tap(&self, user: TgUser, chat: i64, message_id: i64, data: &str) -> String {
+        let text = {
+            let calls = self.api.calls.lock().expect("lock");
+            calls
+                .iter()
+                .find(|call| call.method == "sendmessage" && call.message_id == Some(message_id))
+                .map(|call| call.body["text"].clone())
+                .unwrap_or_else(|| json!("A question"))
+        };
+        let mut queue = self.api.queue.lock().expect("lock");
+        queue.next_update_id += 1;
+        let update_id = queue.next_update_id;
+        let id = format!("cbq-{update_id}");
+        queue
+            .updates
+            .push_back(json!({"update_id": update_id, "callback_query": {
+                "id": id,
+                "from": {"id": user.id, "is_bot": false, "first_name": user.first_name},
+                "chat_instance": format!("instance-{chat}"),
+                "data": data,
+                "message": {
+                    "message_id": message_id, "date": 1_700_000_000,
+                    "chat": chat_of(chat), "from": me(), "text": text,
+                },
+            }}));
+        drop(queue);
+        self.api.queued.notify_one();
+        id
+    }
+
+    /// Every `answerCallbackQuery` call, oldest first.
+    pub fn answers(&self) -> Vec<Value> {
+        self.calls("answerCallbackQuery")
     }
 
     /// The texts Telegram accepted through `sendMessage`, as sent (HTML).

@@ -2,6 +2,7 @@
 //! MESSAGE_CREATE payloads, outbound over real HTTP against a fake REST API, and the gateway
 //! connection against a fake gateway.
 
+mod buttons;
 mod gateway;
 mod inbound;
 mod lifecycle;

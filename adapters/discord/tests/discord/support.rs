@@ -9,9 +9,11 @@ use secrecy::SecretString;
 use serenity::model::channel::Message;
 use serenity::model::id::UserId;
 use switchboard_contract::{
-    ChatKind, InboundMessage, InboundSink, OutboundMessage, SubmitError, Submitted,
+    ActionReply, ChatKind, InboundAction, InboundMessage, InboundSink, OutboundMessage,
+    SubmitError, Submitted,
 };
 use switchboard_discord::{DiscordAdapter, DiscordSender, DiscordSettings, InboundHandler};
+use tokio::sync::oneshot;
 
 use crate::fake_discord::FakeDiscord;
 
@@ -43,14 +45,23 @@ pub fn adapter_with(
 
 /// Records submissions and answers like the core's `SessionService::submit`:
 /// bots ignored, unaddressed group messages ignored, duplicates by
-/// (platform, account, event id) dropped.
+/// (platform, account, event id) dropped. Button presses are recorded and
+/// answered with `reply`, after `held` is released when one is set (a slow
+/// core).
 #[derive(Default)]
 pub struct RecordingSink {
     submitted: Mutex<Vec<InboundMessage>>,
     seen: Mutex<HashSet<(String, String, String)>>,
+    pub actions: Mutex<Vec<InboundAction>>,
+    pub reply: Mutex<ActionReply>,
+    pub held: Mutex<Option<oneshot::Receiver<()>>>,
 }
 
 impl RecordingSink {
+    pub fn actions(&self) -> Vec<InboundAction> {
+        self.actions.lock().expect("lock").clone()
+    }
+
     pub fn submitted(&self) -> Vec<InboundMessage> {
         self.submitted.lock().expect("lock").clone()
     }
@@ -73,6 +84,15 @@ impl InboundSink for RecordingSink {
             return Ok(Submitted::Duplicate);
         }
         Ok(Submitted::Accepted)
+    }
+
+    async fn act(&self, action: InboundAction) -> Result<ActionReply, SubmitError> {
+        self.actions.lock().expect("lock").push(action);
+        let held = self.held.lock().expect("lock").take();
+        if let Some(held) = held {
+            let _ = held.await;
+        }
+        Ok(self.reply.lock().expect("lock").clone())
     }
 }
 

@@ -10,13 +10,15 @@ use async_trait::async_trait;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use switchboard_contract::{
-    AccountId, ChatId, InboundMessage, InboundSink, OutboundMessage, PlatformName, SubmitError,
-    Submitted, ThreadId,
+    AccountId, ActionReply, ChatId, InboundAction, InboundMessage, InboundSink, OutboundMessage,
+    PlatformName, SubmitError, Submitted, ThreadId,
 };
 use switchboard_feishu::{Clock, Credentials, Domain, FeishuAdapter, FeishuSettings, crypto};
 use switchboard_test_support::feishu::{APP_ID, APP_SECRET, FakeFeishu};
 
-pub use switchboard_test_support::feishu::{Scripted, VERIFICATION_TOKEN, mention, message_event};
+pub use switchboard_test_support::feishu::{
+    Scripted, VERIFICATION_TOKEN, card_action, card_buttons, mention, message_event,
+};
 
 pub const ENCRYPT_KEY: &str = "test_encrypt_key_123";
 pub const MAX_BODY: usize = 16 * 1024;
@@ -31,11 +33,16 @@ pub enum SinkMode {
     Blocked,
 }
 
-/// Records every submission, like the core's sink minus the database.
+/// Records every submission and press, like the core's sink minus the
+/// database; presses are answered with `reply`, once `held` (when set) is
+/// released.
 pub struct RecordingSink {
     pub submissions: Mutex<Vec<InboundMessage>>,
     mode: SinkMode,
     unblocked: tokio::sync::watch::Sender<bool>,
+    pub actions: Mutex<Vec<InboundAction>>,
+    pub reply: Mutex<ActionReply>,
+    pub held: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
 }
 
 impl RecordingSink {
@@ -58,6 +65,18 @@ impl InboundSink for RecordingSink {
                 Ok(Submitted::Accepted)
             }
         }
+    }
+
+    async fn act(&self, action: InboundAction) -> Result<ActionReply, SubmitError> {
+        self.actions.lock().unwrap().push(action);
+        if matches!(self.mode, SinkMode::Unavailable) {
+            return Err(SubmitError::Unavailable("database down".to_owned()));
+        }
+        let held = self.held.lock().unwrap().take();
+        if let Some(held) = held {
+            let _ = held.await;
+        }
+        Ok(self.reply.lock().unwrap().clone())
     }
 }
 
@@ -116,6 +135,9 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
         submissions: Mutex::new(Vec::new()),
         mode: options.sink,
         unblocked: tokio::sync::watch::Sender::new(false),
+        actions: Mutex::new(Vec::new()),
+        reply: Mutex::new(ActionReply::default()),
+        held: Mutex::new(None),
     });
     let clock = Arc::new(ManualClock {
         base: Instant::now(),

@@ -9,8 +9,8 @@ use axum::http::{Request, StatusCode};
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use switchboard_contract::{
-    AccountId, ChatId, InboundMessage, InboundSink, OutboundMessage, PlatformName, PlatformSender,
-    SubmitError, Submitted, ThreadId,
+    AccountId, ActionReply, ChatId, InboundAction, InboundMessage, InboundSink, OutboundMessage,
+    PlatformName, PlatformSender, SubmitError, Submitted, ThreadId,
 };
 use switchboard_telegram::{SECRET_HEADER, TelegramAdapter, TelegramSettings};
 use tower::ServiceExt;
@@ -24,13 +24,17 @@ use switchboard_test_support::telegram::{BOT_ID, FakeTelegram};
 pub const SECRET: &str = "webhook-secret_123";
 pub const USER_ID: u64 = 42;
 
-/// Records submissions; can be told to fail like an unavailable core, or
-/// to panic on one text (a bug in the core met by one message).
+/// Records submissions and button taps; can be told to fail like an
+/// unavailable core, or to panic on one text (a bug in the core met by one
+/// message), and what to answer a tap with.
 #[derive(Default)]
 pub struct RecordingSink {
     pub messages: Mutex<Vec<InboundMessage>>,
     pub unavailable: Mutex<bool>,
     pub panic_on: Mutex<Option<String>>,
+    pub actions: Mutex<Vec<InboundAction>>,
+    /// What the next taps are answered with.
+    pub reply: Mutex<ActionReply>,
 }
 
 #[async_trait]
@@ -45,9 +49,21 @@ impl InboundSink for RecordingSink {
         self.messages.lock().unwrap().push(message);
         Ok(Submitted::Accepted)
     }
+
+    async fn act(&self, action: InboundAction) -> Result<ActionReply, SubmitError> {
+        if *self.unavailable.lock().unwrap() {
+            return Err(SubmitError::Unavailable("database down".to_owned()));
+        }
+        self.actions.lock().unwrap().push(action);
+        Ok(self.reply.lock().unwrap().clone())
+    }
 }
 
 impl RecordingSink {
+    pub fn actions(&self) -> Vec<InboundAction> {
+        self.actions.lock().unwrap().clone()
+    }
+
     pub fn submitted(&self) -> Vec<InboundMessage> {
         self.messages.lock().unwrap().clone()
     }

@@ -42,7 +42,10 @@ async fn a_direct_message_round_trip_through_polling() {
     let polls = app.fake.calls("getUpdates");
     assert!(polls.len() >= 2);
     assert_eq!(polls.last().unwrap()["offset"], 501);
-    assert_eq!(polls[0]["allowed_updates"], serde_json::json!(["message"]));
+    assert_eq!(
+        polls[0]["allowed_updates"],
+        serde_json::json!(["message", "callback_query"])
+    );
 }
 
 #[tokio::test]

@@ -90,7 +90,7 @@ async fn webhook_mode_registers_the_webhook_with_its_secret() {
         form.contains("name=\"secret_token\"\r\n\r\nwebhook-secret_123"),
         "{form}"
     );
-    assert!(form.contains("[\"message\"]"), "{form}");
+    assert!(form.contains("[\"message\",\"callback_query\"]"), "{form}");
 }
 
 #[tokio::test]
