@@ -820,7 +820,11 @@ async fn stop_and_status_reach_a_turn_running_on_another_instance() {
     assert_eq!(stop.ok(), "Stopping the running task.");
 
     let stopped = caller.await.expect("task").expect("sent");
-    assert_eq!(stopped.ok(), "Stopped, as you asked.");
+    // A stopped turn is an HTTP error (409) naming its turn, whose
+    // message is what a chat platform shows.
+    assert_eq!(stopped.status, 409, "{}", stopped.body);
+    assert_eq!(stopped.body["error"]["code"], "cancelled");
+    assert_eq!(stopped.body["error"]["message"], "Stopped, as you asked.");
     let inbound_id = cluster.finished("long").await;
     let outcome: Option<String> = sqlx::query_scalar("SELECT outcome FROM inbound WHERE id = $1")
         .bind(inbound_id)
