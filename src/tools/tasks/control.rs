@@ -48,16 +48,7 @@ impl TaskTools {
         id: TaskId,
         owner: Option<PrincipalId>,
     ) -> Result<Changed, StoreError> {
-        let changed = self
-            .store
-            .tasks()
-            .set_status(id, owner, TaskStatus::Paused, None)
-            .await?;
-        Ok(if changed {
-            Changed::Yes
-        } else {
-            Changed::NoSuchTask
-        })
+        self.move_to(id, owner, TaskStatus::Paused, None).await
     }
 
     /// Cancels `owner`'s task.
@@ -69,10 +60,22 @@ impl TaskTools {
         id: TaskId,
         owner: Option<PrincipalId>,
     ) -> Result<Changed, StoreError> {
+        self.move_to(id, owner, TaskStatus::Cancelled, None).await
+    }
+
+    /// Moves `owner`'s task to `status` (and its next run to `next`, when
+    /// given), if it may change so.
+    async fn move_to(
+        &self,
+        id: TaskId,
+        owner: Option<PrincipalId>,
+        status: TaskStatus,
+        next: Option<i64>,
+    ) -> Result<Changed, StoreError> {
         let changed = self
             .store
             .tasks()
-            .set_status(id, owner, TaskStatus::Cancelled, None)
+            .set_status(id, owner, status, next)
             .await?;
         Ok(if changed {
             Changed::Yes
@@ -101,16 +104,10 @@ impl TaskTools {
         let now = self.clock.now_ms();
         let next = task.schedule()?.next_after(now).unwrap_or(now);
         let changed = self
-            .store
-            .tasks()
-            .set_status(id, owner, TaskStatus::Active, Some(next))
+            .move_to(id, owner, TaskStatus::Active, Some(next))
             .await?;
         self.wake.wake();
-        Ok(if changed {
-            Changed::Yes
-        } else {
-            Changed::NoSuchTask
-        })
+        Ok(changed)
     }
 
     /// Runs `owner`'s live task now, outside its schedule (which it does
