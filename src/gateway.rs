@@ -22,6 +22,7 @@ use crate::session::service::SessionService;
 use crate::session::turn::TurnExecutor;
 use crate::store::{Instance, Store, StoreError};
 use crate::tools::ToolRegistry;
+use crate::tools::approval::ApprovalPolicy;
 use crate::tools::builtin::{BuiltIn, BuiltInContext};
 use crate::tools::mcp::McpRegistry;
 use crate::tools::tasks::{TaskTools, TaskWake};
@@ -131,6 +132,7 @@ impl Gateway {
             metrics: Metrics::default(),
             tasks: settings.tasks.clone(),
             task_wake: Arc::clone(&task_wake),
+            parked_notices: std::sync::Mutex::default(),
         };
         let runner = Runner::new(
             store.clone(),
@@ -328,7 +330,16 @@ pub async fn build_registry(
     tasks: &TaskTools,
     shutdown: &CancellationToken,
 ) -> Result<ToolRegistry, StartError> {
-    let mut registry = ToolRegistry::new();
+    let servers = settings
+        .mcp
+        .servers
+        .iter()
+        .filter_map(|(name, server)| Some((name.clone(), server.approval?)))
+        .collect();
+    let mut registry = ToolRegistry::new().with_policy(ApprovalPolicy::new(
+        settings.tools.approval.clone(),
+        servers,
+    ));
     let context = BuiltInContext {
         tools: &settings.tools,
         memory: &settings.memory,

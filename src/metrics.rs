@@ -170,6 +170,8 @@ struct Inner {
     task_runs: Family<KindLabel, Counter>,
     task_lateness: Histogram,
     tasks_active: Gauge,
+    approvals: Family<KindLabel, Counter>,
+    approval_wait: Histogram,
     /// Held while a scrape sets the gauges and encodes, so that two
     /// scrapes do not interleave.
     scrape: Mutex<()>,
@@ -201,6 +203,8 @@ impl Default for Inner {
             task_runs: Family::default(),
             task_lateness: Histogram::new(LATENESS_BUCKETS),
             tasks_active: Gauge::default(),
+            approvals: Family::default(),
+            approval_wait: Histogram::new(LATENESS_BUCKETS),
             scrape: Mutex::new(()),
         };
         inner.register();
@@ -307,6 +311,17 @@ impl Inner {
             "Task runs that came due, by what became of them (queued, missed); a queued \
              run's turn counts in switchboard_turns",
             self.task_runs.clone(),
+        );
+        r.register(
+            "switchboard_approvals",
+            "Approvals and questions by outcome: asked, then allowed, allowed_session, denied, \
+             answered, expired or stopped",
+            self.approvals.clone(),
+        );
+        r.register(
+            "switchboard_approval_decision_seconds",
+            "How long a person took to decide an approval or answer a question",
+            self.approval_wait.clone(),
         );
         r.register(
             "switchboard_task_run_lateness_seconds",
@@ -430,6 +445,26 @@ impl Metrics {
                 kind,
             })
             .inc();
+    }
+
+    /// A turn parked on `count` new questions.
+    pub fn approvals_asked(&self, count: usize) {
+        self.inner
+            .approvals
+            .get_or_create(&KindLabel { kind: "asked" })
+            .inc_by(u64::try_from(count).unwrap_or(0));
+    }
+
+    /// An approval was settled (`outcome`) after `waited_ms`.
+    pub fn approval_settled(&self, outcome: &'static str, waited_ms: i64) {
+        self.inner
+            .approvals
+            .get_or_create(&KindLabel { kind: outcome })
+            .inc();
+        #[allow(clippy::cast_precision_loss)]
+        self.inner
+            .approval_wait
+            .observe(waited_ms.max(0) as f64 / 1000.0);
     }
 
     /// A task's run came due `late_ms` ago and was `status` (queued or

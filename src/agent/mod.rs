@@ -7,6 +7,7 @@
 //! reason or the task's [`wallet`]. While it runs, it tells the turn's
 //! [`live`] subscribers what happens (text as it arrives, tool calls).
 
+pub mod asking;
 pub mod cache;
 pub mod context;
 pub mod extract;

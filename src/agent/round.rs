@@ -14,7 +14,9 @@
 //! live call gave, and its checkpoint is marked `cache_hit`; a live success
 //! is stored for the next same call.
 
-use crate::domain::{ChatMessage, ToolCall, ToolCallStatus, canonical_json};
+use crate::domain::{
+    ApprovalKind, ApprovalStatus, ChatMessage, ToolCall, ToolCallStatus, canonical_json,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -24,11 +26,13 @@ use serde_json::{Map, Value};
 use tracing::Instrument;
 
 use super::Agent;
+use super::asking::{nonce, settled_result};
 use super::live::LiveEvent;
 use super::run::{InterruptedRound, LoopEnv};
 use super::subagent::SubAgentRunner;
 use super::wallet::Purse;
 use crate::store::{Batch, StoreError, ToolCheckpoint, round_request_id};
+use crate::tools::approval::InDoubt;
 use crate::tools::cache::{Caller, cache_key, ttl_ms};
 use crate::tools::{ToolContext, ToolError};
 
@@ -84,11 +88,11 @@ pub(super) async fn run_round(
     env: &Arc<LoopEnv>,
     purse: &Arc<Purse>,
     assistant_id: i64,
-    calls: &[ToolCall],
+    calls: &[(usize, &ToolCall)],
     pending: &mut Batch,
 ) -> Result<Vec<ChatMessage>, StoreError> {
     let running = AtomicUsize::new(calls.len());
-    let runs = calls.iter().enumerate().map(|(index, call)| {
+    let runs = calls.iter().map(|&(index, call)| {
         let span = tracing::info_span!("tool", call_id = %call.id, name = %call.name);
         let running = &running;
         async move {
@@ -117,18 +121,31 @@ pub(super) async fn run_round(
     }
 }
 
-/// Answers the unanswered calls of an interrupted round from their
-/// checkpoints: a finished call's stored result is reused; a call that never
-/// started runs now; a call caught `running` is re-run with the same request
-/// id only if its tool is idempotent, and otherwise gets an "outcome
-/// unknown" error result, so the history never holds a call without a result.
+/// What completing an interrupted round came to.
+#[derive(Debug, Default)]
+pub(super) struct Resumed {
+    /// The results now known, in call order.
+    pub results: Vec<ChatMessage>,
+    /// Approvals still (or newly) waiting: the turn parks again.
+    pub waiting: Vec<i64>,
+}
+
+/// Answers the unanswered calls of an interrupted (or parked) round from
+/// their checkpoints: a finished call's stored result is reused; a call
+/// that never started runs now; a call that waited for a person runs once
+/// allowed, or gets the result its decision gives; a call caught `running`
+/// is re-run with the same request id only if its tool is idempotent, and
+/// otherwise is put to the person as a call in doubt (or, with
+/// `tools.approval.in_doubt = "skip"` or nobody to ask, gets an "outcome
+/// unknown" error result), so the history never holds a call without a
+/// result.
 pub(super) async fn resume_round(
     agent: &Arc<Agent>,
     env: &Arc<LoopEnv>,
     purse: &Arc<Purse>,
     round: &InterruptedRound,
-) -> Result<Vec<ChatMessage>, StoreError> {
-    let mut results = Vec::new();
+) -> Result<Resumed, StoreError> {
+    let mut resumed = Resumed::default();
     for (index, call) in round.calls.iter().enumerate() {
         if round.answered.contains(&call.id) {
             continue;
@@ -152,6 +169,15 @@ pub(super) async fn resume_round(
                     is_error: status == ToolCallStatus::Failed,
                 }
             }
+            Some((Some(ToolCallStatus::Awaiting), _)) => {
+                match decided(agent, env, purse, &request_id, call).await? {
+                    Ok(result) => result,
+                    Err(waiting) => {
+                        resumed.waiting.push(waiting);
+                        continue;
+                    }
+                }
+            }
             Some(_running) => {
                 let idempotent = agent
                     .toolset
@@ -160,6 +186,9 @@ pub(super) async fn resume_round(
                 if idempotent {
                     tracing::info!(call_id = %call.id, "recovery: re-running an idempotent tool");
                     run_call(agent, env, purse, request_id, call).await?
+                } else if let Some(asked) = ask_in_doubt(env, &request_id, call).await? {
+                    resumed.waiting.push(asked);
+                    continue;
                 } else {
                     tracing::warn!(call_id = %call.id, "recovery: tool outcome unknown, not retried");
                     let known = agent.toolset.get(&call.name).is_some();
@@ -179,9 +208,92 @@ pub(super) async fn resume_round(
             }
             None => run_call(agent, env, purse, request_id, call).await?,
         };
-        results.push(result);
+        resumed.results.push(result);
     }
-    Ok(results)
+    Ok(resumed)
+}
+
+/// A call that waited for a person: run once allowed, else the result its
+/// decision gives (recorded). `Err` holds the approval still pending.
+async fn decided(
+    agent: &Arc<Agent>,
+    env: &Arc<LoopEnv>,
+    purse: &Arc<Purse>,
+    request_id: &str,
+    call: &ToolCall,
+) -> Result<Result<ChatMessage, i64>, StoreError> {
+    let approval = env.store.approvals().of_request(request_id).await?;
+    let timeout = env
+        .asker
+        .as_ref()
+        .map_or(0, |asker| asker.policy.settings.timeout.as_secs());
+    let Some(approval) = approval else {
+        // Never asked (nobody could be): refused, not run.
+        let content = canonical_json(&result_object(Err(ToolCallError::Tool(
+            crate::tools::ToolError::Failed(
+                "nobody could approve this call; it was not run".into(),
+            ),
+        ))));
+        env.store
+            .transcript()
+            .finish_tool_call(request_id, &content, true)
+            .await?;
+        return Ok(Ok(tool_result(call, content, true)));
+    };
+    if approval.status == ApprovalStatus::Pending {
+        return Ok(Err(approval.id));
+    }
+    match settled_result(&approval, timeout) {
+        None => {
+            tracing::info!(call_id = %call.id, approval_id = approval.id, "approved: running the call");
+            Ok(Ok(
+                run_call(agent, env, purse, request_id.to_owned(), call).await?
+            ))
+        }
+        Some((content, is_error)) => {
+            env.metrics
+                .tool_call(&call.name, true, approval.status.as_str());
+            env.store
+                .transcript()
+                .finish_tool_call(request_id, &content, is_error)
+                .await?;
+            Ok(Ok(tool_result(call, content, is_error)))
+        }
+    }
+}
+
+/// Puts a call in doubt to the person, when they can be asked and
+/// `tools.approval.in_doubt` says so: the call is checkpointed `awaiting`
+/// with a new approval, in one write. Returns the approval's id.
+async fn ask_in_doubt(
+    env: &LoopEnv,
+    request_id: &str,
+    call: &ToolCall,
+) -> Result<Option<i64>, StoreError> {
+    let Some(asker) = env.asker.as_ref() else {
+        return Ok(None);
+    };
+    if asker.policy.settings.in_doubt == InDoubt::Skip {
+        return Ok(None);
+    }
+    tracing::warn!(call_id = %call.id, "recovery: tool outcome unknown; asking the user");
+    let nonce = nonce();
+    let mut batch = Batch::new();
+    batch.await_tool_call(request_id);
+    batch.ask(
+        &asker.approval(env, call, ApprovalKind::InDoubt, &[], &nonce),
+        request_id,
+    );
+    let ids = env.store.write_ids(batch).await?;
+    Ok(ids.last().copied())
+}
+
+fn tool_result(call: &ToolCall, content: String, is_error: bool) -> ChatMessage {
+    ChatMessage::Tool {
+        tool_call_id: call.id.clone(),
+        content,
+        is_error,
+    }
 }
 
 /// The `running` checkpoint of a call.
@@ -358,7 +470,7 @@ async fn execute(
 
 /// The object the model sees: the tool's fields plus `success`, or the
 /// error's message.
-fn result_object(outcome: Result<Value, ToolCallError>) -> Value {
+pub(super) fn result_object(outcome: Result<Value, ToolCallError>) -> Value {
     match outcome {
         Ok(Value::Object(mut fields)) => {
             fields.insert("success".to_owned(), Value::Bool(true));

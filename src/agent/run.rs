@@ -11,7 +11,9 @@
 //! it arrives, with tool calls as they start and end; the stored steps are
 //! the same either way.
 
-use crate::domain::{ChatMessage, InboundId, Outcome, PrincipalId, Scope, SessionId, ToolCall};
+use crate::domain::{
+    ChatMessage, InboundId, Outcome, PrincipalId, Scope, SessionId, ToolCall, canonical_json,
+};
 use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,6 +23,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::Agent;
+use super::asking::{Asker, Gate, nonce, sub_agent_gate};
 use super::context::{self, CompactError, ContextPolicy, Summariser};
 use super::live::{LiveEvent, LiveTurn};
 use super::prompt::split_system;
@@ -30,7 +33,10 @@ use super::wallet::{Budget, CallKind, Purse};
 use crate::llm::{
     CacheTail, LlmError, ModelRequest, ModelResponse, OnStream, StreamEvent, ToolChoice,
 };
-use crate::store::{Batch, MessageMeta, ModelCallStart, NewMessage, RoundStart, Store, StoreError};
+use crate::store::{
+    Batch, MessageMeta, ModelCallStart, NewMessage, RoundStart, Store, StoreError, round_request_id,
+};
+use crate::tools::approval::ApprovalPolicy;
 use crate::usage::Price;
 
 /// The note that asks for a summary when the wallet is spent. Stored like any
@@ -75,6 +81,11 @@ pub struct LoopEnv {
     /// Where the turn's live events go; `None` for sub-agents, whose text
     /// is not the turn's reply.
     pub live: Option<LiveTurn>,
+    /// Who the turn's questions go to; `None` in a sub-agent, which asks
+    /// nobody (its `ask` tools are refused).
+    pub asker: Option<Arc<Asker>>,
+    /// Which tools ask first.
+    pub policy: Arc<ApprovalPolicy>,
 }
 
 impl LoopEnv {
@@ -167,6 +178,10 @@ pub enum LoopError {
     NoProgress { tool: String, times: u32 },
     #[error("today's spending limit of ${dollars:.2} is reached (it resets at 00:00 UTC)")]
     SpendLimit { dollars: f64 },
+    /// Calls wait for a person: the turn parks until these approvals are
+    /// decided (everything before them is stored).
+    #[error("the task waits for a person's decision")]
+    Parked(Vec<i64>),
 }
 
 impl CutShort for LoopError {
@@ -285,8 +300,12 @@ async fn drive(
     pending: &mut Batch,
 ) -> Result<LoopOutcome, LoopError> {
     if let Some(round) = interrupted {
-        for result in resume_round(agent, env, purse, &round).await? {
+        let resumed = resume_round(agent, env, purse, &round).await?;
+        for result in resumed.results {
             append(env, pending, &mut history, result)?;
+        }
+        if !resumed.waiting.is_empty() {
+            return Err(LoopError::Parked(resumed.waiting));
         }
     }
     let mut iteration = 0u32;
@@ -516,27 +535,47 @@ async fn run_tools(
     repeats: &mut RepeatTracker,
 ) -> Result<(), LoopError> {
     let calls = step.response.tool_calls;
+    let gates = match &env.asker {
+        Some(asker) => asker.gate(agent, env, &calls).await?,
+        None => calls
+            .iter()
+            .map(|call| sub_agent_gate(&env.policy, agent, call))
+            .collect(),
+    };
+    let awaiting: Vec<usize> = (0..calls.len())
+        .filter(|&index| matches!(gates[index], Gate::Ask { .. }))
+        .collect();
     let assistant = ChatMessage::Assistant {
         content: step.response.content,
         tool_calls: calls.clone(),
     };
-    // The call's outcome, the entry it produced and the round's
-    // `running` checkpoints, in one write; the entry's id names the
-    // round's tool calls.
+    // The call's outcome, the entry it produced, the round's checkpoints
+    // (`running`, or `awaiting` with their approvals) in one write; the
+    // entry's id names the round's tool calls.
     pending.append_message(&env.entry(assistant.clone()).with_meta(step.meta))?;
     pending.start_round(&RoundStart {
         session_id: &env.session_id,
         task_id: Some(env.task_id),
         scope: &env.scope,
         calls: &calls,
+        awaiting: &awaiting,
     });
-    let assistant_id = env
-        .store
-        .write_ids(std::mem::take(pending))
-        .await?
-        .last()
-        .copied()
+    let nonces: Vec<String> = awaiting.iter().map(|_| nonce()).collect();
+    if let Some(asker) = &env.asker {
+        for (&index, nonce) in awaiting.iter().zip(&nonces) {
+            if let Gate::Ask { kind, choices } = &gates[index] {
+                let approval = asker.approval(env, &calls[index], *kind, choices, nonce);
+                pending.ask_in_round(&approval, &env.scope, index);
+            }
+        }
+    }
+    let ids = env.store.write_ids(std::mem::take(pending)).await?;
+    let split = ids
+        .len()
+        .checked_sub(awaiting.len() + 1)
         .ok_or_else(|| StoreError::Corrupt("no id for the assistant entry".to_owned()))?;
+    let assistant_id = ids[split];
+    let asked = ids[split + 1..].to_vec();
     history.push(assistant);
     for call in &calls {
         env.publish(|| LiveEvent::ToolCall {
@@ -545,10 +584,28 @@ async fn run_tools(
             arguments: call.arguments.clone(),
         });
     }
-    let results = run_round(agent, env, purse, assistant_id, &calls, pending).await?;
+    let mut results: Vec<Option<ChatMessage>> = vec![None; calls.len()];
+    for (index, gate) in gates.iter().enumerate() {
+        if let Gate::Refuse(reason) = gate {
+            let content = canonical_json(&serde_json::json!({"success": false, "error": reason}));
+            env.metrics.tool_call(&calls[index].name, true, "refused");
+            pending.finish_tool_call(&round_request_id(assistant_id, index), &content, true);
+            results[index] = Some(ChatMessage::Tool {
+                tool_call_id: calls[index].id.clone(),
+                content,
+                is_error: true,
+            });
+        }
+    }
+    let runs: Vec<(usize, &ToolCall)> = calls
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| gates[*index] == Gate::Run)
+        .collect();
+    let ran = run_round(agent, env, purse, assistant_id, &runs, pending).await?;
     let mut stuck = None;
-    for (call, result) in calls.iter().zip(&results) {
-        if let ChatMessage::Tool { content, .. } = result {
+    for (&(index, call), result) in runs.iter().zip(ran) {
+        if let ChatMessage::Tool { content, .. } = &result {
             let times = repeats.observe(call, content);
             if env.limits.repeat_limit > 0 && times >= env.limits.repeat_limit {
                 stuck = Some(LoopError::NoProgress {
@@ -557,9 +614,14 @@ async fn run_tools(
                 });
             }
         }
+        results[index] = Some(result);
     }
-    for result in results {
+    for result in results.into_iter().flatten() {
         append(env, pending, history, result)?;
+    }
+    if !asked.is_empty() {
+        tracing::info!(approvals = ?asked, "calls wait for a person; the turn parks");
+        return Err(LoopError::Parked(asked));
     }
     if let Some(stuck) = stuck {
         tracing::warn!(error = %stuck, "stopping a loop that makes no progress");

@@ -88,6 +88,9 @@ impl SubAgents for SubAgentRunner {
             // The sub-agent's text is not the turn's reply; its tool calls
             // show as the parent's `delegate` call.
             live: None,
+            // Only the main agent asks a person; a sub-agent's `ask` tools
+            // are refused.
+            asker: None,
             ..(*self.env).clone()
         });
         let history = vec![ChatMessage::user(task)];

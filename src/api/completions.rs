@@ -37,6 +37,7 @@ use switchboard_contract::{
 
 use tokio::sync::oneshot;
 
+use super::approvals;
 use super::caller::Caller;
 use super::follow::{self, Seen};
 use super::options::ModelOptions;
@@ -374,7 +375,12 @@ async fn answered(
     let text = reply::visible(state, &reply).await?;
     let usage = usage_of(state, inbound_id).await?;
     retries::answered(state, inbound_id).await;
-    let body = json!({
+    let approval = if reply.status == crate::domain::InboundStatus::Waiting {
+        approvals::waiting_for(state, inbound_id).await?
+    } else {
+        None
+    };
+    let mut body = json!({
         "id": completion.id,
         "object": "chat.completion",
         "created": completion.created,
@@ -386,6 +392,9 @@ async fn answered(
         }],
         "usage": usage,
     });
+    if let Some(approval) = approval {
+        body["approval"] = approval;
+    }
     Ok(Json(body).into_response())
 }
 

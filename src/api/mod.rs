@@ -22,6 +22,7 @@
 //! environment variables named in `api.keys_env` and `api.keys`; each key
 //! reaches only its own users' sessions ([`caller`]).
 
+mod approvals;
 mod auth;
 pub mod caller;
 mod completions;
@@ -93,6 +94,8 @@ pub fn router(state: Arc<ApiState>, max_body_bytes: usize, api_enabled: bool) ->
         .route("/sessions", get(sessions::list))
         .route("/sessions/{id}/messages", get(sessions::messages))
         .route("/sessions/{id}/turns/{turn}", get(sessions::turn))
+        .route("/approvals", get(approvals::list))
+        .route("/approvals/{id}", post(approvals::decide))
         .route("/tasks", get(tasks::list).post(tasks::create))
         .route("/tasks/{id}", get(tasks::get).delete(tasks::cancel))
         .route("/tasks/{id}/runs", get(tasks::runs))

@@ -17,6 +17,10 @@ pub async fn visible(state: &ApiState, reply: &TurnReply) -> Result<String, ApiE
     if let Some(failure) = failure::of_reply(state, reply).await? {
         return Err(ApiError::TurnFailed(Box::new(failure)));
     }
+    if reply.status == crate::domain::InboundStatus::Waiting {
+        // Parked: what it waits for is the answer for now.
+        return Ok(reply.text.clone());
+    }
     let visible = state
         .store
         .api()

@@ -294,6 +294,7 @@ fn turn_status(status: InboundStatus, outcome: Option<Outcome>) -> &'static str 
     match status {
         InboundStatus::Pending => "pending",
         InboundStatus::Running => "running",
+        InboundStatus::Waiting => "waiting",
         InboundStatus::Done | InboundStatus::Command => "done",
         InboundStatus::Failed if outcome.is_some_and(Outcome::is_stopped) => "stopped",
         InboundStatus::Failed => "failed",
@@ -301,7 +302,10 @@ fn turn_status(status: InboundStatus, outcome: Option<Outcome>) -> &'static str 
 }
 
 fn finished(status: InboundStatus) -> bool {
-    !matches!(status, InboundStatus::Pending | InboundStatus::Running)
+    !matches!(
+        status,
+        InboundStatus::Pending | InboundStatus::Running | InboundStatus::Waiting
+    )
 }
 
 fn session_json(session: &ApiSession) -> Value {

@@ -27,6 +27,6 @@ pub use platform::LocalPlatform;
 pub use schedule::{Schedule, ScheduleError, ScheduleRequest};
 pub use setting::{BaseUrl, InvalidSetting, closest};
 pub use status::{
-    InboundStatus, OutboxStatus, Outcome, PairingStatus, Role, RunStatus, RunTrigger, StopCause,
-    TaskStatus, ToolCallStatus,
+    ApprovalKind, ApprovalStatus, InboundStatus, OutboxStatus, Outcome, PairingStatus, Role,
+    RunStatus, RunTrigger, StopCause, TaskStatus, ToolCallStatus,
 };

@@ -25,6 +25,9 @@ pub enum InboundStatus {
     Failed,
     /// A command, answered directly.
     Command,
+    /// Its turn is parked until a person decides (an approval, a question,
+    /// a call in doubt); nothing of the session runs meanwhile.
+    Waiting,
 }
 
 /// Where a reply is in its delivery.
@@ -68,6 +71,8 @@ pub enum ToolCallStatus {
     Done,
     /// It failed; the error is its result.
     Failed,
+    /// Not run: it waits for a person's decision (see `approvals`).
+    Awaiting,
 }
 
 /// Where a pairing request stands.
@@ -191,6 +196,10 @@ pub enum Outcome {
     NoProgress,
     /// A file of the message could not be made readable.
     MediaRefused,
+    /// The turn waits for a person's decision (an approval or an answer).
+    AwaitingPerson,
+    /// A message nobody sent: a question or notice the gateway posted.
+    Notice,
 }
 
 impl Outcome {
@@ -228,7 +237,54 @@ macro_rules! as_str {
     )*};
 }
 
+/// What a person is asked.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Display, EnumString, IntoStaticStr, Serialize,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum ApprovalKind {
+    /// May this tool call run?
+    Tool,
+    /// A question of the agent's own (`ask_user`).
+    Question,
+    /// A call a crash left with an unknown outcome: run it again or skip it?
+    InDoubt,
+}
+
+/// Where an approval stands; every state but `pending` is final.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Display, EnumString, IntoStaticStr, Serialize,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    /// Allowed once (or, in doubt, run again).
+    Allowed,
+    /// Allowed, and remembered for the tool in this conversation.
+    AllowedSession,
+    /// Refused (or, in doubt, skipped).
+    Denied,
+    /// The question was answered (`answer` holds it).
+    Answered,
+    /// Nobody decided within `tools.approval.timeout_secs`.
+    Expired,
+    /// `/stop` ended the turn that waited.
+    Stopped,
+}
+
+impl ApprovalStatus {
+    /// Whether the call may run.
+    #[must_use]
+    pub fn allows(self) -> bool {
+        matches!(self, Self::Allowed | Self::AllowedSession)
+    }
+}
+
 as_str!(
+    ApprovalKind,
+    ApprovalStatus,
     InboundStatus,
     OutboxStatus,
     Role,

@@ -15,11 +15,13 @@
 //! model.
 
 pub mod access;
+pub mod approvals;
 mod arrivals;
 pub mod commands;
 pub mod drafts;
 pub mod key;
 pub mod link;
+pub mod notices;
 
 pub mod routing;
 pub mod runner;

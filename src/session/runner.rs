@@ -704,6 +704,18 @@ impl Runner {
                     status,
                 });
             }
+            if status == InboundStatus::Waiting {
+                // Parked: the caller learns it waits; the question goes out.
+                self.answer_waiter(TurnReply {
+                    inbound_id: inbound.id,
+                    session_id: row.session_id.clone(),
+                    text: row.text.clone(),
+                    status,
+                });
+                for notice in self.inner.turns.take_parked_notices(inbound.id) {
+                    self.deliver(&notice, status).await;
+                }
+            }
             // The reply's delivery status, committed with the next claim.
             // The lease is renewed while the platform is slow, but a send in
             // flight is never cut short: the row's own claim guards it.
@@ -875,6 +887,28 @@ impl Runner {
         }
     }
 
+    /// Replaces the text of a sent message (a question once decided) and
+    /// removes its buttons, where its platform's adapter runs here and can
+    /// edit; a failure is logged and left.
+    pub async fn edit(&self, row: &OutboxRow, text: &str) {
+        let Some(message_id) = row.platform_message_id.as_deref() else {
+            return;
+        };
+        let sender = lock(&self.inner.senders)
+            .get(row.platform.as_str())
+            .cloned();
+        let Some(sender) = sender else { return };
+        let chat = ChatRef {
+            platform: row.platform.clone(),
+            account: row.account.clone(),
+            chat: row.chat_id.clone(),
+            thread: row.thread_id.clone(),
+        };
+        if let Err(err) = sender.edit(&chat, message_id, text).await {
+            tracing::warn!(outbox_id = row.id, error = %err, "the question could not be updated");
+        }
+    }
+
     /// Hands a reply to its waiter and to the chat its row names, then
     /// marks it sent.
     pub async fn deliver(&self, row: &OutboxRow, status: InboundStatus) {
@@ -891,6 +925,16 @@ impl Runner {
     /// here.
     async fn hand_out(&self, row: &OutboxRow, status: InboundStatus) -> Option<Batch> {
         if row.status == OutboxStatus::Relayed {
+            return None;
+        }
+        if row.status == OutboxStatus::Sent {
+            // A question posted before a restart, shown again to its waiter.
+            self.answer_waiter(TurnReply {
+                inbound_id: row.inbound_id,
+                session_id: row.session_id.clone(),
+                text: row.text.clone(),
+                status,
+            });
             return None;
         }
         self.answer_waiter(TurnReply {
@@ -1083,7 +1127,11 @@ fn outbound_of(row: &OutboxRow) -> OutboundMessage {
         thread: row.thread_id.clone(),
         reply_to: row.reply_to.clone(),
         text: row.text.clone(),
-        buttons: Vec::new(),
+        buttons: row
+            .buttons
+            .as_deref()
+            .and_then(|raw| serde_json::from_str(raw).ok())
+            .unwrap_or_default(),
         redelivery: row.attempts > 0,
     }
 }

@@ -1,4 +1,6 @@
-//! The scheduler: the loop that turns due tasks into runs.
+//! The scheduler: the loop that turns due tasks into runs, and expires
+//! approvals nobody decided in time (their turns resume with the call not
+//! run; see `session::approvals`).
 //!
 //! It reads one thing while idle, the next due time (one look at the
 //! `tasks_due` index, however many tasks there are), and sleeps on the
@@ -18,6 +20,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::approvals::Approvals;
 use super::runner::Runner;
 use crate::domain::{Clock, RunStatus, RunTrigger, millis};
 use crate::metrics::Metrics;
@@ -88,7 +91,18 @@ impl Scheduler {
                 break;
             }
         }
-        self.store.tasks().next_due().await
+        let approvals = Approvals {
+            store: &self.store,
+            runner: &self.runner,
+            metrics: &self.metrics,
+        };
+        approvals.expire_due().await?;
+        let next_task = self.store.tasks().next_due().await?;
+        let next_expiry = self.store.approvals().next_expiry().await?;
+        Ok(match (next_task, next_expiry) {
+            (Some(task), Some(expiry)) => Some(task.min(expiry)),
+            (task, expiry) => task.or(expiry),
+        })
     }
 
     /// Claims `task`'s run due now (or records it missed) and moves the

@@ -15,15 +15,19 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use switchboard_contract::{
-    ChatKind, DeliveryState, DeliveryStatus, InboundMessage, InboundSink, SubmitError, Submitted,
+    ActionReply, ChatKind, DeliveryState, DeliveryStatus, InboundAction, InboundMessage,
+    InboundSink, SubmitError, Submitted,
 };
 use tokio::sync::oneshot;
 
 use super::access::{Access, Gate};
+use super::approvals::{Approvals, Decider, Refused, Verdict};
 use super::arrivals::Arrivals;
 use super::commands::{Answer, Command, CommandSettings, Commands, Context, Dispatched};
+use super::notices::{self, Press};
 use super::routing::{Place, Routing};
 use super::runner::{Runner, TurnReply};
+use super::texts;
 use crate::agent::live::LiveSubscription;
 use crate::media::budget::MediaBudget;
 use crate::media::{Media, MediaError};
@@ -329,6 +333,23 @@ impl SessionService {
         })
     }
 
+    /// Decides approvals (buttons, commands, the API, answers).
+    pub fn approvals(&self) -> Approvals<'_> {
+        Approvals {
+            store: &self.store,
+            runner: &self.runner,
+            metrics: self.runner.metrics(),
+        }
+    }
+
+    /// Whether `principal` is an admin.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn is_admin(&self, principal: PrincipalId) -> Result<bool, StoreError> {
+        self.access.is_admin(principal).await
+    }
+
     /// Tasks: what the API's `/v1/tasks` and hooks act through.
     pub fn tasks(&self) -> &TaskTools {
         &self.tasks
@@ -483,6 +504,65 @@ impl InboundSink for SessionService {
             Err(ServiceError::Store(err)) => Err(SubmitError::Unavailable(err.to_string())),
             Err(ServiceError::Media(err)) => Err(SubmitError::Unavailable(err.to_string())),
         }
+    }
+
+    /// A press of a question's button: decided if the presser may, and the
+    /// question's message updated to the outcome. A press that is not ours,
+    /// forged, from another chat or someone else's changes nothing.
+    async fn act(&self, action: InboundAction) -> Result<ActionReply, SubmitError> {
+        let unavailable = |err: StoreError| SubmitError::Unavailable(err.to_string());
+        let Some(press) = Press::parse(action.action.as_str()) else {
+            return Ok(ActionReply::notice(texts::BUTTON_UNKNOWN));
+        };
+        let identity = self
+            .store
+            .principals()
+            .resolve_identity(
+                action.platform.as_str(),
+                action.account.as_str(),
+                action.sender.id.as_str(),
+            )
+            .await
+            .map_err(unavailable)?;
+        let admin = self
+            .access
+            .is_admin(identity.principal)
+            .await
+            .map_err(unavailable)?;
+        let who = Decider {
+            principal: Some(identity.principal),
+            admin,
+            label: format!("{}:{}", action.platform, action.sender.id),
+            chat: Some((action.platform.to_string(), action.chat.to_string())),
+        };
+        let decided = self
+            .approvals()
+            .decide(
+                press.approval_id,
+                Some(&press.nonce),
+                &Verdict::Answer(press.answer),
+                &who,
+                "button",
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(match decided {
+            Ok(row) => {
+                self.approvals()
+                    .show(&row, action.message_id.as_deref())
+                    .await;
+                ActionReply {
+                    notice: Some(texts::DECIDED.to_owned()),
+                    update: Some(notices::settled(&row)),
+                }
+            }
+            Err(Refused::Settled(row)) => ActionReply {
+                notice: Some(texts::ALREADY_DECIDED.to_owned()),
+                update: Some(notices::settled(&row)),
+            },
+            Err(Refused::NotYours) => ActionReply::notice(texts::NOT_YOURS_TO_DECIDE),
+            Err(Refused::Unknown) => ActionReply::notice(texts::BUTTON_UNKNOWN),
+        })
     }
 
     /// Keeps a platform's report on a sent message (WhatsApp's statuses)

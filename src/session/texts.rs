@@ -541,6 +541,20 @@ fn ago(ms: i64) -> String {
     }
 }
 
+/// A press of a button that names no open question of ours.
+pub const BUTTON_UNKNOWN: &str = "This button is no longer valid.";
+/// The presser decided.
+pub const DECIDED: &str = "Done.";
+/// Someone decided first, or the question expired.
+pub const ALREADY_DECIDED: &str = "This was already decided.";
+/// A press by someone who may not decide.
+pub const NOT_YOURS_TO_DECIDE: &str = "Only the person who asked (or an admin) can decide this.";
+/// `/allow` or `/reject` without a number.
+pub const APPROVAL_USAGE: &str =
+    "Say which request: /allow N (once), /allow N chat (for this conversation) or /reject N.";
+/// `/allow N` for no waiting request N.
+pub const NO_SUCH_APPROVAL: &str = "There is no such request waiting.";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,8 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::commands::Task;
 use super::task_runs::{TaskRun, relay_entries};
-use super::{speaker, texts};
+use super::{notices, speaker, texts};
 use crate::agent::Agent;
+use crate::agent::asking::Asker;
 use crate::agent::cache::AgentCache;
 use crate::agent::context::{self, CompactError, ContextPolicy, Summariser};
 use crate::agent::live::LiveTurn;
@@ -32,8 +33,8 @@ use crate::agent::wallet::{Budget, Purse, Wallet};
 use crate::llm::ModelFailure;
 use crate::media::Media;
 use crate::store::{
-    Batch, Fence, InboundRow, NewMessage, OutboxRow, SessionRow, SessionView, Store, StoreError,
-    TurnEnd, WireEntry,
+    Batch, Fence, InboundRow, NewMessage, Notice, OutboxRow, SessionRow, SessionView, Store,
+    StoreError, TurnEnd, WireEntry,
 };
 use crate::tools::ToolRegistry;
 use crate::tools::memory::MEMORY;
@@ -65,6 +66,9 @@ pub struct TurnExecutor {
     /// Hands a background run's answer to the scheduler, which wakes its
     /// conversation.
     pub task_wake: Arc<TaskWake>,
+    /// The notices of turns that just parked, beyond the first, until the
+    /// runner takes them.
+    pub parked_notices: std::sync::Mutex<std::collections::HashMap<InboundId, Vec<OutboxRow>>>,
 }
 
 /// The handle that stops one running turn.
@@ -238,6 +242,11 @@ impl TurnOutcome {
                 reason: err.to_string(),
             },
             LoopError::NoBudget => Self::BudgetExhausted,
+            LoopError::Parked(_) => {
+                return Err(StoreError::Corrupt(
+                    "a parked turn is not an outcome".to_owned(),
+                ));
+            }
         })
     }
 }
@@ -336,6 +345,9 @@ impl TurnExecutor {
         let purse = Arc::clone(&task.purse);
         let result = run_within_limits(task, control, time_limit).await;
         tracing::info!(model_calls = purse.task_calls(), "turn finished");
+        if let Err(LoopError::Parked(approvals)) = &result {
+            return self.park(store, inbound, approvals).await;
+        }
         let (outcome, final_message, writes) = match result {
             Ok(LoopOutcome {
                 final_message,
@@ -639,6 +651,16 @@ impl TurnExecutor {
             cancel: control.token.clone(),
             context: Some(policy),
             live: control.live.clone(),
+            asker: Some(Arc::new(Asker {
+                policy: Arc::clone(self.registry.policy()),
+                platform: inbound.platform.clone(),
+                account: inbound.account.clone(),
+                chat_id: inbound.chat_id.clone(),
+                thread_id: inbound.thread_id.clone(),
+                sender_id: inbound.sender_id.clone(),
+                principal_id: inbound.principal_id,
+            })),
+            policy: Arc::clone(self.registry.policy()),
         }
     }
 
@@ -712,6 +734,90 @@ impl TurnExecutor {
         self.metrics
             .turn_finished(outcome.outcome(), started.elapsed());
         Ok((row, status))
+    }
+
+    /// Parks the turn until `approvals` are decided: each is posted as a
+    /// notice with its buttons, and the message left `waiting`, in one
+    /// write. Returns the first notice (the others ride in `Turn::notices`
+    /// of the control); a notice posted before a crash is not posted again.
+    async fn park(
+        &self,
+        store: &Store,
+        inbound: &InboundRow,
+        approvals: &[i64],
+    ) -> Result<(OutboxRow, InboundStatus), StoreError> {
+        let mut batch = Batch::new();
+        let mut posted = Vec::new();
+        for &id in approvals {
+            let Some(approval) = self.store.approvals().get(id).await? else {
+                continue;
+            };
+            let (text, buttons) = notices::question(&approval, self.registry.policy());
+            posted.push((approval, text, buttons));
+        }
+        let owner = self.store.instance().id.clone();
+        let claim_until = format!(
+            "{} + {}",
+            self.store.clock_sql(),
+            self.store.instance().lease_ttl_ms()
+        );
+        let keys: Vec<String> = posted
+            .iter()
+            .map(|(approval, ..)| format!("approval:{}", approval.id))
+            .collect();
+        for ((approval, text, buttons), key) in posted.iter().zip(&keys) {
+            batch.post_notice(
+                &Notice {
+                    key,
+                    session_id: &approval.session_id,
+                    platform: &approval.platform,
+                    account: &approval.account,
+                    chat_id: &approval.chat_id,
+                    thread_id: approval.thread_id.as_ref(),
+                    text,
+                    buttons: Some(buttons),
+                    approval_id: Some(approval.id),
+                },
+                &owner,
+                &claim_until,
+            );
+        }
+        batch.park_turn(inbound.id);
+        let rows = store.write(batch).await?;
+        let mut notices = rows
+            .iter()
+            .map(crate::store::read::<OutboxRow>)
+            .collect::<Result<Vec<_>, _>>()?;
+        if notices.is_empty()
+            && let Some(&first) = approvals.first()
+        {
+            // Posted before a restart: the waiter is answered with it, and
+            // it is not sent again.
+            notices = self.store.approvals().notices(first).await?;
+        }
+        self.metrics.approvals_asked(approvals.len());
+        // The scheduler expires what nobody decides: it learns the new
+        // expiry now.
+        self.task_wake.wake();
+        let first = notices
+            .first()
+            .cloned()
+            .ok_or_else(|| StoreError::Corrupt("a parked turn without a notice".to_owned()))?;
+        self.parked_notices
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(inbound.id, notices.into_iter().skip(1).collect());
+        Ok((first, InboundStatus::Waiting))
+    }
+
+    /// The notices after the first of a turn that just parked, for the
+    /// runner to deliver.
+    pub fn take_parked_notices(&self, inbound_id: InboundId) -> Vec<OutboxRow> {
+        self.parked_notices
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&inbound_id)
+            .unwrap_or_default()
     }
 
     /// The model calls this turn's task may make: a background run's own

@@ -13,9 +13,9 @@ use sqlx::error::BoxDynError;
 use sqlx::{Any, Database, Decode, Encode, Type};
 
 use crate::domain::{
-    InboundId, InboundStatus, MediaRef, OutboxStatus, Outcome, PairingStatus, PrincipalId, Role,
-    RunStatus, RunTrigger, Scope, SessionId, StopCause, StoredTool, TaskId, TaskStatus,
-    ToolCallStatus,
+    ApprovalKind, ApprovalStatus, InboundId, InboundStatus, MediaRef, OutboxStatus, Outcome,
+    PairingStatus, PrincipalId, Role, RunStatus, RunTrigger, Scope, SessionId, StopCause,
+    StoredTool, TaskId, TaskStatus, ToolCallStatus,
 };
 
 type Buffer<'q> = <Any as Database>::ArgumentBuffer<'q>;
@@ -91,6 +91,8 @@ text_column! {
     TaskStatus => |text| named("task status", &text), |status| Cow::Borrowed(status.as_str());
     RunStatus => |text| named("run status", &text), |status| Cow::Borrowed(status.as_str());
     RunTrigger => |text| named("run trigger", &text), |trigger| Cow::Borrowed(trigger.as_str());
+    ApprovalKind => |text| named("approval kind", &text), |kind| Cow::Borrowed(kind.as_str());
+    ApprovalStatus => |text| named("approval status", &text), |status| Cow::Borrowed(status.as_str());
 }
 
 /// A message's files as stored: JSON text (`[]` for none). Read into a

@@ -161,7 +161,7 @@ fn push_claim(
         // session's oldest waiting one, still `pending` (a resumed turn,
         // already `running`, takes nothing more in).
         let first = "(SELECT f.id FROM inbound f WHERE f.session_id = $1 \
-                     AND f.status IN ('pending', 'running') ORDER BY f.id LIMIT 1)";
+                     AND f.status IN ('pending', 'running', 'waiting') ORDER BY f.id LIMIT 1)";
         batch.push(
             format!(
                 "UPDATE inbound SET status = '{done}', outcome = '{merged}', \
@@ -192,7 +192,8 @@ fn push_claim(
     batch.push_returning_optional(
         format!(
             "UPDATE inbound SET status = 'running' WHERE id = (SELECT id FROM inbound \
-             WHERE session_id = $1 AND status IN ('pending', 'running') ORDER BY id LIMIT 1) \
+             WHERE session_id = $1 AND status IN ('pending', 'running', 'waiting') \
+             ORDER BY id LIMIT 1) AND status <> 'waiting' \
              AND (status = 'running' OR received_at <= $3 OR text LIKE '/%' \
              OR platform IN ({UNDEBOUNCED})) \
              AND EXISTS (SELECT 1 FROM session_leases WHERE session_id = $1 AND {holder}) \
@@ -371,7 +372,9 @@ impl Inbound<'_> {
     /// `running` one first: a turn interrupted by a crash; then `pending`
     /// ones in arrival order, each once it is as old as `burst`'s window,
     /// with the later messages of its burst marked merged into it), or,
-    /// when there is none, gives the lease up; all in one write.
+    /// when there is none, gives the lease up; all in one write. A turn
+    /// parked for a person's decision (`waiting`) holds the messages after
+    /// it back until it is decided and resumed.
     ///
     /// # Errors
     /// A database failure or a corrupt row.
@@ -451,6 +454,8 @@ impl Inbound<'_> {
              WHERE session_id IN (SELECT l.session_id FROM session_leases l \
              WHERE (l.expires_at < {clock}{own}) AND EXISTS (SELECT 1 FROM inbound i \
              WHERE i.session_id = l.session_id AND i.status IN ('pending', 'running')) \
+             AND NOT EXISTS (SELECT 1 FROM inbound w WHERE w.session_id = l.session_id \
+             AND w.status = 'waiting') \
              ORDER BY l.expires_at LIMIT $3{skip_locked}) RETURNING session_id"
         ))
         .bind(owner)
@@ -462,7 +467,9 @@ impl Inbound<'_> {
             sqlx::query_scalar::<_, String>(
                 "SELECT DISTINCT session_id FROM inbound i \
                  WHERE status IN ('pending', 'running') AND NOT EXISTS \
-                 (SELECT 1 FROM session_leases l WHERE l.session_id = i.session_id) LIMIT $1",
+                 (SELECT 1 FROM session_leases l WHERE l.session_id = i.session_id) \
+                 AND NOT EXISTS (SELECT 1 FROM inbound w WHERE w.session_id = i.session_id \
+                 AND w.status = 'waiting') LIMIT $1",
             )
             .bind(limit)
             .fetch_all(&mut *conn)

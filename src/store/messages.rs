@@ -6,7 +6,8 @@
 //! reads only the wire columns, so none of it reaches a model.
 
 use crate::domain::{
-    ChatMessage, InboundId, MediaRef, Role, Scope, SessionId, ToolCall, Usage, now_ms,
+    ChatMessage, InboundId, MediaRef, Role, Scope, SessionId, ToolCall, ToolCallStatus, Usage,
+    now_ms,
 };
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -206,6 +207,9 @@ pub struct RoundStart<'a> {
     pub task_id: Option<InboundId>,
     pub scope: &'a Scope,
     pub calls: &'a [ToolCall],
+    /// Indices of the calls that wait for a person's decision instead of
+    /// running (checkpointed `awaiting`).
+    pub awaiting: &'a [usize],
 }
 
 /// A tool call about to run.
@@ -290,10 +294,15 @@ impl Batch {
     /// Push it after the assistant entry.
     pub fn start_round(&mut self, round: &RoundStart<'_>) {
         for (index, call) in round.calls.iter().enumerate() {
+            let status = if round.awaiting.contains(&index) {
+                ToolCallStatus::Awaiting
+            } else {
+                ToolCallStatus::Running
+            };
             self.push(
                 "INSERT INTO tool_calls (request_id, session_id, task_id, scope, call_id, name, \
                  arguments, status, started_at) \
-                 SELECT CAST(MAX(id) AS TEXT) || $1, $2, $3, $4, $5, $6, $7, 'running', $8 \
+                 SELECT CAST(MAX(id) AS TEXT) || $1, $2, $3, $4, $5, $6, $7, $9, $8 \
                  FROM messages WHERE session_id = $2 AND scope = $4",
                 vec![
                     format!("-{index}").into(),
@@ -304,9 +313,22 @@ impl Batch {
                     call.name.as_str().into(),
                     call.arguments.as_str().into(),
                     Arg::from(now_ms()),
+                    status.as_str().into(),
                 ],
             );
         }
+    }
+
+    /// Marks a checkpointed call as waiting for a person's decision (a
+    /// call in doubt after a crash).
+    pub fn await_tool_call(&mut self, request_id: &str) {
+        self.push(
+            format!(
+                "UPDATE tool_calls SET status = '{}' WHERE request_id = $1",
+                ToolCallStatus::Awaiting
+            ),
+            vec![request_id.into()],
+        );
     }
 
     /// Records that a tool call is about to run (status `running`).

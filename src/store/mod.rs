@@ -80,6 +80,7 @@
 
 mod api_transcripts;
 mod api_views;
+mod approvals;
 mod batch;
 mod checkpoint;
 mod codec;
@@ -128,6 +129,7 @@ pub use api_transcripts::{Attempt, TranscriptCandidate, TranscriptOwner};
 pub use api_views::{
     ApiScope, ApiSession, SessionCursor, TurnMessage, TurnRecord, VISIBLE_SEPARATOR,
 };
+pub use approvals::{ApprovalRow, Decided, Decision, NewApproval, Notice};
 pub use batch::{Arg, Batch};
 pub use checkpoint::WalStats;
 pub use compactions::{Compaction, tokens_per_char};

@@ -52,6 +52,11 @@ pub struct OutboxRow {
     /// The platform message showing this reply's draft, which the reply's
     /// first part replaces (see migration 0011).
     pub replaces: Option<String>,
+    /// The buttons under the message, as the contract's `Button`s in JSON
+    /// (a question's; see migration 0060).
+    pub buttons: Option<String>,
+    /// The approval a notice asks about.
+    pub approval_id: Option<i64>,
 }
 
 impl OutboxRow {
@@ -94,8 +99,8 @@ pub struct TurnEnd<'a> {
     pub relayed: bool,
 }
 
-const OUTBOX_COLUMNS: &str = "id, session_id, inbound_id, platform, account, chat_id, thread_id, \
-    reply_to, text, status, platform_message_id, attempts, replaces, \
+pub(super) const OUTBOX_COLUMNS: &str = "id, session_id, inbound_id, platform, account, chat_id, \
+    thread_id, reply_to, text, status, platform_message_id, attempts, replaces, buttons, approval_id, \
     (SELECT random_id FROM database_id) AS database_id";
 
 impl Store {
@@ -351,11 +356,27 @@ impl Outbox<'_> {
              JOIN inbound p ON p.id = o.inbound_id WHERE i.id IN ({})",
             placeholders.join(", ")
         );
-        let rows = inbound_ids
+        // A parked turn's reply, until it resumes, is its first question.
+        let waiting = format!(
+            "SELECT i.id AS inbound_id, o.session_id, o.text, i.status FROM inbound i \
+             JOIN approvals a ON a.inbound_id = i.id AND a.status = 'pending' \
+             JOIN outbox o ON o.approval_id = a.id \
+             WHERE i.status = 'waiting' AND i.id IN ({}) ORDER BY o.id",
+            placeholders.join(", ")
+        );
+        let mut conn = self.store.read_conn().await?;
+        let mut rows = inbound_ids
             .iter()
             .fold(sqlx::query(&sql), |query, id| query.bind(*id))
-            .fetch_all(&mut *self.store.read_conn().await?)
+            .fetch_all(&mut *conn)
             .await?;
+        rows.extend(
+            inbound_ids
+                .iter()
+                .fold(sqlx::query(&waiting), |query, id| query.bind(*id))
+                .fetch_all(&mut *conn)
+                .await?,
+        );
         rows.iter()
             .map(|row| {
                 let status: String = row.try_get("status")?;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use strum::IntoEnumIterator;
 
 use super::Tool;
+use super::ask_user::AskUser;
 use super::calculator::Calculator;
 use super::current_time::CurrentTime;
 use super::delegate::Delegate;
@@ -39,6 +40,7 @@ pub enum BuiltIn {
     ScheduleTask,
     ListTasks,
     CancelTask,
+    AskUser,
 }
 
 /// What building the built-in tools needs.
@@ -83,6 +85,7 @@ impl BuiltIn {
             Self::ScheduleTask => Arc::new(ScheduleTask(context.tasks.clone())),
             Self::ListTasks => Arc::new(ListTasks(context.tasks.clone())),
             Self::CancelTask => Arc::new(CancelTask(context.tasks.clone())),
+            Self::AskUser => Arc::new(AskUser),
         }))
     }
 }

@@ -17,6 +17,8 @@
 //! server gave then, so a server changing its list does not change a running
 //! session's prompt prefix.
 
+pub mod approval;
+pub mod ask_user;
 pub mod builtin;
 pub mod cache;
 pub mod calculator;
@@ -180,6 +182,8 @@ pub trait Tool: Send + Sync {
 pub struct ToolRegistry {
     tools: BTreeMap<String, Registered>,
     mcp: Option<Arc<mcp::McpRegistry>>,
+    /// Which tools ask first, and which are never offered.
+    policy: Arc<approval::ApprovalPolicy>,
 }
 
 impl ToolRegistry {
@@ -197,6 +201,23 @@ impl ToolRegistry {
     pub fn with_mcp(mut self, mcp: Arc<mcp::McpRegistry>) -> Self {
         self.mcp = Some(mcp);
         self
+    }
+
+    /// Sets which tools ask first and which are never offered.
+    #[must_use]
+    pub fn with_policy(mut self, policy: approval::ApprovalPolicy) -> Self {
+        self.policy = Arc::new(policy);
+        self
+    }
+
+    /// Which tools ask first.
+    pub fn policy(&self) -> &Arc<approval::ApprovalPolicy> {
+        &self.policy
+    }
+
+    /// What calls of `tool` need.
+    pub fn policy_of(&self, tool: &dyn Tool) -> approval::Policy {
+        self.policy.of(tool.name(), &tool.source())
     }
 
     /// The MCP servers, if any are configured.
@@ -223,6 +244,9 @@ impl ToolRegistry {
                 tools.insert(spec.name.clone(), Registered { tool, spec });
             }
         }
+        tools.retain(|_, registered| {
+            self.policy_of(registered.tool.as_ref()) != approval::Policy::Deny
+        });
         Toolset::from_map(tools)
     }
 
@@ -238,14 +262,34 @@ impl ToolRegistry {
             .max()
             .unwrap_or(0)
             .max(4);
-        let mut out = format!("{:width$}  SOURCE\n", "TOOL");
+        let mut out = format!("{:width$}  POLICY  SOURCE\n", "TOOL");
         for (name, registered) in &offered.tools {
-            let _ = write!(out, "{name:width$}  {}", registered.tool.source());
+            let _ = write!(
+                out,
+                "{name:width$}  {:<6}  {}",
+                self.policy_of(registered.tool.as_ref()).as_str(),
+                registered.tool.source()
+            );
             if let Some(policy) = registered.tool.cache_policy() {
                 let _ = write!(out, "  (results cached {} s", policy.ttl.as_secs());
                 out.push_str(if policy.per_user { ", per user)" } else { ")" });
             }
             out.push('\n');
+        }
+        let mcp_tools = self.mcp.iter().flat_map(|mcp| mcp.tools());
+        let denied: Vec<String> = self
+            .tools
+            .values()
+            .map(|registered| Arc::clone(&registered.tool))
+            .chain(mcp_tools)
+            .filter(|tool| self.policy_of(tool.as_ref()) == approval::Policy::Deny)
+            .map(|tool| tool.name().to_owned())
+            .collect();
+        for name in denied {
+            let _ = writeln!(
+                out,
+                "{name:width$}  deny    (not offered: tools.approval.deny)"
+            );
         }
         if let Some(mcp) = &self.mcp {
             out.push_str("\nMCP servers:\n");
@@ -282,6 +326,9 @@ impl ToolRegistry {
                     })
                 }),
             };
+            let found = found.filter(|registered| {
+                self.policy_of(registered.tool.as_ref()) != approval::Policy::Deny
+            });
             match found {
                 Some(registered) => {
                     tools.insert(entry.name().to_owned(), registered);

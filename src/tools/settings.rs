@@ -17,6 +17,8 @@ pub const MAX_MEMORY_ENTRY_CHARS: u32 = 4000;
 #[serde(default, deny_unknown_fields)]
 pub struct ToolSettings {
     pub http_get: HttpGetConfig,
+    /// Which tool calls a person decides on first (`[tools.approval]`).
+    pub approval: crate::tools::approval::ApprovalSettings,
 }
 
 /// Long-term memory: short facts per person (principal), written by the

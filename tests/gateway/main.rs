@@ -10,6 +10,7 @@ mod api_errors;
 mod api_media;
 mod api_responses;
 mod api_sessions;
+mod approvals;
 mod budget;
 mod budget_warnings;
 mod burst;

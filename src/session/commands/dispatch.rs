@@ -8,7 +8,9 @@
 use super::Command;
 use crate::domain::{InboundId, SessionId, StopCause, now_ms, start_of_today_ms};
 use crate::session::access::{Access, Decision};
+use crate::session::approvals::{Approvals, Decider, Refused, Verdict};
 use crate::session::link::{CODE_TTL, FAILURE_WINDOW, LinkCode, MAX_FAILURES};
+use crate::session::notices;
 use crate::session::routing::{Place, Routing};
 use crate::session::runner::Runner;
 use crate::session::settings::{DmSessions, ServiceSettings};
@@ -163,13 +165,45 @@ impl Commands<'_> {
             Command::Timezone(zone) => {
                 stay(context, self.timezone(context, zone.as_deref()).await?)
             }
-            Command::Stop(None) => stay(
-                context,
-                if self.runner.stop(session_id, StopCause::User).await? {
-                    texts::STOPPING
+            Command::Stop(None) => {
+                let label = format!("principal:{}", context.identity.principal.get());
+                let parked = self
+                    .store
+                    .approvals()
+                    .stop_waiting(session_id, &label)
+                    .await?;
+                if parked {
+                    self.runner.notify(session_id);
+                }
+                let running = self.runner.stop(session_id, StopCause::User).await?;
+                stay(
+                    context,
+                    if parked || running {
+                        texts::STOPPING
+                    } else {
+                        texts::NOTHING_RUNNING
+                    },
+                )
+            }
+            Command::Allow(argument) => {
+                let chat = argument
+                    .as_deref()
+                    .is_some_and(|a| a.split_whitespace().nth(1) == Some("chat"));
+                let answer = if chat {
+                    notices::Answer::AllowSession
                 } else {
-                    texts::NOTHING_RUNNING
-                },
+                    notices::Answer::Allow
+                };
+                stay(
+                    context,
+                    self.decide_approval(context, argument.as_deref(), answer)
+                        .await?,
+                )
+            }
+            Command::Reject(argument) => stay(
+                context,
+                self.decide_approval(context, argument.as_deref(), notices::Answer::Deny)
+                    .await?,
             ),
             Command::Compact => Dispatched::Queue,
             Command::Retry => self.retry(context).await?,
@@ -504,5 +538,48 @@ fn moved(session_id: SessionId, answer: impl Into<Answer>) -> Dispatched {
     Dispatched::Answer {
         session_id,
         answer: answer.into(),
+    }
+}
+
+impl Commands<'_> {
+    /// `/allow N [chat]` and `/reject N`: decides approval N for the
+    /// sender, as its requester or an admin.
+    async fn decide_approval(
+        &self,
+        context: &Context<'_>,
+        argument: Option<&str>,
+        answer: notices::Answer,
+    ) -> Result<String, StoreError> {
+        let Some(id) = argument
+            .and_then(|a| a.split_whitespace().next())
+            .and_then(|id| id.trim_start_matches('#').parse::<i64>().ok())
+        else {
+            return Ok(texts::APPROVAL_USAGE.to_owned());
+        };
+        let principal = context.identity.principal;
+        let who = Decider {
+            principal: Some(principal),
+            admin: self.access.is_admin(principal).await?,
+            label: format!("principal:{}", principal.get()),
+            chat: None,
+        };
+        let approvals = Approvals {
+            store: self.store,
+            runner: self.runner,
+            metrics: self.runner.metrics(),
+        };
+        Ok(
+            match approvals
+                .decide(id, None, &Verdict::Answer(answer), &who, "command")
+                .await?
+            {
+                Ok(row) => notices::settled(&row),
+                Err(Refused::Settled(row)) => {
+                    format!("{} {}", texts::ALREADY_DECIDED, notices::settled(&row))
+                }
+                Err(Refused::NotYours) => texts::NOT_YOURS_TO_DECIDE.to_owned(),
+                Err(Refused::Unknown) => texts::NO_SUCH_APPROVAL.to_owned(),
+            },
+        )
     }
 }

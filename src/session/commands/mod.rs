@@ -57,6 +57,11 @@ pub enum Command {
     Approve(Option<String>),
     /// An admin denies a pairing code.
     Deny(Option<String>),
+    /// `/allow N [chat]`: allow a waiting tool call (once, or for the
+    /// conversation); not `/approve`, which admits a pairing code.
+    Allow(Option<String>),
+    /// `/reject N`: deny a waiting tool call (or skip a call in doubt).
+    Reject(Option<String>),
     /// Anything else that looks like a command.
     Unknown(String),
 }
@@ -138,6 +143,8 @@ impl Command {
             "undo" => Self::Undo,
             "approve" => Self::Approve(argument),
             "deny" => Self::Deny(argument),
+            "allow" => Self::Allow(argument),
+            "reject" => Self::Reject(argument),
             other => Self::Unknown(other.to_owned()),
         })
     }

@@ -101,6 +101,10 @@ pub struct McpServerSettings {
     /// The tools' results depend on who asks: cached results are reused only
     /// for the same person, never across people.
     pub per_user: bool,
+    /// What this server's tools need by default: `"allow"` (run), `"ask"`
+    /// (a person decides each call) or `"deny"` (not offered);
+    /// `tools.approval`'s lists win over it.
+    pub approval: Option<crate::tools::approval::Policy>,
 }
 
 impl McpServerSettings {

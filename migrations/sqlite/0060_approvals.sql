@@ -1,0 +1,54 @@
+-- A person in the loop (issue 33). A tool call whose tool asks first, an
+-- `ask_user` question and a call left in doubt by a crash each become an
+-- `approvals` row; its turn parks (inbound status `waiting`, its call's
+-- checkpoint `awaiting`) until a decision, an answer or the expiry sets
+-- `status`, exactly once (`WHERE status = 'pending'`), and puts the turn
+-- back in its session's queue. The row is also the audit: the tool, a hash
+-- of its arguments, who decided, when and how.
+CREATE TABLE approvals (
+    id             INTEGER PRIMARY KEY AUTOINCREMENT,
+    nonce          TEXT NOT NULL,
+    session_id     TEXT NOT NULL REFERENCES sessions(id),
+    inbound_id     INTEGER NOT NULL REFERENCES inbound(id),
+    request_id     TEXT NOT NULL,
+    call_id        TEXT NOT NULL,
+    kind           TEXT NOT NULL,
+    tool           TEXT NOT NULL,
+    arguments      TEXT NOT NULL,
+    arguments_sha  TEXT NOT NULL,
+    choices        TEXT,
+    principal_id   INTEGER,
+    platform       TEXT NOT NULL,
+    account        TEXT NOT NULL,
+    chat_id        TEXT NOT NULL,
+    thread_id      TEXT,
+    sender_id      TEXT NOT NULL,
+    approver       TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    answer         TEXT,
+    decided_by     TEXT,
+    decided_via    TEXT,
+    created_at     INTEGER NOT NULL,
+    expires_at     INTEGER NOT NULL,
+    decided_at     INTEGER
+);
+CREATE INDEX approvals_inbound ON approvals (inbound_id, status);
+CREATE INDEX approvals_request ON approvals (request_id);
+CREATE INDEX approvals_session ON approvals (session_id, status);
+CREATE INDEX approvals_due ON approvals (expires_at) WHERE status = 'pending';
+
+-- "Allow for this conversation": the tool runs without asking in the
+-- session from then on.
+CREATE TABLE session_tool_grants (
+    session_id  TEXT NOT NULL REFERENCES sessions(id),
+    tool        TEXT NOT NULL,
+    approval_id INTEGER NOT NULL,
+    created_at  INTEGER NOT NULL,
+    PRIMARY KEY (session_id, tool)
+);
+
+-- Buttons under a message (JSON, the contract's `Button`s), and which
+-- approval a notice asks about (the messages to update once it is decided).
+ALTER TABLE outbox ADD COLUMN buttons TEXT;
+ALTER TABLE outbox ADD COLUMN approval_id INTEGER;
+CREATE INDEX outbox_approval ON outbox (approval_id);

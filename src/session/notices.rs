@@ -1,0 +1,219 @@
+//! What a person is shown when a turn waits for them: the question of an
+//! approval (the tool and its complete arguments, formatted) with its
+//! buttons, the text it turns into once decided, and the buttons' action
+//! ids (`ap:<id>:<nonce>:<answer>`), which a press hands back and
+//! [`Press::parse`] reads — never trusted beyond naming an approval, whose
+//! nonce, chat and decider are checked against what is stored.
+
+use switchboard_contract::{ActionId, Button, ButtonStyle};
+
+use crate::agent::asking::span_words;
+use crate::domain::{ApprovalKind, ApprovalStatus};
+use crate::store::ApprovalRow;
+use crate::tools::approval::ApprovalPolicy;
+
+/// What a button press (or a text command) answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Allow once (in doubt: run it again).
+    Allow,
+    /// Allow this tool for the rest of the conversation.
+    AllowSession,
+    /// Deny (in doubt: skip it).
+    Deny,
+    /// A question's offered answer, by index.
+    Choice(usize),
+}
+
+impl Answer {
+    fn code(&self) -> String {
+        match self {
+            Self::Allow => "a".to_owned(),
+            Self::AllowSession => "s".to_owned(),
+            Self::Deny => "d".to_owned(),
+            Self::Choice(index) => format!("c{index}"),
+        }
+    }
+
+    fn from_code(code: &str) -> Option<Self> {
+        Some(match code {
+            "a" => Self::Allow,
+            "s" => Self::AllowSession,
+            "d" => Self::Deny,
+            _ => Self::Choice(code.strip_prefix('c')?.parse().ok()?),
+        })
+    }
+}
+
+/// A press as its action id names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Press {
+    pub approval_id: i64,
+    pub nonce: String,
+    pub answer: Answer,
+}
+
+impl Press {
+    /// Reads an action id; `None` for anything that is not one of ours.
+    #[must_use]
+    pub fn parse(action: &str) -> Option<Self> {
+        let mut parts = action.split(':');
+        if parts.next()? != "ap" {
+            return None;
+        }
+        let approval_id = parts.next()?.parse().ok()?;
+        let nonce = parts.next()?.to_owned();
+        let answer = Answer::from_code(parts.next()?)?;
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(Self {
+            approval_id,
+            nonce,
+            answer,
+        })
+    }
+}
+
+fn action(approval: &ApprovalRow, answer: &Answer) -> Option<ActionId> {
+    ActionId::parse(format!(
+        "ap:{}:{}:{}",
+        approval.id,
+        approval.nonce,
+        answer.code()
+    ))
+    .ok()
+}
+
+/// The arguments as shown: pretty JSON, complete (a value is never cut).
+fn shown_arguments(arguments: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(arguments)
+        .ok()
+        .and_then(|value| serde_json::to_string_pretty(&value).ok())
+        .unwrap_or_else(|| arguments.to_owned())
+}
+
+/// The question's text and its buttons (as the contract's JSON).
+#[must_use]
+pub fn question(approval: &ApprovalRow, policy: &ApprovalPolicy) -> (String, String) {
+    let id = approval.id;
+    let expires = span_words(policy.settings.timeout.as_secs());
+    let (text, answers): (String, Vec<(Answer, String, ButtonStyle)>) = match approval.kind {
+        ApprovalKind::Tool => (
+            format!(
+                "Approval needed (#{id}): the agent wants to run `{tool}` with these \
+                 arguments:\n\n```json\n{args}\n```\n\nAllow it? This request expires in \
+                 {expires}. You can also reply /allow {id}, /allow {id} chat (for the rest of \
+                 this conversation) or /reject {id}.",
+                tool = approval.tool,
+                args = shown_arguments(&approval.arguments),
+            ),
+            vec![
+                (Answer::Allow, "Allow once".to_owned(), ButtonStyle::Primary),
+                (
+                    Answer::AllowSession,
+                    "Allow for this conversation".to_owned(),
+                    ButtonStyle::Plain,
+                ),
+                (Answer::Deny, "Deny".to_owned(), ButtonStyle::Danger),
+            ],
+        ),
+        ApprovalKind::InDoubt => (
+            format!(
+                "The gateway restarted while `{tool}` was running (#{id}), so whether it took \
+                 effect is unknown. Its arguments:\n\n```json\n{args}\n```\n\nRun it again? \
+                 You can also reply /allow {id} (run again) or /reject {id} (skip).",
+                tool = approval.tool,
+                args = shown_arguments(&approval.arguments),
+            ),
+            vec![
+                (Answer::Allow, "Run again".to_owned(), ButtonStyle::Danger),
+                (Answer::Deny, "Skip".to_owned(), ButtonStyle::Plain),
+            ],
+        ),
+        ApprovalKind::Question => {
+            let question = serde_json::from_str::<serde_json::Value>(&approval.arguments)
+                .ok()
+                .and_then(|args| args.get("question")?.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let choices = approval.choices();
+            let hint = if choices.is_empty() {
+                "Reply with your answer.".to_owned()
+            } else {
+                "Tap an answer, or reply in your own words.".to_owned()
+            };
+            (
+                format!("Question (#{id}): {question}\n\n{hint}"),
+                choices
+                    .into_iter()
+                    .enumerate()
+                    .map(|(index, choice)| (Answer::Choice(index), choice, ButtonStyle::Plain))
+                    .collect(),
+            )
+        }
+    };
+    let buttons: Vec<Button> = answers
+        .into_iter()
+        .filter_map(|(answer, label, style)| {
+            Some(Button::new(action(approval, &answer)?, label).styled(style))
+        })
+        .collect();
+    let json = serde_json::to_string(&buttons).unwrap_or_else(|_| "[]".to_owned());
+    (text, json)
+}
+
+/// What a question's message says once it is settled (its buttons gone).
+#[must_use]
+pub fn settled(approval: &ApprovalRow) -> String {
+    let id = approval.id;
+    let tool = &approval.tool;
+    let who = approval
+        .decided_by
+        .as_deref()
+        .map(|by| format!(" by {by}"))
+        .unwrap_or_default();
+    match (approval.kind, approval.status) {
+        (ApprovalKind::Question, ApprovalStatus::Answered) => format!(
+            "Question (#{id}) answered{who}: {}",
+            approval.answer.as_deref().unwrap_or_default()
+        ),
+        (ApprovalKind::Question, ApprovalStatus::Expired) => {
+            format!("Question (#{id}) expired unanswered.")
+        }
+        (ApprovalKind::InDoubt, ApprovalStatus::Allowed) => {
+            format!("`{tool}` (#{id}) is run again{who}.")
+        }
+        (ApprovalKind::InDoubt, ApprovalStatus::Denied) => {
+            format!("`{tool}` (#{id}) is skipped{who}.")
+        }
+        (_, ApprovalStatus::Allowed) => format!("`{tool}` (#{id}) allowed once{who}."),
+        (_, ApprovalStatus::AllowedSession) => {
+            format!("`{tool}` (#{id}) allowed for this conversation{who}.")
+        }
+        (_, ApprovalStatus::Denied) => format!("`{tool}` (#{id}) denied{who}."),
+        (_, ApprovalStatus::Expired) => format!("`{tool}` (#{id}) expired; it was not run."),
+        (_, ApprovalStatus::Stopped) => format!("`{tool}` (#{id}): the task was stopped."),
+        (_, ApprovalStatus::Answered | ApprovalStatus::Pending) => {
+            format!("`{tool}` (#{id}) waits for a decision.")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn action_ids_read_back_and_nothing_else_does() {
+        let press = Press::parse("ap:12:a1b2c3d4e5:s").expect("ours");
+        assert_eq!(press.approval_id, 12);
+        assert_eq!(press.answer, Answer::AllowSession);
+        assert_eq!(
+            Press::parse("ap:3:n:c2").map(|p| p.answer),
+            Some(Answer::Choice(2))
+        );
+        for forged in ["ap:x:n:a", "ap:1:n:z", "ap:1:n:a:extra", "task:1", "ap:1"] {
+            assert_eq!(Press::parse(forged), None, "{forged}");
+        }
+    }
+}

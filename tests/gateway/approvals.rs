@@ -1,0 +1,265 @@
+//! A person in the loop, through the HTTP API: a tool that asks first parks
+//! its turn and the request answers at once with the approval; a decision
+//! (allow once, for the conversation, deny), the expiry, `/stop` and a
+//! question's answer resume it; the call runs once, or not at all; the
+//! prompt prefix holds across the wait.
+
+use serde_json::{Value, json};
+use switchboard_test_support::eventually;
+
+use crate::helpers::{FakeLlm, Reply, TestApp, assert_prefix_holds, last_is_tool_result};
+
+/// A model that asks for `6*7` on a user message and, given a tool result,
+/// answers with it.
+fn calculate_then_report(body: &Value) -> Reply {
+    if last_is_tool_result(body) {
+        let messages = body["messages"].as_array().expect("messages");
+        let result = messages
+            .last()
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default();
+        Reply::Text(format!("tool said: {result}"))
+    } else {
+        let n = body["messages"].as_array().map_or(0, Vec::len);
+        Reply::Tools(vec![(
+            format!("c{n}"),
+            "calculator".to_owned(),
+            r#"{"expression":"6*7"}"#.to_owned(),
+        )])
+    }
+}
+
+async fn asking_app(llm: &FakeLlm, timeout_secs: u64) -> TestApp {
+    TestApp::spawn_with(llm, |settings| {
+        settings.tools.approval.ask = vec!["calc*".to_owned()];
+        settings.tools.approval.timeout = std::time::Duration::from_secs(timeout_secs);
+        if !settings.agent.tools.iter().any(|tool| tool == "ask_user") {
+            settings.agent.tools.push("ask_user".to_owned());
+        }
+    })
+    .await
+}
+
+/// The text of the session's newest assistant message, once the turn that
+/// waited has finished.
+async fn final_reply(app: &TestApp, session: &str) -> String {
+    eventually("the parked turn to finish", || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM inbound WHERE status IN ('pending', 'running', 'waiting') \
+             AND session_id = $1",
+        )
+        .bind(session)
+        .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("count")
+            == 0
+    })
+    .await;
+    app.stored_history(session)
+        .await
+        .iter()
+        .rev()
+        .find(|m| m.message.role == switchboard::domain::Role::Assistant)
+        .and_then(|m| m.message.content.clone())
+        .unwrap_or_default()
+}
+
+async fn decide(app: &TestApp, id: &str, body: Value) -> (u16, Value) {
+    let response = app
+        .http
+        .post(app.url(&format!("/v1/approvals/{id}")))
+        .json(&body)
+        .send()
+        .await
+        .expect("sent");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn runs_of_calculator(app: &TestApp) -> i64 {
+    sqlx::query_scalar::<_, i64>(
+        "SELECT COUNT(*) FROM tool_calls WHERE name = 'calculator' AND status = 'done'",
+    )
+    .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+    .await
+    .expect("count")
+}
+
+#[tokio::test]
+async fn an_ask_tool_parks_the_turn_until_allowed_then_runs_once() {
+    let llm = FakeLlm::start(calculate_then_report).await;
+    let app = asking_app(&llm, 3600).await;
+
+    let (status, session, body) = app.chat(None, "what is 6*7?").await;
+    assert_eq!(status, 200, "{body}");
+    let session = session.expect("session header");
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    let content = body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(content.contains("Approval needed"), "{content}");
+    assert!(
+        content.contains("6*7"),
+        "complete arguments shown: {content}"
+    );
+    let approval = &body["approval"];
+    assert_eq!(approval["tool"], "calculator");
+    assert_eq!(approval["arguments"], json!({"expression": "6*7"}));
+    assert!(approval["expires_at"].as_i64().is_some());
+    let id = approval["id"].as_str().expect("id").to_owned();
+    assert_eq!(
+        runs_of_calculator(&app).await,
+        0,
+        "not run before the decision"
+    );
+
+    let listed: Value = app
+        .http
+        .get(app.url("/v1/approvals"))
+        .send()
+        .await
+        .expect("sent")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(listed["data"].as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed["data"][0]["session"], session.as_str());
+
+    let (status, decided) = decide(&app, &id, json!({"decision": "allow"})).await;
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(decided["status"], "allowed");
+    let reply = final_reply(&app, &session).await;
+    assert!(
+        reply.contains("42"),
+        "the tool ran and its result reached the model: {reply}"
+    );
+    assert_eq!(runs_of_calculator(&app).await, 1);
+
+    let (again, _) = decide(&app, &id, json!({"decision": "deny"})).await;
+    assert_eq!(again, 409, "a decided approval is a conflict");
+    assert_eq!(runs_of_calculator(&app).await, 1, "run once");
+    // The resumed turn's request extends the parked one's, byte for byte.
+    assert_prefix_holds(&llm.requests());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_denied_call_is_not_run_and_the_model_is_told() {
+    let llm = FakeLlm::start(calculate_then_report).await;
+    let app = asking_app(&llm, 3600).await;
+    let (_, session, body) = app.chat(None, "what is 6*7?").await;
+    let session = session.expect("session");
+    let id = body["approval"]["id"].as_str().expect("id").to_owned();
+
+    let (status, _) = decide(&app, &id, json!({"decision": "maybe"})).await;
+    assert_eq!(status, 400, "an unknown decision is refused");
+    let (status, _) = decide(&app, "999999", json!({"decision": "allow"})).await;
+    assert_eq!(status, 404);
+    let (status, _) = decide(&app, &id, json!({"decision": "deny"})).await;
+    assert_eq!(status, 200);
+    let reply = final_reply(&app, &session).await;
+    assert!(reply.contains("denied"), "{reply}");
+    assert_eq!(runs_of_calculator(&app).await, 0);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn allowed_for_the_conversation_the_tool_runs_without_asking_again() {
+    let llm = FakeLlm::start(calculate_then_report).await;
+    let app = asking_app(&llm, 3600).await;
+    let (_, session, body) = app.chat(None, "first").await;
+    let session = session.expect("session");
+    let id = body["approval"]["id"].as_str().expect("id").to_owned();
+    let (status, _) = decide(&app, &id, json!({"decision": "allow_session"})).await;
+    assert_eq!(status, 200);
+    final_reply(&app, &session).await;
+
+    let (status, _, body) = app.chat(Some(&session), "second").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.get("approval").is_none(), "not asked again: {body}");
+    let text = body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("42"), "{text}");
+    assert_eq!(runs_of_calculator(&app).await, 2);
+
+    // Another conversation is asked again.
+    let (_, _, other) = app.chat(None, "elsewhere").await;
+    assert!(other.get("approval").is_some(), "{other}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_unanswered_request_expires_and_the_turn_finishes_without_the_call() {
+    let llm = FakeLlm::start(calculate_then_report).await;
+    let app = asking_app(&llm, 1).await;
+    let (_, session, body) = app.chat(None, "what is 6*7?").await;
+    let session = session.expect("session");
+    let id = body["approval"]["id"].as_str().expect("id").to_owned();
+    let reply = final_reply(&app, &session).await;
+    assert!(reply.contains("nobody approved"), "{reply}");
+    assert_eq!(runs_of_calculator(&app).await, 0);
+    let (status, _) = decide(&app, &id, json!({"decision": "allow"})).await;
+    assert_eq!(status, 409, "an expired approval is a conflict");
+    assert_eq!(runs_of_calculator(&app).await, 0);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn stop_ends_a_parked_turn_and_a_later_message_waits_its_turn() {
+    let llm = FakeLlm::start(calculate_then_report).await;
+    let app = asking_app(&llm, 3600).await;
+    let (_, session, body) = app.chat(None, "what is 6*7?").await;
+    let session = session.expect("session");
+    assert!(body.get("approval").is_some());
+    let (status, _, stopped) = app.chat(Some(&session), "/stop").await;
+    assert_eq!(status, 200, "{stopped}");
+    final_reply(&app, &session).await;
+    let outcome: String = sqlx::query_scalar(
+        "SELECT outcome FROM inbound WHERE session_id = $1 AND text = 'what is 6*7?'",
+    )
+    .bind(&session)
+    .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+    .await
+    .expect("outcome");
+    assert_eq!(outcome, "cancelled");
+    assert_eq!(
+        runs_of_calculator(&app).await,
+        0,
+        "a stopped call never runs"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn ask_user_parks_until_the_person_answers() {
+    let llm = FakeLlm::start(|body| {
+        if last_is_tool_result(body) {
+            let messages = body["messages"].as_array().expect("messages");
+            let result = messages
+                .last()
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or_default();
+            Reply::Text(format!("you chose: {result}"))
+        } else {
+            Reply::Tools(vec![(
+                "q1".to_owned(),
+                "ask_user".to_owned(),
+                r#"{"question":"Which colour?","choices":["red","blue"]}"#.to_owned(),
+            )])
+        }
+    })
+    .await;
+    let app = asking_app(&llm, 3600).await;
+    let (status, session, body) = app.chat(None, "paint it").await;
+    assert_eq!(status, 200, "{body}");
+    let session = session.expect("session");
+    assert_eq!(body["approval"]["kind"], "question");
+    assert_eq!(body["approval"]["choices"], json!(["red", "blue"]));
+    let id = body["approval"]["id"].as_str().expect("id").to_owned();
+    let (status, decided) = decide(&app, &id, json!({"answer": "blue, please"})).await;
+    assert_eq!(status, 200, "{decided}");
+    let reply = final_reply(&app, &session).await;
+    assert!(reply.contains("blue, please"), "{reply}");
+    app.stop().await;
+}
