@@ -502,9 +502,9 @@ mod tests {
         let listing = registry().listing();
         assert_eq!(
             listing,
-            "TOOL          SOURCE\n\
-             calculator    built-in  (results cached 86400 s)\n\
-             current_time  built-in\n"
+            "TOOL          POLICY  SOURCE\n\
+             calculator    allow   built-in  (results cached 86400 s)\n\
+             current_time  allow   built-in\n"
         );
     }
 }

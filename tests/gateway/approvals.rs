@@ -263,3 +263,88 @@ async fn ask_user_parks_until_the_person_answers() {
     assert!(reply.contains("blue, please"), "{reply}");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn on_telegram_the_question_has_buttons_a_tap_decides_and_forged_taps_change_nothing() {
+    use switchboard_test_support::telegram::{FakeTelegram, TgUser};
+    let telegram = FakeTelegram::start().await;
+    let llm = FakeLlm::start(calculate_then_report).await;
+    let app = TestApp::spawn_with(&llm, |settings| {
+        settings.telegram = Some(crate::helpers::telegram_settings(&telegram));
+        settings.tools.approval.ask = vec!["calculator".to_owned()];
+    })
+    .await;
+    let alice = TgUser {
+        id: 501,
+        first_name: "Alice",
+    };
+    let mallory = TgUser {
+        id: 666,
+        first_name: "Mallory",
+    };
+    let question = telegram.ask(alice, "what is 6*7?").await;
+    assert!(question.contains("Approval needed"), "{question}");
+    let message_id = (1..100)
+        .map(|n| switchboard_test_support::telegram::FIRST_SENT_ID + n - 1)
+        .find(|id| !telegram.buttons(alice.id, *id).is_empty())
+        .unwrap_or_else(|| {
+            panic!(
+                "a message with buttons: {:?}",
+                telegram.calls("sendMessage")
+            )
+        });
+    let buttons = telegram.buttons(alice.id, message_id);
+    let labels: Vec<&str> = buttons.iter().map(|(label, _)| label.as_str()).collect();
+    assert_eq!(
+        labels,
+        ["Allow once", "Allow for this conversation", "Deny"]
+    );
+    let allow = buttons[0].1.clone();
+
+    // A forged nonce, and the right data tapped from another chat: refused.
+    let forged = allow.rsplit_once(':').map_or(String::new(), |(head, _)| {
+        let (front, _nonce) = head.rsplit_once(':').expect("nonce");
+        format!("{front}:0000000000:a")
+    });
+    telegram.tap(alice, alice.id, message_id, &forged);
+    telegram.tap(mallory, mallory.id, message_id, &allow);
+    telegram
+        .wait_for("both taps answered", || telegram.answers().len() >= 2)
+        .await;
+    assert_eq!(runs_of_calculator(&app).await, 0, "nothing ran");
+    let pending: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM approvals WHERE status = 'pending'")
+            .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+            .await
+            .expect("count");
+    assert_eq!(pending, 1, "nothing decided");
+
+    let before = telegram.sent().len();
+    telegram.tap(alice, alice.id, message_id, &allow);
+    let reply = telegram
+        .reply_after(before, alice.id, "the resumed turn's reply")
+        .await;
+    assert!(reply.contains("42"), "{reply}");
+    assert_eq!(runs_of_calculator(&app).await, 1);
+    telegram
+        .wait_for("the question edited to its decision", || {
+            telegram
+                .chat_view(alice.id)
+                .iter()
+                .any(|text| text.contains("allowed once"))
+        })
+        .await;
+    assert!(
+        telegram.buttons(alice.id, message_id).is_empty(),
+        "buttons gone"
+    );
+    // The same tap again (a redelivery, a double tap): nothing more runs.
+    telegram.tap(alice, alice.id, message_id, &allow);
+    telegram
+        .wait_for("the repeated tap answered", || {
+            telegram.answers().len() >= 4
+        })
+        .await;
+    assert_eq!(runs_of_calculator(&app).await, 1);
+    app.stop().await;
+}

@@ -43,7 +43,7 @@ pub const BOT_USERNAME: &str = "SwitchboardBot";
 /// adapter's poll timeout may be longer; a queued update answers at once).
 const LONG_POLL: Duration = Duration::from_millis(500);
 /// The id of the first message the fake sends on the bot's behalf.
-const FIRST_SENT_ID: i64 = 5000;
+pub const FIRST_SENT_ID: i64 = 5000;
 
 /// A Telegram user writing to the bot.
 #[derive(Debug, Clone, Copy)]
