@@ -289,7 +289,18 @@ impl SessionService {
             }
         }
         let pairing = pairing.or(refusal);
-        let answered = pairing.is_some() || command.as_ref().is_some_and(|c| !c.is_queued());
+        // A question the agent asked this person here is answered by their
+        // next message (its text is the answer, not a new turn).
+        let answers = match (&pairing, &command) {
+            (None, None) if !message.text.trim().is_empty() => {
+                self.open_question(&place.session_id, identity.principal)
+                    .await?
+            }
+            _ => None,
+        };
+        let answered = pairing.is_some()
+            || answers.is_some()
+            || command.as_ref().is_some_and(|c| !c.is_queued());
         let mut record = new_inbound(
             &message,
             &place.session_id,
@@ -309,6 +320,31 @@ impl SessionService {
         let live = options
             .live
             .then(|| self.runner.live().subscribe(inbound_id));
+        if let Some(question) = answers {
+            let who = Decider {
+                principal: Some(identity.principal),
+                admin: false,
+                label: format!("{}:{}", message.platform, message.sender.id),
+                chat: None,
+            };
+            let verdict = Verdict::Text(message.text.trim().to_owned());
+            let taken = self
+                .approvals()
+                .decide(question, None, &verdict, &who, "message")
+                .await?;
+            let note = match taken {
+                Ok(_) => texts::ANSWER_TAKEN,
+                Err(_) => texts::ALREADY_DECIDED,
+            };
+            let admission = self
+                .answer(inbound_id, place.session_id.clone(), note.into())
+                .await?;
+            return Ok(Submission {
+                admission,
+                reply,
+                live,
+            });
+        }
         let dispatched = match (pairing, command) {
             (Some(text), _) => Dispatched::Answer {
                 session_id: place.session_id.clone(),
@@ -331,6 +367,26 @@ impl SessionService {
             reply,
             live,
         })
+    }
+
+    /// The oldest open question of the session that `principal` asked
+    /// for, which their next message answers.
+    async fn open_question(
+        &self,
+        session_id: &SessionId,
+        principal: PrincipalId,
+    ) -> Result<Option<i64>, StoreError> {
+        Ok(self
+            .store
+            .approvals()
+            .pending_in(session_id)
+            .await?
+            .into_iter()
+            .find(|approval| {
+                approval.kind == crate::domain::ApprovalKind::Question
+                    && approval.principal_id == Some(principal)
+            })
+            .map(|approval| approval.id))
     }
 
     /// Decides approvals (buttons, commands, the API, answers).

@@ -555,6 +555,9 @@ pub const APPROVAL_USAGE: &str =
 /// `/allow N` for no waiting request N.
 pub const NO_SUCH_APPROVAL: &str = "There is no such request waiting.";
 
+/// A message that answered the agent's question.
+pub const ANSWER_TAKEN: &str = "Thanks, the agent goes on with your answer.";
+
 #[cfg(test)]
 mod tests {
     use super::*;

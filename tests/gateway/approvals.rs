@@ -348,3 +348,35 @@ async fn on_telegram_the_question_has_buttons_a_tap_decides_and_forged_taps_chan
     assert_eq!(runs_of_calculator(&app).await, 1);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_question_is_answered_by_the_persons_next_message() {
+    let llm = FakeLlm::start(|body| {
+        if last_is_tool_result(body) {
+            let messages = body["messages"].as_array().expect("messages");
+            let result = messages
+                .last()
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or_default();
+            Reply::Text(format!("noted: {result}"))
+        } else {
+            Reply::Tools(vec![(
+                "q1".to_owned(),
+                "ask_user".to_owned(),
+                r#"{"question":"What is your budget?"}"#.to_owned(),
+            )])
+        }
+    })
+    .await;
+    let app = asking_app(&llm, 3600).await;
+    let (_, session, body) = app.chat(None, "plan my trip").await;
+    let session = session.expect("session");
+    assert_eq!(body["approval"]["kind"], "question");
+    let (status, _, ack) = app.chat(Some(&session), "about 500 euros").await;
+    assert_eq!(status, 200, "{ack}");
+    let reply = final_reply(&app, &session).await;
+    assert!(reply.contains("about 500 euros"), "{reply}");
+    // The answer is the tool's result, not a turn of its own.
+    assert_eq!(llm.requests().len(), 2);
+    app.stop().await;
+}
