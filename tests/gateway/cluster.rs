@@ -319,6 +319,9 @@ async fn start_node(
         ("SWITCHBOARD__SERVER__INSTANCE_ID", instance.as_str()),
         ("SWITCHBOARD__API__REPLY_TIMEOUT_SECS", "90"),
         ("SWITCHBOARD__AGENT__TOOLS", "calculator,delegate"),
+        // A delegation cut off by a kill is skipped (calls in doubt are
+        // put to a person in tests/gateway/recovery.rs).
+        ("SWITCHBOARD__TOOLS__APPROVAL__IN_DOUBT", "skip"),
         ("RUST_LOG", "warn"),
     ];
     env.extend_from_slice(extra);

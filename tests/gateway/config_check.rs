@@ -59,7 +59,7 @@ async fn config_mistakes_are_refused_once_with_file_key_and_fix() {
             vec![],
             format!(
                 "{shown}: invalid setting `agent.tools`: unknown tool `calculater` (did you mean \
-                 `calculator`?); known tools: calculator, current_time, delegate, http_get, memory, schedule_task, list_tasks, cancel_task"
+                 `calculator`?); known tools: calculator, current_time, delegate, http_get, memory, schedule_task, list_tasks, cancel_task, ask_user"
             ),
         ),
         (

@@ -23,6 +23,12 @@ async fn start(dir: &std::path::Path, database: &str, llm: &FakeLlm) -> ServePro
             ("SWITCHBOARD__LLM__RETRY_BASE_MS", "1"),
             ("SWITCHBOARD__RUNNER__LEASE_TTL_SECS", "1"),
             ("SWITCHBOARD__AGENT__TOOLS", "calculator,delegate"),
+            // A delegation cut off by a kill is skipped (calls in doubt are
+            // put to a person in tests/gateway/recovery.rs).
+            ("SWITCHBOARD__TOOLS__APPROVAL__IN_DOUBT", "skip"),
+            // A delegation cut off by the kill is skipped, as before calls
+            // in doubt were put to a person (tests/gateway/recovery.rs).
+            ("SWITCHBOARD__TOOLS__APPROVAL__IN_DOUBT", "skip"),
             ("RUST_LOG", "warn"),
         ],
         false,

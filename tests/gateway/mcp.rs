@@ -578,14 +578,14 @@ async fn switchboard_tools_lists_every_tool_with_its_source() {
     };
     assert_eq!(
         line_of("calculator"),
-        "calculator built-in (results cached 86400 s)"
+        "calculator allow built-in (results cached 86400 s)"
     );
-    assert_eq!(line_of("current_time"), "current_time built-in");
+    assert_eq!(line_of("current_time"), "current_time allow built-in");
     assert_eq!(
         line_of("fake__add"),
-        "fake__add mcp:fake (results cached 60 s)"
+        "fake__add allow mcp:fake (results cached 60 s)"
     );
-    assert_eq!(line_of("fake__echo"), "fake__echo mcp:fake");
+    assert_eq!(line_of("fake__echo"), "fake__echo allow mcp:fake");
     assert!(
         !stdout.contains("fake__crash"),
         "denied tools are not listed"

@@ -105,6 +105,7 @@ async fn a_non_idempotent_call_caught_running_gets_an_outcome_unknown_result() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut settings = settings_for(&llm, &dir).await;
     settings.llm.max_retries = 0;
+    settings.tools.approval.in_doubt = switchboard::tools::approval::InDoubt::Skip;
     crash_while_a_tool_runs(settings.clone(), || true);
 
     let app = TestApp::start(settings, dir).await;
@@ -199,4 +200,100 @@ async fn settings_for(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {
     // The crashed process's lease must expire before another takes over.
     settings.runner.lease_ttl = std::time::Duration::from_secs(1);
     settings
+}
+
+/// With `tools.approval.in_doubt = "ask"` (the default), a non-idempotent
+/// call a crash cut off is put to the person instead of being re-run or
+/// silently dropped; "skip" tells the model, and the call never runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_doubt_after_a_crash_is_put_to_the_person_not_rerun() {
+    use switchboard::session::approvals::{Decider, Verdict};
+    use switchboard::session::notices::Answer;
+    let llm = FakeLlm::start_with_delay(
+        |body| {
+            let sub_agent = body["messages"][0]["content"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("You are a sub-agent"));
+            if sub_agent {
+                Reply::Status(500, "never reached in time".to_owned())
+            } else if last_is_tool_result(body) {
+                Reply::Text("went on without it".to_owned())
+            } else {
+                Reply::Tools(vec![(
+                    "call_d".to_owned(),
+                    "delegate".to_owned(),
+                    r#"{"task":"long work"}"#.to_owned(),
+                )])
+            }
+        },
+        Duration::from_millis(300),
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut settings = settings_for(&llm, &dir).await;
+    settings.llm.max_retries = 0;
+    crash_while_a_tool_runs(settings.clone(), || true);
+    let sub_agent_calls = |llm: &FakeLlm| {
+        llm.requests()
+            .iter()
+            .filter(|r| r.body.contains("You are a sub-agent"))
+            .count()
+    };
+    let before = sub_agent_calls(&llm);
+
+    let app = TestApp::start(settings, dir).await;
+    let approval = eventually_some("the call in doubt to be asked about", || async {
+        let rows: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM approvals WHERE kind = 'in_doubt' AND status = 'pending'",
+        )
+        .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("query");
+        rows.first().copied()
+    })
+    .await;
+    let row = app
+        .gateway
+        .store
+        .approvals()
+        .get(approval)
+        .await
+        .expect("read")
+        .expect("row");
+    assert_eq!(row.tool, "delegate");
+    assert_eq!(sub_agent_calls(&llm), before, "not re-run while in doubt");
+    let who = Decider {
+        principal: row.principal_id,
+        admin: false,
+        label: "test".to_owned(),
+        chat: None,
+    };
+    app.gateway
+        .service
+        .approvals()
+        .decide(approval, None, &Verdict::Answer(Answer::Deny), &who, "test")
+        .await
+        .expect("decided")
+        .expect("taken");
+    let reply = eventually_some("the resumed task to be answered", || async {
+        sqlx::query_scalar::<_, String>(
+            "SELECT text FROM outbox WHERE approval_id IS NULL AND text NOT LIKE '%(#%' \
+             ORDER BY id LIMIT 1",
+        )
+        .fetch_optional(&mut *app.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("query")
+    })
+    .await;
+    assert_eq!(reply, "went on without it");
+    let last = llm.requests().last().expect("request").json();
+    let result = last_tool_result(&last);
+    assert!(
+        result["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("chose not to run it again")),
+        "{result}"
+    );
+    assert_eq!(sub_agent_calls(&llm), before, "skipped, never re-run");
+    app.stop().await;
 }
