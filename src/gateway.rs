@@ -181,11 +181,17 @@ impl Gateway {
         let runner = self.service.runner();
         let (shutdown, deadline) = (self.shutdown.clone(), self.drain_deadline.clone());
         let grace = self.settings.server.shutdown_grace;
+        let drained = stop.clone();
         let mut tasks = vec![
+            // The drain deadline: cut the waiting callers off once the grace
+            // is over, or end at once when everything drained earlier (an
+            // idle instance stops without sitting out the grace).
             tokio::spawn(async move {
                 shutdown.cancelled().await;
-                tokio::time::sleep(grace).await;
-                deadline.cancel();
+                tokio::select! {
+                    () = tokio::time::sleep(grace) => deadline.cancel(),
+                    () = drained.cancelled() => {}
+                }
             }),
             self.spawn_maintenance(stop.clone()),
             self.spawn_sweep(stop.clone()),
