@@ -324,8 +324,9 @@ fn instance_id(settings: &Settings) -> String {
 
 /// The tools this deployment offers, each built once for the process (the
 /// `memory` tool, over `store`, left out while `memory.enabled` is off),
-/// and the MCP servers, started now (waiting at most their start timeout
-/// for each to list its tools) and supervised until `shutdown`.
+/// and the MCP servers, starting in the background (see
+/// [`McpRegistry::wait_started`] to wait for them) and supervised until
+/// `shutdown`.
 ///
 /// # Errors
 /// A setting names an unknown tool, or the HTTP client cannot be built.
@@ -354,7 +355,8 @@ pub async fn build_registry(
     if settings.mcp.servers.is_empty() {
         return Ok(registry);
     }
-    let mcp = McpRegistry::start(&settings.mcp, shutdown);
-    mcp.wait_started(settings.mcp.startup_timeout).await;
-    Ok(registry.with_mcp(mcp))
+    // Connected in the background: a slow or hung server holds neither the
+    // listener nor the platforms (`/readyz` shows it starting), and its
+    // tools join the sessions started once it has listed them.
+    Ok(registry.with_mcp(McpRegistry::start(&settings.mcp, shutdown)))
 }
