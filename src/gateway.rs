@@ -335,7 +335,7 @@ pub async fn build_registry(
     tasks: &TaskTools,
     shutdown: &CancellationToken,
 ) -> Result<ToolRegistry, StartError> {
-    let mut registry = ToolRegistry::new();
+    let mut registry = ToolRegistry::new().with_max_result_chars(settings.tools.max_result_chars);
     let context = BuiltInContext {
         tools: &settings.tools,
         memory: &settings.memory,

@@ -17,6 +17,7 @@
 //! server gave then, so a server changing its list does not change a running
 //! session's prompt prefix.
 
+pub mod bound;
 pub mod builtin;
 pub mod cache;
 pub mod calculator;
@@ -156,6 +157,13 @@ pub trait Tool: Send + Sync {
         ToolSource::BuiltIn
     }
 
+    /// The most characters one of its results may put into the
+    /// conversation, when it has a cap of its own (an MCP server's
+    /// `max_result_chars`); `None` (the default): `tools.max_result_chars`.
+    fn max_result_chars(&self) -> Option<usize> {
+        None
+    }
+
     /// Runs the tool. The returned object is what the model sees, after the
     /// loop adds `"success": true`.
     ///
@@ -180,6 +188,18 @@ pub trait Tool: Send + Sync {
 pub struct ToolRegistry {
     tools: BTreeMap<String, Registered>,
     mcp: Option<Arc<mcp::McpRegistry>>,
+    cap: ResultCap,
+}
+
+/// `tools.max_result_chars`: what a tool without a cap of its own may put
+/// into the conversation per result ([`bound`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ResultCap(usize);
+
+impl Default for ResultCap {
+    fn default() -> Self {
+        Self(bound::DEFAULT_MAX_RESULT_CHARS)
+    }
 }
 
 impl ToolRegistry {
@@ -191,6 +211,14 @@ impl ToolRegistry {
         let spec = tool.spec();
         self.tools
             .insert(tool.name().to_owned(), Registered { tool, spec });
+    }
+
+    /// Caps every tool's results at `max_chars` characters, unless the tool
+    /// has a cap of its own.
+    #[must_use]
+    pub fn with_max_result_chars(mut self, max_chars: usize) -> Self {
+        self.cap = ResultCap(max_chars);
+        self
     }
 
     /// Adds the MCP servers' tools.
@@ -223,7 +251,7 @@ impl ToolRegistry {
                 tools.insert(spec.name.clone(), Registered { tool, spec });
             }
         }
-        Toolset::from_map(tools)
+        Toolset::from_map(tools, self.cap)
     }
 
     /// What `switchboard tools` prints: every tool offered to a new session
@@ -292,7 +320,7 @@ impl ToolRegistry {
         if !unknown.is_empty() {
             tracing::warn!(?unknown, "tools that are not registered are left out");
         }
-        Toolset::from_map(tools)
+        Toolset::from_map(tools, self.cap)
     }
 }
 
@@ -301,15 +329,27 @@ impl ToolRegistry {
 pub struct Toolset {
     tools: BTreeMap<String, Registered>,
     specs: Arc<[ToolSpec]>,
+    cap: ResultCap,
 }
 
 impl Toolset {
-    fn from_map(tools: BTreeMap<String, Registered>) -> Self {
+    fn from_map(tools: BTreeMap<String, Registered>, cap: ResultCap) -> Self {
         let specs = tools
             .values()
             .map(|registered| registered.spec.clone())
             .collect();
-        Self { tools, specs }
+        Self { tools, specs, cap }
+    }
+
+    /// A result of the named tool as the conversation keeps it: cut to the
+    /// tool's cap, or `tools.max_result_chars` ([`bound`]).
+    #[must_use]
+    pub fn bounded_result(&self, name: &str, content: String) -> String {
+        let max_chars = self
+            .get(name)
+            .and_then(|tool| tool.max_result_chars())
+            .unwrap_or(self.cap.0);
+        bound::bounded(content, max_chars)
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
@@ -353,7 +393,7 @@ impl Toolset {
     pub fn without(&self, name: &str) -> Self {
         let mut tools = self.tools.clone();
         tools.remove(name);
-        Self::from_map(tools)
+        Self::from_map(tools, self.cap)
     }
 
     /// The subset with the given names (unknown names are ignored).
@@ -364,7 +404,7 @@ impl Toolset {
             .filter(|(name, _)| names.iter().any(|wanted| wanted.as_ref() == name.as_str()))
             .map(|(name, registered)| (name.clone(), registered.clone()))
             .collect();
-        Self::from_map(tools)
+        Self::from_map(tools, self.cap)
     }
 }
 

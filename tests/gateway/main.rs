@@ -35,6 +35,7 @@ mod memory;
 mod metrics;
 mod openai_client;
 mod outbox;
+mod oversized;
 mod platform_lease;
 mod platforms;
 mod prefix;

@@ -20,7 +20,7 @@ use crate::helpers::{
 
 /// The `[mcp.servers.fake]` settings of the stdio server, logging its calls
 /// to `log` (and listing the extra tools of `extra`).
-fn stdio_server(log: &Path, extra: Option<&Path>) -> McpServerSettings {
+pub(crate) fn stdio_server(log: &Path, extra: Option<&Path>) -> McpServerSettings {
     let mut args = vec!["--log".to_owned(), log.display().to_string()];
     if let Some(extra) = extra {
         args.extend(["--extra".to_owned(), extra.display().to_string()]);
@@ -33,7 +33,7 @@ fn stdio_server(log: &Path, extra: Option<&Path>) -> McpServerSettings {
     }
 }
 
-fn with_server(settings: &mut Settings, server: McpServerSettings) {
+pub(crate) fn with_server(settings: &mut Settings, server: McpServerSettings) {
     settings.mcp.servers.insert("fake".to_owned(), server);
     settings.mcp.restart_base = std::time::Duration::from_millis(50);
     settings.mcp.restart_max = std::time::Duration::from_secs(1);

@@ -101,6 +101,9 @@ pub struct McpServerSettings {
     /// The tools' results depend on who asks: cached results are reused only
     /// for the same person, never across people.
     pub per_user: bool,
+    /// The most characters one of this server's tool results may put into
+    /// the conversation, instead of `tools.max_result_chars`.
+    pub max_result_chars: Option<usize>,
 }
 
 impl McpServerSettings {
@@ -164,6 +167,15 @@ impl McpSettings {
                     ));
                 }
                 _ => return Err(reason("needs `command` (stdio) or `url` (streamable HTTP)")),
+            }
+            if server
+                .max_result_chars
+                .is_some_and(|max| max < crate::tools::bound::MIN_MAX_RESULT_CHARS)
+            {
+                return Err(reason(&format!(
+                    "`max_result_chars` must be at least {}",
+                    crate::tools::bound::MIN_MAX_RESULT_CHARS
+                )));
             }
             if server.command.is_some() && !server.headers.is_empty() {
                 return Err(reason("`headers` are for `url` servers"));
