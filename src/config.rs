@@ -445,6 +445,7 @@ impl Settings {
         self.llm.validate()?;
         self.agent.validate()?;
         self.memory.validate()?;
+        self.tools.validate()?;
         self.tasks.validate()?;
         self.media.validate()?;
         self.context.validate()?;

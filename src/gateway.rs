@@ -183,11 +183,17 @@ impl Gateway {
         let runner = self.service.runner();
         let (shutdown, deadline) = (self.shutdown.clone(), self.drain_deadline.clone());
         let grace = self.settings.server.shutdown_grace;
+        let drained = stop.clone();
         let mut tasks = vec![
+            // The drain deadline: cut the waiting callers off once the grace
+            // is over, or end at once when everything drained earlier (an
+            // idle instance stops without sitting out the grace).
             tokio::spawn(async move {
                 shutdown.cancelled().await;
-                tokio::time::sleep(grace).await;
-                deadline.cancel();
+                tokio::select! {
+                    () = tokio::time::sleep(grace) => deadline.cancel(),
+                    () = drained.cancelled() => {}
+                }
             }),
             self.spawn_maintenance(stop.clone()),
             self.spawn_sweep(stop.clone()),
@@ -320,8 +326,9 @@ fn instance_id(settings: &Settings) -> String {
 
 /// The tools this deployment offers, each built once for the process (the
 /// `memory` tool, over `store`, left out while `memory.enabled` is off),
-/// and the MCP servers, started now (waiting at most their start timeout
-/// for each to list its tools) and supervised until `shutdown`.
+/// and the MCP servers, starting in the background (see
+/// [`McpRegistry::wait_started`] to wait for them) and supervised until
+/// `shutdown`.
 ///
 /// # Errors
 /// A setting names an unknown tool, or the HTTP client cannot be built.
@@ -336,10 +343,12 @@ pub async fn build_registry(
         .iter()
         .filter_map(|(name, server)| Some((name.clone(), server.approval?)))
         .collect();
-    let mut registry = ToolRegistry::new().with_policy(ApprovalPolicy::new(
-        settings.tools.approval.clone(),
-        servers,
-    ));
+    let mut registry = ToolRegistry::new()
+        .with_max_result_chars(settings.tools.max_result_chars)
+        .with_policy(ApprovalPolicy::new(
+            settings.tools.approval.clone(),
+            servers,
+        ));
     let context = BuiltInContext {
         tools: &settings.tools,
         memory: &settings.memory,
@@ -359,7 +368,8 @@ pub async fn build_registry(
     if settings.mcp.servers.is_empty() {
         return Ok(registry);
     }
-    let mcp = McpRegistry::start(&settings.mcp, shutdown);
-    mcp.wait_started(settings.mcp.startup_timeout).await;
-    Ok(registry.with_mcp(mcp))
+    // Connected in the background: a slow or hung server holds neither the
+    // listener nor the platforms (`/readyz` shows it starting), and its
+    // tools join the sessions started once it has listed them.
+    Ok(registry.with_mcp(McpRegistry::start(&settings.mcp, shutdown)))
 }

@@ -133,6 +133,7 @@ pub async fn run_server(
         reply_timeout: settings.api.reply_timeout,
         drain_deadline: gateway.drain_deadline.clone(),
         platforms: gateway.platform_status.clone(),
+        tools: Arc::clone(&gateway.tools),
         serve_metrics: settings.server.metrics,
         images: api::ImageFetcher::new(
             &settings.tools.http_get,

@@ -28,6 +28,7 @@ use crate::usage::Price;
 use super::extract::extract_facts;
 use super::prompt::refreshed_prompt;
 use super::run::wire_bytes;
+use super::shrink::shrink_tool_results;
 use super::step::{self, OneShot};
 
 /// The question of a summarisation call, asked after the conversation as
@@ -247,16 +248,30 @@ async fn summarise(
         // Before the summary's call, whose outcome is written with the
         // compaction. The pinned first message is read too: it stays
         // verbatim, but it often says the most about the person.
-        let before = format!("before {}", describe(&view[cut].message));
+        let before = format!("before {}", boundary(view, cut));
         extract_facts(by, &history, &before, memory).await?;
     }
-    let question = OneShot {
-        scope: &Scope::named("compaction"),
-        history: &history,
-        prompt: format!("{SUMMARY_REQUEST} {}", summary_range(view, split)),
+    let prompt = format!("{SUMMARY_REQUEST} {}", summary_range(view, split));
+    let scope = Scope::named("compaction");
+    let question = |history| OneShot {
+        scope: &scope,
+        history,
+        prompt: prompt.clone(),
         max_tokens: 2048,
     };
-    let (summary, recorded) = step::one_shot(by, question).await?;
+    let (summary, recorded) = match step::one_shot(by, question(&history)).await {
+        // Refused as too long (the very thing to compact): asked once more
+        // with the largest tool results cut.
+        Err(CompactError::Model(err)) if err.is_too_long() => {
+            let mut shorter = history.clone();
+            if !shrink_tool_results(&mut shorter) {
+                return Err(CompactError::Model(err));
+            }
+            tracing::warn!("summary request refused as too long; retrying with tool results cut");
+            step::one_shot(by, question(&shorter)).await?
+        }
+        asked => asked?,
+    };
     if summary.trim().is_empty() {
         // A model that answered with a tool call, or nothing: no summary
         // rather than an empty one (the call stays recorded).
@@ -300,6 +315,14 @@ async fn summarise(
     Ok(compaction)
 }
 
+/// The entry at `cut` named, or the end of the conversation.
+fn boundary(view: &[WireEntry], cut: usize) -> String {
+    view.get(cut).map_or_else(
+        || "the end of the conversation".to_owned(),
+        |entry| describe(&entry.message),
+    )
+}
+
 /// The session's first user message: always kept, before the summary.
 fn pinned(view: &[WireEntry]) -> Option<usize> {
     view.iter()
@@ -317,10 +340,13 @@ fn split(view: &[WireEntry], keep: usize) -> Option<Split> {
         .filter(|(_, entry)| matches!(entry.message, ChatMessage::User { .. }))
         .map(|(index, _)| index)
         .collect();
-    if turn_starts.len() <= keep {
-        return None;
-    }
-    let cut = turn_starts[turn_starts.len() - keep];
+    // Too few turns to keep `keep` of them verbatim (a short conversation
+    // whose entries are large): everything after the pinned message is
+    // summarised.
+    let cut = match turn_starts.len().checked_sub(keep) {
+        Some(first_kept) if first_kept > 0 => turn_starts[first_kept],
+        _ => view.len(),
+    };
     (cut > pinned + 1).then_some(Split {
         pinned,
         kept: None,
@@ -361,7 +387,7 @@ fn summary_range(view: &[WireEntry], split: Split) -> String {
         "Summarise only what comes after the user's first message ({}) and before {}; the \
          first message and everything from that point on stay verbatim",
         describe(&view[split.pinned].message),
-        describe(&view[split.cut].message),
+        boundary(view, split.cut),
     );
     if let Some(kept) = split.kept {
         range.push_str(&format!(", as does {}", describe(&view[kept].message)));
@@ -466,7 +492,20 @@ mod tests {
                 cut: 6
             })
         );
-        assert_eq!(split(&view, 2), None, "only two turns after the goal");
+        assert_eq!(
+            split(&view, 2),
+            Some(Split {
+                pinned: 0,
+                kept: None,
+                cut: 8
+            }),
+            "too few turns to keep two: all of them after the pinned one are summarised"
+        );
+        assert_eq!(
+            split(&view[..1], 1),
+            None,
+            "nothing after the pinned message"
+        );
     }
 
     #[test]

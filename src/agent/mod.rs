@@ -16,6 +16,7 @@ pub mod prompt;
 pub mod round;
 pub mod run;
 pub mod settings;
+pub mod shrink;
 pub mod step;
 pub mod subagent;
 pub mod wallet;

@@ -372,6 +372,7 @@ async fn run_started_call(
             (content, failed)
         }
     };
+    let content = agent.toolset.bounded_result(&call.name, content);
     let status = if failed {
         ToolCallStatus::Failed
     } else {

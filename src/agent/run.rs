@@ -316,7 +316,15 @@ async fn drive(
         check_before_step(env, purse)?;
         compaction.run(agent, env, pending, &mut history).await?;
         let kind = take_step(env, purse, pending, &mut history, iteration)?;
-        let step = call_step(agent, env, kind, &history, pending, iteration).await?;
+        let step = match call_step(agent, env, kind, &history, pending, iteration).await {
+            Err(LoopError::Model(err))
+                if err.is_too_long() && super::shrink::shrink_tool_results(&mut history) =>
+            {
+                tracing::warn!(scope = %env.scope, "request refused as too long; retrying once with the largest tool results cut");
+                call_step(agent, env, kind, &history, pending, iteration).await?
+            }
+            step => step?,
+        };
         compaction.calibrate(step.request_bytes, step.response.usage.input_tokens);
         settle_usage(env, purse, &step)?;
         if step.response.tool_calls.is_empty() || kind == CallKind::Final {

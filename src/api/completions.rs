@@ -158,6 +158,7 @@ pub(super) async fn admit(
         &state.models,
         &event.event_id,
     )?;
+    retries::check_key(state, caller, message.sender.id.as_str(), headers, body).await?;
     // Images are fetched and checked before anything is stored.
     message.attachments = state.images.take(&transcript.images).await?;
     // The session it names (created when new), the one its resent

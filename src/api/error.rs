@@ -30,6 +30,17 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// The Idempotency-Key was used before by this caller with another
+    /// request body (422).
+    #[error(
+        "this Idempotency-Key was used with a different request; retry with the same request \
+         or send a new request under a new key"
+    )]
+    IdempotencyKeyReused,
+    /// The Idempotency-Key was used before by another caller (409): nothing
+    /// of theirs is named.
+    #[error("this Idempotency-Key is already in use; choose a key of your own")]
+    IdempotencyKeyTaken,
     #[error("the request body is too large")]
     TooLarge,
     /// The reply timeout passed; the turn goes on, and its reply can be
@@ -72,7 +83,8 @@ impl ApiError {
             Self::Unauthorized | Self::BadSignature => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Conflict(_) | Self::IdempotencyKeyTaken => StatusCode::CONFLICT,
+            Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -146,6 +158,8 @@ impl ApiError {
                 body["turn"] = json!(failure.turn);
                 body["reply_url"] = json!(turn_path(session_id, failure.turn));
             }
+            Self::IdempotencyKeyReused => body["code"] = json!("idempotency_key_reused"),
+            Self::IdempotencyKeyTaken => body["code"] = json!("idempotency_key_in_use"),
             _ => {}
         }
         body

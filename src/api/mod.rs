@@ -7,7 +7,8 @@
 //! and `GET /readyz` (readiness: 503 while the instance drains, so that a
 //! load balancer sends new requests elsewhere, while the database is
 //! unreachable or misses a migration, and while a configured platform
-//! adapter is not up; the body lists each adapter's state), and `GET
+//! adapter is not up; the body lists each adapter's state and each MCP
+//! server's, `starting`, `up` or `down`, which never makes it 503), and `GET
 //! /metrics` (Prometheus, unless `server.metrics = false`; see
 //! [`crate::metrics`]). The server keeps each conversation's history: a client
 //! names the conversation with the `X-Session-Id` header and sends only the
@@ -71,6 +72,8 @@ pub struct ApiState {
     /// Cancelled when a draining instance's grace period ends: callers
     /// still waiting for a reply then get 503, to retry elsewhere.
     pub drain_deadline: tokio_util::sync::CancellationToken,
+    /// The tools: the MCP servers' states, for `/readyz`.
+    pub tools: Arc<crate::tools::ToolRegistry>,
     /// The platform adapters' states, for `/readyz`.
     pub platforms: crate::platforms::PlatformStatus,
     /// Whether `GET /metrics` is served (`server.metrics`).
@@ -149,10 +152,17 @@ async fn health(State(state): State<Arc<ApiState>>) -> Response {
 /// "since": …, "failed_attempts": …, "last_error": …}}}`.
 async fn ready(State(state): State<Arc<ApiState>>) -> Response {
     let adapters = state.platforms.snapshot();
+    // Shown, never waited for: a server still starting (or down) only
+    // fails its own tools' calls.
+    let mcp = state
+        .tools
+        .mcp()
+        .map(|mcp| mcp.states())
+        .unwrap_or_default();
     let not_ready = |status: &str| {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": status, "adapters": adapters})),
+            Json(json!({"status": status, "adapters": adapters, "mcp": mcp})),
         )
             .into_response()
     };
@@ -177,7 +187,7 @@ async fn ready(State(state): State<Arc<ApiState>>) -> Response {
     if !adapters.values().all(|adapter| adapter.state.is_ready()) {
         return not_ready("adapters_not_ready");
     }
-    Json(json!({"status": "ok", "adapters": adapters})).into_response()
+    Json(json!({"status": "ok", "adapters": adapters, "mcp": mcp})).into_response()
 }
 
 /// The Prometheus exposition ([`crate::metrics`]): what this instance

@@ -13,12 +13,14 @@
 //! turn or gets its reply. Otherwise (no attempt, one that failed, one
 //! whose caller got the reply: the same words sent again, as "yes" may be)
 //! it is a new attempt and a new turn. An `Idempotency-Key` is used as it
-//! is, and always joins.
+//! is, and joins its first request's turn when it comes from the same
+//! caller with the same body ([`check_key`]; otherwise it is refused).
 
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
 
 use crate::domain::{InboundStatus, LocalPlatform, now_ms};
+use crate::store::KeyClaim;
 
 use super::caller::Caller;
 use super::{ApiError, ApiState, SESSION_HEADER};
@@ -96,6 +98,38 @@ pub async fn request_event(
         event_id,
         retry: false,
     })
+}
+
+/// Checks a request's `Idempotency-Key` (when it has one) against the
+/// request it was first used with, claiming it on first use: the same key
+/// from the same caller with the same body is a retry; with another body it
+/// is a 422, from another caller of the key's namespace a 409 that names
+/// nothing of theirs. Either refusal stores nothing.
+///
+/// # Errors
+/// Those refusals, a malformed key (400), or a database failure.
+pub async fn check_key(
+    state: &ApiState,
+    caller: &Caller,
+    sender: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(), ApiError> {
+    let Some(key) = super::completions::header_value(headers, "idempotency-key")? else {
+        return Ok(());
+    };
+    let fingerprint = hex::encode(Sha256::digest(body));
+    let claim = state
+        .store
+        .api()
+        .claim_idempotency_key(caller.account(), &key, sender, &fingerprint)
+        .await
+        .map_err(|err| ApiError::Internal(err.to_string()))?;
+    match claim {
+        KeyClaim::Same => Ok(()),
+        KeyClaim::OtherBody => Err(ApiError::IdempotencyKeyReused),
+        KeyClaim::OtherCaller => Err(ApiError::IdempotencyKeyTaken),
+    }
 }
 
 /// Records that the reply of turn `inbound_id` reached its caller, so that

@@ -30,6 +30,9 @@ pub async fn run(settings: &Settings) -> anyhow::Result<()> {
     let registry = crate::gateway::build_registry(settings, &tasks, &shutdown)
         .await
         .context("building the tools")?;
+    if let Some(mcp) = registry.mcp() {
+        mcp.wait_started(settings.mcp.startup_timeout).await;
+    }
     print!("{}", registry.listing());
     shutdown.cancel();
     Ok(())

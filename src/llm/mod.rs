@@ -160,6 +160,31 @@ impl LlmError {
         )
     }
 
+    /// Whether the provider refused the request as too long for the model:
+    /// OpenAI's `context_length_exceeded` ("maximum context length"),
+    /// Anthropic's "prompt is too long", or a 413.
+    pub fn is_too_long(&self) -> bool {
+        let Self::Rejected { status, message } = self else {
+            return false;
+        };
+        if *status == 413 {
+            return true;
+        }
+        let message = message.to_lowercase();
+        *status == 400
+            && [
+                "context_length_exceeded",
+                "maximum context length",
+                "context length",
+                "context window",
+                "prompt is too long",
+                "input is too long",
+                "too many tokens",
+            ]
+            .iter()
+            .any(|sign| message.contains(sign))
+    }
+
     /// The delay the provider asked for, if any.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
@@ -322,6 +347,26 @@ mod tests {
             status,
             message: "no".to_owned(),
         }
+    }
+
+    #[test]
+    fn refusals_as_too_long_are_told_apart_from_other_refusals() {
+        let rejected = |status, message: &str| LlmError::Rejected {
+            status,
+            message: message.to_owned(),
+        };
+        let openai = rejected(
+            400,
+            "This model's maximum context length is 128000 tokens. However, your messages \
+             resulted in 530000 tokens.",
+        );
+        let anthropic = rejected(400, "prompt is too long: 215000 tokens > 200000 maximum");
+        assert!(openai.is_too_long());
+        assert!(anthropic.is_too_long());
+        assert!(rejected(413, "request_too_large").is_too_long());
+        assert!(!rejected(400, "unsupported parameter: temperature").is_too_long());
+        assert!(!rejected(401, "prompt is too long").is_too_long());
+        assert!(!LlmError::Timeout.is_too_long());
     }
 
     #[test]

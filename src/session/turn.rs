@@ -415,7 +415,10 @@ impl TurnExecutor {
             && offers_memory(&session.toolset)
             && self.registry.get(MEMORY).is_some();
         policy.person_memory = person_memory.then(|| self.memory.clone());
-        let stored = context::apply(entries, compaction.as_ref());
+        let stored = crate::agent::shrink::bound_stored(
+            context::apply(entries, compaction.as_ref()),
+            &toolset,
+        );
         let spend = self.spend_limit(inbound.principal_id).await?;
         Ok(Prepared {
             session,

@@ -55,6 +55,17 @@ pub struct Attempt {
     pub answered: bool,
 }
 
+/// What a request's Idempotency-Key was first used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyClaim {
+    /// By this caller with this body (or never before): the request goes on.
+    Same,
+    /// By this caller with another body.
+    OtherBody,
+    /// By another caller of the namespace.
+    OtherCaller,
+}
+
 /// Candidates examined per lookup, most recent first: equal prefixes of
 /// different conversations (a common first message) are told apart by the
 /// reply that follows.
@@ -191,6 +202,56 @@ impl ApiViews<'_> {
             })
         })
         .transpose()
+    }
+
+    /// Claims the Idempotency-Key `key` of `account` for a request of
+    /// `sender` whose body has `fingerprint` (see migration 0051): the first
+    /// use stores them, a later one is compared with what was stored.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn claim_idempotency_key(
+        self,
+        account: &str,
+        key: &str,
+        sender: &str,
+        fingerprint: &str,
+    ) -> Result<KeyClaim, StoreError> {
+        let mut batch = Batch::new();
+        batch.push(
+            "INSERT INTO api_idempotency_keys \
+             (account, idempotency_key, sender, fingerprint, created_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (account, idempotency_key) DO NOTHING",
+            vec![
+                Arg::from(account),
+                Arg::from(key),
+                Arg::from(sender),
+                Arg::from(fingerprint),
+                Arg::from(now_ms()),
+            ],
+        );
+        self.store.write(batch).await?;
+        let row = sqlx::query(
+            "SELECT sender, fingerprint FROM api_idempotency_keys \
+             WHERE account = $1 AND idempotency_key = $2",
+        )
+        .bind(account)
+        .bind(key)
+        .fetch_optional(&mut *self.store.conn().await?)
+        .await?;
+        let Some(row) = row else {
+            // Pruned between the two statements: as good as new.
+            return Ok(KeyClaim::Same);
+        };
+        let (stored_sender, stored_fingerprint): (String, String) =
+            (row.try_get("sender")?, row.try_get("fingerprint")?);
+        Ok(if stored_sender != sender {
+            KeyClaim::OtherCaller
+        } else if stored_fingerprint != fingerprint {
+            KeyClaim::OtherBody
+        } else {
+            KeyClaim::Same
+        })
     }
 
     /// Records that the reply of turn `inbound_id` was handed to its API

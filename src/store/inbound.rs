@@ -601,6 +601,10 @@ impl Inbound<'_> {
             .bind(older_than_ms)
             .execute(&mut *tx)
             .await?;
+        sqlx::query("DELETE FROM api_idempotency_keys WHERE created_at < $1")
+            .bind(older_than_ms)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("DELETE FROM api_answered WHERE answered_at < $1")
             .bind(older_than_ms)
             .execute(&mut *tx)

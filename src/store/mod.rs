@@ -125,7 +125,7 @@ use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 use self::checkpoint::Checkpointer;
 
 pub use crate::domain::{InvalidSessionId, SessionId};
-pub use api_transcripts::{Attempt, TranscriptCandidate, TranscriptOwner};
+pub use api_transcripts::{Attempt, KeyClaim, TranscriptCandidate, TranscriptOwner};
 pub use api_views::{
     ApiScope, ApiSession, SessionCursor, TurnMessage, TurnRecord, VISIBLE_SEPARATOR,
 };

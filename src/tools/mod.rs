@@ -19,6 +19,7 @@
 
 pub mod approval;
 pub mod ask_user;
+pub mod bound;
 pub mod builtin;
 pub mod cache;
 pub mod calculator;
@@ -158,6 +159,13 @@ pub trait Tool: Send + Sync {
         ToolSource::BuiltIn
     }
 
+    /// The most characters one of its results may put into the
+    /// conversation, when it has a cap of its own (an MCP server's
+    /// `max_result_chars`); `None` (the default): `tools.max_result_chars`.
+    fn max_result_chars(&self) -> Option<usize> {
+        None
+    }
+
     /// Runs the tool. The returned object is what the model sees, after the
     /// loop adds `"success": true`.
     ///
@@ -184,6 +192,18 @@ pub struct ToolRegistry {
     mcp: Option<Arc<mcp::McpRegistry>>,
     /// Which tools ask first, and which are never offered.
     policy: Arc<approval::ApprovalPolicy>,
+    cap: ResultCap,
+}
+
+/// `tools.max_result_chars`: what a tool without a cap of its own may put
+/// into the conversation per result ([`bound`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ResultCap(usize);
+
+impl Default for ResultCap {
+    fn default() -> Self {
+        Self(bound::DEFAULT_MAX_RESULT_CHARS)
+    }
 }
 
 impl ToolRegistry {
@@ -195,6 +215,14 @@ impl ToolRegistry {
         let spec = tool.spec();
         self.tools
             .insert(tool.name().to_owned(), Registered { tool, spec });
+    }
+
+    /// Caps every tool's results at `max_chars` characters, unless the tool
+    /// has a cap of its own.
+    #[must_use]
+    pub fn with_max_result_chars(mut self, max_chars: usize) -> Self {
+        self.cap = ResultCap(max_chars);
+        self
     }
 
     /// Adds the MCP servers' tools.
@@ -247,7 +275,7 @@ impl ToolRegistry {
         tools.retain(|_, registered| {
             self.policy_of(registered.tool.as_ref()) != approval::Policy::Deny
         });
-        Toolset::from_map(tools)
+        Toolset::from_map(tools, self.cap)
     }
 
     /// What `switchboard tools` prints: every tool offered to a new session
@@ -339,7 +367,7 @@ impl ToolRegistry {
         if !unknown.is_empty() {
             tracing::warn!(?unknown, "tools that are not registered are left out");
         }
-        Toolset::from_map(tools)
+        Toolset::from_map(tools, self.cap)
     }
 }
 
@@ -348,15 +376,27 @@ impl ToolRegistry {
 pub struct Toolset {
     tools: BTreeMap<String, Registered>,
     specs: Arc<[ToolSpec]>,
+    cap: ResultCap,
 }
 
 impl Toolset {
-    fn from_map(tools: BTreeMap<String, Registered>) -> Self {
+    fn from_map(tools: BTreeMap<String, Registered>, cap: ResultCap) -> Self {
         let specs = tools
             .values()
             .map(|registered| registered.spec.clone())
             .collect();
-        Self { tools, specs }
+        Self { tools, specs, cap }
+    }
+
+    /// A result of the named tool as the conversation keeps it: cut to the
+    /// tool's cap, or `tools.max_result_chars` ([`bound`]).
+    #[must_use]
+    pub fn bounded_result(&self, name: &str, content: String) -> String {
+        let max_chars = self
+            .get(name)
+            .and_then(|tool| tool.max_result_chars())
+            .unwrap_or(self.cap.0);
+        bound::bounded(content, max_chars)
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
@@ -400,7 +440,7 @@ impl Toolset {
     pub fn without(&self, name: &str) -> Self {
         let mut tools = self.tools.clone();
         tools.remove(name);
-        Self::from_map(tools)
+        Self::from_map(tools, self.cap)
     }
 
     /// The subset with the given names (unknown names are ignored).
@@ -411,7 +451,7 @@ impl Toolset {
             .filter(|(name, _)| names.iter().any(|wanted| wanted.as_ref() == name.as_str()))
             .map(|(name, registered)| (name.clone(), registered.clone()))
             .collect();
-        Self::from_map(tools)
+        Self::from_map(tools, self.cap)
     }
 }
 

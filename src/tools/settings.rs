@@ -7,18 +7,50 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::domain::setting::{self, InvalidSetting};
+use crate::tools::bound::{DEFAULT_MAX_RESULT_CHARS, MIN_MAX_RESULT_CHARS};
 use crate::tools::http_get::HttpGetConfig;
 
 /// The longest `memory.max_entry_chars` allowed: facts are short, and every
 /// one of them is in each of the person's new system prompts.
 pub const MAX_MEMORY_ENTRY_CHARS: u32 = 4000;
 
-#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ToolSettings {
     pub http_get: HttpGetConfig,
+    /// The most characters one tool result may put into the conversation
+    /// (every tool: built-in, MCP, a sub-agent's answer); a longer one keeps
+    /// its beginning and a note saying how much was left out. An MCP server
+    /// may set its own (`[mcp.servers.NAME] max_result_chars`).
+    pub max_result_chars: usize,
     /// Which tool calls a person decides on first (`[tools.approval]`).
     pub approval: crate::tools::approval::ApprovalSettings,
+}
+
+impl Default for ToolSettings {
+    fn default() -> Self {
+        Self {
+            http_get: HttpGetConfig::default(),
+            max_result_chars: DEFAULT_MAX_RESULT_CHARS,
+            approval: crate::tools::approval::ApprovalSettings::default(),
+        }
+    }
+}
+
+impl ToolSettings {
+    /// Checks what parses but cannot be used.
+    ///
+    /// # Errors
+    /// A result cap below [`MIN_MAX_RESULT_CHARS`].
+    pub fn validate(&self) -> Result<(), InvalidSetting> {
+        if self.max_result_chars < MIN_MAX_RESULT_CHARS {
+            return Err(InvalidSetting::new(
+                "tools.max_result_chars",
+                format!("must be at least {MIN_MAX_RESULT_CHARS}"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Long-term memory: short facts per person (principal), written by the

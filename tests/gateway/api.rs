@@ -385,6 +385,100 @@ async fn an_idempotency_key_of_another_conversation_is_a_conflict() {
     app.stop().await;
 }
 
+/// Texts of every recorded API message, oldest first.
+async fn recorded_texts(app: &TestApp) -> Vec<String> {
+    sqlx::query_scalar("SELECT text FROM inbound WHERE platform = 'api' ORDER BY id")
+        .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("texts")
+}
+
+#[tokio::test]
+async fn the_same_idempotency_key_with_another_body_is_422_and_stores_nothing() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+    let send = |text: &str| {
+        app.http
+            .post(app.url("/v1/chat/completions"))
+            .header("Idempotency-Key", "order-7")
+            .json(&json!({"messages": [{"role": "user", "content": text}]}))
+            .send()
+    };
+
+    let first = send("buy one").await.expect("sent");
+    assert_eq!(first.status(), StatusCode::OK);
+    let first: Value = first.json().await.expect("json");
+    let changed = send("buy two").await.expect("sent");
+    let status = changed.status();
+    let changed: Value = changed.json().await.expect("json");
+    let retried = send("buy one").await.expect("sent");
+
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{changed}");
+    assert_eq!(changed["error"]["type"], "invalid_request_error");
+    assert_eq!(changed["error"]["code"], "idempotency_key_reused");
+    assert!(
+        changed["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Idempotency-Key") && m.contains("different request")),
+        "{changed}"
+    );
+    assert_eq!(
+        recorded_texts(&app).await,
+        ["buy one"],
+        "the refused request stored nothing"
+    );
+    assert_eq!(llm.requests().len(), 1, "and started no turn");
+    assert_eq!(
+        retried.status(),
+        StatusCode::OK,
+        "the first body still retries"
+    );
+    let retried: Value = retried.json().await.expect("json");
+    assert_eq!(retried["id"], first["id"]);
+    assert_eq!(retried["choices"][0]["message"]["content"], "echo: buy one");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn another_callers_idempotency_key_is_409_naming_nothing_of_theirs() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+    let send = |user: &str| {
+        app.http
+            .post(app.url("/v1/chat/completions"))
+            .header("Idempotency-Key", "shared-key")
+            .json(&json!({"user": user, "messages": [{"role": "user", "content": "hello"}]}))
+            .send()
+    };
+
+    let alice = send("alice").await.expect("sent");
+    assert_eq!(alice.status(), StatusCode::OK);
+    let alice_session = alice.headers()["x-session-id"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    let bob = send("bob").await.expect("sent");
+    let status = bob.status();
+    let bob_header = bob.headers().get("x-session-id").cloned();
+    let bob_body = bob.text().await.expect("body");
+
+    assert_eq!(status, StatusCode::CONFLICT, "{bob_body}");
+    assert!(
+        !bob_body.contains(&alice_session),
+        "nothing of alice's is named: {bob_body}"
+    );
+    assert!(bob_header.is_none(), "no session header either");
+    let body: Value = serde_json::from_str(&bob_body).expect("json");
+    assert_eq!(body["error"]["code"], "idempotency_key_in_use");
+    assert_eq!(
+        recorded_texts(&app).await,
+        ["hello"],
+        "bob's request stored nothing"
+    );
+    assert_eq!(llm.requests().len(), 1);
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn commands_are_answered_without_the_model() {
     let llm = FakeLlm::echo().await;

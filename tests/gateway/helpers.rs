@@ -180,14 +180,20 @@ impl TestApp {
     }
 
     /// Starts the gateway with exactly these settings, and waits until its
-    /// platform adapters are up.
+    /// platform adapters are up and its MCP servers have started (or failed
+    /// to, within their start timeout), so the first session is offered
+    /// their tools.
     pub async fn start(settings: Settings, dir: tempfile::TempDir) -> Self {
+        let startup_timeout = settings.mcp.startup_timeout;
         let app = Self::start_unready(settings, dir).await;
         let status = app.gateway.platform_status.clone();
         eventually("the platform adapters to be up", || {
             std::future::ready(status.all_ready())
         })
         .await;
+        if let Some(mcp) = app.gateway.tools.mcp() {
+            mcp.wait_started(startup_timeout).await;
+        }
         app
     }
 

@@ -36,6 +36,7 @@ mod memory;
 mod metrics;
 mod openai_client;
 mod outbox;
+mod oversized;
 mod platform_lease;
 mod platforms;
 mod prefix;

@@ -20,7 +20,7 @@ use crate::helpers::{
 
 /// The `[mcp.servers.fake]` settings of the stdio server, logging its calls
 /// to `log` (and listing the extra tools of `extra`).
-fn stdio_server(log: &Path, extra: Option<&Path>) -> McpServerSettings {
+pub(crate) fn stdio_server(log: &Path, extra: Option<&Path>) -> McpServerSettings {
     let mut args = vec!["--log".to_owned(), log.display().to_string()];
     if let Some(extra) = extra {
         args.extend(["--extra".to_owned(), extra.display().to_string()]);
@@ -33,7 +33,7 @@ fn stdio_server(log: &Path, extra: Option<&Path>) -> McpServerSettings {
     }
 }
 
-fn with_server(settings: &mut Settings, server: McpServerSettings) {
+pub(crate) fn with_server(settings: &mut Settings, server: McpServerSettings) {
     settings.mcp.servers.insert("fake".to_owned(), server);
     settings.mcp.restart_base = std::time::Duration::from_millis(50);
     settings.mcp.restart_max = std::time::Duration::from_secs(1);
@@ -591,4 +591,140 @@ async fn switchboard_tools_lists_every_tool_with_its_source() {
         "denied tools are not listed"
     );
     assert!(stdout.contains("fake: up; 8 tools listed"), "{stdout}");
+}
+
+/// Starts `switchboard serve` in `dir` with `config/switchboard.toml` there
+/// naming the MCP server `fake` started by `script`, against `llm`.
+async fn serve_with_mcp_script(
+    dir: &Path,
+    script: &Path,
+    llm: &FakeLlm,
+) -> crate::helpers::ServeProcess {
+    let config = dir.join("config");
+    std::fs::create_dir_all(&config).expect("config folder");
+    std::fs::write(
+        config.join("switchboard.toml"),
+        format!(
+            "[mcp]\nrestart_base_ms = 50\n\n[mcp.servers.fake]\ncommand = {:?}\n",
+            script.display().to_string()
+        ),
+    )
+    .expect("config written");
+    let base_url = llm.openai_base();
+    crate::helpers::ServeProcess::start(
+        dir,
+        &[
+            ("SWITCHBOARD__LLM__BASE_URL", base_url.as_str()),
+            ("OPENAI_API_KEY", "sk-test"),
+            ("RUST_LOG", "warn"),
+        ],
+        false,
+    )
+    .await
+}
+
+/// `/readyz`: its status code and body.
+async fn readyz(base: &str) -> (u16, Value) {
+    let response = reqwest::get(format!("{base}/readyz"))
+        .await
+        .expect("readyz");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("json"))
+}
+
+/// Sends `text` to the session (a new one when `None`): the session id and
+/// the reply.
+async fn say_to(base: &str, session: Option<&str>, text: &str) -> (String, String) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": text}]}));
+    if let Some(session) = session {
+        request = request.header("X-Session-Id", session);
+    }
+    let response = request.send().await.expect("sent");
+    let session = response.headers()["x-session-id"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    let body: Value = response.json().await.expect("json");
+    let reply = body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a reply: {body}"))
+        .to_owned();
+    (session, reply)
+}
+
+#[tokio::test]
+async fn a_hanging_mcp_server_holds_neither_the_start_nor_the_turns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("calls.log");
+    let hang = dir.path().join("hang");
+    // The server: the fake one, or (once `hang` exists) a program that never
+    // answers MCP's initialisation.
+    let script = dir.path().join("fake-mcp.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nif [ -e {hang:?} ]; then exec sleep 600; fi\nexec {:?} --log {log:?}\n",
+            fake_mcp_binary().display().to_string(),
+            hang = hang.display().to_string(),
+            log = log.display().to_string(),
+        ),
+    )
+    .expect("script written");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .expect("executable");
+    }
+    let llm = FakeLlm::start(caller).await;
+
+    // A first run: the server is up, and a session is offered its tools.
+    let first = serve_with_mcp_script(dir.path(), &script, &llm).await;
+    eventually("the MCP server to be up", || async {
+        readyz(first.base_url()).await.1["mcp"]["fake"] == "up"
+    })
+    .await;
+    let (session, echoed) =
+        say_to(first.base_url(), None, r#"call fake__echo {"text": "up"}"#).await;
+    assert_eq!(result_of(&echoed), json!({"result": "up", "success": true}));
+    first.stop().await;
+
+    // The next run: the server hangs at start (for the whole default 30 s
+    // start timeout, then again after each restart).
+    std::fs::write(&hang, "").expect("hang flag");
+    let started = std::time::Instant::now();
+    let second = serve_with_mcp_script(dir.path(), &script, &llm).await;
+    let (status, ready) = readyz(second.base_url()).await;
+    let answered_after = started.elapsed();
+
+    assert!(
+        answered_after < std::time::Duration::from_secs(1),
+        "/healthz and /readyz answer at once, not after the MCP start timeout: {answered_after:?}"
+    );
+    assert_eq!(
+        status, 200,
+        "a starting MCP server does not make the instance unready: {ready}"
+    );
+    assert_eq!(ready["status"], "ok");
+    assert_eq!(ready["mcp"]["fake"], "starting", "{ready}");
+
+    // The session offered the server's tools gets an error result at once.
+    let asked = std::time::Instant::now();
+    let (_, unavailable) = say_to(
+        second.base_url(),
+        Some(&session),
+        r#"call fake__echo {"text": "down"}"#,
+    )
+    .await;
+    let result = result_of(&unavailable);
+    assert_eq!(result["success"], false);
+    assert!(
+        result["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("`fake` is not available (starting)")),
+        "{result}"
+    );
+    assert!(asked.elapsed() < std::time::Duration::from_secs(5));
+    second.stop().await;
 }

@@ -58,7 +58,8 @@ impl McpRegistry {
     }
 
     /// Waits until every server has started once or failed to, at most
-    /// `timeout`, so the first sessions are offered their tools.
+    /// `timeout` (`switchboard tools`, before it lists them; `serve` does
+    /// not wait).
     pub async fn wait_started(&self, timeout: Duration) {
         let all = self.servers.values().map(|server| {
             let mut status = server.watch();
@@ -71,6 +72,15 @@ impl McpRegistry {
             }
         });
         let _ = tokio::time::timeout(timeout, futures::future::join_all(all)).await;
+    }
+
+    /// Each server's state for `/readyz`, by name: `starting` until its
+    /// first start succeeds or fails, then `up` or `down` (being restarted).
+    pub fn states(&self) -> BTreeMap<String, &'static str> {
+        self.servers
+            .iter()
+            .map(|(name, server)| (name.clone(), server.status().state()))
+            .collect()
     }
 
     /// Every server's status, by name.

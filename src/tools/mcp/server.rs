@@ -48,6 +48,23 @@ pub struct ServerStatus {
     pub error: Option<String>,
 }
 
+impl ServerStatus {
+    /// `up`, `starting` (never started, first attempt under way) or `down`.
+    #[must_use]
+    pub fn state(&self) -> &'static str {
+        if self.up {
+            "up"
+        } else if self.starts == 0 && self.error.as_deref() == Some(STARTING) {
+            "starting"
+        } else {
+            "down"
+        }
+    }
+}
+
+/// The down reason of a server whose first start is under way.
+const STARTING: &str = "starting";
+
 /// The part of a server its tools share: the live connection, if any.
 pub(super) struct Link {
     pub(super) server: String,
@@ -148,7 +165,7 @@ impl McpServer {
             up: false,
             starts: 0,
             tools: 0,
-            error: Some("starting".to_owned()),
+            error: Some(STARTING.to_owned()),
         });
         Arc::new(Self {
             name: name.to_owned(),
@@ -156,7 +173,7 @@ impl McpServer {
             link: Arc::new(Link {
                 server: name.to_owned(),
                 peer: Mutex::new(None),
-                down_reason: Mutex::new("starting".to_owned()),
+                down_reason: Mutex::new(STARTING.to_owned()),
             }),
             tools: RwLock::new(Arc::from(Vec::new())),
             status,

@@ -105,6 +105,9 @@ pub struct McpServerSettings {
     /// (a person decides each call) or `"deny"` (not offered);
     /// `tools.approval`'s lists win over it.
     pub approval: Option<crate::tools::approval::Policy>,
+    /// The most characters one of this server's tool results may put into
+    /// the conversation, instead of `tools.max_result_chars`.
+    pub max_result_chars: Option<usize>,
 }
 
 impl McpServerSettings {
@@ -168,6 +171,15 @@ impl McpSettings {
                     ));
                 }
                 _ => return Err(reason("needs `command` (stdio) or `url` (streamable HTTP)")),
+            }
+            if server
+                .max_result_chars
+                .is_some_and(|max| max < crate::tools::bound::MIN_MAX_RESULT_CHARS)
+            {
+                return Err(reason(&format!(
+                    "`max_result_chars` must be at least {}",
+                    crate::tools::bound::MIN_MAX_RESULT_CHARS
+                )));
             }
             if server.command.is_some() && !server.headers.is_empty() {
                 return Err(reason("`headers` are for `url` servers"));

@@ -21,6 +21,8 @@ pub struct McpTool {
     /// `SERVER__tool`, the server's description and schema, verbatim.
     spec: ToolSpec,
     cache: Option<CachePolicy>,
+    /// The server's `max_result_chars`, when set.
+    max_result_chars: Option<usize>,
 }
 
 impl McpTool {
@@ -58,6 +60,7 @@ impl McpTool {
             remote,
             spec,
             cache,
+            max_result_chars: settings.max_result_chars,
         }
     }
 
@@ -95,6 +98,10 @@ impl Tool for McpTool {
 
     fn source(&self) -> ToolSource {
         ToolSource::Mcp(self.link.server.clone())
+    }
+
+    fn max_result_chars(&self) -> Option<usize> {
+        self.max_result_chars
     }
 
     async fn call(&self, _ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {

@@ -3,7 +3,8 @@
 //! or served over streamable HTTP on 127.0.0.1 inside the test
 //! ([`serve_http`]).
 //!
-//! Tools: `echo {text}` (gives the text back), `add {a, b}` (structured
+//! Tools: `echo {text}` (gives the text back, `repeat` times when the
+//! call says so: a result of any size), `add {a, b}` (structured
 //! `{"sum": …}`), `fail {}` (an `isError` result), `slow {secs}` (sleeps,
 //! noting a cancellation), `crash {}` (exits the process mid-call), `freeze
 //! {}` (stops the process with SIGSTOP: a hung server), `header {name}` (a
@@ -200,7 +201,14 @@ impl ServerHandler for FakeMcp {
             }
             _ => {
                 let said = args.get("text").and_then(Value::as_str).unwrap_or_default();
-                Ok(text(said))
+                // `repeat` (not in the schema): the text that many times, a
+                // result as large as a test needs.
+                let times = args
+                    .get("repeat")
+                    .and_then(Value::as_u64)
+                    .and_then(|times| usize::try_from(times).ok())
+                    .unwrap_or(1);
+                Ok(text(&said.repeat(times)))
             }
         }
     }
