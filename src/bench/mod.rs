@@ -85,6 +85,13 @@ pub struct BenchReport {
     pub p50: Duration,
     pub p99: Duration,
     pub cpu_per_turn: Duration,
+    /// Of which in user space and in the kernel.
+    pub user_cpu_per_turn: Duration,
+    pub system_cpu_per_turn: Duration,
+    /// Read and write system calls (`read`, `pread64`, `write`,
+    /// `pwrite64`… as `/proc/self/io` counts them) per measured turn; `None`
+    /// where the file is missing.
+    pub io_calls_per_turn: Option<(f64, f64)>,
     pub first_turn: Duration,
     pub idle_rss_kib: u64,
     pub peak_rss_kib: u64,
@@ -220,6 +227,8 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         })
     });
     let traffic_before = gateway.store.stats();
+    let io_before = io_calls();
+    let (user_before, system_before) = cpu_times();
     let cpu_before = cpu_time();
     let wall = Instant::now();
     let turns = options.turns;
@@ -247,6 +256,8 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     }
     let elapsed = wall.elapsed();
     let cpu = cpu_time().saturating_sub(cpu_before);
+    let (user_after, system_after) = cpu_times();
+    let io_after = io_calls();
     let traffic = gateway.store.stats().since(traffic_before);
     sampling.cancel();
     let end_bytes = wal_path
@@ -291,6 +302,17 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         p50: percentile(0.50),
         p99: percentile(0.99),
         cpu_per_turn: cpu / u32::try_from(turns.max(1)).unwrap_or(u32::MAX),
+        user_cpu_per_turn: user_after.saturating_sub(user_before)
+            / u32::try_from(turns.max(1)).unwrap_or(u32::MAX),
+        system_cpu_per_turn: system_after.saturating_sub(system_before)
+            / u32::try_from(turns.max(1)).unwrap_or(u32::MAX),
+        io_calls_per_turn: io_before.zip(io_after).map(|((r0, w0), (r1, w1))| {
+            let turns = turns.max(1) as f64;
+            (
+                r1.saturating_sub(r0) as f64 / turns,
+                w1.saturating_sub(w0) as f64 / turns,
+            )
+        }),
         first_turn,
         idle_rss_kib,
         peak_rss_kib: rss_kib("VmHWM:"),
@@ -346,7 +368,19 @@ impl fmt::Display for BenchReport {
                 ms(p99)
             )?;
         }
-        writeln!(f, "  CPU per turn       {:.3} ms", ms(self.cpu_per_turn))?;
+        writeln!(
+            f,
+            "  CPU per turn       {:.3} ms ({:.3} user, {:.3} system)",
+            ms(self.cpu_per_turn),
+            ms(self.user_cpu_per_turn),
+            ms(self.system_cpu_per_turn)
+        )?;
+        if let Some((reads, writes)) = self.io_calls_per_turn {
+            writeln!(
+                f,
+                "  I/O calls per turn {reads:.1} reads, {writes:.1} writes"
+            )?;
+        }
         writeln!(f, "  first turn         {:.3} ms", ms(self.first_turn))?;
         let per_turn = |count: u64| count as f64 / self.turns.max(1) as f64;
         writeln!(
@@ -719,17 +753,35 @@ fn tempfile_dir() -> Result<std::path::PathBuf, BenchError> {
 
 /// User plus system CPU time of this process.
 fn cpu_time() -> Duration {
+    let (user, system) = cpu_times();
+    user + system
+}
+
+/// The read and write system calls this process made (`syscr`, `syscw` of
+/// `/proc/self/io`); `None` where it is not available.
+fn io_calls() -> Option<(u64, u64)> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    let field = |name: &str| {
+        io.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|value| value.trim().parse().ok())
+    };
+    Some((field("syscr:")?, field("syscw:")?))
+}
+
+/// User and system CPU time of this process.
+fn cpu_times() -> (Duration, Duration) {
     // SAFETY: getrusage only writes into the struct we pass.
     let mut usage = unsafe { std::mem::zeroed::<libc::rusage>() };
     // SAFETY: RUSAGE_SELF is valid and `usage` is a valid, writable rusage.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &raw mut usage) } != 0 {
-        return Duration::ZERO;
+        return (Duration::ZERO, Duration::ZERO);
     }
     let to_duration = |tv: libc::timeval| {
         Duration::from_secs(u64::try_from(tv.tv_sec).unwrap_or(0))
             + Duration::from_micros(u64::try_from(tv.tv_usec).unwrap_or(0))
     };
-    to_duration(usage.ru_utime) + to_duration(usage.ru_stime)
+    (to_duration(usage.ru_utime), to_duration(usage.ru_stime))
 }
 
 /// A memory figure from /proc/self/status in KiB (0 where unavailable).

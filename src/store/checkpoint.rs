@@ -12,8 +12,9 @@
 //! copied, and under sustained load a new commit always lands between a
 //! checkpoint and the next write, so the WAL would grow without bound (1.3 GB
 //! after 6,000 turns in 16 s, and a restart after a crash then replays it
-//! all). So the task watches the WAL file (one `stat` every [`POLL`]): when
-//! it was written to, a passive checkpoint copies the new frames without
+//! all). So the task looks every [`POLL`] at the writer's count of writes
+//! (a counter, no system call; an idle store costs nothing): when it was
+//! written to, a passive checkpoint copies the new frames without
 //! blocking anyone and says how long the log is; once that passes
 //! [`WAL_LIMIT`], a `RESTART` checkpoint takes the write lock for the few
 //! frames left, finds no reader on the old log, and so makes the next commit
@@ -72,6 +73,12 @@ pub(super) const BACKSTOP: u64 = 3 * WAL_LIMIT;
 const BACKSTOP_PATIENCE: Duration = Duration::from_secs(10);
 const BACKSTOP_RETRY: Duration = Duration::from_millis(2);
 
+/// The writer looks at the WAL file's size (one `stat`) at every this many
+/// writes, not at each: a turn is about seven commits of a few KiB, so the
+/// file grows at most a few hundred KiB past [`BACKSTOP`] between looks,
+/// far under [`FILE_LIMIT`].
+const BACKSTOP_EVERY: u64 = 16;
+
 /// How long a restarting checkpoint waits for the writer's batch in hand
 /// and for readers to leave the old log before giving up until the next
 /// poll. Commits wait behind it meanwhile, so it is short.
@@ -100,6 +107,11 @@ struct Counters {
     /// The WAL file's size when the writer last looked (see
     /// [`Checkpointer::before_write`]).
     writer_seen_bytes: AtomicU64,
+    /// Writes checked out on the writer since the store was opened: the
+    /// background task checkpoints only when it moved, so an idle store
+    /// makes no system call, and the writer looks at the file's size only
+    /// at every [`BACKSTOP_EVERY`]-th write.
+    writes: AtomicU64,
     /// Where the frame count stood at the last checkpoint, whoever ran it.
     /// A std mutex: held to add up one checkpoint, never across an await.
     tally: std::sync::Mutex<Tally>,
@@ -164,6 +176,7 @@ impl Checkpointer {
             Task {
                 conn,
                 wal: wal.clone(),
+                wal_file: None,
                 writer,
                 reader,
                 counters: Arc::clone(&counters),
@@ -190,6 +203,10 @@ impl Checkpointer {
     /// the file stays within [`BACKSTOP`] and one commit, under
     /// [`FILE_LIMIT`], whatever the background task manages.
     pub(super) async fn before_write(&self, writer: &mut AnyConnection) {
+        let writes = self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        if !writes.is_multiple_of(BACKSTOP_EVERY) {
+            return;
+        }
         let size = std::fs::metadata(&self.wal).map_or(0, |m| m.len());
         let seen = self
             .counters
@@ -204,7 +221,7 @@ impl Checkpointer {
         // meanwhile; the write waits, which is the backpressure wanted.
         let deadline = tokio::time::Instant::now() + BACKSTOP_PATIENCE;
         loop {
-            let sequence = wal_sequence(&self.wal);
+            let sequence = wal_sequence(&mut None, &self.wal);
             let finished = match sqlx::query("PRAGMA wal_checkpoint(RESTART)")
                 .fetch_one(&mut *writer)
                 .await
@@ -286,6 +303,9 @@ struct Tally {
 struct Task {
     conn: AnyConnection,
     wal: PathBuf,
+    /// The WAL file, kept open to read its header at each checkpoint
+    /// without opening it again; opened on first use.
+    wal_file: Option<std::fs::File>,
     writer: SharedConn,
     reader: SharedConn,
     counters: Arc<Counters>,
@@ -297,23 +317,31 @@ const READER_WAIT: Duration = Duration::from_millis(5);
 async fn run(mut task: Task, stop: CancellationToken) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + POLL, POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_modified = None;
+    let mut last_writes = task.counters.writes.load(Ordering::Relaxed);
     let mut last_size = 0;
     let mut last_passive = tokio::time::Instant::now();
+    // Whether a write was seen since the last checkpoint began: one more
+    // passive checkpoint then copies what the last write committed after.
+    let mut pending = true;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             () = stop.cancelled() => break,
         }
-        let (size, modified) =
-            std::fs::metadata(&task.wal).map_or((0, None), |m| (m.len(), m.modified().ok()));
+        // Written to since the last poll (the writer counts its checkouts,
+        // so an idle store costs no `stat`): then a passive checkpoint
+        // copies the new frames and says how long the log is.
+        let writes = task.counters.writes.load(Ordering::Relaxed);
+        let busy = writes != last_writes;
+        last_writes = writes;
+        if !(busy || pending && last_passive.elapsed() >= EVERY) {
+            continue;
+        }
+        pending = busy;
+        let size = task.wal_file_size();
         task.counters
             .peak_file_bytes
             .fetch_max(size, Ordering::Relaxed);
-        // Written to since the last poll: then a passive checkpoint copies
-        // the new frames and says how long the log is.
-        let busy = modified != last_modified;
-        last_modified = modified;
         // A file growing past the limit holds a log at least that long (the
         // log is written from the start of the file): restart it at once,
         // rather than after a passive checkpoint that copies while the
@@ -321,13 +349,9 @@ async fn run(mut task: Task, stop: CancellationToken) {
         // file reach several times its bound).
         let growing_past_limit = size > WAL_LIMIT && size > last_size;
         last_size = size;
-        if growing_past_limit {
-            if restart(&mut task).await {
-                task.counters.restarts.fetch_add(1, Ordering::Relaxed);
-                last_passive = tokio::time::Instant::now();
-                continue;
-            }
-        } else if !busy && last_passive.elapsed() < EVERY {
+        if growing_past_limit && restart(&mut task).await {
+            task.counters.restarts.fetch_add(1, Ordering::Relaxed);
+            last_passive = tokio::time::Instant::now();
             continue;
         }
         last_passive = tokio::time::Instant::now();
@@ -341,6 +365,23 @@ async fn run(mut task: Task, stop: CancellationToken) {
     }
     if let Err(err) = task.conn.close().await {
         tracing::warn!(error = %err, "closing the checkpoint connection failed");
+    }
+}
+
+impl Task {
+    /// The WAL file's size (0 when it cannot be read), through the handle
+    /// kept open when there is one.
+    fn wal_file_size(&mut self) -> u64 {
+        if self.wal_file.is_none() {
+            self.wal_file = std::fs::File::open(&self.wal).ok();
+        }
+        match self.wal_file.as_ref().map(std::fs::File::metadata) {
+            Some(Ok(meta)) => meta.len(),
+            _ => {
+                self.wal_file = None;
+                0
+            }
+        }
     }
 }
 
@@ -363,7 +404,7 @@ async fn restart(task: &mut Task) -> bool {
 /// the log again) and how long the log is, or `None` when it failed.
 async fn checkpoint(task: &mut Task, mode: &str) -> Option<(bool, u64)> {
     // Read before the checkpoint: a restart after it is counted next time.
-    let sequence = wal_sequence(&task.wal);
+    let sequence = wal_sequence(&mut task.wal_file, &task.wal);
     let row = match sqlx::query(&format!("PRAGMA wal_checkpoint({mode})"))
         .fetch_one(&mut task.conn)
         .await
@@ -388,13 +429,18 @@ async fn checkpoint(task: &mut Task, mode: &str) -> Option<(bool, u64)> {
 
 /// The checkpoint sequence number in the WAL file's header (bytes 12..16,
 /// big-endian), which SQLite bumps each time the log starts again.
-fn wal_sequence(wal: &std::path::Path) -> Option<u32> {
-    use std::io::Read;
+/// `file` is the WAL kept open (opened here when `None`).
+fn wal_sequence(file: &mut Option<std::fs::File>, wal: &std::path::Path) -> Option<u32> {
+    use std::os::unix::fs::FileExt;
     let mut header = [0_u8; 16];
-    std::fs::File::open(wal)
-        .ok()?
-        .read_exact(&mut header)
-        .ok()?;
+    if file.is_none() {
+        *file = std::fs::File::open(wal).ok();
+    }
+    if file.as_ref()?.read_exact_at(&mut header, 0).is_err() {
+        // Cut short or gone: open it afresh next time.
+        *file = None;
+        return None;
+    }
     let bytes: [u8; 4] = header.get(12..16)?.try_into().ok()?;
     Some(u32::from_be_bytes(bytes))
 }
