@@ -340,12 +340,18 @@ fn split(view: &[WireEntry], keep: usize) -> Option<Split> {
         .filter(|(_, entry)| matches!(entry.message, ChatMessage::User { .. }))
         .map(|(index, _)| index)
         .collect();
-    // Too few turns to keep `keep` of them verbatim (a short conversation
-    // whose entries are large): everything after the pinned message is
-    // summarised.
+    // Too few turns to keep `keep` of them verbatim: a short conversation
+    // with tool results (whose entries may be large) is summarised whole
+    // after the pinned message; one of plain chat is too short.
     let cut = match turn_starts.len().checked_sub(keep) {
         Some(first_kept) if first_kept > 0 => turn_starts[first_kept],
-        _ => view.len(),
+        _ if view[pinned + 1..]
+            .iter()
+            .any(|entry| matches!(entry.message, ChatMessage::Tool { .. })) =>
+        {
+            view.len()
+        }
+        _ => return None,
     };
     (cut > pinned + 1).then_some(Split {
         pinned,
@@ -499,7 +505,12 @@ mod tests {
                 kept: None,
                 cut: 8
             }),
-            "too few turns to keep two: all of them after the pinned one are summarised"
+            "too few turns to keep two, with a tool result: all after the pinned one summarised"
+        );
+        assert_eq!(
+            split(&view[..3], 2),
+            None,
+            "plain chat that short is too short"
         );
         assert_eq!(
             split(&view[..1], 1),

@@ -248,3 +248,72 @@ async fn a_long_task_is_compacted_while_it_runs_keeping_its_goal_and_whole_round
     );
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_failed_summary_call_leaves_the_conversation_as_it_was_and_the_next_turn_works() {
+    // The summary call fails (a 500 every time it is asked) until the
+    // summariser is back; every other call answers.
+    let failing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let fail = std::sync::Arc::clone(&failing);
+    let llm = FakeLlm::start(move |body| {
+        if is_summary_request(body) && fail.load(std::sync::atomic::Ordering::SeqCst) {
+            Reply::Status(500, "the summariser is down".to_owned())
+        } else {
+            chatty(body)
+        }
+    })
+    .await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        s.context.window_tokens = 1000;
+        s.context.keep_recent_turns = 1;
+        s.agent.tools = Vec::new();
+        s.llm.retry_base = std::time::Duration::from_millis(1);
+    })
+    .await;
+    let (session, _) = app.say(None, "turn 0: the goal").await;
+    let mut replies = Vec::new();
+    for turn in 1..6 {
+        let (_, reply) = app.say(Some(&session), &format!("turn {turn}")).await;
+        replies.push(reply);
+    }
+    let (_, by_hand) = app.say(Some(&session), "/compact").await;
+
+    let summaries = llm
+        .requests()
+        .iter()
+        .filter(|r| is_summary_request(&r.json()))
+        .count();
+    assert!(summaries >= 1, "compaction was attempted: {summaries}");
+    for (turn, reply) in replies.iter().enumerate() {
+        assert!(
+            reply.starts_with(&format!("echo: turn {}", turn + 1)),
+            "each turn answered from the uncompacted history: {reply}"
+        );
+    }
+    assert_eq!(by_hand, "Compaction failed; the conversation is unchanged.");
+    assert_eq!(app.count("compactions").await, 0, "nothing half-written");
+    let last = conversation_requests(&llm)
+        .last()
+        .expect("a request")
+        .1
+        .clone();
+    assert!(
+        !last
+            .to_string()
+            .contains("[Summary of the earlier conversation]"),
+        "the history was sent whole"
+    );
+    assert_eq!(last["messages"][1]["content"], "turn 0: the goal");
+
+    // The next turn works; once the summariser is back, compaction does.
+    let (_, reply) = app.say(Some(&session), "turn 6").await;
+    assert!(reply.starts_with("echo: turn 6"), "{reply}");
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (_, again) = app.say(Some(&session), "/compact").await;
+    assert_eq!(
+        again,
+        "Older messages were summarised; the full history stays stored."
+    );
+    assert_eq!(app.count("compactions").await, 1);
+    app.stop().await;
+}
