@@ -29,6 +29,25 @@ fn calculate_then_report(body: &Value) -> Reply {
     }
 }
 
+/// A model that asks the user (`ask_user` with `arguments`) and, given the
+/// answer, replies `{prefix} {result}`.
+fn ask_then_report(body: &Value, arguments: &str, prefix: &str) -> Reply {
+    if last_is_tool_result(body) {
+        let messages = body["messages"].as_array().expect("messages");
+        let result = messages
+            .last()
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default();
+        Reply::Text(format!("{prefix} {result}"))
+    } else {
+        Reply::Tools(vec![(
+            "q1".to_owned(),
+            "ask_user".to_owned(),
+            arguments.to_owned(),
+        )])
+    }
+}
+
 async fn asking_app(llm: &FakeLlm, timeout_secs: u64) -> TestApp {
     TestApp::spawn_with(llm, |settings| {
         settings.tools.approval.ask = vec!["calc*".to_owned()];
@@ -234,20 +253,11 @@ async fn stop_ends_a_parked_turn_and_a_later_message_waits_its_turn() {
 #[tokio::test]
 async fn ask_user_parks_until_the_person_answers() {
     let llm = FakeLlm::start(|body| {
-        if last_is_tool_result(body) {
-            let messages = body["messages"].as_array().expect("messages");
-            let result = messages
-                .last()
-                .and_then(|m| m["content"].as_str())
-                .unwrap_or_default();
-            Reply::Text(format!("you chose: {result}"))
-        } else {
-            Reply::Tools(vec![(
-                "q1".to_owned(),
-                "ask_user".to_owned(),
-                r#"{"question":"Which colour?","choices":["red","blue"]}"#.to_owned(),
-            )])
-        }
+        ask_then_report(
+            body,
+            r#"{"question":"Which colour?","choices":["red","blue"]}"#,
+            "you chose:",
+        )
     })
     .await;
     let app = asking_app(&llm, 3600).await;
@@ -352,20 +362,7 @@ async fn on_telegram_the_question_has_buttons_a_tap_decides_and_forged_taps_chan
 #[tokio::test]
 async fn a_question_is_answered_by_the_persons_next_message() {
     let llm = FakeLlm::start(|body| {
-        if last_is_tool_result(body) {
-            let messages = body["messages"].as_array().expect("messages");
-            let result = messages
-                .last()
-                .and_then(|m| m["content"].as_str())
-                .unwrap_or_default();
-            Reply::Text(format!("noted: {result}"))
-        } else {
-            Reply::Tools(vec![(
-                "q1".to_owned(),
-                "ask_user".to_owned(),
-                r#"{"question":"What is your budget?"}"#.to_owned(),
-            )])
-        }
+        ask_then_report(body, r#"{"question":"What is your budget?"}"#, "noted:")
     })
     .await;
     let app = asking_app(&llm, 3600).await;

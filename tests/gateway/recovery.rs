@@ -72,6 +72,25 @@ async fn wait_until_answered(app: &TestApp) -> String {
     .await
 }
 
+/// A model that delegates long work whose sub-agent never answers in
+/// time, and answers `answer` once given the delegation's result.
+fn delegate_forever(body: &Value, answer: &str) -> Reply {
+    let sub_agent = body["messages"][0]["content"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("You are a sub-agent"));
+    if sub_agent {
+        Reply::Status(500, "never reached in time".to_owned())
+    } else if last_is_tool_result(body) {
+        Reply::Text(answer.to_owned())
+    } else {
+        Reply::Tools(vec![(
+            "call_d".to_owned(),
+            "delegate".to_owned(),
+            r#"{"task":"long work"}"#.to_owned(),
+        )])
+    }
+}
+
 fn last_tool_result(body: &Value) -> Value {
     let messages = body["messages"].as_array().expect("messages");
     let last = messages.last().expect("message");
@@ -83,22 +102,7 @@ async fn a_non_idempotent_call_caught_running_gets_an_outcome_unknown_result() {
     // The top agent delegates; the sub-agent's model call never returns
     // before the crash.
     let llm = FakeLlm::start_with_delay(
-        |body| {
-            let sub_agent = body["messages"][0]["content"]
-                .as_str()
-                .is_some_and(|s| s.starts_with("You are a sub-agent"));
-            if sub_agent {
-                Reply::Status(500, "never reached in time".to_owned())
-            } else if last_is_tool_result(body) {
-                Reply::Text("resumed and answered".to_owned())
-            } else {
-                Reply::Tools(vec![(
-                    "call_d".to_owned(),
-                    "delegate".to_owned(),
-                    r#"{"task":"long work"}"#.to_owned(),
-                )])
-            }
-        },
+        |body| delegate_forever(body, "resumed and answered"),
         Duration::from_millis(300),
     )
     .await;
@@ -210,22 +214,7 @@ async fn a_call_in_doubt_after_a_crash_is_put_to_the_person_not_rerun() {
     use switchboard::session::approvals::{Decider, Verdict};
     use switchboard::session::notices::Answer;
     let llm = FakeLlm::start_with_delay(
-        |body| {
-            let sub_agent = body["messages"][0]["content"]
-                .as_str()
-                .is_some_and(|s| s.starts_with("You are a sub-agent"));
-            if sub_agent {
-                Reply::Status(500, "never reached in time".to_owned())
-            } else if last_is_tool_result(body) {
-                Reply::Text("went on without it".to_owned())
-            } else {
-                Reply::Tools(vec![(
-                    "call_d".to_owned(),
-                    "delegate".to_owned(),
-                    r#"{"task":"long work"}"#.to_owned(),
-                )])
-            }
-        },
+        |body| delegate_forever(body, "went on without it"),
         Duration::from_millis(300),
     )
     .await;
