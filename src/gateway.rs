@@ -132,7 +132,6 @@ impl Gateway {
             metrics: Metrics::default(),
             tasks: settings.tasks.clone(),
             task_wake: Arc::clone(&task_wake),
-            parked_notices: std::sync::Mutex::default(),
         };
         let runner = Runner::new(
             store.clone(),

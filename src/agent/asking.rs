@@ -9,23 +9,22 @@
 //!
 //! [`LoopEnv::asker`]: super::run::LoopEnv
 
-use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
 use switchboard_contract::{AccountId, ChatId, PlatformName, ThreadId, UserId};
 
 use super::Agent;
 use super::run::LoopEnv;
+use crate::domain::schedule::span_words;
 use crate::domain::{ApprovalKind, ApprovalStatus, PrincipalId, ToolCall, canonical_json};
 use crate::store::{ApprovalRow, NewApproval, StoreError};
-use crate::tools::approval::{ApprovalPolicy, Policy};
+use crate::tools::approval::Policy;
 use crate::tools::ask_user::{ASK_USER, Question};
 
-/// Who a turn's questions go to, and by which rules.
+/// Who a turn's questions go to: the chat and sender of its message.
 #[derive(Debug, Clone)]
 pub struct Asker {
-    pub policy: Arc<ApprovalPolicy>,
-    /// The chat and sender of the turn's message.
     pub platform: PlatformName,
     pub account: AccountId,
     pub chat_id: ChatId,
@@ -48,70 +47,70 @@ pub enum Gate {
     Refuse(String),
 }
 
+/// What each call of a round needs, in call order: `ask_user` with valid
+/// arguments asks; an `ask` tool asks unless the conversation allowed it
+/// for good; everything else runs. Where nobody can be asked (a
+/// sub-agent), an `ask` tool is refused and `ask_user` runs, which refuses
+/// itself.
+///
+/// # Errors
+/// A database failure (reading the conversation's grants).
+pub async fn gate(
+    agent: &Agent,
+    env: &LoopEnv,
+    calls: &[ToolCall],
+) -> Result<Vec<Gate>, StoreError> {
+    let mut gates = Vec::with_capacity(calls.len());
+    for call in calls {
+        gates.push(gate_one(agent, env, call).await?);
+    }
+    Ok(gates)
+}
+
+async fn gate_one(agent: &Agent, env: &LoopEnv, call: &ToolCall) -> Result<Gate, StoreError> {
+    let Some(tool) = agent.toolset.get(&call.name) else {
+        return Ok(Gate::Run);
+    };
+    let asks = env.asker.is_some();
+    if call.name == ASK_USER {
+        // Invalid arguments run, and the tool's own check answers.
+        return Ok(match Question::parse(&call.arguments) {
+            Ok(question) if asks => Gate::Ask {
+                kind: ApprovalKind::Question,
+                choices: question.choices,
+            },
+            _ => Gate::Run,
+        });
+    }
+    Ok(match env.policy.of(&call.name, &tool.source()) {
+        Policy::Allow => Gate::Run,
+        Policy::Deny => Gate::Refuse(format!(
+            "`{}` is not allowed here; it was not run",
+            call.name
+        )),
+        Policy::Ask if !asks => Gate::Refuse(format!(
+            "`{}` needs a person's approval, which only the main agent can ask for; it was not \
+             run (say so in your answer, so the main agent can call it)",
+            call.name
+        )),
+        Policy::Ask
+            if env
+                .store
+                .approvals()
+                .granted(&env.session_id, &call.name)
+                .await? =>
+        {
+            Gate::Run
+        }
+        Policy::Ask => Gate::Ask {
+            kind: ApprovalKind::Tool,
+            choices: Vec::new(),
+        },
+    })
+}
+
 impl Asker {
-    /// What each call of a round needs, in call order: `ask_user` with
-    /// valid arguments asks; an `ask` tool asks unless the conversation
-    /// allowed it for good; everything else runs.
-    ///
-    /// # Errors
-    /// A database failure (reading the conversation's grants).
-    pub async fn gate(
-        &self,
-        agent: &Agent,
-        env: &LoopEnv,
-        calls: &[ToolCall],
-    ) -> Result<Vec<Gate>, StoreError> {
-        let mut gates = Vec::with_capacity(calls.len());
-        for call in calls {
-            gates.push(self.gate_one(agent, env, call).await?);
-        }
-        Ok(gates)
-    }
-
-    async fn gate_one(
-        &self,
-        agent: &Agent,
-        env: &LoopEnv,
-        call: &ToolCall,
-    ) -> Result<Gate, StoreError> {
-        let Some(tool) = agent.toolset.get(&call.name) else {
-            return Ok(Gate::Run);
-        };
-        if call.name == ASK_USER {
-            // Invalid arguments run, and the tool's own check answers.
-            return Ok(match Question::parse(&call.arguments) {
-                Ok(question) => Gate::Ask {
-                    kind: ApprovalKind::Question,
-                    choices: question.choices,
-                },
-                Err(_) => Gate::Run,
-            });
-        }
-        match self.policy.of(&call.name, &tool.source()) {
-            Policy::Allow => Ok(Gate::Run),
-            Policy::Deny => Ok(Gate::Refuse(format!(
-                "`{}` is not allowed here; it was not run",
-                call.name
-            ))),
-            Policy::Ask => {
-                if env
-                    .store
-                    .approvals()
-                    .granted(&env.session_id, &call.name)
-                    .await?
-                {
-                    Ok(Gate::Run)
-                } else {
-                    Ok(Gate::Ask {
-                        kind: ApprovalKind::Tool,
-                        choices: Vec::new(),
-                    })
-                }
-            }
-        }
-    }
-
-    /// The approval to write for `call`.
+    /// The approval to write for `call`, by `policy`'s rules.
     #[must_use]
     pub fn approval<'a>(
         &'a self,
@@ -136,25 +135,9 @@ impl Asker {
             chat_id: &self.chat_id,
             thread_id: self.thread_id.as_ref(),
             sender_id: &self.sender_id,
-            approver: self.policy.settings.approver.as_str(),
-            expires_at: crate::domain::now_ms().saturating_add(self.policy.timeout_ms()),
+            approver: env.policy.settings.approver.as_str(),
+            expires_at: crate::domain::now_ms().saturating_add(env.policy.timeout_ms()),
         }
-    }
-}
-
-/// Whether the loop of `env` may ask a person, and the policy it asks by;
-/// in a sub-agent, an `ask` tool is refused.
-#[must_use]
-pub fn sub_agent_gate(policy: &ApprovalPolicy, agent: &Agent, call: &ToolCall) -> Gate {
-    match agent.toolset.get(&call.name) {
-        Some(tool) if policy.of(&call.name, &tool.source()) == Policy::Ask => {
-            Gate::Refuse(format!(
-                "`{}` needs a person's approval, which only the main agent can ask for; it was not \
-             run (say so in your answer, so the main agent can call it)",
-                call.name
-            ))
-        }
-        _ => Gate::Run,
     }
 }
 
@@ -169,7 +152,7 @@ pub fn nonce() -> String {
 /// running it, and whether it is an error; `None` when the call is to run
 /// (allowed, or in doubt and to be run again).
 #[must_use]
-pub fn settled_result(approval: &ApprovalRow, timeout_secs: u64) -> Option<(String, bool)> {
+pub fn settled_result(approval: &ApprovalRow, timeout: Duration) -> Option<(String, bool)> {
     let error = |message: String| {
         Some((
             canonical_json(&json!({"success": false, "error": message})),
@@ -188,7 +171,7 @@ pub fn settled_result(approval: &ApprovalRow, timeout_secs: u64) -> Option<(Stri
         (ApprovalKind::Question, ApprovalStatus::Expired) => error(format!(
             "the user did not answer within {}; go on with what you know and say what you \
              assumed",
-            span_words(timeout_secs)
+            span_words(timeout)
         )),
         (_, status) if status.allows() => None,
         (ApprovalKind::InDoubt, ApprovalStatus::Denied) => error(
@@ -201,28 +184,11 @@ pub fn settled_result(approval: &ApprovalRow, timeout_secs: u64) -> Option<(Stri
         }
         (_, ApprovalStatus::Expired) => error(format!(
             "nobody approved this call within {}; it was not run",
-            span_words(timeout_secs)
+            span_words(timeout)
         )),
         (_, ApprovalStatus::Stopped) => {
             error("the task was stopped while this call waited; it was not run".to_owned())
         }
         (_, _) => error("this call was not run".to_owned()),
     }
-}
-
-/// A timeout in words: `1 h`, `1 h 30 min`, `45 s`.
-#[must_use]
-pub fn span_words(secs: u64) -> String {
-    let (hours, minutes, seconds) = (secs / 3600, secs % 3600 / 60, secs % 60);
-    let mut parts = Vec::new();
-    if hours > 0 {
-        parts.push(format!("{hours} h"));
-    }
-    if minutes > 0 {
-        parts.push(format!("{minutes} min"));
-    }
-    if seconds > 0 || parts.is_empty() {
-        parts.push(format!("{seconds} s"));
-    }
-    parts.join(" ")
 }

@@ -222,28 +222,21 @@ async fn decided(
     request_id: &str,
     call: &ToolCall,
 ) -> Result<Result<ChatMessage, i64>, StoreError> {
-    let approval = env.store.approvals().of_request(request_id).await?;
-    let timeout = env
-        .asker
-        .as_ref()
-        .map_or(0, |asker| asker.policy.settings.timeout.as_secs());
-    let Some(approval) = approval else {
+    let Some(approval) = env.store.approvals().of_request(request_id).await? else {
         // Never asked (nobody could be): refused, not run.
-        let content = canonical_json(&result_object(Err(ToolCallError::Tool(
-            crate::tools::ToolError::Failed(
-                "nobody could approve this call; it was not run".into(),
-            ),
-        ))));
-        env.store
-            .transcript()
-            .finish_tool_call(request_id, &content, true)
-            .await?;
-        return Ok(Ok(tool_result(call, content, true)));
+        let result = refused(call, "nobody could approve this call; it was not run");
+        if let ChatMessage::Tool { content, .. } = &result {
+            env.store
+                .transcript()
+                .finish_tool_call(request_id, content, true)
+                .await?;
+        }
+        return Ok(Ok(result));
     };
     if approval.status == ApprovalStatus::Pending {
         return Ok(Err(approval.id));
     }
-    match settled_result(&approval, timeout) {
+    match settled_result(&approval, env.policy.settings.timeout) {
         None => {
             tracing::info!(call_id = %call.id, approval_id = approval.id, "approved: running the call");
             Ok(Ok(
@@ -273,7 +266,7 @@ async fn ask_in_doubt(
     let Some(asker) = env.asker.as_ref() else {
         return Ok(None);
     };
-    if asker.policy.settings.in_doubt == InDoubt::Skip {
+    if env.policy.settings.in_doubt == InDoubt::Skip {
         return Ok(None);
     }
     tracing::warn!(call_id = %call.id, "recovery: tool outcome unknown; asking the user");
@@ -286,6 +279,14 @@ async fn ask_in_doubt(
     );
     let ids = env.store.write_ids(batch).await?;
     Ok(ids.last().copied())
+}
+
+/// The error result of a call that is not run, saying `reason`.
+pub(super) fn refused(call: &ToolCall, reason: &str) -> ChatMessage {
+    let content = canonical_json(&result_object(Err(ToolCallError::Tool(ToolError::Failed(
+        reason.to_owned(),
+    )))));
+    tool_result(call, content, true)
 }
 
 fn tool_result(call: &ToolCall, content: String, is_error: bool) -> ChatMessage {
@@ -471,7 +472,7 @@ async fn execute(
 
 /// The object the model sees: the tool's fields plus `success`, or the
 /// error's message.
-pub(super) fn result_object(outcome: Result<Value, ToolCallError>) -> Value {
+fn result_object(outcome: Result<Value, ToolCallError>) -> Value {
     match outcome {
         Ok(Value::Object(mut fields)) => {
             fields.insert("success".to_owned(), Value::Bool(true));

@@ -11,9 +11,7 @@
 //! it arrives, with tool calls as they start and end; the stored steps are
 //! the same either way.
 
-use crate::domain::{
-    ChatMessage, InboundId, Outcome, PrincipalId, Scope, SessionId, ToolCall, canonical_json,
-};
+use crate::domain::{ChatMessage, InboundId, Outcome, PrincipalId, Scope, SessionId, ToolCall};
 use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,11 +21,11 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::Agent;
-use super::asking::{Asker, Gate, nonce, sub_agent_gate};
+use super::asking::{Asker, Gate, gate, nonce};
 use super::context::{self, CompactError, ContextPolicy, Summariser};
 use super::live::{LiveEvent, LiveTurn};
 use super::prompt::split_system;
-use super::round::{resume_round, run_round};
+use super::round::{refused, resume_round, run_round};
 use super::step::{self, CutShort};
 use super::wallet::{Budget, CallKind, Purse};
 use crate::llm::{
@@ -543,13 +541,7 @@ async fn run_tools(
     repeats: &mut RepeatTracker,
 ) -> Result<(), LoopError> {
     let calls = step.response.tool_calls;
-    let gates = match &env.asker {
-        Some(asker) => asker.gate(agent, env, &calls).await?,
-        None => calls
-            .iter()
-            .map(|call| sub_agent_gate(&env.policy, agent, call))
-            .collect(),
-    };
+    let gates = gate(agent, env, &calls).await?;
     let awaiting: Vec<usize> = (0..calls.len())
         .filter(|&index| matches!(gates[index], Gate::Ask { .. }))
         .collect();
@@ -568,13 +560,12 @@ async fn run_tools(
         calls: &calls,
         awaiting: &awaiting,
     });
-    let nonces: Vec<String> = awaiting.iter().map(|_| nonce()).collect();
-    if let Some(asker) = &env.asker {
-        for (&index, nonce) in awaiting.iter().zip(&nonces) {
-            if let Gate::Ask { kind, choices } = &gates[index] {
-                let approval = asker.approval(env, &calls[index], *kind, choices, nonce);
-                pending.ask_in_round(&approval, &env.scope, index);
-            }
+    for &index in &awaiting {
+        // Only a loop with someone to ask has calls that ask.
+        if let (Some(asker), Gate::Ask { kind, choices }) = (&env.asker, &gates[index]) {
+            let nonce = nonce();
+            let approval = asker.approval(env, &calls[index], *kind, choices, &nonce);
+            pending.ask_in_round(&approval, &env.scope, index);
         }
     }
     let ids = env.store.write_ids(std::mem::take(pending)).await?;
@@ -595,14 +586,12 @@ async fn run_tools(
     let mut results: Vec<Option<ChatMessage>> = vec![None; calls.len()];
     for (index, gate) in gates.iter().enumerate() {
         if let Gate::Refuse(reason) = gate {
-            let content = canonical_json(&serde_json::json!({"success": false, "error": reason}));
-            env.metrics.tool_call(&calls[index].name, true, "refused");
-            pending.finish_tool_call(&round_request_id(assistant_id, index), &content, true);
-            results[index] = Some(ChatMessage::Tool {
-                tool_call_id: calls[index].id.clone(),
-                content,
-                is_error: true,
-            });
+            let result = refused(&calls[index], reason);
+            if let ChatMessage::Tool { content, .. } = &result {
+                env.metrics.tool_call(&calls[index].name, true, "refused");
+                pending.finish_tool_call(&round_request_id(assistant_id, index), content, true);
+            }
+            results[index] = Some(result);
         }
     }
     let runs: Vec<(usize, &ToolCall)> = calls

@@ -150,6 +150,7 @@ pub async fn decide(
         admin: false,
         label: format!("api:{}/{}", caller.account(), approval.sender_id),
         chat: None,
+        pressed: None,
     };
     match state
         .service

@@ -266,7 +266,9 @@ fn duration(text: &str) -> Result<Duration, ScheduleError> {
     Duration::try_from(signed).map_err(|_| bad())
 }
 
-fn span_words(interval: Duration) -> String {
+/// A duration in words, in hours at most: `1h`, `1h 30m`, `45s`.
+#[must_use]
+pub fn span_words(interval: Duration) -> String {
     let secs = i64::try_from(interval.as_secs()).unwrap_or(i64::MAX);
     Span::new()
         .try_seconds(secs)

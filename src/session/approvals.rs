@@ -29,6 +29,9 @@ pub struct Decider {
     /// the chats the question was posted in; `None` for the API and text
     /// commands, which are checked by who sends them.
     pub chat: Option<(String, String)>,
+    /// The platform message the press was under, which its adapter updates
+    /// itself (the others are edited here).
+    pub pressed: Option<String>,
 }
 
 /// What a person decided.
@@ -110,7 +113,7 @@ impl Approvals<'_> {
                 self.metrics
                     .approval_settled(row.status.as_str(), now_ms() - row.created_at);
                 self.runner.notify(&row.session_id);
-                self.show(&row, None).await;
+                self.show(&row, who.pressed.as_deref()).await;
                 Ok(Ok(row))
             }
             Decided::Already(row) => Ok(Err(Refused::Settled(Box::new(row)))),

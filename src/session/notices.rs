@@ -7,7 +7,7 @@
 
 use switchboard_contract::{ActionId, Button, ButtonStyle};
 
-use crate::agent::asking::span_words;
+use crate::domain::schedule::span_words;
 use crate::domain::{ApprovalKind, ApprovalStatus};
 use crate::store::ApprovalRow;
 use crate::tools::approval::ApprovalPolicy;
@@ -97,7 +97,7 @@ fn shown_arguments(arguments: &str) -> String {
 #[must_use]
 pub fn question(approval: &ApprovalRow, policy: &ApprovalPolicy) -> (String, String) {
     let id = approval.id;
-    let expires = span_words(policy.settings.timeout.as_secs());
+    let expires = span_words(policy.settings.timeout);
     let (text, answers): (String, Vec<(Answer, String, ButtonStyle)>) = match approval.kind {
         ApprovalKind::Tool => (
             format!(

@@ -38,7 +38,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::drafts::DraftWriter;
-use super::turn::{TurnControl, TurnExecutor};
+use super::turn::{Ended, TurnControl, TurnExecutor};
 use crate::agent::live::LiveHub;
 use crate::store::{
     Batch, Burst, Claim, Fence, InboundRow, Next, OutboxRow, Renewal, Store, StoreError,
@@ -681,9 +681,14 @@ impl Runner {
                 Some(drafts) => finish_drafts(drafts).await,
                 None => None,
             };
-            let Some((mut row, status, span)) = result? else {
+            let Some((ended, span)) = result? else {
                 return Ok(Drained::Stopped);
             };
+            let Ended {
+                mut row,
+                status,
+                more,
+            } = ended;
             // The writer's word is the newest (it may have replaced a draft
             // message deleted meanwhile, or created the first one as the
             // turn ended, after the reply's row copied the turn's): the row
@@ -712,8 +717,8 @@ impl Runner {
                     text: row.text.clone(),
                     status,
                 });
-                for notice in self.inner.turns.take_parked_notices(inbound.id) {
-                    self.deliver(&notice, status).await;
+                for notice in &more {
+                    self.deliver(notice, status).await;
                 }
             }
             // The reply's delivery status, committed with the next claim.
@@ -763,7 +768,7 @@ impl Runner {
         fence: &Fence,
         inbound: &InboundRow,
         control: &TurnControl,
-    ) -> Result<Option<(OutboxRow, InboundStatus, tracing::Span)>, StoreError> {
+    ) -> Result<Option<(Ended, tracing::Span)>, StoreError> {
         let permit = self
             .with_lease_renewal(fence, inbound.id, control, OnLost::Abort, async {
                 Ok(self.inner.permits.acquire().await)
@@ -800,8 +805,7 @@ impl Runner {
         if let Some(typing) = typing {
             typing.abort();
         }
-        let (row, status) = result?;
-        Ok(Some((row, status, span)))
+        Ok(Some((result?, span)))
     }
 
     /// Starts showing the turn of `inbound` growing in its chat, when its

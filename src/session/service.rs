@@ -35,6 +35,7 @@ use crate::session::settings::BusyMode;
 use crate::session::settings::ServiceSettings;
 use crate::store::{NewInbound, Store, StoreError, TurnEnd};
 use crate::tools::ToolRegistry;
+use crate::tools::ask_user::ASK_USER;
 use crate::tools::memory::MEMORY;
 use crate::tools::tasks::TaskTools;
 
@@ -117,6 +118,9 @@ pub struct SessionService {
     arrivals: Arrivals,
     /// What `/tasks` and `/timezone` act through.
     tasks: TaskTools,
+    /// `ask_user` is offered, so a message may answer an open question (a
+    /// lookup skipped on every message otherwise).
+    asks_questions: bool,
 }
 
 impl SessionService {
@@ -131,6 +135,7 @@ impl SessionService {
         settings: &ServiceSettings,
     ) -> Self {
         let commands = CommandSettings::new(settings);
+        let asks_questions = registry.get(ASK_USER).is_some();
         let mut agent = settings.agent.clone();
         if !settings.memory.enabled {
             // Not registered either: new sessions go without it, unlogged.
@@ -153,6 +158,7 @@ impl SessionService {
             media_budget: settings.media_budget,
             arrivals: Arrivals::default(),
             tasks,
+            asks_questions,
         }
     }
 
@@ -292,7 +298,7 @@ impl SessionService {
         // A question the agent asked this person here is answered by their
         // next message (its text is the answer, not a new turn).
         let answers = match (&pairing, &command) {
-            (None, None) if !message.text.trim().is_empty() => {
+            (None, None) if self.asks_questions && !message.text.trim().is_empty() => {
                 self.open_question(&place.session_id, identity.principal)
                     .await?
             }
@@ -326,6 +332,7 @@ impl SessionService {
                 admin: false,
                 label: format!("{}:{}", message.platform, message.sender.id),
                 chat: None,
+                pressed: None,
             };
             let verdict = Verdict::Text(message.text.trim().to_owned());
             let taken = self
@@ -590,6 +597,7 @@ impl InboundSink for SessionService {
             admin,
             label: format!("{}:{}", action.platform, action.sender.id),
             chat: Some((action.platform.to_string(), action.chat.to_string())),
+            pressed: action.message_id.clone(),
         };
         let decided = self
             .approvals()
@@ -603,15 +611,10 @@ impl InboundSink for SessionService {
             .await
             .map_err(unavailable)?;
         Ok(match decided {
-            Ok(row) => {
-                self.approvals()
-                    .show(&row, action.message_id.as_deref())
-                    .await;
-                ActionReply {
-                    notice: Some(texts::DECIDED.to_owned()),
-                    update: Some(notices::settled(&row)),
-                }
-            }
+            Ok(row) => ActionReply {
+                notice: Some(texts::DECIDED.to_owned()),
+                update: Some(notices::settled(&row)),
+            },
             Err(Refused::Settled(row)) => ActionReply {
                 notice: Some(texts::ALREADY_DECIDED.to_owned()),
                 update: Some(notices::settled(&row)),

@@ -66,9 +66,26 @@ pub struct TurnExecutor {
     /// Hands a background run's answer to the scheduler, which wakes its
     /// conversation.
     pub task_wake: Arc<TaskWake>,
-    /// The notices of turns that just parked, beyond the first, until the
-    /// runner takes them.
-    pub parked_notices: std::sync::Mutex<std::collections::HashMap<InboundId, Vec<OutboxRow>>>,
+}
+
+/// How a turn left its message: the row to deliver (the reply, or a
+/// parked turn's first question) with the message's status, and a parked
+/// turn's further questions.
+#[derive(Debug, Clone)]
+pub struct Ended {
+    pub row: OutboxRow,
+    pub status: InboundStatus,
+    pub more: Vec<OutboxRow>,
+}
+
+impl From<(OutboxRow, InboundStatus)> for Ended {
+    fn from((row, status): (OutboxRow, InboundStatus)) -> Self {
+        Self {
+            row,
+            status,
+            more: Vec::new(),
+        }
+    }
 }
 
 /// The handle that stops one running turn.
@@ -270,14 +287,14 @@ impl TurnExecutor {
         inbound: &InboundRow,
         control: &TurnControl,
         fence: Fence,
-    ) -> Result<(OutboxRow, InboundStatus), StoreError> {
+    ) -> Result<Ended, StoreError> {
         let started = Instant::now();
         let store = self.store.fenced(fence);
         match self.run_fenced(&store, inbound, control, started).await {
-            Err(err) if !matches!(err, StoreError::LeaseLost) => {
-                self.store_failed(&store, inbound, err, Batch::new(), started)
-                    .await
-            }
+            Err(err) if !matches!(err, StoreError::LeaseLost) => self
+                .store_failed(&store, inbound, err, Batch::new(), started)
+                .await
+                .map(Ended::from),
             result => result,
         }
     }
@@ -320,22 +337,27 @@ impl TurnExecutor {
         inbound: &InboundRow,
         control: &TurnControl,
         started: Instant,
-    ) -> Result<(OutboxRow, InboundStatus), StoreError> {
+    ) -> Result<Ended, StoreError> {
         if let Some(answer) = &inbound.relay {
-            return self.relay(store, inbound, answer, started).await;
+            return self
+                .relay(store, inbound, answer, started)
+                .await
+                .map(Ended::from);
         }
         let mut turn = self.prepare(inbound).await?;
         if let Some(answer) = self.compact(store, inbound, &mut turn).await? {
             return self
                 .finish(store, inbound, &answer, None, Batch::new(), started)
-                .await;
+                .await
+                .map(Ended::from);
         }
         let media = match self.user_media(inbound, &turn).await? {
             Ok(media) => media,
             Err(refused) => {
                 return self
                     .finish(store, inbound, &refused, None, Batch::new(), started)
-                    .await;
+                    .await
+                    .map(Ended::from);
             }
         };
         let task = self
@@ -368,7 +390,8 @@ impl TurnExecutor {
         if final_message.is_none() {
             return self
                 .finish(store, inbound, &outcome, None, writes, started)
-                .await;
+                .await
+                .map(Ended::from);
         }
         // The answer's entry may be what the database refuses; the
         // bookkeeping that rides with it is then kept without it.
@@ -389,6 +412,7 @@ impl TurnExecutor {
             }
             result => result,
         }
+        .map(Ended::from)
     }
 
     /// Loads the session and its history (compaction applied), the agent
@@ -655,7 +679,6 @@ impl TurnExecutor {
             context: Some(policy),
             live: control.live.clone(),
             asker: Some(Arc::new(Asker {
-                policy: Arc::clone(self.registry.policy()),
                 platform: inbound.platform.clone(),
                 account: inbound.account.clone(),
                 chat_id: inbound.chat_id.clone(),
@@ -741,14 +764,15 @@ impl TurnExecutor {
 
     /// Parks the turn until `approvals` are decided: each is posted as a
     /// notice with its buttons, and the message left `waiting`, in one
-    /// write. Returns the first notice (the others ride in `Turn::notices`
-    /// of the control); a notice posted before a crash is not posted again.
+    /// write. The turn ends with the first notice as its row and the others
+    /// to deliver after it; a notice posted before a crash is not posted
+    /// again.
     async fn park(
         &self,
         store: &Store,
         inbound: &InboundRow,
         approvals: &[i64],
-    ) -> Result<(OutboxRow, InboundStatus), StoreError> {
+    ) -> Result<Ended, StoreError> {
         let mut batch = Batch::new();
         let mut posted = Vec::new();
         for &id in approvals {
@@ -758,12 +782,7 @@ impl TurnExecutor {
             let (text, buttons) = notices::question(&approval, self.registry.policy());
             posted.push((approval, text, buttons));
         }
-        let owner = self.store.instance().id.clone();
-        let claim_until = format!(
-            "{} + {}",
-            self.store.clock_sql(),
-            self.store.instance().lease_ttl_ms()
-        );
+        let instance = self.store.instance();
         let keys: Vec<String> = posted
             .iter()
             .map(|(approval, ..)| format!("approval:{}", approval.id))
@@ -781,8 +800,9 @@ impl TurnExecutor {
                     buttons: Some(buttons),
                     approval_id: Some(approval.id),
                 },
-                &owner,
-                &claim_until,
+                &instance.id,
+                self.store.clock_sql(),
+                instance.lease_ttl_ms(),
             );
         }
         batch.park_turn(inbound.id);
@@ -802,25 +822,15 @@ impl TurnExecutor {
         // The scheduler expires what nobody decides: it learns the new
         // expiry now.
         self.task_wake.wake();
-        let first = notices
-            .first()
-            .cloned()
+        let mut notices = notices.into_iter();
+        let row = notices
+            .next()
             .ok_or_else(|| StoreError::Corrupt("a parked turn without a notice".to_owned()))?;
-        self.parked_notices
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(inbound.id, notices.into_iter().skip(1).collect());
-        Ok((first, InboundStatus::Waiting))
-    }
-
-    /// The notices after the first of a turn that just parked, for the
-    /// runner to deliver.
-    pub fn take_parked_notices(&self, inbound_id: InboundId) -> Vec<OutboxRow> {
-        self.parked_notices
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&inbound_id)
-            .unwrap_or_default()
+        Ok(Ended {
+            row,
+            status: InboundStatus::Waiting,
+            more: notices.collect(),
+        })
     }
 
     /// The model calls this turn's task may make: a background run's own

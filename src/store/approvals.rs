@@ -13,7 +13,6 @@
 //! its session's runner to resume on any instance.
 
 use sha2::{Digest, Sha256};
-use sqlx::Row;
 use switchboard_contract::{AccountId, ChatId, PlatformName, ThreadId, UserId};
 
 use super::outbox::OUTBOX_COLUMNS;
@@ -227,9 +226,10 @@ impl Batch {
         );
     }
 
-    /// Posts `notice` (once per key), claimed for delivery by `owner`;
-    /// returns its outbox row, or none when it was posted before.
-    pub fn post_notice(&mut self, notice: &Notice<'_>, owner: &str, claim_until_sql: &str) {
+    /// Posts `notice` (once per key), claimed for delivery by `owner` for
+    /// `ttl_ms` on the database's clock (`clock_sql`); returns its outbox
+    /// row, or none when it was posted before.
+    pub fn post_notice(&mut self, notice: &Notice<'_>, owner: &str, clock_sql: &str, ttl_ms: i64) {
         let now = now_ms();
         self.push(
             format!(
@@ -256,7 +256,7 @@ impl Batch {
                  thread_id, text, status, created_at, claimed_by, claim_expires_at, buttons, \
                  approval_id) \
                  SELECT session_id, id, platform, account, chat_id, thread_id, $4, 'pending', \
-                 $5, $6, {claim_until_sql}, $7, $8 FROM inbound i WHERE platform = $1 \
+                 $5, $6, {clock_sql} + $9, $7, $8 FROM inbound i WHERE platform = $1 \
                  AND account = $2 AND event_id = $3 \
                  AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.inbound_id = i.id) \
                  RETURNING {OUTBOX_COLUMNS}"
@@ -270,6 +270,7 @@ impl Batch {
                 owner.into(),
                 Arg::from(notice.buttons.map(str::to_owned)),
                 Arg::from(notice.approval_id),
+                Arg::from(ttl_ms),
             ],
         );
     }
@@ -327,18 +328,6 @@ impl Approvals<'_> {
     pub async fn of_turn(self, inbound_id: InboundId) -> Result<Vec<ApprovalRow>, StoreError> {
         self.select("WHERE inbound_id = $1 ORDER BY id", Arg::from(inbound_id))
             .await
-    }
-
-    /// Every approval of a session, newest first (the audit).
-    ///
-    /// # Errors
-    /// A database failure or a corrupt row.
-    pub async fn of_session(self, session_id: &SessionId) -> Result<Vec<ApprovalRow>, StoreError> {
-        self.select(
-            "WHERE session_id = $1 ORDER BY id DESC LIMIT 200",
-            session_id.into(),
-        )
-        .await
     }
 
     /// The pending approvals of a session, oldest first.
@@ -526,16 +515,5 @@ impl Approvals<'_> {
         .fetch_all(&mut *self.store.conn().await?)
         .await?;
         rows.iter().map(super::read).collect()
-    }
-
-    /// How many approvals are pending (a gauge).
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn count_pending(self) -> Result<i64, StoreError> {
-        let row = sqlx::query("SELECT COUNT(*) AS n FROM approvals WHERE status = 'pending'")
-            .fetch_one(&mut *self.store.conn().await?)
-            .await?;
-        Ok(row.try_get("n")?)
     }
 }

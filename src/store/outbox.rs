@@ -350,33 +350,23 @@ impl Outbox<'_> {
             return Ok(Vec::new());
         }
         let placeholders: Vec<String> = (1..=inbound_ids.len()).map(|n| format!("${n}")).collect();
-        let sql = format!(
-            "SELECT i.id AS inbound_id, o.session_id, o.text, p.status FROM inbound i \
-             JOIN outbox o ON o.inbound_id = COALESCE(i.burst_of, i.id) \
-             JOIN inbound p ON p.id = o.inbound_id WHERE i.id IN ({})",
-            placeholders.join(", ")
-        );
+        let ids = placeholders.join(", ");
         // A parked turn's reply, until it resumes, is its first question.
-        let waiting = format!(
-            "SELECT i.id AS inbound_id, o.session_id, o.text, i.status FROM inbound i \
+        let sql = format!(
+            "SELECT i.id AS inbound_id, o.session_id, o.text, p.status, o.id AS outbox_id \
+             FROM inbound i JOIN outbox o ON o.inbound_id = COALESCE(i.burst_of, i.id) \
+             JOIN inbound p ON p.id = o.inbound_id WHERE i.id IN ({ids}) \
+             UNION ALL \
+             SELECT i.id, o.session_id, o.text, i.status, o.id FROM inbound i \
              JOIN approvals a ON a.inbound_id = i.id AND a.status = 'pending' \
              JOIN outbox o ON o.approval_id = a.id \
-             WHERE i.status = 'waiting' AND i.id IN ({}) ORDER BY o.id",
-            placeholders.join(", ")
+             WHERE i.status = 'waiting' AND i.id IN ({ids}) ORDER BY outbox_id"
         );
-        let mut conn = self.store.read_conn().await?;
-        let mut rows = inbound_ids
+        let rows = inbound_ids
             .iter()
             .fold(sqlx::query(&sql), |query, id| query.bind(*id))
-            .fetch_all(&mut *conn)
+            .fetch_all(&mut *self.store.read_conn().await?)
             .await?;
-        rows.extend(
-            inbound_ids
-                .iter()
-                .fold(sqlx::query(&waiting), |query, id| query.bind(*id))
-                .fetch_all(&mut *conn)
-                .await?,
-        );
         rows.iter()
             .map(|row| {
                 let status: String = row.try_get("status")?;

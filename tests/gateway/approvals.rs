@@ -83,6 +83,18 @@ async fn final_reply(app: &TestApp, session: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Sends `text` in a new conversation, whose turn parks; returns the
+/// session and the approval it waits for.
+async fn parked(app: &TestApp, text: &str) -> (String, Value) {
+    let (status, session, body) = app.chat(None, text).await;
+    assert_eq!(status, 200, "{body}");
+    let approval = body
+        .get("approval")
+        .cloned()
+        .unwrap_or_else(|| panic!("the turn parks: {body}"));
+    (session.expect("session header"), approval)
+}
+
 async fn decide(app: &TestApp, id: &str, body: Value) -> (u16, Value) {
     let response = app
         .http
@@ -166,9 +178,8 @@ async fn an_ask_tool_parks_the_turn_until_allowed_then_runs_once() {
 async fn a_denied_call_is_not_run_and_the_model_is_told() {
     let llm = FakeLlm::start(calculate_then_report).await;
     let app = asking_app(&llm, 3600).await;
-    let (_, session, body) = app.chat(None, "what is 6*7?").await;
-    let session = session.expect("session");
-    let id = body["approval"]["id"].as_str().expect("id").to_owned();
+    let (session, approval) = parked(&app, "what is 6*7?").await;
+    let id = approval["id"].as_str().expect("id").to_owned();
 
     let (status, _) = decide(&app, &id, json!({"decision": "maybe"})).await;
     assert_eq!(status, 400, "an unknown decision is refused");
@@ -186,9 +197,8 @@ async fn a_denied_call_is_not_run_and_the_model_is_told() {
 async fn allowed_for_the_conversation_the_tool_runs_without_asking_again() {
     let llm = FakeLlm::start(calculate_then_report).await;
     let app = asking_app(&llm, 3600).await;
-    let (_, session, body) = app.chat(None, "first").await;
-    let session = session.expect("session");
-    let id = body["approval"]["id"].as_str().expect("id").to_owned();
+    let (session, approval) = parked(&app, "first").await;
+    let id = approval["id"].as_str().expect("id").to_owned();
     let (status, _) = decide(&app, &id, json!({"decision": "allow_session"})).await;
     assert_eq!(status, 200);
     final_reply(&app, &session).await;
@@ -212,9 +222,8 @@ async fn allowed_for_the_conversation_the_tool_runs_without_asking_again() {
 async fn an_unanswered_request_expires_and_the_turn_finishes_without_the_call() {
     let llm = FakeLlm::start(calculate_then_report).await;
     let app = asking_app(&llm, 1).await;
-    let (_, session, body) = app.chat(None, "what is 6*7?").await;
-    let session = session.expect("session");
-    let id = body["approval"]["id"].as_str().expect("id").to_owned();
+    let (session, approval) = parked(&app, "what is 6*7?").await;
+    let id = approval["id"].as_str().expect("id").to_owned();
     let reply = final_reply(&app, &session).await;
     assert!(reply.contains("nobody approved"), "{reply}");
     assert_eq!(runs_of_calculator(&app).await, 0);
@@ -228,12 +237,47 @@ async fn an_unanswered_request_expires_and_the_turn_finishes_without_the_call() 
 async fn stop_ends_a_parked_turn_and_a_later_message_waits_its_turn() {
     let llm = FakeLlm::start(calculate_then_report).await;
     let app = asking_app(&llm, 3600).await;
-    let (_, session, body) = app.chat(None, "what is 6*7?").await;
-    let session = session.expect("session");
-    assert!(body.get("approval").is_some());
+    let (session, _) = parked(&app, "what is 6*7?").await;
+    let status_of = |text: &'static str| {
+        let store = app.gateway.store.clone();
+        let session = session.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT status FROM inbound WHERE session_id = $1 AND text = $2",
+            )
+            .bind(session)
+            .bind(text)
+            .fetch_optional(&mut *store.conn().await.expect("conn"))
+            .await
+            .expect("status")
+        }
+    };
+    // A message while the turn waits is queued behind it, not run.
+    let later = {
+        let request = app
+            .http
+            .post(app.url("/v1/chat/completions"))
+            .header("X-Session-Id", session.as_str())
+            .json(&json!({"messages": [{"role": "user", "content": "later"}]}));
+        tokio::spawn(async move {
+            let response = request.send().await.expect("sent");
+            response.json::<Value>().await.expect("json")
+        })
+    };
+    eventually("the later message to be recorded", || async {
+        status_of("later").await.is_some()
+    })
+    .await;
+    assert_eq!(status_of("later").await.as_deref(), Some("pending"));
+    assert_eq!(status_of("what is 6*7?").await.as_deref(), Some("waiting"));
+
     let (status, _, stopped) = app.chat(Some(&session), "/stop").await;
     assert_eq!(status, 200, "{stopped}");
-    final_reply(&app, &session).await;
+    let later = later.await.expect("the later request");
+    assert!(
+        later.get("approval").is_some(),
+        "the later message ran after the stopped turn (and asks in turn): {later}"
+    );
     let outcome: String = sqlx::query_scalar(
         "SELECT outcome FROM inbound WHERE session_id = $1 AND text = 'what is 6*7?'",
     )
@@ -366,9 +410,8 @@ async fn a_question_is_answered_by_the_persons_next_message() {
     })
     .await;
     let app = asking_app(&llm, 3600).await;
-    let (_, session, body) = app.chat(None, "plan my trip").await;
-    let session = session.expect("session");
-    assert_eq!(body["approval"]["kind"], "question");
+    let (session, approval) = parked(&app, "plan my trip").await;
+    assert_eq!(approval["kind"], "question");
     let (status, _, ack) = app.chat(Some(&session), "about 500 euros").await;
     assert_eq!(status, 200, "{ack}");
     let reply = final_reply(&app, &session).await;

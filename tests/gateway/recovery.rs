@@ -256,6 +256,7 @@ async fn a_call_in_doubt_after_a_crash_is_put_to_the_person_not_rerun() {
         admin: false,
         label: "test".to_owned(),
         chat: None,
+        pressed: None,
     };
     app.gateway
         .service

@@ -562,6 +562,7 @@ impl Commands<'_> {
             admin: self.access.is_admin(principal).await?,
             label: format!("principal:{}", principal.get()),
             chat: None,
+            pressed: None,
         };
         let approvals = Approvals {
             store: self.store,
