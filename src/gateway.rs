@@ -132,6 +132,7 @@ impl Gateway {
             metrics: Metrics::default(),
             tasks: settings.tasks.clone(),
             task_wake: Arc::clone(&task_wake),
+            admins: settings.access.admins.clone(),
         };
         let runner = Runner::new(
             store.clone(),

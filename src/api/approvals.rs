@@ -164,7 +164,7 @@ pub async fn decide(
             "approval {id} is already {}",
             row.status.as_str()
         ))),
-        Err(Refused::NotYours) => Err(not_found()),
+        Err(Refused::NotYours(_)) => Err(not_found()),
         Err(Refused::Unknown) => Err(ApiError::BadRequest(format!(
             "that decision does not fit approval {id} (a question takes `answer`, a tool call \
              `decision`)"

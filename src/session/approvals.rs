@@ -16,6 +16,7 @@ use crate::store::{ApprovalRow, Decided, Decision, Store, StoreError};
 
 use super::notices::{self, Answer};
 use super::runner::Runner;
+use super::texts;
 
 /// Who is deciding.
 #[derive(Debug, Clone)]
@@ -48,8 +49,8 @@ pub enum Verdict {
 pub enum Refused {
     /// No such approval (or a nonce, chat or answer that does not fit it).
     Unknown,
-    /// Someone else's to decide.
-    NotYours,
+    /// Someone else's to decide; what to tell them.
+    NotYours(&'static str),
     /// Decided (or expired) already; the row as it stands.
     Settled(Box<ApprovalRow>),
 }
@@ -91,7 +92,11 @@ impl Approvals<'_> {
             }
         }
         if !may_decide(&approval, who) {
-            return Ok(Err(Refused::NotYours));
+            return Ok(Err(Refused::NotYours(if notices::for_admins(&approval) {
+                texts::ADMINS_DECIDE
+            } else {
+                texts::NOT_YOURS_TO_DECIDE
+            })));
         }
         let Some((status, answer)) = status_of(&approval, verdict) else {
             return Ok(Err(Refused::Unknown));
@@ -153,10 +158,13 @@ impl Approvals<'_> {
     }
 }
 
-/// Whether `who` may decide `approval`: its requester (the same principal)
-/// or an admin.
+/// Whether `who` may decide `approval`: an admin, or its requester (the
+/// same principal) unless the admins decide it.
 fn may_decide(approval: &ApprovalRow, who: &Decider) -> bool {
-    who.admin || (approval.principal_id.is_some() && approval.principal_id == who.principal)
+    who.admin
+        || (!notices::for_admins(approval)
+            && approval.principal_id.is_some()
+            && approval.principal_id == who.principal)
 }
 
 /// The status (and a question's answer) a verdict gives, if it fits the

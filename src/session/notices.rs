@@ -5,12 +5,14 @@
 //! [`Press::parse`] reads — never trusted beyond naming an approval, whose
 //! nonce, chat and decider are checked against what is stored.
 
-use switchboard_contract::{ActionId, Button, ButtonStyle};
+use switchboard_contract::{
+    AccountId, ActionId, Button, ButtonStyle, ChatId, PlatformName, ThreadId,
+};
 
 use crate::domain::schedule::span_words;
-use crate::domain::{ApprovalKind, ApprovalStatus};
-use crate::store::ApprovalRow;
-use crate::tools::approval::ApprovalPolicy;
+use crate::domain::{ApprovalKind, ApprovalStatus, SessionId};
+use crate::store::{ApprovalRow, DirectChat};
+use crate::tools::approval::{ApprovalPolicy, Approver};
 
 /// What a button press (or a text command) answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,6 +162,102 @@ pub fn question(approval: &ApprovalRow, policy: &ApprovalPolicy) -> (String, Str
         .collect();
     let json = serde_json::to_string(&buttons).unwrap_or_else(|_| "[]".to_owned());
     (text, json)
+}
+
+/// Whether the admins decide `approval` (`approver = "admins"`), rather
+/// than the person whose message started the turn. A question is always
+/// the requester's to answer.
+#[must_use]
+pub fn for_admins(approval: &ApprovalRow) -> bool {
+    approval.approver == Approver::Admins.as_str() && approval.kind != ApprovalKind::Question
+}
+
+/// The question as an admin's direct chat shows it: who asked, and where.
+#[must_use]
+pub fn to_admin(approval: &ApprovalRow, question: &str) -> String {
+    format!(
+        "{question}\n\nRequested by {platform} user {sender} (chat {chat}).",
+        platform = approval.platform,
+        sender = approval.sender_id,
+        chat = approval.chat_id,
+    )
+}
+
+/// What the requester is told while the admins decide.
+#[must_use]
+pub fn waiting_for_admins(approval: &ApprovalRow, policy: &ApprovalPolicy) -> String {
+    format!(
+        "`{tool}` (#{id}) needs an admin's approval; the admins have been asked. The agent goes \
+         on once one of them decides (the request expires in {expires}).",
+        tool = approval.tool,
+        id = approval.id,
+        expires = span_words(policy.settings.timeout),
+    )
+}
+
+/// One copy of a question to post: where, and what it says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Posting {
+    /// Unique per copy: `approval:<id>` in the requester's chat,
+    /// `approval:<id>:<session>` in an admin's.
+    pub key: String,
+    pub session_id: SessionId,
+    pub platform: PlatformName,
+    pub account: AccountId,
+    pub chat_id: ChatId,
+    pub thread_id: Option<ThreadId>,
+    pub text: String,
+    pub buttons: Option<String>,
+}
+
+/// Where `approval`'s question goes, the requester's chat first: there,
+/// unless the admins decide it and one of them can be reached in a direct
+/// chat elsewhere (`admin_chats`) — then each of those chats gets the
+/// question with its buttons, and the requester is told it waits for them.
+#[must_use]
+pub fn postings(
+    approval: &ApprovalRow,
+    policy: &ApprovalPolicy,
+    admin_chats: &[DirectChat],
+) -> Vec<Posting> {
+    let (text, buttons) = question(approval, policy);
+    let here = |chat: &DirectChat| {
+        chat.platform == approval.platform
+            && chat.account == approval.account
+            && chat.chat_id == approval.chat_id
+    };
+    let elsewhere: Vec<&DirectChat> = admin_chats.iter().filter(|chat| !here(chat)).collect();
+    let requester = |text: String, buttons: Option<String>| Posting {
+        key: format!("approval:{}", approval.id),
+        session_id: approval.session_id.clone(),
+        platform: approval.platform.clone(),
+        account: approval.account.clone(),
+        chat_id: approval.chat_id.clone(),
+        thread_id: approval.thread_id.clone(),
+        text,
+        buttons,
+    };
+    if !for_admins(approval) || elsewhere.is_empty() {
+        // Nobody to route to: asked where the turn is, for an admin there
+        // (or `/allow` anywhere) to decide.
+        return vec![requester(text, Some(buttons))];
+    }
+    let mut posted = vec![if admin_chats.iter().any(here) {
+        requester(text.clone(), Some(buttons.clone()))
+    } else {
+        requester(waiting_for_admins(approval, policy), None)
+    }];
+    posted.extend(elsewhere.into_iter().map(|chat| Posting {
+        key: format!("approval:{}:{}", approval.id, chat.session_id),
+        session_id: chat.session_id.clone(),
+        platform: chat.platform.clone(),
+        account: chat.account.clone(),
+        chat_id: chat.chat_id.clone(),
+        thread_id: None,
+        text: to_admin(approval, &text),
+        buttons: Some(buttons.clone()),
+    }));
+    posted
 }
 
 /// What a question's message says once it is settled (its buttons gone).

@@ -619,7 +619,7 @@ impl InboundSink for SessionService {
                 notice: Some(texts::ALREADY_DECIDED.to_owned()),
                 update: Some(notices::settled(&row)),
             },
-            Err(Refused::NotYours) => ActionReply::notice(texts::NOT_YOURS_TO_DECIDE),
+            Err(Refused::NotYours(text)) => ActionReply::notice(text),
             Err(Refused::Unknown) => ActionReply::notice(texts::BUTTON_UNKNOWN),
         })
     }

@@ -549,6 +549,8 @@ pub const DECIDED: &str = "Done.";
 pub const ALREADY_DECIDED: &str = "This was already decided.";
 /// A press by someone who may not decide.
 pub const NOT_YOURS_TO_DECIDE: &str = "Only the person who asked (or an admin) can decide this.";
+/// A requester's decision on what the admins decide.
+pub const ADMINS_DECIDE: &str = "Only an admin can decide this one; they have been asked.";
 /// `/allow` or `/reject` without a number.
 pub const APPROVAL_USAGE: &str =
     "Say which request: /allow N (once), /allow N chat (for this conversation) or /reject N.";

@@ -33,8 +33,8 @@ use crate::agent::wallet::{Budget, Purse, Wallet};
 use crate::llm::ModelFailure;
 use crate::media::Media;
 use crate::store::{
-    Batch, Fence, InboundRow, NewMessage, Notice, OutboxRow, SessionRow, SessionView, Store,
-    StoreError, TurnEnd, WireEntry,
+    Batch, DirectChat, Fence, InboundRow, NewMessage, Notice, OutboxRow, SessionRow, SessionView,
+    Store, StoreError, TurnEnd, WireEntry,
 };
 use crate::tools::ToolRegistry;
 use crate::tools::memory::MEMORY;
@@ -66,6 +66,9 @@ pub struct TurnExecutor {
     /// Hands a background run's answer to the scheduler, which wakes its
     /// conversation.
     pub task_wake: Arc<TaskWake>,
+    /// `access.admins`: who decides the approvals `tools.approval.approver
+    /// = "admins"` routes to them.
+    pub admins: Vec<String>,
 }
 
 /// How a turn left its message: the row to deliver (the reply, or a
@@ -774,36 +777,37 @@ impl TurnExecutor {
         approvals: &[i64],
     ) -> Result<Ended, StoreError> {
         let mut batch = Batch::new();
-        let mut posted = Vec::new();
+        let mut asked = Vec::new();
         for &id in approvals {
-            let Some(approval) = self.store.approvals().get(id).await? else {
-                continue;
-            };
-            let (text, buttons) = notices::question(&approval, self.registry.policy());
-            posted.push((approval, text, buttons));
+            if let Some(approval) = self.store.approvals().get(id).await? {
+                asked.push(approval);
+            }
         }
+        let admin_chats = if asked.iter().any(notices::for_admins) {
+            self.admin_chats().await?
+        } else {
+            Vec::new()
+        };
         let instance = self.store.instance();
-        let keys: Vec<String> = posted
-            .iter()
-            .map(|(approval, ..)| format!("approval:{}", approval.id))
-            .collect();
-        for ((approval, text, buttons), key) in posted.iter().zip(&keys) {
-            batch.post_notice(
-                &Notice {
-                    key,
-                    session_id: &approval.session_id,
-                    platform: &approval.platform,
-                    account: &approval.account,
-                    chat_id: &approval.chat_id,
-                    thread_id: approval.thread_id.as_ref(),
-                    text,
-                    buttons: Some(buttons),
-                    approval_id: Some(approval.id),
-                },
-                &instance.id,
-                self.store.clock_sql(),
-                instance.lease_ttl_ms(),
-            );
+        for approval in &asked {
+            for posting in notices::postings(approval, self.registry.policy(), &admin_chats) {
+                batch.post_notice(
+                    &Notice {
+                        key: &posting.key,
+                        session_id: &posting.session_id,
+                        platform: &posting.platform,
+                        account: &posting.account,
+                        chat_id: &posting.chat_id,
+                        thread_id: posting.thread_id.as_ref(),
+                        text: &posting.text,
+                        buttons: posting.buttons.as_deref(),
+                        approval_id: Some(approval.id),
+                    },
+                    &instance.id,
+                    self.store.clock_sql(),
+                    instance.lease_ttl_ms(),
+                );
+            }
         }
         batch.park_turn(inbound.id);
         let rows = store.write(batch).await?;
@@ -831,6 +835,16 @@ impl TurnExecutor {
             status: InboundStatus::Waiting,
             more: notices.collect(),
         })
+    }
+
+    /// The admins' direct chats (`access.admins`), where approvals the
+    /// admins decide are posted.
+    async fn admin_chats(&self) -> Result<Vec<DirectChat>, StoreError> {
+        let mut chats = Vec::new();
+        for admin in self.store.principals().named(&self.admins).await? {
+            chats.extend(self.store.principals().direct_chats(admin).await?);
+        }
+        Ok(chats)
     }
 
     /// The model calls this turn's task may make: a background run's own

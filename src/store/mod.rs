@@ -147,7 +147,7 @@ pub use messages::{MessageMeta, NewMessage, StoredMessage};
 pub use messages::{RoundStart, ToolCheckpoint, WireEntry, round_request_id};
 pub use outbox::{OutboxRow, StoredReply, TurnEnd};
 pub use pairing::{Applicant, PairingRequest};
-pub use principals::{Identity, Redemption, SessionSummary};
+pub use principals::{DirectChat, Identity, Redemption, SessionSummary};
 pub use sessions::{NewSession, SessionRow, SessionTotals, SessionView};
 pub use stats::StoreStats;
 pub use usage::{EstimatedInput, ModelCallEnd, ModelCallStart, UsageRow, UsageSummary};

@@ -10,11 +10,11 @@
 //! Link codes are credentials: only their SHA-256 is stored
 //! (`link_codes.code_sha256`), and a code is looked up by it.
 
-use crate::domain::{PrincipalId, SessionId, now_ms};
+use crate::domain::{LocalPlatform, PrincipalId, SessionId, now_ms};
 
 use sha2::{Digest, Sha256};
 use sqlx::{Connection, Row};
-use switchboard_contract::PlatformName;
+use switchboard_contract::{AccountId, ChatId, PlatformName};
 
 use super::platform_ids::id_from_row;
 use super::session_id::{parse_stored, session_id_from_row};
@@ -61,6 +61,17 @@ pub struct SessionSummary {
     /// The platform where the session started.
     pub platform: PlatformName,
     pub updated_at: i64,
+}
+
+/// A direct chat a principal wrote to the agent from: where a message meant
+/// for them reaches them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectChat {
+    /// The session the chat's messages go to.
+    pub session_id: SessionId,
+    pub platform: PlatformName,
+    pub account: AccountId,
+    pub chat_id: ChatId,
 }
 
 /// What the database keeps of a link code: the hex SHA-256 of its bytes.
@@ -315,6 +326,74 @@ impl Principals<'_> {
                 })
             })
             .collect()
+    }
+
+    /// The principals an access list's `entries` name (`principal:N`, or
+    /// `platform:user_id` for an identity that has written to the agent),
+    /// each once, in the list's order.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn named(self, entries: &[String]) -> Result<Vec<PrincipalId>, StoreError> {
+        let mut found = Vec::new();
+        let mut conn = self.store.conn().await?;
+        for entry in entries {
+            let Some((kind, value)) = entry.split_once(':') else {
+                continue;
+            };
+            let principal = if kind == "principal" {
+                value.parse().ok().map(PrincipalId::new)
+            } else {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT principal_id FROM identities WHERE platform = $1 AND user_id = $2 \
+                     ORDER BY id LIMIT 1",
+                )
+                .bind(kind)
+                .bind(value)
+                .fetch_optional(&mut *conn)
+                .await?
+                .map(PrincipalId::new)
+            };
+            if let Some(principal) = principal.filter(|p| !found.contains(p)) {
+                found.push(principal);
+            }
+        }
+        Ok(found)
+    }
+
+    /// The direct chats `principal` wrote from, on the chat platforms (not
+    /// the API or the terminal): the most recent one per platform account,
+    /// most recent first. A linked person has one on each platform they
+    /// used.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn direct_chats(self, principal: PrincipalId) -> Result<Vec<DirectChat>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT i.session_id, i.platform, i.account, i.chat_id, MAX(i.id) AS last \
+             FROM inbound i JOIN sessions s ON s.id = i.session_id \
+             WHERE s.principal_id = $1 AND i.sender_id <> 'switchboard' \
+             GROUP BY i.session_id, i.platform, i.account, i.chat_id ORDER BY last DESC",
+        )
+        .bind(principal.get())
+        .fetch_all(&mut *self.store.conn().await?)
+        .await?;
+        let mut chats: Vec<DirectChat> = Vec::new();
+        for row in &rows {
+            let chat = DirectChat {
+                session_id: session_id_from_row(row, "session_id")?,
+                platform: id_from_row(row, "platform", PlatformName::parse)?,
+                account: id_from_row(row, "account", AccountId::parse)?,
+                chat_id: id_from_row(row, "chat_id", ChatId::parse)?,
+            };
+            let seen = chats
+                .iter()
+                .any(|c| c.platform == chat.platform && c.account == chat.account);
+            if !seen && LocalPlatform::of(chat.platform.as_str()).is_none() {
+                chats.push(chat);
+            }
+        }
+        Ok(chats)
     }
 
     /// The ids of a principal's sessions starting with `prefix` (at most two:

@@ -5,7 +5,7 @@
 //! prompt prefix holds across the wait.
 
 use serde_json::{Value, json};
-use switchboard_test_support::eventually;
+use switchboard_test_support::{eventually, eventually_some};
 
 use crate::helpers::{FakeLlm, Reply, TestApp, assert_prefix_holds, last_is_tool_result};
 
@@ -418,5 +418,233 @@ async fn a_question_is_answered_by_the_persons_next_message() {
     assert!(reply.contains("about 500 euros"), "{reply}");
     // The answer is the tool's result, not a turn of its own.
     assert_eq!(llm.requests().len(), 2);
+    app.stop().await;
+}
+
+/// Whether none of the bot's messages in `chat` shows buttons now.
+fn no_buttons(telegram: &switchboard_test_support::telegram::FakeTelegram, chat: i64) -> bool {
+    (0..100).all(|n| {
+        telegram
+            .buttons(chat, switchboard_test_support::telegram::FIRST_SENT_ID + n)
+            .is_empty()
+    })
+}
+
+/// The id of the bot's first message in `chat` that shows buttons.
+fn message_with_buttons(
+    telegram: &switchboard_test_support::telegram::FakeTelegram,
+    chat: i64,
+) -> i64 {
+    (0..100)
+        .map(|n| switchboard_test_support::telegram::FIRST_SENT_ID + n)
+        .find(|id| !telegram.buttons(chat, *id).is_empty())
+        .unwrap_or_else(|| {
+            panic!(
+                "a message with buttons in {chat}: {:?}",
+                telegram.chat_view(chat)
+            )
+        })
+}
+
+/// With `approver = "admins"`, the request goes to the admins' direct
+/// chats, not the requester's: the requester is told it waits, cannot
+/// decide it (nor tap the admin's buttons from their own chat), and every
+/// copy shows the admin's decision.
+#[tokio::test]
+async fn approvals_for_admins_go_to_their_direct_chats_and_only_they_decide() {
+    use switchboard_test_support::telegram::{FakeTelegram, TgUser};
+    let telegram = FakeTelegram::start().await;
+    let llm = FakeLlm::start(|body: &Value| {
+        let asks = body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .and_then(|m| m["content"].as_str())
+            .is_some_and(|text| text.contains("6*7"));
+        if asks || last_is_tool_result(body) {
+            calculate_then_report(body)
+        } else {
+            Reply::Text("hello".to_owned())
+        }
+    })
+    .await;
+    let app = TestApp::spawn_with(&llm, |settings| {
+        settings.telegram = Some(crate::helpers::telegram_settings(&telegram));
+        settings.tools.approval.ask = vec!["calculator".to_owned()];
+        settings.tools.approval.approver = switchboard::tools::approval::Approver::Admins;
+        settings.access.admins = vec!["telegram:777".to_owned()];
+    })
+    .await;
+    let alice = TgUser {
+        id: 501,
+        first_name: "Alice",
+    };
+    let bob = TgUser {
+        id: 777,
+        first_name: "Bob",
+    };
+    // The admin has a direct chat with the bot.
+    assert_eq!(telegram.ask(bob, "hi").await, "hello");
+
+    telegram.dm(alice, "what is 6*7?");
+    telegram
+        .wait_for("the requester told, the admin asked", || {
+            let told = telegram.chat_view(alice.id);
+            let asked = telegram.chat_view(bob.id);
+            told.iter().any(|t| t.contains("needs an admin's approval"))
+                && asked.iter().any(|t| t.contains("Approval needed"))
+        })
+        .await;
+    assert!(
+        no_buttons(&telegram, alice.id),
+        "no buttons for the requester"
+    );
+    let question = telegram
+        .chat_view(bob.id)
+        .into_iter()
+        .find(|t| t.contains("Approval needed"))
+        .expect("question");
+    assert!(question.contains("telegram user 501"), "{question}");
+    let at_bob = message_with_buttons(&telegram, bob.id);
+    let allow = telegram.buttons(bob.id, at_bob)[0].1.clone();
+    let id: i64 = allow
+        .split(':')
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("id");
+
+    // The requester may not decide: neither by command nor with the
+    // admin's button data tapped in their own chat.
+    let refused = telegram.ask(alice, &format!("/allow {id}")).await;
+    assert!(refused.contains("Only an admin"), "{refused}");
+    telegram.tap(alice, alice.id, at_bob, &allow);
+    telegram
+        .wait_for("the requester's tap answered", || {
+            !telegram.answers().is_empty()
+        })
+        .await;
+    assert_eq!(runs_of_calculator(&app).await, 0, "nothing ran");
+
+    let before = telegram.sent().len();
+    telegram.tap(bob, bob.id, at_bob, &allow);
+    let reply = telegram
+        .reply_after(before, alice.id, "the resumed turn's reply")
+        .await;
+    assert!(reply.contains("42"), "{reply}");
+    assert_eq!(runs_of_calculator(&app).await, 1);
+    for chat in [alice.id, bob.id] {
+        telegram
+            .wait_for("every copy shows who decided", || {
+                telegram
+                    .chat_view(chat)
+                    .iter()
+                    .any(|t| t.contains("allowed once by") && t.contains("777"))
+            })
+            .await;
+    }
+    app.stop().await;
+}
+
+/// Admins on two platforms both get the request; the first to decide wins
+/// (once), and the other copies show who decided — a later tap changes
+/// nothing.
+#[tokio::test]
+async fn the_first_admin_to_decide_wins_and_the_other_copies_show_it() {
+    use switchboard_test_support::discord::{FakeDiscord, USER_ID};
+    use switchboard_test_support::telegram::{FakeTelegram, TgUser};
+    const DM: u64 = 500_000_000_000_000_777;
+    let telegram = FakeTelegram::start().await;
+    let discord = FakeDiscord::start().await;
+    let llm = FakeLlm::start(|body: &Value| {
+        let asks = body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .and_then(|m| m["content"].as_str())
+            .is_some_and(|text| text.contains("6*7"));
+        if asks || last_is_tool_result(body) {
+            calculate_then_report(body)
+        } else {
+            Reply::Text("hello".to_owned())
+        }
+    })
+    .await;
+    let app = TestApp::spawn_with(&llm, |settings| {
+        settings.telegram = Some(crate::helpers::telegram_settings(&telegram));
+        settings.discord = Some(crate::media_content::discord_settings(&discord));
+        settings.tools.approval.ask = vec!["calculator".to_owned()];
+        settings.tools.approval.approver = switchboard::tools::approval::Approver::Admins;
+        settings.access.admins = vec!["telegram:777".to_owned(), format!("discord:{USER_ID}")];
+    })
+    .await;
+    eventually("the Discord adapter identifies", || async {
+        discord.connected()
+    })
+    .await;
+    let alice = TgUser {
+        id: 501,
+        first_name: "Alice",
+    };
+    let bob = TgUser {
+        id: 777,
+        first_name: "Bob",
+    };
+    assert_eq!(telegram.ask(bob, "hi").await, "hello");
+    discord.user_sends_dm(DM, "hi");
+    eventually("the Discord admin's chat answered", || {
+        std::future::ready(discord.created().iter().any(|m| m.content == "hello"))
+    })
+    .await;
+
+    telegram.dm(alice, "what is 6*7?");
+    let on_discord = eventually_some("the question on Discord", || {
+        std::future::ready(
+            discord
+                .created()
+                .into_iter()
+                .find(|m| m.content.contains("Approval needed"))
+                .map(|m| m.id),
+        )
+    })
+    .await;
+    telegram
+        .wait_for("the question on Telegram", || {
+            telegram
+                .chat_view(bob.id)
+                .iter()
+                .any(|t| t.contains("Approval needed"))
+        })
+        .await;
+    let allow = discord.buttons(on_discord)[0].1.clone();
+    discord.user_presses(DM, None, on_discord, &allow);
+    telegram
+        .wait_for("the reply, and the copies showing who decided", || {
+            let decided = |chat| {
+                telegram
+                    .chat_view(chat)
+                    .iter()
+                    .any(|t| t.contains(&format!("allowed once by discord:{USER_ID}")))
+            };
+            decided(bob.id)
+                && decided(alice.id)
+                && telegram
+                    .chat_view(alice.id)
+                    .iter()
+                    .any(|t| t.starts_with("tool said") && t.contains("42"))
+        })
+        .await;
+    assert!(
+        no_buttons(&telegram, bob.id),
+        "the other admin's buttons are gone"
+    );
+    // The other admin's tap, come late: settled already, nothing more runs.
+    telegram.tap(
+        bob,
+        bob.id,
+        switchboard_test_support::telegram::FIRST_SENT_ID,
+        &allow,
+    );
+    telegram
+        .wait_for("the late tap answered", || !telegram.answers().is_empty())
+        .await;
+    assert_eq!(runs_of_calculator(&app).await, 1);
     app.stop().await;
 }

@@ -578,7 +578,7 @@ impl Commands<'_> {
                 Err(Refused::Settled(row)) => {
                     format!("{} {}", texts::ALREADY_DECIDED, notices::settled(&row))
                 }
-                Err(Refused::NotYours) => texts::NOT_YOURS_TO_DECIDE.to_owned(),
+                Err(Refused::NotYours(text)) => text.to_owned(),
                 Err(Refused::Unknown) => texts::NO_SUCH_APPROVAL.to_owned(),
             },
         )
