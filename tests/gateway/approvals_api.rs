@@ -1,9 +1,9 @@
 //! A parked turn over the API's other shapes: a streamed chat completion
 //! carries the request's text, ends with `finish_reason: "stop"` and
 //! `[DONE]`, and its finishing chunk holds the `approval` object; the
-//! Responses API answers a parked turn with the same `approval`, plain and
-//! streamed (on `response.completed`). The approval then decides the turn
-//! as any other.
+//! Responses API answers a parked turn with the same `approval`, plain,
+//! streamed (on `response.completed`) and read back while it waits. The
+//! approval then decides the turn as any other.
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -167,6 +167,18 @@ async fn a_response_that_parks_carries_the_approval() {
         .as_str()
         .unwrap_or_default();
     assert!(text.contains("Approval needed"), "{text}");
+    // Read back while the turn waits: the same approval.
+    let id = response["id"].as_str().expect("id");
+    let read: Value = app
+        .http
+        .get(app.url(&format!("/v1/responses/{id}")))
+        .send()
+        .await
+        .expect("sent")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(read["approval"], response["approval"], "{read}");
     allow_and_finish(&app, &session, &response["approval"]).await;
     app.stop().await;
 }
