@@ -12,7 +12,10 @@
 //! (`{"type": "tool_call", "id", "name", "arguments"}`, `{"type":
 //! "tool_result", "id", "name", "is_error"}`). The last chunk carries the
 //! finish reason, then, with `stream_options.include_usage`, a chunk with
-//! the turn's `usage` and no choices, then `[DONE]`; a failure ends the
+//! the turn's `usage` and no choices, then `[DONE]`. A turn that parks
+//! (a tool that asks first, a question) sends the request's text after
+//! what its model wrote, and its finishing chunk carries the top-level
+//! `approval` a plain answer has (`approvals::approval_json`). A failure ends the
 //! stream with an `{"error": …}` event instead. A turn run by another
 //! instance sends no live text; its reply comes whole when the turn ends.
 //! The event id a request is recorded under makes a client's retries one
@@ -415,11 +418,21 @@ fn streamed(
             return;
         };
         match rest {
-            Ok(rest) => {
-                if let Some(rest) = rest {
+            Ok(ended) => {
+                if let Some(rest) = ended.rest {
                     out.send(completion.chunk(json!({"content": rest}), Value::Null));
                 }
-                out.send(completion.chunk(json!({}), json!("stop")));
+                let approval = if ended.parked {
+                    approvals::waiting_for(&state, inbound_id)
+                        .await
+                        .unwrap_or_else(|err| {
+                            tracing::warn!(error = %err, "no approval for a parked streamed turn");
+                            None
+                        })
+                } else {
+                    None
+                };
+                out.send(completion.finish_chunk(approval));
                 retries::answered(&state, inbound_id).await;
                 if include_usage {
                     match usage_of(&state, inbound_id).await {
@@ -497,6 +510,16 @@ impl Completion {
     /// A chunk with one choice.
     fn chunk(&self, delta: Value, finish: Value) -> Event {
         let body = self.body(json!([{"index": 0, "delta": delta, "finish_reason": finish}]));
+        Event::default().data(body.to_string())
+    }
+
+    /// The finishing chunk: an empty delta, `finish_reason: "stop"`, and
+    /// for a turn that parked the `approval` it waits for.
+    fn finish_chunk(&self, approval: Option<Value>) -> Event {
+        let mut body = self.body(json!([{"index": 0, "delta": {}, "finish_reason": "stop"}]));
+        if let Some(approval) = approval {
+            body["approval"] = approval;
+        }
         Event::default().data(body.to_string())
     }
 

@@ -1,7 +1,8 @@
 //! Following a turn for a streamed answer, whatever its wire shape (chat
 //! completion chunks, Responses API events): the text to show as it
 //! arrives ([`Shown`]), tool activity, then the rest of the turn's visible
-//! reply or the error that ends the wait. The events go to an [`Outlet`],
+//! reply (for a turn that parked, the request it waits for) or the error
+//! that ends the wait. The events go to an [`Outlet`],
 //! drained by the response body; a client that hangs up ends the following
 //! (the turn goes on, its reply stays in the history).
 
@@ -16,6 +17,7 @@ use super::completions::{NoReply, Turn};
 use super::shown::{Diverged, Shown};
 use super::{ApiError, ApiState, reply};
 use crate::agent::live::{LiveEvent, LiveSubscription};
+use crate::domain::InboundStatus;
 
 /// Where a streamed answer's events go.
 pub struct Outlet {
@@ -60,6 +62,16 @@ where
         .into_response()
 }
 
+/// How a followed turn ended.
+#[derive(Debug)]
+pub struct Ended {
+    /// Its visible reply not shown yet.
+    pub rest: Option<String>,
+    /// The turn parked: its reply, for now, is the request it waits for
+    /// (after the text its model wrote before asking).
+    pub parked: bool,
+}
+
 /// Follows `turn` until it ends, telling `seen` what to show; returns the
 /// rest of its visible reply not shown yet, or the error that ended the
 /// wait; `None` when the client hung up.
@@ -68,7 +80,7 @@ pub async fn follow(
     mut turn: Turn,
     out: &Outlet,
     mut seen: impl FnMut(Seen<'_>),
-) -> Option<Result<Option<String>, ApiError>> {
+) -> Option<Result<Ended, ApiError>> {
     let (session_id, inbound_id) = (turn.session_id.clone(), turn.inbound_id);
     let deadline = tokio::time::Instant::now() + state.reply_timeout;
     let mut live = turn.live.take();
@@ -100,6 +112,9 @@ pub async fn follow(
         }
     };
     drop(live);
+    let parked = reply
+        .as_ref()
+        .is_ok_and(|reply| reply.status == InboundStatus::Waiting);
     let visible = match reply {
         Ok(reply) => reply::visible(state, &reply).await,
         Err(no_reply) => {
@@ -111,12 +126,19 @@ pub async fn follow(
         }
     };
     Some(visible.and_then(|visible| {
-        shown
-            .rest_of(&visible)
-            .map_err(|Diverged| ApiError::Diverged {
-                session_id: session_id.to_string(),
-                turn: inbound_id,
-            })
+        let rest = if parked {
+            // The request is not the model's text: it follows what was
+            // shown of it.
+            shown.rest_of_parked(&visible)
+        } else {
+            shown
+                .rest_of(&visible)
+                .map_err(|Diverged| ApiError::Diverged {
+                    session_id: session_id.to_string(),
+                    turn: inbound_id,
+                })?
+        };
+        Ok(Ended { rest, parked })
     }))
 }
 

@@ -23,6 +23,11 @@
 //! `response.content_part.done`, `response.output_item.done` and
 //! `response.completed`; a failure sends `response.failed` and then an
 //! `error` event, on which the official clients raise.
+//!
+//! A turn that parks (a tool that asks first, a question) completes with
+//! the request's text as its output and, as a plain chat completion does,
+//! the top-level `approval` it waits for (on `response.completed` when
+//! streamed, and on `GET` while it waits).
 
 use std::sync::Arc;
 
@@ -36,6 +41,7 @@ use axum::response::{IntoResponse, Json, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::approvals;
 use super::caller::Caller;
 use super::completions::{self, ChatRequest, Turn};
 use super::follow::{self, Outlet, Seen};
@@ -375,7 +381,21 @@ async fn answered(state: &ApiState, shape: &Shape, turn: Turn) -> Result<Respons
     let usage = usage(state, inbound_id).await?;
     retries::answered(state, inbound_id).await;
     let output = json!([shape.message(&text, "completed")]);
-    Ok(Json(shape.response("completed", output, usage, Value::Null)).into_response())
+    let mut response = shape.response("completed", output, usage, Value::Null);
+    if reply.status == InboundStatus::Waiting {
+        with_approval(
+            &mut response,
+            approvals::waiting_for(state, inbound_id).await?,
+        );
+    }
+    Ok(Json(response).into_response())
+}
+
+/// Adds the `approval` a parked turn waits for to its response object.
+fn with_approval(response: &mut Value, approval: Option<Value>) {
+    if let Some(approval) = approval {
+        response["approval"] = approval;
+    }
 }
 
 /// A stored response, for `GET` and `cancel`.
@@ -426,7 +446,11 @@ async fn stored(
         }
     };
     let usage = usage(state, turn).await?;
-    Ok(shape.response(status, output, usage, Value::Null))
+    let mut response = shape.response(status, output, usage, Value::Null);
+    if record.status == InboundStatus::Waiting {
+        with_approval(&mut response, approvals::waiting_for(state, turn).await?);
+    }
+    Ok(response)
 }
 
 /// The turn's token counts, as a Responses `usage` object.
@@ -469,14 +493,24 @@ fn streamed(state: &Arc<ApiState>, shape: Shape, turn: Turn) -> Response {
             return;
         };
         match rest {
-            Ok(rest) => {
-                if let Some(rest) = rest {
+            Ok(ended) => {
+                if let Some(rest) = ended.rest {
                     text.push_str(&rest);
                     events.delta(&rest);
                 }
                 let usage = usage(&state, inbound_id).await.unwrap_or(Value::Null);
+                let approval = if ended.parked {
+                    approvals::waiting_for(&state, inbound_id)
+                        .await
+                        .unwrap_or_else(|err| {
+                            tracing::warn!(error = %err, "no approval for a parked streamed response");
+                            None
+                        })
+                } else {
+                    None
+                };
                 retries::answered(&state, inbound_id).await;
-                events.finish(&text, usage);
+                events.finish(&text, usage, approval);
             }
             Err(err) => events.failed(&err),
         }
@@ -525,8 +559,9 @@ impl Events<'_> {
         );
     }
 
-    /// The text, part, item and response done.
-    fn finish(&mut self, text: &str, usage: Value) {
+    /// The text, part, item and response done (a parked turn's response
+    /// with the `approval` it waits for).
+    fn finish(&mut self, text: &str, usage: Value, approval: Option<Value>) {
         let shape = self.shape;
         let id = &shape.message_id;
         self.send(
@@ -543,7 +578,8 @@ impl Events<'_> {
             "response.output_item.done",
             json!({"output_index": 0, "item": item.clone()}),
         );
-        let response = shape.response("completed", json!([item]), usage, Value::Null);
+        let mut response = shape.response("completed", json!([item]), usage, Value::Null);
+        with_approval(&mut response, approval);
         self.send("response.completed", json!({"response": response}));
     }
 

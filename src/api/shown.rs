@@ -99,11 +99,43 @@ impl Shown {
         let rest = visible.strip_prefix(self.sent.as_str()).ok_or(Diverged)?;
         Ok((!rest.is_empty()).then(|| rest.to_owned()))
     }
+
+    /// What is left to send of a parked turn, whose reply for now is the
+    /// request it waits for (`request`): the request after what was shown
+    /// of the model's text (a blank line between), or only its missing end
+    /// when what was shown is its beginning (a retry joining the turn).
+    #[must_use]
+    pub fn rest_of_parked(&self, request: &str) -> Option<String> {
+        match self.rest_of(request) {
+            Ok(rest) => rest,
+            Err(Diverged) if self.sent.is_empty() => {
+                (!request.is_empty()).then(|| request.to_owned())
+            }
+            Err(Diverged) => Some(format!("{VISIBLE_SEPARATOR}{request}")),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_parked_turns_request_follows_the_shown_text() {
+        let mut shown = Shown::default();
+        assert_eq!(
+            shown.rest_of_parked("Approval needed"),
+            Some("Approval needed".to_owned())
+        );
+        feed(
+            &mut shown,
+            &[LiveEvent::Round { round: 1 }, text("Let me look.")],
+        );
+        assert_eq!(
+            shown.rest_of_parked("Approval needed"),
+            Some("\n\nApproval needed".to_owned())
+        );
+    }
 
     /// Feeds `events`; returns the text they sent.
     fn feed(shown: &mut Shown, events: &[LiveEvent]) -> String {

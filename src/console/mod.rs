@@ -1,7 +1,8 @@
 //! The operators' web console at `/console` (issue 20): an overview of turns,
 //! latency, tokens, cost, prompt-cache reads, limit hits, adapters and the
 //! outbox; conversations found by platform, principal, title or text and
-//! read turn by turn; people with their identities, today's spend and the
+//! read turn by turn, with the audit of each approval a turn asked for;
+//! people with their identities, today's spend and the
 //! pairing queue; usage by principal, session, model and day, also as CSV.
 //!
 //! Off unless `console.enabled`. Server-rendered HTML ([`templates`], with

@@ -274,9 +274,12 @@ pub async fn conversation(
         .await?;
     let more = turns.len() > usize::try_from(PAGE_TURNS).unwrap_or(usize::MAX);
     turns.truncate(usize::try_from(PAGE_TURNS).unwrap_or(usize::MAX));
-    let messages = match (turns.first(), turns.last()) {
-        (Some(first), Some(last)) => store.console().messages(&id, first.id, last.id).await?,
-        _ => Vec::new(),
+    let (messages, approvals) = match (turns.first(), turns.last()) {
+        (Some(first), Some(last)) => (
+            store.console().messages(&id, first.id, last.id).await?,
+            store.console().approvals(&id, first.id, last.id).await?,
+        ),
+        _ => (Vec::new(), Vec::new()),
     };
     let compactions = store.console().compactions(&id).await?;
     let title = session
@@ -287,6 +290,7 @@ pub async fn conversation(
         session: &session,
         turns: &turns,
         messages: &messages,
+        approvals: &approvals,
         compactions: &compactions,
         page,
         more,

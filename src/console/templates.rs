@@ -9,7 +9,7 @@ use maud::{DOCTYPE, Markup, PreEscaped, html};
 use super::charts::{Bar, bar_chart};
 use crate::platforms::AdapterStatus;
 use crate::store::{
-    ConsoleCompaction, ConsoleMessage, ConsolePrincipal, ConsoleSession, ConsoleTurn,
+    ApprovalRow, ConsoleCompaction, ConsoleMessage, ConsolePrincipal, ConsoleSession, ConsoleTurn,
     PairingRequest, SessionRow,
 };
 
@@ -421,6 +421,8 @@ pub struct ConversationView<'a> {
     pub session: &'a SessionRow,
     pub turns: &'a [ConsoleTurn],
     pub messages: &'a [ConsoleMessage],
+    /// The approvals and questions the page's turns asked.
+    pub approvals: &'a [ApprovalRow],
     pub compactions: &'a [ConsoleCompaction],
     pub page: u32,
     pub more: bool,
@@ -484,10 +486,58 @@ pub fn conversation(view: &ConversationView<'_>) -> Markup {
                 @for message in messages {
                     (message_markup(message, replaced_by(message)))
                 }
+                @let approvals: Vec<&ApprovalRow> = view.approvals.iter().filter(|a| a.inbound_id == turn.id).collect();
+                @if !approvals.is_empty() { (approvals_table(&approvals)) }
             }
         }
         (pager(view.page, view.more, |page| format!("?page={page}")))
     }
+}
+
+/// The audit of a turn's approvals and questions: what was asked (the
+/// complete arguments and their hash), by whom, and how it was decided.
+fn approvals_table(approvals: &[&ApprovalRow]) -> Markup {
+    html! {
+        table.approvals {
+            tr {
+                th { "approval" } th { "kind" } th { "tool" } th { "arguments" } th { "sha-256" }
+                th { "requester" } th { "outcome" } th { "decided by" } th { "via" }
+                th { "asked (UTC)" } th { "decided / expires (UTC)" }
+            }
+            @for approval in approvals {
+                tr data-approval=(approval.id) {
+                    td.num { "#" (approval.id) }
+                    td data-k="approval-kind" { (approval.kind.as_str()) }
+                    td data-k="approval-tool" { (approval.tool) }
+                    td { pre data-k="approval-arguments" { (approval.arguments) } }
+                    td { code title=(approval.arguments_sha) data-k="approval-sha" { (short_sha(&approval.arguments_sha)) } }
+                    td data-k="approval-requester" {
+                        (approval.platform) ":" (approval.sender_id)
+                        @if let Some(principal) = approval.principal_id { " (principal " (principal) ")" }
+                    }
+                    td {
+                        span data-k="approval-status" { (approval.status.as_str()) }
+                        @if let Some(answer) = &approval.answer { ": " span data-k="approval-answer" { (answer) } }
+                    }
+                    td data-k="approval-decided-by" { (approval.decided_by.as_deref().unwrap_or("–")) }
+                    td data-k="approval-via" { (approval.decided_via.as_deref().unwrap_or("–")) }
+                    td data-k="approval-asked" { (time(approval.created_at)) }
+                    td {
+                        @if let Some(decided) = approval.decided_at {
+                            span data-k="approval-decided" { (time(decided)) }
+                        } @else {
+                            "expires " span data-k="approval-expires" { (time(approval.expires_at)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The first 12 hex digits of a hash.
+fn short_sha(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
 }
 
 /// One stored entry: text shown, tool calls and results folded.

@@ -1,8 +1,9 @@
 //! What the operators' web console reads: turn counts
 //! and latencies, usage grouped by day, model or principal, limit hits,
 //! conversations found by platform, principal, title or text, a
-//! conversation's turns, messages and compactions, and the principals with
-//! their identities and today's spend. Read only, every list paginated.
+//! conversation's turns, messages, compactions and approvals (the audit of a
+//! person in the loop), and the principals with their identities and
+//! today's spend. Read only, every list paginated.
 
 use crate::domain::{InboundId, InboundStatus, Outcome, PrincipalId, SessionId};
 use sqlx::Row;
@@ -10,7 +11,7 @@ use sqlx::any::AnyRow;
 
 use super::session_id::parse_stored;
 use super::usage::UsageSums;
-use super::{Identity, Store, StoreError, UsageSummary};
+use super::{ApprovalRow, Identity, Store, StoreError, UsageSummary};
 
 /// What the web console reads.
 #[derive(Clone, Copy)]
@@ -24,6 +25,12 @@ impl Store {
         ConsoleViews { store: self }
     }
 }
+
+/// An approval's columns, in [`ApprovalRow`]'s order.
+const APPROVAL_COLUMNS: &str = "id, nonce, session_id, inbound_id, request_id, call_id, kind, \
+    tool, arguments, arguments_sha, choices, principal_id, platform, account, chat_id, thread_id, \
+    sender_id, approver, status, answer, decided_by, decided_via, created_at, expires_at, \
+    decided_at";
 
 /// Most turn latencies read for the percentiles.
 const MAX_LATENCIES: i64 = 100_000;
@@ -465,6 +472,30 @@ impl ConsoleViews<'_> {
                 },
             )
             .collect())
+    }
+
+    /// The approvals and questions asked by the turns
+    /// `first_task..=last_task` of a conversation, oldest first: the audit
+    /// of each request and its decision.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn approvals(
+        self,
+        session: &SessionId,
+        first_task: InboundId,
+        last_task: InboundId,
+    ) -> Result<Vec<ApprovalRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE session_id = $1 \
+             AND inbound_id >= $2 AND inbound_id <= $3 ORDER BY id"
+        ))
+        .bind(session.as_str())
+        .bind(first_task)
+        .bind(last_task)
+        .fetch_all(&mut *self.store.read_conn().await?)
+        .await?;
+        rows.iter().map(super::read).collect()
     }
 
     /// Principals, newest first (`limit` after skipping `offset`), with

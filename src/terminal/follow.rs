@@ -2,7 +2,8 @@
 //! it (the turn's live events, `agent::live`), a spinner while the model
 //! thinks or a tool runs, and the stored reply when the streamed text is not
 //! it (a command's answer, a stopped turn, a turn run elsewhere). Ctrl-C
-//! stops the turn as `/stop` does; a second one quits the chat.
+//! stops the turn as `/stop` does; a second one quits the chat. A turn that
+//! parks shows what it waits for and is answered at the prompt (`press`).
 
 use std::io::Write;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::oneshot;
 
 use crate::agent::live::{LiveEvent, LiveSubscription};
-use crate::domain::{SessionId, StopCause};
+use crate::domain::{InboundStatus, SessionId, StopCause};
 use crate::session::runner::{Runner, TurnReply};
 
 /// How following a turn ended.
@@ -19,6 +20,9 @@ use crate::session::runner::{Runner, TurnReply};
 pub enum Followed {
     /// The reply was shown.
     Shown,
+    /// The turn parked: what it waits for was shown (a question, an
+    /// approval), the reply comes once it is answered.
+    Parked,
     /// No reply in time (or the runner dropped the wait): not shown.
     NotShown,
     /// Ctrl-C twice: the user quits.
@@ -201,7 +205,11 @@ pub async fn follow(
                 return match answer {
                     Ok(answer) => {
                         screen.reply(&answer.text);
-                        Followed::Shown
+                        if answer.status == InboundStatus::Waiting {
+                            Followed::Parked
+                        } else {
+                            Followed::Shown
+                        }
                     }
                     Err(_) => {
                         screen.note("(the turn ended without a reply here; it will be shown on the next start)");

@@ -10,18 +10,23 @@
 //!
 //! The prompt is a line editor ([`editor`]), each turn is followed live
 //! ([`follow`]), and the chat's own files (history, log, turns not yet
-//! shown) are described in [`files`].
+//! shown) are described in [`files`]. A turn that parks on a question with
+//! buttons (an approval) shows them as numbered choices; the number or the
+//! label typed next is the press ([`press`]), and the resumed turn is
+//! followed as before.
 
 mod editor;
 mod files;
 mod follow;
+mod press;
 
 use crate::domain::{InboundId, InboundStatus, LocalPlatform, PrincipalId, SessionId};
 use std::io::IsTerminal;
 use std::time::Duration;
 
 use switchboard_contract::{
-    AccountId, ChatId, ChatKind, EventId, IdError, InboundMessage, PlatformName, Sender, UserId,
+    AccountId, ChatId, ChatKind, EventId, IdError, InboundMessage, InboundSink, PlatformName,
+    Sender, UserId,
 };
 
 use crate::session::key::Origin;
@@ -205,8 +210,15 @@ pub async fn run_chat(service: &SessionService, options: ChatOptions) -> Result<
     );
 
     let mut interrupts = 0;
+    // A line typed at a question's choices that is none of them: the next
+    // message.
+    let mut carried: Option<String> = None;
     loop {
-        let line = match editor.read("> ").await {
+        let read = match carried.take() {
+            Some(line) => editor::Read::Line(line),
+            None => editor.read("> ").await,
+        };
+        let line = match read {
             editor::Read::Line(line) => line,
             editor::Read::Interrupted => {
                 interrupts += 1;
@@ -265,7 +277,7 @@ pub async fn run_chat(service: &SessionService, options: ChatOptions) -> Result<
         };
         unshown.push((session_id.clone(), turn));
         save_unshown(&files, &unshown);
-        let followed = follow::follow(
+        let mut followed = follow::follow(
             service.runner(),
             &session_id,
             submission.live,
@@ -274,6 +286,30 @@ pub async fn run_chat(service: &SessionService, options: ChatOptions) -> Result<
             tty,
         )
         .await;
+        let mut announce = false;
+        while followed == Followed::Parked {
+            let chat = Chat {
+                service,
+                editor: &editor,
+                origin: &origin,
+                user: &user,
+                patience: reply_timeout,
+                tty,
+            };
+            match chat.answer(&session_id, turn, announce).await? {
+                Inline::Followed(next) => {
+                    followed = next;
+                    announce = false;
+                }
+                Inline::Again => announce = true,
+                Inline::Line(line) => {
+                    carried = Some(line);
+                    break;
+                }
+                Inline::Waiting => break,
+                Inline::Eof => return Ok(()),
+            }
+        }
         if followed == Followed::Shown {
             unshown.retain(|(_, id)| *id != turn);
             save_unshown(&files, &unshown);
@@ -283,6 +319,112 @@ pub async fn run_chat(service: &SessionService, options: ChatOptions) -> Result<
         }
     }
     Ok(())
+}
+
+/// What answering a parked turn's question at the prompt came to.
+enum Inline {
+    /// Pressed: the turn was followed again, to this.
+    Followed(Followed),
+    /// Pressed, and the turn still waits (the press was refused, or
+    /// another question of it is open): ask again.
+    Again,
+    /// A line that is none of the choices: the next message.
+    Line(String),
+    /// Nothing to press (a question answered in words), or Ctrl-C: the
+    /// turn goes on waiting.
+    Waiting,
+    /// The end of input.
+    Eof,
+}
+
+/// What answering at the prompt uses.
+struct Chat<'a> {
+    service: &'a SessionService,
+    editor: &'a editor::LineEditor,
+    origin: &'a Origin,
+    user: &'a str,
+    patience: Duration,
+    tty: bool,
+}
+
+impl Chat<'_> {
+    /// Shows the choices of the question `turn` waits for (its text too,
+    /// when `announce`: the follow did not show it) and reads the press;
+    /// a press goes through the core's press path, as a button's on any
+    /// platform, and the resumed turn is followed.
+    async fn answer(
+        &self,
+        session: &SessionId,
+        turn: InboundId,
+        announce: bool,
+    ) -> Result<Inline, ChatError> {
+        let store = self.service.store();
+        let questions = press::pending(store, turn, self.origin).await?;
+        let Some(question) = questions.into_iter().next() else {
+            return Ok(Inline::Waiting);
+        };
+        if announce {
+            say(question.text.trim_end());
+        }
+        say(&press::menu(&question.buttons));
+        let button = loop {
+            let line = match self.editor.read("choice> ").await {
+                editor::Read::Line(line) => line,
+                editor::Read::Interrupted => return Ok(Inline::Waiting),
+                editor::Read::Eof => return Ok(Inline::Eof),
+                editor::Read::Failed(err) => return Err(ChatError::Editor(err)),
+            };
+            let text = line.trim();
+            if text.is_empty() {
+                continue;
+            }
+            match press::chosen(&question.buttons, text) {
+                Some(button) => break button,
+                None => return Ok(Inline::Line(text.to_owned())),
+            }
+        };
+        // Waited for before the press, so that a turn resuming at once is
+        // not missed.
+        let runner = self.service.runner();
+        let waiting = runner.wait_for(turn);
+        let live = runner.live().subscribe(turn);
+        let action = press::press(self.origin, self.user, button)?;
+        let answer = InboundSink::act(self.service, action)
+            .await
+            .map_err(|err| ChatError::Service(err.to_string()))?;
+        if let Some(shown) = answer.update.or(answer.notice) {
+            say(&shown);
+        }
+        let record = store.api().turn(session, turn).await?;
+        Ok(match record {
+            Some(record)
+                if matches!(
+                    record.status,
+                    InboundStatus::Pending | InboundStatus::Running
+                ) =>
+            {
+                Inline::Followed(
+                    follow::follow(
+                        runner,
+                        session,
+                        Some(live),
+                        waiting,
+                        self.patience,
+                        self.tty,
+                    )
+                    .await,
+                )
+            }
+            Some(record) if record.status == InboundStatus::Waiting => Inline::Again,
+            Some(record) => {
+                if let Some(reply) = record.reply {
+                    say(reply.trim_end());
+                }
+                Inline::Followed(Followed::Shown)
+            }
+            None => Inline::Followed(Followed::Shown),
+        })
+    }
 }
 
 fn save_unshown(files: &ChatFiles, unshown: &[(SessionId, InboundId)]) {

@@ -707,6 +707,104 @@ async fn compactions_and_limit_hits_are_shown() {
 }
 
 #[tokio::test]
+async fn the_conversation_shows_the_audit_of_each_approval_with_its_arguments_escaped() {
+    let llm = calculating_llm().await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        enable_console(s);
+        s.tools.approval.ask = vec!["calculator".to_owned()];
+    })
+    .await;
+    let (status, session, body) = app.chat(None, "calculate: <script>alert(1)</script>").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let session = session.expect("session header");
+    let id = body["approval"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the turn parks: {body}"))
+        .to_owned();
+    let admin = Admin::login(&app).await;
+
+    // Pending: no decision yet, its expiry shown.
+    let page_path = format!("/console/conversations/{session}");
+    let pending = admin.page(&page_path).await;
+    assert_eq!(figure(&pending, "approval-status"), "pending");
+    assert_eq!(figure(&pending, "approval-decided-by"), "–");
+    let row = app
+        .gateway
+        .store
+        .approvals()
+        .get(id.parse().expect("a number"))
+        .await
+        .expect("read")
+        .expect("the approval");
+    assert_eq!(
+        figure(&pending, "approval-expires"),
+        switchboard::console::templates::time(row.expires_at)
+    );
+
+    let decided = app
+        .http
+        .post(app.url(&format!("/v1/approvals/{id}")))
+        .json(&serde_json::json!({"decision": "deny"}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(decided.status(), StatusCode::OK);
+    let row = app
+        .gateway
+        .store
+        .approvals()
+        .get(row.id)
+        .await
+        .expect("read")
+        .expect("the approval");
+    let decided_at = row.decided_at.expect("decided");
+    let by = row.decided_by.clone().expect("decided by");
+    assert!(by.starts_with("api:"), "{by}");
+
+    let page = admin.page(&page_path).await;
+    assert_eq!(page.matches("data-approval=").count(), 1, "{page}");
+    for (key, value) in [
+        ("approval-kind", "tool".to_owned()),
+        ("approval-tool", "calculator".to_owned()),
+        ("approval-sha", row.arguments_sha[..12].to_owned()),
+        (
+            "approval-requester",
+            format!(
+                "api:{}{}",
+                row.sender_id,
+                row.principal_id
+                    .map(|principal| format!(" (principal {principal})"))
+                    .unwrap_or_default()
+            ),
+        ),
+        ("approval-status", "denied".to_owned()),
+        ("approval-decided-by", by),
+        ("approval-via", "api".to_owned()),
+        (
+            "approval-asked",
+            switchboard::console::templates::time(row.created_at),
+        ),
+        (
+            "approval-decided",
+            switchboard::console::templates::time(decided_at),
+        ),
+    ] {
+        assert_eq!(figure(&page, key), value, "{key}");
+    }
+    assert!(
+        page.contains(&format!("title=\"{}\"", row.arguments_sha)),
+        "the whole hash on hover"
+    );
+    // The complete arguments, escaped: no script reaches the page.
+    assert_eq!(
+        figure(&page, "approval-arguments"),
+        "{&quot;expression&quot;:&quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;}"
+    );
+    assert!(!page.contains("<script>"), "{page}");
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn people_shows_linked_identities_and_unlinks_one() {
     let telegram = FakeTelegram::start().await;
     let llm = FakeLlm::echo().await;

@@ -340,3 +340,60 @@ async fn a_running_tool_is_shown_then_the_streamed_answer() {
     .expect("pty script");
     assert_eq!(llm.requests().len(), 2);
 }
+
+#[tokio::test]
+async fn a_question_with_buttons_is_answered_at_the_prompt_by_number_or_label() {
+    let llm = FakeLlm::start(|body| {
+        if last_is_tool_result(body) {
+            let result = body["messages"]
+                .as_array()
+                .and_then(|messages| messages.last())
+                .and_then(|message| message["content"].as_str())
+                .unwrap_or_default()
+                .to_owned();
+            Reply::Text(format!("tool said: {result}"))
+        } else {
+            Reply::Tools(vec![(
+                "call_1".to_owned(),
+                "calculator".to_owned(),
+                r#"{"expression":"6*7"}"#.to_owned(),
+            )])
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (config, _database) = chat_config(&llm, dir.path()).await;
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("[tools.approval]\nask = [\"calculator\"]\n");
+    std::fs::write(&config, text).expect("config");
+
+    // `1`: allowed once, through the press path (decided by this
+    // terminal's user); the resumed turn's answer follows.
+    let allowed = run_chat(&config, None, "what is 6*7?\n1\n").await;
+    assert!(allowed.contains("Approval needed"), "{allowed}");
+    assert!(
+        allowed.contains("[1] Allow once  [2] Allow for this conversation  [3] Deny"),
+        "{allowed}"
+    );
+    assert!(
+        allowed.contains("allowed once by terminal:tester"),
+        "{allowed}"
+    );
+    assert!(
+        allowed.contains("tool said: ") && allowed.contains(r#""result":42"#),
+        "{allowed}"
+    );
+
+    // A label: denied, the call not run.
+    let calls_before = llm.requests().len();
+    let denied = run_chat(&config, None, "and again?\ndeny\n").await;
+    assert!(denied.contains("[3] Deny"), "{denied}");
+    assert!(denied.contains("denied by terminal:tester"), "{denied}");
+    assert!(denied.contains("tool said: "), "{denied}");
+    assert!(!denied.contains(r#""result":42"#), "{denied}");
+    assert_eq!(
+        llm.requests().len(),
+        calls_before + 2,
+        "the call, then the answer to its refusal"
+    );
+}
