@@ -260,6 +260,27 @@ pub fn postings(
     posted
 }
 
+/// What a person whose message arrives while the turn before it waits on
+/// `approval` is told: their message is held back until it is settled.
+#[must_use]
+pub fn reminder(approval: &ApprovalRow) -> String {
+    let id = approval.id;
+    let what = match approval.kind {
+        ApprovalKind::Question => format!("the answer to its question (#{id})"),
+        _ if for_admins(approval) => {
+            format!("an admin's decision on `{}` (#{id})", approval.tool)
+        }
+        _ => format!(
+            "a decision on `{}` (#{id}): /allow {id} or /reject {id}",
+            approval.tool
+        ),
+    };
+    format!(
+        "Your message will be answered after the agent's current task, which is waiting for \
+         {what}. /stop ends that task."
+    )
+}
+
 /// What a question's message says once it is settled (its buttons gone).
 #[must_use]
 pub fn settled(approval: &ApprovalRow) -> String {

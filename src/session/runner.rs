@@ -38,10 +38,11 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::drafts::DraftWriter;
+use super::notices;
 use super::turn::{Ended, TurnControl, TurnExecutor};
 use crate::agent::live::LiveHub;
 use crate::store::{
-    Batch, Burst, Claim, Fence, InboundRow, Next, OutboxRow, Renewal, Store, StoreError,
+    Batch, Burst, Claim, Fence, InboundRow, Next, Notice, OutboxRow, Renewal, Store, StoreError,
 };
 
 /// How a turn ended, for whoever waits on it.
@@ -601,7 +602,12 @@ impl Runner {
                 .await?
             {
                 Claim::Claimed { inbound, fence } => break (*inbound, fence),
-                Claim::Released { retry_in } => return Ok(retry_in),
+                Claim::Released { retry_in } => {
+                    if retry_in.is_none() {
+                        self.remind_held_back(session_id).await;
+                    }
+                    return Ok(retry_in);
+                }
                 // Another instance runs this session; it drains the queue
                 // too, but keep checking in case it dies before reaching
                 // our message.
@@ -633,6 +639,56 @@ impl Runner {
                 Err(err)
             }
         }
+    }
+
+    /// Nothing of the session could be claimed: if a turn of it waits for
+    /// a person, the messages held back behind it get a reminder of what it
+    /// waits for — once per request, in the chat of the newest.
+    async fn remind_held_back(&self, session_id: &SessionId) {
+        if let Err(err) = self.try_remind_held_back(session_id).await {
+            tracing::warn!(error = %err, "the reminder of a pending approval was not posted");
+        }
+    }
+
+    async fn try_remind_held_back(&self, session_id: &SessionId) -> Result<(), StoreError> {
+        let store = &self.inner.store;
+        let Some(approval) = store
+            .approvals()
+            .pending_in(session_id)
+            .await?
+            .into_iter()
+            .next()
+        else {
+            return Ok(());
+        };
+        let Some(held) = store.inbound().newest_pending(session_id).await? else {
+            return Ok(());
+        };
+        let key = format!("reminder:{}", approval.id);
+        let text = notices::reminder(&approval);
+        let instance = store.instance();
+        let mut batch = Batch::new();
+        batch.post_notice(
+            &Notice {
+                key: &key,
+                session_id,
+                platform: &held.platform,
+                account: &held.account,
+                chat_id: &held.chat_id,
+                thread_id: held.thread_id.as_ref(),
+                text: &text,
+                buttons: None,
+                approval_id: None,
+            },
+            &instance.id,
+            store.clock_sql(),
+            instance.lease_ttl_ms(),
+        );
+        for row in store.write(batch).await? {
+            let notice = crate::store::read::<OutboxRow>(&row)?;
+            self.deliver(&notice, InboundStatus::Command).await;
+        }
+        Ok(())
     }
 
     /// Runs `inbound`, claimed under `fence`, and every message after it.

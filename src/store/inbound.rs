@@ -396,6 +396,24 @@ impl Inbound<'_> {
         read_claim(&rows, skip, burst)
     }
 
+    /// The session's newest message still waiting for its turn.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn newest_pending(
+        self,
+        session_id: &SessionId,
+    ) -> Result<Option<InboundRow>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {INBOUND_COLUMNS} FROM inbound WHERE session_id = $1 AND status = 'pending' \
+             ORDER BY id DESC LIMIT 1"
+        ))
+        .bind(session_id.as_str())
+        .fetch_optional(&mut *self.store.read_conn().await?)
+        .await?;
+        row.as_ref().map(inbound_from_row).transpose()
+    }
+
     /// A message by id.
     ///
     /// # Errors

@@ -648,3 +648,67 @@ async fn the_first_admin_to_decide_wins_and_the_other_copies_show_it() {
     assert_eq!(runs_of_calculator(&app).await, 1);
     app.stop().await;
 }
+
+/// A message that arrives while the turn before it waits is held back, and
+/// its sender reminded (once per request) of what the turn waits for; it
+/// is answered after the decision.
+#[tokio::test]
+async fn a_message_while_a_turn_waits_is_held_back_with_a_reminder() {
+    use switchboard_test_support::telegram::{FakeTelegram, TgUser};
+    let telegram = FakeTelegram::start().await;
+    let llm = FakeLlm::start(|body: &Value| {
+        let asks = body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .and_then(|m| m["content"].as_str())
+            .is_some_and(|text| text.contains("6*7"));
+        if asks || last_is_tool_result(body) {
+            calculate_then_report(body)
+        } else {
+            Reply::Text("later answered".to_owned())
+        }
+    })
+    .await;
+    let app = TestApp::spawn_with(&llm, |settings| {
+        settings.telegram = Some(crate::helpers::telegram_settings(&telegram));
+        settings.tools.approval.ask = vec!["calculator".to_owned()];
+    })
+    .await;
+    let alice = TgUser {
+        id: 501,
+        first_name: "Alice",
+    };
+    let question = telegram.ask(alice, "what is 6*7?").await;
+    assert!(question.contains("Approval needed"), "{question}");
+    let reminded = telegram.ask(alice, "are you there?").await;
+    assert!(
+        reminded.contains("will be answered after") && reminded.contains("/allow 1"),
+        "{reminded}"
+    );
+    telegram.dm(alice, "and now?");
+    eventually("the second message held back too", || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM inbound WHERE status = 'pending'")
+            .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+            .await
+            .expect("count")
+            == 2
+    })
+    .await;
+
+    let asked = message_with_buttons(&telegram, alice.id);
+    let allow = telegram.buttons(alice.id, asked)[0].1.clone();
+    telegram.tap(alice, alice.id, asked, &allow);
+    telegram
+        .wait_for("the turn's reply, then the held-back messages'", || {
+            let view = telegram.chat_view(alice.id);
+            view.iter().any(|t| t.contains("42")) && view.iter().any(|t| t == "later answered")
+        })
+        .await;
+    let reminders = telegram
+        .chat_view(alice.id)
+        .iter()
+        .filter(|t| t.contains("will be answered after"))
+        .count();
+    assert_eq!(reminders, 1, "{:?}", telegram.chat_view(alice.id));
+    app.stop().await;
+}
