@@ -400,6 +400,16 @@ impl Approvals<'_> {
     pub async fn decide(self, id: i64, decision: &Decision<'_>) -> Result<Decided, StoreError> {
         let now = now_ms();
         let mut batch = Batch::new();
+        // The turn's row is locked first, so that two approvals of one turn
+        // decided at once (on two instances, or two requests to one) are
+        // decided one after the other: otherwise, on PostgreSQL, each
+        // decision's requeue below sees the other approval still pending,
+        // and the turn stays parked with nothing left to wait for.
+        batch.push(
+            "UPDATE inbound SET status = status \
+             WHERE id = (SELECT inbound_id FROM approvals WHERE id = $1)",
+            vec![Arg::from(id)],
+        );
         batch.push_returning_optional(
             "UPDATE approvals SET status = $2, answer = $3, decided_by = $4, decided_via = $5, \
              decided_at = $6 WHERE id = $1 AND status = 'pending' AND expires_at > $6 \

@@ -10,8 +10,8 @@ use switchboard_test_support::{eventually, eventually_some};
 use crate::helpers::{FakeLlm, Reply, TestApp, assert_prefix_holds, last_is_tool_result};
 
 /// A model that asks for `6*7` on a user message and, given a tool result,
-/// answers with it.
-fn calculate_then_report(body: &Value) -> Reply {
+/// answers with it (also the model of `approvals_cluster.rs`).
+pub(crate) fn calculate_then_report(body: &Value) -> Reply {
     if last_is_tool_result(body) {
         let messages = body["messages"].as_array().expect("messages");
         let result = messages

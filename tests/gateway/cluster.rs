@@ -50,8 +50,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 const EXIT_BOUND: Duration = Duration::from_secs(3 + 30);
 
 /// The cases run one at a time: each starts three gateway processes, and
-/// several at once on a small machine would stretch every timing.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// several at once on a small machine would stretch every timing (the
+/// multi-process approval cases of `approvals_cluster.rs` take it too).
+pub(crate) static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Three instances on one fresh database, and a connection to it.
 struct Cluster {
@@ -294,7 +295,9 @@ struct Rows {
     tool_calls: Vec<(String, String, String)>,
 }
 
-async fn start_node(
+/// Starts instance `node-{index}` of the suite's settings against `llm`,
+/// with `extra` environment on top (a later value of a variable wins).
+pub(crate) async fn start_node(
     dir: &std::path::Path,
     database: &str,
     llm: &FakeLlm,

@@ -12,6 +12,7 @@ mod api_responses;
 mod api_sessions;
 mod approvals;
 mod approvals_api;
+mod approvals_cluster;
 mod budget;
 mod budget_warnings;
 mod burst;
