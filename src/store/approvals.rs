@@ -215,6 +215,14 @@ impl Batch {
     /// of its session runs until it is resumed) unless every approval of it
     /// was decided meanwhile.
     pub fn park_turn(&mut self, inbound_id: InboundId) {
+        // The turn's row is locked first (as a decision does), so that a
+        // decision committing meanwhile is seen by the update below: on
+        // PostgreSQL its own statement's snapshot would miss it and park a
+        // turn with nothing left to wait for.
+        self.push(
+            "UPDATE inbound SET status = status WHERE id = $1",
+            vec![Arg::from(inbound_id)],
+        );
         self.push(
             format!(
                 "UPDATE inbound SET status = '{waiting}', outcome = '{outcome}' WHERE id = $1 \
