@@ -447,6 +447,7 @@ async fn execute(
             Arc::clone(purse),
             request_id.to_owned(),
         ))),
+        person: env.person.clone(),
     };
     let timeout = env.tool_timeout;
     // Spawned so a panicking tool is caught as a JoinError instead of

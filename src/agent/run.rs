@@ -82,6 +82,9 @@ pub struct LoopEnv {
     /// Who the turn's questions go to; `None` in a sub-agent, which asks
     /// nobody (its `ask` tools are refused).
     pub asker: Option<Arc<Asker>>,
+    /// Where a tool's own questions (an MCP server's elicitation) go;
+    /// `None` in a sub-agent, as `asker`.
+    pub person: Option<Arc<dyn crate::tools::AskPerson>>,
     /// Which tools ask first.
     pub policy: Arc<ApprovalPolicy>,
 }

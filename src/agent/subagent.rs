@@ -91,6 +91,7 @@ impl SubAgents for SubAgentRunner {
             // Only the main agent asks a person; a sub-agent's `ask` tools
             // are refused.
             asker: None,
+            person: None,
             ..(*self.env).clone()
         });
         let history = vec![ChatMessage::user(task)];

@@ -19,6 +19,7 @@ pub mod approvals;
 mod arrivals;
 pub mod commands;
 pub mod drafts;
+pub mod elicit;
 pub mod key;
 pub mod link;
 pub mod notices;

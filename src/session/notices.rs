@@ -11,7 +11,7 @@ use switchboard_contract::{
 
 use crate::domain::schedule::span_words;
 use crate::domain::{ApprovalKind, ApprovalStatus, SessionId};
-use crate::store::{ApprovalRow, DirectChat};
+use crate::store::{ApprovalRow, Batch, DirectChat, Notice, Store};
 use crate::tools::approval::{ApprovalPolicy, Approver};
 
 /// What a button press (or a text command) answers.
@@ -208,6 +208,30 @@ pub struct Posting {
     pub thread_id: Option<ThreadId>,
     pub text: String,
     pub buttons: Option<String>,
+}
+
+/// Adds `postings` (copies of approval `approval_id`'s question) to
+/// `batch`, each claimed for sending by this instance.
+pub fn post(batch: &mut Batch, store: &Store, approval_id: i64, postings: &[Posting]) {
+    let instance = store.instance();
+    for posting in postings {
+        batch.post_notice(
+            &Notice {
+                key: &posting.key,
+                session_id: &posting.session_id,
+                platform: &posting.platform,
+                account: &posting.account,
+                chat_id: &posting.chat_id,
+                thread_id: posting.thread_id.as_ref(),
+                text: &posting.text,
+                buttons: posting.buttons.as_deref(),
+                approval_id: Some(approval_id),
+            },
+            &instance.id,
+            store.clock_sql(),
+            instance.lease_ttl_ms(),
+        );
+    }
 }
 
 /// Where `approval`'s question goes, the requester's chat first: there,

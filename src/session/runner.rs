@@ -408,7 +408,7 @@ impl Runner {
     /// Delivers claimed replies in the background, so that one platform's
     /// retries hold up neither start-up nor the sweep: one task per
     /// session, sending its replies in the order they were written.
-    fn spawn_deliveries(&self, rows: Vec<OutboxRow>) {
+    pub fn spawn_deliveries(&self, rows: Vec<OutboxRow>) {
         // Rows come oldest first, so each queue keeps its session's order.
         let mut by_session: HashMap<SessionId, Vec<OutboxRow>> = HashMap::new();
         for row in rows {

@@ -78,6 +78,7 @@ impl Scheduler {
         for session in self.wake.take_sessions() {
             self.runner.notify(&session);
         }
+        self.runner.spawn_deliveries(self.wake.take_notices());
         loop {
             let now = self.clock.now_ms();
             let due = self.store.tasks().due(now, BATCH).await?;

@@ -135,7 +135,8 @@ impl SessionService {
         settings: &ServiceSettings,
     ) -> Self {
         let commands = CommandSettings::new(settings);
-        let asks_questions = registry.get(ASK_USER).is_some();
+        // `ask_user`'s questions, and an MCP server's (elicitation).
+        let asks_questions = registry.get(ASK_USER).is_some() || registry.tools_may_ask();
         let mut agent = settings.agent.clone();
         if !settings.memory.enabled {
             // Not registered either: new sessions go without it, unlogged.

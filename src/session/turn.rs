@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::commands::Task;
+use super::elicit::PersonAsker;
 use super::task_runs::{TaskRun, relay_entries};
 use super::{notices, speaker, texts};
 use crate::agent::Agent;
@@ -33,8 +34,8 @@ use crate::agent::wallet::{Budget, Purse, Wallet};
 use crate::llm::ModelFailure;
 use crate::media::Media;
 use crate::store::{
-    Batch, DirectChat, Fence, InboundRow, NewMessage, Notice, OutboxRow, SessionRow, SessionView,
-    Store, StoreError, TurnEnd, WireEntry,
+    Batch, DirectChat, Fence, InboundRow, NewMessage, OutboxRow, SessionRow, SessionView, Store,
+    StoreError, TurnEnd, WireEntry,
 };
 use crate::tools::ToolRegistry;
 use crate::tools::memory::MEMORY;
@@ -657,6 +658,14 @@ impl TurnExecutor {
         policy: ContextPolicy,
         spend: Option<SpendLimit>,
     ) -> LoopEnv {
+        let asker = Arc::new(Asker {
+            platform: inbound.platform.clone(),
+            account: inbound.account.clone(),
+            chat_id: inbound.chat_id.clone(),
+            thread_id: inbound.thread_id.clone(),
+            sender_id: inbound.sender_id.clone(),
+            principal_id: inbound.principal_id,
+        });
         LoopEnv {
             store: store.clone(),
             metrics: self.metrics.clone(),
@@ -681,14 +690,19 @@ impl TurnExecutor {
             cancel: control.token.clone(),
             context: Some(policy),
             live: control.live.clone(),
-            asker: Some(Arc::new(Asker {
-                platform: inbound.platform.clone(),
-                account: inbound.account.clone(),
-                chat_id: inbound.chat_id.clone(),
-                thread_id: inbound.thread_id.clone(),
-                sender_id: inbound.sender_id.clone(),
-                principal_id: inbound.principal_id,
-            })),
+            person: self.registry.tools_may_ask().then(|| {
+                let person: Arc<dyn crate::tools::AskPerson> = Arc::new(PersonAsker {
+                    store: store.clone(),
+                    asker: Arc::clone(&asker),
+                    policy: Arc::clone(self.registry.policy()),
+                    session_id: session.id.clone(),
+                    inbound_id: inbound.id,
+                    wake: Arc::clone(&self.task_wake),
+                    within: self.agent.tool_timeout,
+                });
+                person
+            }),
+            asker: Some(asker),
             policy: Arc::clone(self.registry.policy()),
         }
     }
@@ -788,26 +802,9 @@ impl TurnExecutor {
         } else {
             Vec::new()
         };
-        let instance = self.store.instance();
         for approval in &asked {
-            for posting in notices::postings(approval, self.registry.policy(), &admin_chats) {
-                batch.post_notice(
-                    &Notice {
-                        key: &posting.key,
-                        session_id: &posting.session_id,
-                        platform: &posting.platform,
-                        account: &posting.account,
-                        chat_id: &posting.chat_id,
-                        thread_id: posting.thread_id.as_ref(),
-                        text: &posting.text,
-                        buttons: posting.buttons.as_deref(),
-                        approval_id: Some(approval.id),
-                    },
-                    &instance.id,
-                    self.store.clock_sql(),
-                    instance.lease_ttl_ms(),
-                );
-            }
+            let postings = notices::postings(approval, self.registry.policy(), &admin_chats);
+            notices::post(&mut batch, &self.store, approval.id, &postings);
         }
         batch.park_turn(inbound.id);
         let rows = store.write(batch).await?;

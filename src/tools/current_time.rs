@@ -152,6 +152,7 @@ mod tests {
             inbound_id: crate::domain::InboundId::new(1),
             principal: None,
             subagents: None,
+            person: None,
         }
     }
 

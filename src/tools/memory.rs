@@ -303,6 +303,7 @@ mod tests {
             inbound_id: crate::domain::InboundId::new(1),
             principal: Some(speaker),
             subagents: None,
+            person: None,
         }
     }
 

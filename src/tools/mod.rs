@@ -57,6 +57,42 @@ pub struct ToolContext {
     pub principal: Option<PrincipalId>,
     /// Present when the tool may start sub-agents (the `delegate` tool).
     pub subagents: Option<Arc<dyn SubAgents>>,
+    /// Puts a question to the person whose message the task answers (an
+    /// MCP server's elicitation); `None` where nobody can be asked (a
+    /// sub-agent).
+    pub person: Option<Arc<dyn AskPerson>>,
+}
+
+/// Asks the person a turn answers, while a tool call waits for them;
+/// implemented by the session layer (the question goes through the same
+/// path as `ask_user`'s: buttons, the person's next message, the API).
+#[async_trait]
+pub trait AskPerson: Send + Sync + std::fmt::Debug {
+    /// Puts `question` to the person for the call `request_id` of the tool
+    /// `asker` (an MCP server's name), with `choices` as buttons when any,
+    /// and waits until they answer, decline, or it expires (at the latest
+    /// when the call would time out).
+    ///
+    /// # Errors
+    /// The question could not be stored or posted.
+    async fn ask(
+        &self,
+        request_id: &str,
+        asker: &str,
+        question: &str,
+        choices: &[String],
+    ) -> Result<Asked, ToolError>;
+}
+
+/// What came of a question put to the person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Asked {
+    /// Their answer: a choice's label, or their own words.
+    Answer(String),
+    /// They declined to answer.
+    Declined,
+    /// Nobody answered in time (or the turn was stopped).
+    Unanswered,
 }
 
 /// Starts sub-agents for the `delegate` tool; implemented by the agent loop.
@@ -251,6 +287,13 @@ impl ToolRegistry {
     /// The MCP servers, if any are configured.
     pub fn mcp(&self) -> Option<&Arc<mcp::McpRegistry>> {
         self.mcp.as_ref()
+    }
+
+    /// Whether a tool may ask the person something during a call (an MCP
+    /// server's elicitation): an MCP server is configured.
+    #[must_use]
+    pub fn tools_may_ask(&self) -> bool {
+        self.mcp.as_ref().is_some_and(|mcp| !mcp.is_empty())
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {

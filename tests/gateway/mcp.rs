@@ -135,6 +135,7 @@ async fn stdio_tools_are_offered_sorted_with_their_schemas_and_called_by_the_age
             "current_time",
             "delegate",
             "fake__add",
+            "fake__choose",
             "fake__crash",
             "fake__echo",
             "fake__env",
@@ -590,7 +591,7 @@ async fn switchboard_tools_lists_every_tool_with_its_source() {
         !stdout.contains("fake__crash"),
         "denied tools are not listed"
     );
-    assert!(stdout.contains("fake: up; 8 tools listed"), "{stdout}");
+    assert!(stdout.contains("fake: up; 9 tools listed"), "{stdout}");
 }
 
 /// Starts `switchboard serve` in `dir` with `config/switchboard.toml` there
@@ -727,4 +728,71 @@ async fn a_hanging_mcp_server_holds_neither_the_start_nor_the_turns() {
     );
     assert!(asked.elapsed() < std::time::Duration::from_secs(5));
     second.stop().await;
+}
+
+/// An MCP server's question during a call (elicitation) reaches the person
+/// as a question with its choices as buttons; a tap, or their next message,
+/// is the answer the server gets, and the call goes on with it.
+#[tokio::test]
+async fn an_mcp_servers_question_during_a_call_is_put_to_the_person() {
+    use switchboard_test_support::telegram::{FIRST_SENT_ID, FakeTelegram, TgUser};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("calls.log");
+    let telegram = FakeTelegram::start().await;
+    let llm = FakeLlm::start(caller).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        with_server(s, stdio_server(&log, None));
+        s.telegram = Some(crate::helpers::telegram_settings(&telegram));
+    })
+    .await;
+    let alice = TgUser {
+        id: 501,
+        first_name: "Alice",
+    };
+    let question = telegram
+        .ask(alice, r#"call fake__choose {"question": "Which size?"}"#)
+        .await;
+    assert!(
+        question.contains("`fake` asks: Which size?") || question.contains("fake</code> asks"),
+        "{question}"
+    );
+    let asked = (0..20)
+        .map(|n| FIRST_SENT_ID + n)
+        .find(|id| !telegram.buttons(alice.id, *id).is_empty())
+        .expect("the question has buttons");
+    let buttons = telegram.buttons(alice.id, asked);
+    let labels: Vec<&str> = buttons.iter().map(|(label, _)| label.as_str()).collect();
+    assert_eq!(labels, ["small", "large"]);
+    let before = telegram.sent().len();
+    telegram.tap(alice, alice.id, asked, &buttons[1].1);
+    let reply = telegram
+        .reply_after(before, alice.id, "the call's result")
+        .await;
+    assert!(
+        reply.contains(r#"action=accept content={\"size\":\"large\"}"#)
+            || reply.contains(r#"action=accept content={"size":"large"}"#),
+        "{reply}"
+    );
+
+    // Answered in the person's own words: their next message.
+    telegram.dm(alice, r#"call fake__choose {"question": "And now?"}"#);
+    telegram
+        .wait_for("the second question", || {
+            telegram
+                .chat_view(alice.id)
+                .iter()
+                .any(|t| t.contains("And now?"))
+        })
+        .await;
+    let before = telegram.sent().len();
+    telegram.dm(alice, "small");
+    telegram
+        .wait_for("the call's result with the typed answer", || {
+            telegram.sent()[before..]
+                .iter()
+                .any(|m| m.text.contains("action=accept") && m.text.contains("small"))
+        })
+        .await;
+    assert_eq!(calls_of(&log, "choose"), 2);
+    app.stop().await;
 }

@@ -12,6 +12,7 @@
 //! and rebuilds its tools from them ([`McpRegistry::tool_for`]) until
 //! `/new`; new sessions see list changes.
 
+pub mod elicit;
 pub mod server;
 pub mod settings;
 pub mod tool;
@@ -55,6 +56,12 @@ impl McpRegistry {
             servers,
             filter: ToolFilter::new(settings),
         })
+    }
+
+    /// Whether no server is configured.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
     }
 
     /// Waits until every server has started once or failed to, at most

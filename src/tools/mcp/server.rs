@@ -20,8 +20,14 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::ClientHandler;
-use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig};
-use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, serve_client};
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
+    ElicitResult, ElicitationAction, ElicitationCapability, FormElicitationCapability,
+};
+use rmcp::service::{
+    NotificationContext, Peer, RequestContext, RoleClient, RunningService, serve_client,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::TokioChildProcess;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -30,9 +36,10 @@ use switchboard_contract::backoff::{Backoff, Wait, wait};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::elicit::Form;
 use super::settings::{McpServerSettings, McpSettings, SEPARATOR};
 use super::tool::McpTool;
-use crate::tools::ToolError;
+use crate::tools::{AskPerson, Asked, ToolContext, ToolError};
 
 /// How a server is doing, as `switchboard tools` and the tests see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,16 +72,87 @@ impl ServerStatus {
 /// The down reason of a server whose first start is under way.
 const STARTING: &str = "starting";
 
-/// The part of a server its tools share: the live connection, if any.
+/// The part of a server its tools share: the live connection, if any, and
+/// the calls in flight that someone can be asked for.
 pub(super) struct Link {
     pub(super) server: String,
     peer: Mutex<Option<Peer<RoleClient>>>,
     down_reason: Mutex<String>,
+    asking: Mutex<Asking>,
+}
+
+/// The calls in flight whose person a question (an elicitation) can go to.
+#[derive(Default)]
+struct Asking {
+    next: u64,
+    calls: Vec<(u64, InFlight)>,
+}
+
+/// A call in flight: whose it is.
+#[derive(Clone)]
+struct InFlight {
+    request_id: String,
+    person: Arc<dyn AskPerson>,
+}
+
+/// Takes a call off [`Asking`] when it ends (or is dropped).
+struct Registered<'a> {
+    link: &'a Link,
+    id: Option<u64>,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        if let (Some(id), Ok(mut asking)) = (self.id, self.link.asking.lock()) {
+            asking.calls.retain(|(each, _)| *each != id);
+        }
+    }
 }
 
 impl Link {
-    /// Calls `tool` (its name on the server) with `args`.
-    pub(super) async fn call(&self, tool: &str, args: Value) -> Result<Value, ToolError> {
+    pub(super) fn new(server: &str) -> Self {
+        Self {
+            server: server.to_owned(),
+            peer: Mutex::new(None),
+            down_reason: Mutex::new(STARTING.to_owned()),
+            asking: Mutex::new(Asking::default()),
+        }
+    }
+
+    fn register(&self, ctx: &ToolContext) -> Registered<'_> {
+        let id = ctx.person.as_ref().and_then(|person| {
+            let mut asking = self.asking.lock().ok()?;
+            asking.next += 1;
+            let id = asking.next;
+            let call = InFlight {
+                request_id: ctx.request_id.clone(),
+                person: Arc::clone(person),
+            };
+            asking.calls.push((id, call));
+            Some(id)
+        });
+        Registered { link: self, id }
+    }
+
+    /// The one call in flight a server's question can be about; `None`
+    /// when there is none, or several (the protocol does not say which).
+    fn asking_call(&self) -> Option<InFlight> {
+        let asking = self.asking.lock().ok()?;
+        match asking.calls.as_slice() {
+            [(_, call)] => Some(call.clone()),
+            _ => None,
+        }
+    }
+
+    /// Calls `tool` (its name on the server) with `args`, for `ctx`'s
+    /// person (whom the server may ask something meanwhile).
+    pub(super) async fn call(
+        &self,
+        ctx: &ToolContext,
+        tool: &str,
+        args: Value,
+    ) -> Result<Value, ToolError> {
+        let _registered = self.register(ctx);
         let peer = self.peer.lock().map(|peer| peer.clone()).unwrap_or(None);
         let Some(peer) = peer else {
             let reason = self
@@ -170,11 +248,7 @@ impl McpServer {
         Arc::new(Self {
             name: name.to_owned(),
             settings: settings.clone(),
-            link: Arc::new(Link {
-                server: name.to_owned(),
-                peer: Mutex::new(None),
-                down_reason: Mutex::new(STARTING.to_owned()),
-            }),
+            link: Arc::new(Link::new(name)),
             tools: RwLock::new(Arc::from(Vec::new())),
             status,
         })
@@ -253,7 +327,10 @@ impl McpServer {
         &self,
         changed: Arc<Notify>,
     ) -> Result<RunningService<RoleClient, Listener>, String> {
-        let listener = Listener { changed };
+        let listener = Listener {
+            changed,
+            link: Arc::clone(&self.link),
+        };
         let running = if let Some(command) = &self.settings.command {
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(&self.settings.args).env_clear().kill_on_drop(true);
@@ -417,6 +494,7 @@ fn valid_tool_name(name: &str) -> bool {
 /// The client side's handler: notes that the server's tool list changed.
 struct Listener {
     changed: Arc<Notify>,
+    link: Arc<Link>,
 }
 
 impl ClientHandler for Listener {
@@ -424,8 +502,63 @@ impl ClientHandler for Listener {
         self.changed.notify_one();
     }
 
+    /// A question the server asks during a call goes to the person the
+    /// call is for, through the same path as `ask_user`'s; what cannot be
+    /// asked (a URL to open, no single call in flight, nobody to ask) is
+    /// declined.
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let server = &self.link.server;
+        let ElicitRequestParams::FormElicitationParams {
+            message,
+            requested_schema,
+            ..
+        } = request
+        else {
+            tracing::info!(server = %server, "an MCP server asked the user to open a URL; declined");
+            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        };
+        let Some(call) = self.link.asking_call() else {
+            tracing::info!(
+                server = %server,
+                "an MCP server asked a question outside a single call of a conversation; declined"
+            );
+            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        };
+        let schema = serde_json::to_value(&requested_schema).unwrap_or(Value::Null);
+        let form = Form::read(server, &message, &schema);
+        let asked = call
+            .person
+            .ask(&call.request_id, server, &form.question, &form.choices)
+            .await;
+        Ok(match asked {
+            Ok(Asked::Answer(answer)) => match form.content(&answer) {
+                Ok(Some(content)) => {
+                    ElicitResult::new(ElicitationAction::Accept).with_content(content)
+                }
+                Ok(None) => ElicitResult::new(ElicitationAction::Decline),
+                Err(reason) => {
+                    tracing::info!(server = %server, reason, "an answer did not fit the MCP server's form");
+                    ElicitResult::new(ElicitationAction::Decline)
+                }
+            },
+            Ok(Asked::Declined) => ElicitResult::new(ElicitationAction::Decline),
+            Ok(Asked::Unanswered) => ElicitResult::new(ElicitationAction::Cancel),
+            Err(err) => {
+                tracing::warn!(server = %server, error = %err, "an MCP server's question could not be asked");
+                ElicitResult::new(ElicitationAction::Cancel)
+            }
+        })
+    }
+
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::default()
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation =
+            Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
+        ClientConfig::new(capabilities, ClientConfig::default().client_info)
     }
 }
 

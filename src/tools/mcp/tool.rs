@@ -104,7 +104,7 @@ impl Tool for McpTool {
         self.max_result_chars
     }
 
-    async fn call(&self, _ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
-        self.link.call(&self.remote, args).await
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
+        self.link.call(ctx, &self.remote, args).await
     }
 }

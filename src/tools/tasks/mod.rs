@@ -26,7 +26,7 @@ use super::{Tool, ToolContext, ToolError, arguments_schema};
 use crate::domain::setting::{self, InvalidSetting};
 use crate::domain::{Clock, PrincipalId, Schedule, ScheduleRequest, SessionId, TaskId, schedule};
 use crate::store::tasks::{NewTask, TaskRow};
-use crate::store::{NewSession, Store, StoreError};
+use crate::store::{NewSession, OutboxRow, Store, StoreError};
 use switchboard_contract::{AccountId, ChatId, PlatformName, ThreadId, UserId};
 
 /// `[tasks]`: what people may schedule, and how runs are caught up.
@@ -128,9 +128,10 @@ impl TaskSettings {
     }
 }
 
-/// Wakes the scheduler: a task was made or resumed, or a session has a
-/// run waiting (a task run by hand, a background run's answer relayed to
-/// its conversation) whose runner the scheduler wakes (this floor cannot
+/// Wakes the scheduler: a task was made or resumed, a session has a run
+/// waiting (a task run by hand, a background run's answer relayed to its
+/// conversation) whose runner the scheduler wakes, or a notice posted
+/// during a turn (a tool's question) is to be sent now (this floor cannot
 /// reach the runner).
 #[derive(Debug, Default)]
 pub struct TaskWake {
@@ -138,6 +139,8 @@ pub struct TaskWake {
     /// Sessions with a run waiting; bounded by the runs queued between two
     /// looks of the scheduler.
     sessions: std::sync::Mutex<Vec<SessionId>>,
+    /// Notices to send, claimed by this instance.
+    notices: std::sync::Mutex<Vec<OutboxRow>>,
 }
 
 impl TaskWake {
@@ -153,6 +156,25 @@ impl TaskWake {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(session);
         self.wake();
+    }
+
+    /// Tells the scheduler to have `notice` sent.
+    pub fn send_notice(&self, notice: OutboxRow) {
+        self.notices
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(notice);
+        self.wake();
+    }
+
+    /// The notices to send, since last asked.
+    pub fn take_notices(&self) -> Vec<OutboxRow> {
+        std::mem::take(
+            &mut *self
+                .notices
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// The sessions with a run waiting, since last asked.

@@ -8,7 +8,9 @@
 //! `{"sum": …}`), `fail {}` (an `isError` result), `slow {secs}` (sleeps,
 //! noting a cancellation), `crash {}` (exits the process mid-call), `freeze
 //! {}` (stops the process with SIGSTOP: a hung server), `header {name}` (a
-//! request header, over HTTP), `env
+//! request header, over HTTP), `choose {question}` (asks the user to pick
+//! a size, an elicitation, and answers with the action and content that
+//! came back), `env
 //! {name}` (the value of an environment variable, `""` when unset). Every
 //! call appends a line to the `log` file (`call NAME`, and `cancelled slow`
 //! when a `slow` call is cancelled), so a test can count calls. Each line of
@@ -23,8 +25,9 @@ use std::time::Duration;
 
 use rmcp::handler::server::ServerHandler;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, JsonObject,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams,
+    ErrorData, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -97,6 +100,11 @@ impl FakeMcp {
                 "header",
                 "Read a request header (HTTP only).",
                 json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
+            ),
+            tool(
+                "choose",
+                "Ask the user to choose a size (an elicitation) and say what came back.",
+                json!({"type": "object", "properties": {"question": {"type": "string"}}}),
             ),
             tool(
                 "env",
@@ -194,6 +202,34 @@ impl ServerHandler for FakeMcp {
                     .and_then(|value| value.to_str().ok())
                     .unwrap_or_default();
                 Ok(text(value))
+            }
+            "choose" => {
+                let message = args
+                    .get("question")
+                    .and_then(Value::as_str)
+                    .unwrap_or("Which size?")
+                    .to_owned();
+                let schema = serde_json::from_value(json!({
+                    "type": "object",
+                    "properties": {"size": {"type": "string", "enum": ["small", "large"]}},
+                    "required": ["size"],
+                }))
+                .map_err(|err| ErrorData::internal_error(err.to_string(), None))?;
+                let asked = context
+                    .peer
+                    .create_elicitation(ElicitRequestParams::FormElicitationParams {
+                        meta: None,
+                        message,
+                        requested_schema: schema,
+                    })
+                    .await
+                    .map_err(|err| ErrorData::internal_error(err.to_string(), None))?;
+                let action = serde_json::to_value(&asked.action).unwrap_or_default();
+                let content = asked.content.unwrap_or(Value::Null);
+                Ok(text(&format!(
+                    "action={} content={content}",
+                    action.as_str().unwrap_or("?")
+                )))
             }
             "env" => {
                 let name = args.get("name").and_then(Value::as_str).unwrap_or_default();
