@@ -11,6 +11,7 @@ mod api_media;
 mod api_responses;
 mod api_sessions;
 mod approvals;
+mod approvals_platforms;
 mod budget;
 mod budget_warnings;
 mod burst;
