@@ -1076,7 +1076,7 @@ impl Runner {
             let sent = sender.send(message).await;
             self.count_delivery(row.platform.as_str(), &sent);
             let retry_after = match sent {
-                Ok(receipt) => break Ok(receipt.message_ids.first().cloned()),
+                Ok(receipt) => break Ok(kept_message_id(message, receipt.message_ids)),
                 Err(SendError::Permanent(reason)) => {
                     tracing::error!(outbox_id = row.id, %reason, "reply cannot be delivered");
                     break Err(Undelivered::Permanent);
@@ -1109,6 +1109,18 @@ impl Runner {
             }
         };
         Delivery { attempts, outcome }
+    }
+}
+
+/// The platform message id kept for a delivered reply: its first part's,
+/// or for a reply with buttons (a question) the last part's, where the
+/// adapter put the buttons, so that settling the question edits that part
+/// (and a press of its buttons is known as a press of this reply's).
+fn kept_message_id(message: &OutboundMessage, mut ids: Vec<String>) -> Option<String> {
+    if message.buttons.is_empty() {
+        ids.into_iter().next()
+    } else {
+        ids.pop()
     }
 }
 

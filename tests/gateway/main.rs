@@ -13,6 +13,7 @@ mod api_sessions;
 mod approvals;
 mod approvals_api;
 mod approvals_cluster;
+mod approvals_platforms;
 mod budget;
 mod budget_warnings;
 mod burst;

@@ -531,9 +531,10 @@ impl<'a> Doc<'a> {
             Level::Grapheme,
             Level::Char,
         ];
-        // First pass: only cuts filling at least half the limit; second
-        // pass: any cut, in order of preference.
-        for (half, levels) in [(true, &all[..3]), (false, &all[..])] {
+        // First pass: only cuts filling at least half the limit, a lower
+        // level's (inside a long word) before a short chunk; second pass:
+        // any cut, in order of preference.
+        for (half, levels) in [(true, &all[..]), (false, &all[..])] {
             for &level in levels {
                 let candidates = std::iter::once(max_end).chain(
                     self.text[start..max_end]
@@ -1051,6 +1052,27 @@ mod tests {
             chunks.iter().map(String::len).collect::<Vec<_>>(),
             [100, 100, 50]
         );
+    }
+
+    #[test]
+    fn a_long_word_is_cut_inside_rather_than_leaving_short_chunks() {
+        // No paragraph, line or whitespace cut fills half a chunk: the
+        // word is cut where the chunk is full (an approval's long argument).
+        let text = format!(
+            "Intro line.\n\n```json\n{{\n  \"k\": \"{}\"\n}}\n```\n\nOutro.",
+            "x".repeat(300)
+        );
+        let chunks = check(&text, 100, LengthUnit::Chars, true);
+        let (last, full) = chunks.split_last().expect("chunks");
+        assert!(
+            full.iter().all(|c| 2 * c.chars().count() >= 100),
+            "{chunks:?}"
+        );
+        assert!(
+            chunks[0].starts_with("Intro line.\n\n```json\n{"),
+            "{chunks:?}"
+        );
+        assert!(last.ends_with("Outro."), "{chunks:?}");
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! served from its CDN path `/attachments/{id}/{filename}`, and each
 //! download is counted. A user presses a button under a bot message with
 //! [`FakeDiscord::user_presses`] (an INTERACTION_CREATE of type 3 on the
-//! gateway); the interaction's answers are recorded
+//! gateway; another user with [`FakeDiscord::presses_as`]); the
+//! interaction's answers are recorded
 //! ([`FakeDiscord::interaction_requests`]: the callback
 //! `POST /interactions/{id}/{token}/callback`, follow-ups
 //! `POST /webhooks/{application}/{token}`, edits of
@@ -195,13 +196,31 @@ impl FakeDiscord {
         message_id: u64,
         custom_id: &str,
     ) -> u64 {
+        self.presses_as(USER_ID, "alice", channel, guild, message_id, custom_id)
+    }
+
+    /// Like [`Self::user_presses`], by the user `user` (named `name`)
+    /// instead of [`USER_ID`].
+    ///
+    /// # Panics
+    ///
+    /// When no client is connected to the gateway.
+    pub fn presses_as(
+        &self,
+        user: u64,
+        name: &str,
+        channel: u64,
+        guild: Option<u64>,
+        message_id: u64,
+        custom_id: &str,
+    ) -> u64 {
         let mut inner = self.shared.lock();
         let id = inner.next_id;
         inner.next_id += 1;
         let token = format!("itoken-{id}");
         inner.presses.insert(token.clone(), message_id);
-        let user = json!({"id": USER_ID.to_string(), "username": "alice",
-                          "discriminator": "0", "global_name": "Alice", "avatar": null});
+        let user = json!({"id": user.to_string(), "username": name,
+                          "discriminator": "0", "global_name": name, "avatar": null});
         let mut interaction = json!({
             "id": id.to_string(), "application_id": APPLICATION_ID.to_string(),
             "type": 3, "token": token, "version": 1, "locale": "en-US",
