@@ -20,7 +20,7 @@ use serde_json::json;
 use super::notices;
 use crate::agent::asking::{Asker, nonce};
 use crate::domain::{ApprovalKind, ApprovalStatus, InboundId, SessionId, canonical_json, now_ms};
-use crate::store::{Batch, NewApproval, OutboxRow, Store, StoreError};
+use crate::store::{Batch, Decision, NewApproval, OutboxRow, Store, StoreError};
 use crate::tools::approval::{ApprovalPolicy, Approver};
 use crate::tools::tasks::TaskWake;
 use crate::tools::{AskPerson, Asked, ToolError};
@@ -55,6 +55,47 @@ impl AskPerson for PersonAsker {
             .post(request_id, asker, question, choices)
             .await
             .map_err(|err| ToolError::Failed(format!("the question could not be asked: {err}")))?;
+        let mut open = Open {
+            store: self.store.clone(),
+            id: Some(id),
+        };
+        let asked = self.answer_of(id).await;
+        open.id = None;
+        asked
+    }
+}
+
+/// A question still open when its call ends without an answer (`/stop`,
+/// the call's timeout): closed as stopped, so a later tap or message
+/// does not answer a call that is gone.
+struct Open {
+    store: Store,
+    id: Option<i64>,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let (Some(id), Ok(runtime)) = (self.id, tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let store = self.store.clone();
+        runtime.spawn(async move {
+            let closed = Decision {
+                status: ApprovalStatus::Stopped,
+                answer: None,
+                by: "switchboard",
+                via: "stop",
+            };
+            if let Err(err) = store.approvals().decide(id, &closed).await {
+                tracing::warn!(approval_id = id, error = %err, "an abandoned question was not closed");
+            }
+        });
+    }
+}
+
+impl PersonAsker {
+    /// Reads question `id` until it is settled or expired.
+    async fn answer_of(&self, id: i64) -> Result<Asked, ToolError> {
         loop {
             tokio::time::sleep(POLL).await;
             let row = self.store.approvals().get(id).await.map_err(|err| {
@@ -73,9 +114,7 @@ impl AskPerson for PersonAsker {
             }
         }
     }
-}
 
-impl PersonAsker {
     /// Writes the question and hands its notice over for sending; returns
     /// its id.
     async fn post(

@@ -794,5 +794,26 @@ async fn an_mcp_servers_question_during_a_call_is_put_to_the_person() {
         })
         .await;
     assert_eq!(calls_of(&log, "choose"), 2);
+
+    // Stopped while the question is open: the question is closed with the
+    // call, so no later message is taken for its answer.
+    telegram.dm(alice, r#"call fake__choose {"question": "Third?"}"#);
+    telegram
+        .wait_for("the third question", || {
+            telegram
+                .chat_view(alice.id)
+                .iter()
+                .any(|t| t.contains("Third?"))
+        })
+        .await;
+    telegram.dm(alice, "/stop");
+    switchboard_test_support::eventually("the abandoned question closed", || async {
+        sqlx::query_scalar::<_, String>("SELECT status FROM approvals ORDER BY id DESC LIMIT 1")
+            .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+            .await
+            .expect("status")
+            == "stopped"
+    })
+    .await;
     app.stop().await;
 }

@@ -88,11 +88,13 @@ struct Asking {
     calls: Vec<(u64, InFlight)>,
 }
 
-/// A call in flight: whose it is.
+/// A call in flight: whose it is, and a token cancelled when it ends (a
+/// question about it is then dropped).
 #[derive(Clone)]
 struct InFlight {
     request_id: String,
     person: Arc<dyn AskPerson>,
+    ended: CancellationToken,
 }
 
 /// Takes a call off [`Asking`] when it ends (or is dropped).
@@ -104,7 +106,12 @@ struct Registered<'a> {
 impl Drop for Registered<'_> {
     fn drop(&mut self) {
         if let (Some(id), Ok(mut asking)) = (self.id, self.link.asking.lock()) {
-            asking.calls.retain(|(each, _)| *each != id);
+            asking.calls.retain(|(each, call)| {
+                if *each == id {
+                    call.ended.cancel();
+                }
+                *each != id
+            });
         }
     }
 }
@@ -127,6 +134,7 @@ impl Link {
             let call = InFlight {
                 request_id: ctx.request_id.clone(),
                 person: Arc::clone(person),
+                ended: CancellationToken::new(),
             };
             asking.calls.push((id, call));
             Some(id)
@@ -509,7 +517,7 @@ impl ClientHandler for Listener {
     async fn create_elicitation(
         &self,
         request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
+        context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
         let server = &self.link.server;
         let ElicitRequestParams::FormElicitationParams {
@@ -530,10 +538,13 @@ impl ClientHandler for Listener {
         };
         let schema = serde_json::to_value(&requested_schema).unwrap_or(Value::Null);
         let form = Form::read(server, &message, &schema);
-        let asked = call
-            .person
-            .ask(&call.request_id, server, &form.question, &form.choices)
-            .await;
+        // Dropped (and the question closed) when the call ends first: `/stop`,
+        // its timeout, or the server giving the question up.
+        let asked = tokio::select! {
+            asked = call.person.ask(&call.request_id, server, &form.question, &form.choices) => asked,
+            () = call.ended.cancelled() => Ok(Asked::Unanswered),
+            () = context.ct.cancelled() => Ok(Asked::Unanswered),
+        };
         Ok(match asked {
             Ok(Asked::Answer(answer)) => match form.content(&answer) {
                 Ok(Some(content)) => {
