@@ -421,6 +421,21 @@ async fn a_question_is_answered_by_the_persons_next_message() {
     app.stop().await;
 }
 
+/// A model that calculates (as [`calculate_then_report`]) when asked for
+/// `6*7`, and answers anything else with `otherwise`.
+fn calculate_on_6x7(body: &Value, otherwise: &str) -> Reply {
+    let asks = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_str())
+        .is_some_and(|text| text.contains("6*7"));
+    if asks || last_is_tool_result(body) {
+        calculate_then_report(body)
+    } else {
+        Reply::Text(otherwise.to_owned())
+    }
+}
+
 /// Whether none of the bot's messages in `chat` shows buttons now.
 fn no_buttons(telegram: &switchboard_test_support::telegram::FakeTelegram, chat: i64) -> bool {
     (0..100).all(|n| {
@@ -454,19 +469,7 @@ fn message_with_buttons(
 async fn approvals_for_admins_go_to_their_direct_chats_and_only_they_decide() {
     use switchboard_test_support::telegram::{FakeTelegram, TgUser};
     let telegram = FakeTelegram::start().await;
-    let llm = FakeLlm::start(|body: &Value| {
-        let asks = body["messages"]
-            .as_array()
-            .and_then(|m| m.last())
-            .and_then(|m| m["content"].as_str())
-            .is_some_and(|text| text.contains("6*7"));
-        if asks || last_is_tool_result(body) {
-            calculate_then_report(body)
-        } else {
-            Reply::Text("hello".to_owned())
-        }
-    })
-    .await;
+    let llm = FakeLlm::start(|body: &Value| calculate_on_6x7(body, "hello")).await;
     let app = TestApp::spawn_with(&llm, |settings| {
         settings.telegram = Some(crate::helpers::telegram_settings(&telegram));
         settings.tools.approval.ask = vec!["calculator".to_owned()];
@@ -554,19 +557,7 @@ async fn the_first_admin_to_decide_wins_and_the_other_copies_show_it() {
     const DM: u64 = 500_000_000_000_000_777;
     let telegram = FakeTelegram::start().await;
     let discord = FakeDiscord::start().await;
-    let llm = FakeLlm::start(|body: &Value| {
-        let asks = body["messages"]
-            .as_array()
-            .and_then(|m| m.last())
-            .and_then(|m| m["content"].as_str())
-            .is_some_and(|text| text.contains("6*7"));
-        if asks || last_is_tool_result(body) {
-            calculate_then_report(body)
-        } else {
-            Reply::Text("hello".to_owned())
-        }
-    })
-    .await;
+    let llm = FakeLlm::start(|body: &Value| calculate_on_6x7(body, "hello")).await;
     let app = TestApp::spawn_with(&llm, |settings| {
         settings.telegram = Some(crate::helpers::telegram_settings(&telegram));
         settings.discord = Some(crate::media_content::discord_settings(&discord));
@@ -656,19 +647,7 @@ async fn the_first_admin_to_decide_wins_and_the_other_copies_show_it() {
 async fn a_message_while_a_turn_waits_is_held_back_with_a_reminder() {
     use switchboard_test_support::telegram::{FakeTelegram, TgUser};
     let telegram = FakeTelegram::start().await;
-    let llm = FakeLlm::start(|body: &Value| {
-        let asks = body["messages"]
-            .as_array()
-            .and_then(|m| m.last())
-            .and_then(|m| m["content"].as_str())
-            .is_some_and(|text| text.contains("6*7"));
-        if asks || last_is_tool_result(body) {
-            calculate_then_report(body)
-        } else {
-            Reply::Text("later answered".to_owned())
-        }
-    })
-    .await;
+    let llm = FakeLlm::start(|body: &Value| calculate_on_6x7(body, "later answered")).await;
     let app = TestApp::spawn_with(&llm, |settings| {
         settings.telegram = Some(crate::helpers::telegram_settings(&telegram));
         settings.tools.approval.ask = vec!["calculator".to_owned()];
