@@ -26,7 +26,8 @@ pub fn init(settings: &LogSettings, default_filter: Option<&str>) {
         .ok()
         .or_else(|| default_filter.map(str::to_owned))
         .unwrap_or_else(|| settings.filter.clone());
-    let filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_new(quiet_dependencies(&filter))
+        .unwrap_or_else(|_| EnvFilter::new(quiet_dependencies("info")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -40,6 +41,17 @@ pub fn init(settings: &LogSettings, default_filter: Option<&str>) {
     } else {
         builder.with_ansi(colour()).try_init()
     };
+}
+
+/// `filter`, with the MCP SDK (`rmcp`) held to warnings unless the filter
+/// names it: at INFO it logs every server notification with its content
+/// (a server's log lines and progress messages may carry user data).
+fn quiet_dependencies(filter: &str) -> String {
+    if filter.contains("rmcp") {
+        filter.to_owned()
+    } else {
+        format!("{filter},rmcp=warn")
+    }
 }
 
 /// Whether text logs are coloured: stderr is a terminal and `NO_COLOR` is
@@ -133,5 +145,17 @@ impl Visit for Fields<'_> {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         self.0
             .insert(field.name().to_owned(), Value::String(format!("{value:?}")));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mcp_sdk_logs_warnings_only_unless_named() {
+        assert_eq!(quiet_dependencies("info"), "info,rmcp=warn");
+        assert_eq!(quiet_dependencies("debug,rmcp=trace"), "debug,rmcp=trace");
+        assert!(EnvFilter::try_new(quiet_dependencies("info,switchboard=debug")).is_ok());
     }
 }

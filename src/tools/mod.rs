@@ -362,6 +362,9 @@ impl ToolRegistry {
                 "{name:width$}  deny    (not offered: tools.approval.deny)"
             );
         }
+        for (name, reason) in self.mcp.iter().flat_map(|mcp| mcp.left_out()) {
+            let _ = writeln!(out, "{name:width$}  -       (not offered: {reason})");
+        }
         if let Some(mcp) = &self.mcp {
             out.push_str("\nMCP servers:\n");
             for status in mcp.statuses() {

@@ -587,9 +587,10 @@ async fn switchboard_tools_lists_every_tool_with_its_source() {
         "fake__add allow mcp:fake (results cached 60 s)"
     );
     assert_eq!(line_of("fake__echo"), "fake__echo allow mcp:fake");
-    assert!(
-        !stdout.contains("fake__crash"),
-        "denied tools are not listed"
+    assert_eq!(
+        line_of("fake__crash"),
+        "fake__crash - (not offered: mcp.deny)",
+        "a tool left out is listed with why"
     );
     assert!(stdout.contains("fake: up; 9 tools listed"), "{stdout}");
 }

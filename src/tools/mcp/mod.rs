@@ -118,6 +118,24 @@ impl McpRegistry {
         tools
     }
 
+    /// The tools the servers listed that are not offered, with why: the
+    /// allow/deny lists, or a name providers would refuse. Sorted by name.
+    pub fn left_out(&self) -> Vec<(String, &'static str)> {
+        let mut left_out = Vec::new();
+        for server in self.servers.values() {
+            for tool in server.tools().iter() {
+                if let Some(reason) = self.filter.refusal(tool.full_name()) {
+                    left_out.push((tool.full_name().to_owned(), reason));
+                }
+            }
+            for name in server.status().misnamed {
+                left_out.push((name, server::MISNAMED));
+            }
+        }
+        left_out.sort();
+        left_out
+    }
+
     /// The tool a session stored with `spec`, calling its server's current
     /// connection; `None` when the server is no longer configured or the
     /// tool is now denied.

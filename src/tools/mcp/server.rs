@@ -24,6 +24,7 @@ use rmcp::ErrorData;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
     ElicitResult, ElicitationAction, ElicitationCapability, FormElicitationCapability,
+    ProgressNotificationParam,
 };
 use rmcp::service::{
     NotificationContext, Peer, RequestContext, RoleClient, RunningService, serve_client,
@@ -51,6 +52,8 @@ pub struct ServerStatus {
     pub starts: u64,
     /// Tools listed (before the allow/deny lists).
     pub tools: usize,
+    /// Tools it listed that are left out for their names (full name).
+    pub misnamed: Vec<String>,
     /// Why it is down, when it is.
     pub error: Option<String>,
 }
@@ -68,6 +71,9 @@ impl ServerStatus {
         }
     }
 }
+
+/// Why a tool whose full name providers would refuse is left out.
+pub const MISNAMED: &str = "its full name must be at most 64 letters, digits, `_` or `-`";
 
 /// The down reason of a server whose first start is under way.
 const STARTING: &str = "starting";
@@ -251,6 +257,7 @@ impl McpServer {
             up: false,
             starts: 0,
             tools: 0,
+            misnamed: Vec::new(),
             error: Some(STARTING.to_owned()),
         });
         Arc::new(Self {
@@ -446,14 +453,16 @@ impl McpServer {
             .await
             .map_err(|err| format!("listing tools failed: {err}"))?;
         let mut tools: Vec<Arc<McpTool>> = Vec::with_capacity(listed.len());
+        let mut misnamed = Vec::new();
         for tool in listed {
             let full_name = format!("{}{SEPARATOR}{}", self.name, tool.name);
             if !valid_tool_name(&full_name) {
                 tracing::warn!(
                     server = %self.name,
                     tool = %tool.name,
-                    "MCP tool left out: its full name must be at most 64 letters, digits, `_` or `-`"
+                    "MCP tool left out: {MISNAMED}"
                 );
+                misnamed.push(full_name);
                 continue;
             }
             tools.push(Arc::new(McpTool::new(
@@ -482,8 +491,9 @@ impl McpServer {
             }
         }
         self.status.send_if_modified(|status| {
-            let modified = status.tools != count;
+            let modified = status.tools != count || status.misnamed != misnamed;
             status.tools = count;
+            status.misnamed = misnamed;
             modified
         });
         Ok(())
@@ -508,6 +518,15 @@ struct Listener {
 impl ClientHandler for Listener {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.changed.notify_one();
+    }
+
+    /// A call's progress: noted at DEBUG without its message.
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        tracing::debug!(server = %self.link.server, progress = params.progress, "MCP call progress");
     }
 
     /// A question the server asks during a call goes to the person the

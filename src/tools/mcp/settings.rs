@@ -218,11 +218,19 @@ impl ToolFilter {
 
     /// Whether the tool named `full_name` (`SERVER__tool`) is offered.
     pub fn allows(&self, full_name: &str) -> bool {
+        self.refusal(full_name).is_none()
+    }
+
+    /// Why the tool named `full_name` is not offered, if it is not.
+    pub fn refusal(&self, full_name: &str) -> Option<&'static str> {
         let matches = |pattern: &String| glob_match(pattern.trim(), full_name);
         if self.deny.iter().any(matches) {
-            return false;
+            Some("mcp.deny")
+        } else if self.allow.is_empty() || self.allow.iter().any(matches) {
+            None
+        } else {
+            Some("not in mcp.allow")
         }
-        self.allow.is_empty() || self.allow.iter().any(matches)
     }
 }
 
