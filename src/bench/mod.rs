@@ -170,6 +170,11 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
             .await
             .map_err(|err| BenchError::Setup(err.to_string()))?,
     );
+    // As `serve` does: a caller whose turn was answered before it began to
+    // wait (an instant model can finish a turn in that gap) gets its reply
+    // from the database, instead of waiting for good.
+    let polling = tokio_util::sync::CancellationToken::new();
+    let poller = gateway.service.runner().spawn_reply_poller(polling.clone());
     let idle_rss_kib = rss_kib("VmRSS:");
     let first_turn = turn(&gateway, &format!("{run_id}-first"), 0, false)
         .await?
@@ -330,6 +335,8 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     if let Some(server) = server {
         server.stop().await;
     }
+    polling.cancel();
+    let _ = poller.await;
     gateway.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(report)
