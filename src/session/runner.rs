@@ -23,7 +23,7 @@
 //! is asked their texts joined by newlines, and its reply, which answers
 //! the burst's first message, reaches the callers waiting on any of them.
 
-use crate::domain::OutboxStatus;
+use crate::domain::{ApprovalStatus, OutboxStatus};
 use crate::domain::{InboundId, InboundStatus, LocalPlatform, SessionId, StopCause};
 use crate::metrics::Metrics;
 use std::collections::HashMap;
@@ -969,6 +969,22 @@ impl Runner {
         }
     }
 
+    /// Edits the copy `row` of approval `approval_id`'s question, just sent
+    /// as the platform message `sent`, to its outcome if it is settled.
+    async fn show_if_settled(&self, row: &OutboxRow, approval_id: i64, sent: String) {
+        match self.inner.store.approvals().get(approval_id).await {
+            Ok(Some(approval)) if approval.status != ApprovalStatus::Pending => {
+                let mut copy = row.clone();
+                copy.platform_message_id = Some(sent);
+                self.edit(&copy, &notices::settled(&approval)).await;
+            }
+            Ok(_) => {}
+            Err(err) => {
+                tracing::warn!(error = %err, approval_id, "the question's approval not read");
+            }
+        }
+    }
+
     /// Hands a reply to its waiter and to the chat its row names, then
     /// marks it sent.
     pub async fn deliver(&self, row: &OutboxRow, status: InboundStatus) {
@@ -1028,6 +1044,18 @@ impl Runner {
         match delivery.outcome {
             Ok(message_id) => {
                 marked.mark_outbox_sent(row.id, delivery.attempts, message_id.as_deref());
+                if let (Some(approval_id), Some(sent)) = (row.approval_id, message_id) {
+                    // A question's copy is recorded now, then its approval
+                    // read: a decision made while it was in flight, whose
+                    // edit of the copies could not see this one yet, is
+                    // shown in it here.
+                    if let Err(err) = store.write(marked).await {
+                        tracing::error!(error = %err, outbox_id = row.id, "outbox status not recorded");
+                        return None;
+                    }
+                    self.show_if_settled(row, approval_id, sent).await;
+                    return None;
+                }
             }
             Err(Undelivered::ClaimLost) => return None,
             Err(Undelivered::Deferred(wait)) => {
