@@ -691,3 +691,64 @@ async fn a_message_while_a_turn_waits_is_held_back_with_a_reminder() {
     assert_eq!(reminders, 1, "{:?}", telegram.chat_view(alice.id));
     app.stop().await;
 }
+
+/// A copy of a question still on its way (here: held back by the
+/// platform's rate limit) when the decision is made shows the decision
+/// once it is sent, not buttons nobody can use any more.
+#[tokio::test]
+async fn a_copy_sent_after_the_decision_shows_the_decision() {
+    use switchboard_test_support::telegram::{FakeTelegram, TgUser, too_many_requests};
+    let telegram = FakeTelegram::start().await;
+    let llm = FakeLlm::start(|body: &Value| calculate_on_6x7(body, "hello")).await;
+    let app = TestApp::spawn_with(&llm, |settings| {
+        settings.telegram = Some(crate::helpers::telegram_settings(&telegram));
+        settings.tools.approval.ask = vec!["calculator".to_owned()];
+        settings.tools.approval.approver = switchboard::tools::approval::Approver::Admins;
+        settings.access.admins = vec!["telegram:777".to_owned()];
+    })
+    .await;
+    let alice = TgUser {
+        id: 501,
+        first_name: "Alice",
+    };
+    let bob = TgUser {
+        id: 777,
+        first_name: "Bob",
+    };
+    assert_eq!(telegram.ask(bob, "hi").await, "hello");
+    // The next message out (the admin's copy of the question) is refused
+    // for a while.
+    telegram.script("sendMessage", 429, too_many_requests(2));
+    telegram.dm(alice, "what is 6*7?");
+    let status = || async {
+        sqlx::query_scalar::<_, String>("SELECT status FROM approvals WHERE id = 1")
+            .fetch_optional(&mut *app.gateway.store.conn().await.expect("conn"))
+            .await
+            .expect("status")
+    };
+    eventually("the question asked", || async { status().await.is_some() }).await;
+    telegram.dm(bob, "/allow 1");
+    eventually("the decision", || async {
+        status().await.as_deref() == Some("allowed")
+    })
+    .await;
+    telegram
+        .wait_for("the late copies showing the decision", || {
+            let view = telegram.chat_view(bob.id);
+            telegram
+                .chat_view(alice.id)
+                .iter()
+                .any(|t| t.starts_with("tool said") && t.contains("42"))
+                && !view.is_empty()
+                && view.iter().all(|t| !t.contains("Approval needed"))
+                && view.iter().any(|t| t.contains("allowed once by"))
+        })
+        .await;
+    assert!(
+        no_buttons(&telegram, bob.id),
+        "{:?}",
+        telegram.chat_view(bob.id)
+    );
+    assert!(no_buttons(&telegram, alice.id));
+    app.stop().await;
+}
