@@ -436,6 +436,24 @@ fn calculate_on_6x7(body: &Value, otherwise: &str) -> Reply {
     }
 }
 
+/// The requester and the admin of the admins' tests.
+const ALICE: switchboard_test_support::telegram::TgUser =
+    switchboard_test_support::telegram::TgUser {
+        id: 501,
+        first_name: "Alice",
+    };
+const BOB: switchboard_test_support::telegram::TgUser =
+    switchboard_test_support::telegram::TgUser {
+        id: 777,
+        first_name: "Bob",
+    };
+
+/// The calculator asks first, and the admins decide.
+fn admins_decide(settings: &mut switchboard::config::Settings) {
+    settings.tools.approval.ask = vec!["calculator".to_owned()];
+    settings.tools.approval.approver = switchboard::tools::approval::Approver::Admins;
+}
+
 /// Whether none of the bot's messages in `chat` shows buttons now.
 fn no_buttons(telegram: &switchboard_test_support::telegram::FakeTelegram, chat: i64) -> bool {
     (0..100).all(|n| {
@@ -467,24 +485,16 @@ fn message_with_buttons(
 /// copy shows the admin's decision.
 #[tokio::test]
 async fn approvals_for_admins_go_to_their_direct_chats_and_only_they_decide() {
-    use switchboard_test_support::telegram::{FakeTelegram, TgUser};
+    use switchboard_test_support::telegram::FakeTelegram;
     let telegram = FakeTelegram::start().await;
     let llm = FakeLlm::start(|body: &Value| calculate_on_6x7(body, "hello")).await;
     let app = TestApp::spawn_with(&llm, |settings| {
         settings.telegram = Some(crate::helpers::telegram_settings(&telegram));
-        settings.tools.approval.ask = vec!["calculator".to_owned()];
-        settings.tools.approval.approver = switchboard::tools::approval::Approver::Admins;
+        admins_decide(settings);
         settings.access.admins = vec!["telegram:777".to_owned()];
     })
     .await;
-    let alice = TgUser {
-        id: 501,
-        first_name: "Alice",
-    };
-    let bob = TgUser {
-        id: 777,
-        first_name: "Bob",
-    };
+    let (alice, bob) = (ALICE, BOB);
     // The admin has a direct chat with the bot.
     assert_eq!(telegram.ask(bob, "hi").await, "hello");
 
@@ -553,7 +563,7 @@ async fn approvals_for_admins_go_to_their_direct_chats_and_only_they_decide() {
 #[tokio::test]
 async fn the_first_admin_to_decide_wins_and_the_other_copies_show_it() {
     use switchboard_test_support::discord::{FakeDiscord, USER_ID};
-    use switchboard_test_support::telegram::{FakeTelegram, TgUser};
+    use switchboard_test_support::telegram::FakeTelegram;
     const DM: u64 = 500_000_000_000_000_777;
     let telegram = FakeTelegram::start().await;
     let discord = FakeDiscord::start().await;
@@ -561,8 +571,7 @@ async fn the_first_admin_to_decide_wins_and_the_other_copies_show_it() {
     let app = TestApp::spawn_with(&llm, |settings| {
         settings.telegram = Some(crate::helpers::telegram_settings(&telegram));
         settings.discord = Some(crate::media_content::discord_settings(&discord));
-        settings.tools.approval.ask = vec!["calculator".to_owned()];
-        settings.tools.approval.approver = switchboard::tools::approval::Approver::Admins;
+        admins_decide(settings);
         settings.access.admins = vec!["telegram:777".to_owned(), format!("discord:{USER_ID}")];
     })
     .await;
@@ -570,14 +579,7 @@ async fn the_first_admin_to_decide_wins_and_the_other_copies_show_it() {
         discord.connected()
     })
     .await;
-    let alice = TgUser {
-        id: 501,
-        first_name: "Alice",
-    };
-    let bob = TgUser {
-        id: 777,
-        first_name: "Bob",
-    };
+    let (alice, bob) = (ALICE, BOB);
     assert_eq!(telegram.ask(bob, "hi").await, "hello");
     discord.user_sends_dm(DM, "hi");
     eventually("the Discord admin's chat answered", || {
@@ -697,24 +699,16 @@ async fn a_message_while_a_turn_waits_is_held_back_with_a_reminder() {
 /// once it is sent, not buttons nobody can use any more.
 #[tokio::test]
 async fn a_copy_sent_after_the_decision_shows_the_decision() {
-    use switchboard_test_support::telegram::{FakeTelegram, TgUser, too_many_requests};
+    use switchboard_test_support::telegram::{FakeTelegram, too_many_requests};
     let telegram = FakeTelegram::start().await;
     let llm = FakeLlm::start(|body: &Value| calculate_on_6x7(body, "hello")).await;
     let app = TestApp::spawn_with(&llm, |settings| {
         settings.telegram = Some(crate::helpers::telegram_settings(&telegram));
-        settings.tools.approval.ask = vec!["calculator".to_owned()];
-        settings.tools.approval.approver = switchboard::tools::approval::Approver::Admins;
+        admins_decide(settings);
         settings.access.admins = vec!["telegram:777".to_owned()];
     })
     .await;
-    let alice = TgUser {
-        id: 501,
-        first_name: "Alice",
-    };
-    let bob = TgUser {
-        id: 777,
-        first_name: "Bob",
-    };
+    let (alice, bob) = (ALICE, BOB);
     assert_eq!(telegram.ask(bob, "hi").await, "hello");
     // The next message out (the admin's copy of the question) is refused
     // for a while.
