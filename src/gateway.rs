@@ -130,6 +130,7 @@ impl Gateway {
             prices: Arc::new(settings.prices.clone()),
             media: Arc::clone(&media),
             metrics: Metrics::default(),
+            cache_watch: crate::agent::cache_watch::CacheWatch::default(),
             tasks: settings.tasks.clone(),
             task_wake: Arc::clone(&task_wake),
             admins: settings.access.admins.clone(),

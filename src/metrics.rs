@@ -83,6 +83,13 @@ struct TokenLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheMissLabels {
+    provider: String,
+    model: String,
+    cause: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToolLabels {
     tool: String,
     outcome: &'static str,
@@ -156,6 +163,7 @@ struct Inner {
     model_calls: Family<ModelOutcomeLabels, Counter>,
     model_call_duration: HistogramFamily<ModelLabels>,
     tokens: Family<TokenLabels, Counter>,
+    cache_misses: Family<CacheMissLabels, Counter>,
     tool_calls: Family<ToolLabels, Counter>,
     duplicates: Family<PlatformLabel, Counter>,
     delivered: Family<PlatformLabel, Counter>,
@@ -189,6 +197,7 @@ impl Default for Inner {
                 model_call_histogram as fn() -> Histogram,
             ),
             tokens: Family::default(),
+            cache_misses: Family::default(),
             tool_calls: Family::default(),
             duplicates: Family::default(),
             delivered: Family::default(),
@@ -246,6 +255,13 @@ impl Inner {
             "Tokens of answered model calls, by kind: input (cache reads and writes \
              included), output, cache_read, cache_write",
             self.tokens.clone(),
+        );
+        r.register(
+            "switchboard_prompt_cache_misses",
+            "Model calls that read less from the prompt cache than the conversation's previous \
+             call left there, by cause: the part that changed (tools, system, facts, history, \
+             tool_choice), or nothing changed (expired, provider)",
+            self.cache_misses.clone(),
         );
         r.register(
             "switchboard_tool_calls",
@@ -358,6 +374,19 @@ impl Metrics {
 
     /// A model call of `provider`'s `model` (the one asked for) ended
     /// after `elapsed`: answered with `usage`, or failed (`None`).
+    /// Counts a model call that read less from the prompt cache than it
+    /// could, by `cause` (the prompt-cache report's label for it).
+    pub fn cache_miss(&self, provider: &str, model: &str, cause: &'static str) {
+        self.inner
+            .cache_misses
+            .get_or_create(&CacheMissLabels {
+                provider: provider.to_owned(),
+                model: model.to_owned(),
+                cause,
+            })
+            .inc();
+    }
+
     pub fn model_call(
         &self,
         provider: &str,

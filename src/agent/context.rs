@@ -87,6 +87,8 @@ impl From<crate::llm::LlmError> for CompactError {
 pub struct Summariser<'a> {
     pub store: &'a Store,
     pub metrics: &'a Metrics,
+    /// What the prompt-cache report compares the call with.
+    pub cache_watch: &'a super::cache_watch::CacheWatch,
     pub provider: &'a dyn Provider,
     pub model: &'a str,
     /// The conversation's stored system prompt and tools: a summary is

@@ -9,6 +9,7 @@
 
 pub mod asking;
 pub mod cache;
+pub mod cache_watch;
 pub mod context;
 pub mod extract;
 pub mod live;

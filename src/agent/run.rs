@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Agent;
 use super::asking::{Asker, Gate, gate, nonce};
+use super::cache_watch::{CacheWatch, Shape};
 use super::context::{self, CompactError, ContextPolicy, Summariser};
 use super::live::{LiveEvent, LiveTurn};
 use super::prompt::split_system;
@@ -49,6 +50,8 @@ pub struct LoopEnv {
     pub store: Store,
     /// Where the loop counts its model and tool calls.
     pub metrics: Metrics,
+    /// What the prompt-cache report compares each model call with.
+    pub cache_watch: CacheWatch,
     pub session_id: SessionId,
     pub task_id: InboundId,
     /// `""` for the session's own conversation; a sub-agent's path otherwise.
@@ -447,6 +450,11 @@ async fn call_step(
         request_chars: Some(request_bytes),
     };
     env.publish(|| LiveEvent::Round { round: iteration });
+    let watched = step::Watched {
+        watch: &env.cache_watch,
+        scope: &env.scope,
+        shape: Shape::of(&request),
+    };
     let call = call_model(agent, env, request);
     let recorded = step::recorded(
         &env.store,
@@ -454,6 +462,7 @@ async fn call_step(
         &start,
         &env.prices,
         std::mem::take(pending),
+        watched,
         call,
     )
     .await?;
@@ -733,6 +742,7 @@ impl MidTaskCompaction {
         let summariser = Summariser {
             store: &env.store,
             metrics: &env.metrics,
+            cache_watch: &env.cache_watch,
             provider: agent.provider.as_ref(),
             model: &agent.model,
             system: &env.system_prompt,

@@ -28,6 +28,7 @@ use crate::llm::{CacheTail, ModelRequest, ModelResponse, ToolChoice};
 use crate::store::{Batch, EstimatedInput, ModelCallEnd, ModelCallStart, Store, StoreError};
 use crate::usage::{Price, price_for};
 
+use super::cache_watch::{CacheWatch, Fingerprint, Shape};
 use super::context::{CompactError, Summariser};
 use super::prompt::split_system;
 
@@ -40,6 +41,12 @@ pub struct Recorded {
     pub cost_nanousd: Option<i64>,
     /// The call's usage row.
     pub usage_id: i64,
+    /// How it read less from the prompt cache than the conversation's
+    /// previous call left there, in words ([`super::cache_watch`]).
+    pub cache_miss: Option<String>,
+    /// Its request's, for the next call of the conversation to be compared
+    /// with.
+    pub fingerprint: Fingerprint,
 }
 
 impl Recorded {
@@ -51,6 +58,8 @@ impl Recorded {
                 model: &self.response.model,
                 usage: self.response.usage,
                 cost_nanousd: self.cost_nanousd,
+                cache_miss: self.cache_miss.as_deref(),
+                fingerprint: Some(self.fingerprint.as_str()),
             },
         );
     }
@@ -102,6 +111,39 @@ pub fn estimated_input(
     })
 }
 
+/// A call's request as the prompt-cache report compares it with the
+/// previous call of its conversation (`scope`: a side question's is the
+/// conversation it continues).
+pub struct Watched<'a> {
+    pub watch: &'a CacheWatch,
+    pub scope: &'a Scope,
+    pub shape: Shape,
+}
+
+/// The conversation's last recorded call, when this process has none of
+/// its own to compare `watched` with and the request continues a
+/// conversation (a restart, another instance, a conversation long idle).
+async fn last_recorded(
+    store: &Store,
+    start: &ModelCallStart<'_>,
+    watched: &Watched<'_>,
+) -> Result<Option<super::cache_watch::Recorded>, StoreError> {
+    if !watched.shape.continues() || watched.watch.knows(start.session_id, watched.scope) {
+        return Ok(None);
+    }
+    let found = store
+        .usage()
+        .last_fingerprint(start.session_id, watched.scope)
+        .await?;
+    Ok(
+        found.map(|(text, input_tokens, at_ms)| super::cache_watch::Recorded {
+            fingerprint: Fingerprint::stored(text),
+            input_tokens,
+            at_ms,
+        }),
+    )
+}
+
 /// A fresh request id for a model call.
 pub fn request_id() -> String {
     format!("mc-{}", uuid::Uuid::new_v4().simple())
@@ -121,6 +163,7 @@ pub async fn recorded<E>(
     start: &ModelCallStart<'_>,
     prices: &BTreeMap<String, Price>,
     mut before: Batch,
+    watched: Watched<'_>,
     call: impl Future<Output = Result<ModelResponse, E>>,
 ) -> Result<Recorded, E>
 where
@@ -141,10 +184,33 @@ where
         Ok(response) => {
             let cost_nanousd = price_for(prices, &response.model, start.model)
                 .map(|price| price.cost_nanousd(&response.usage));
+            let fingerprint = watched.shape.fingerprint();
+            let recorded = last_recorded(store, start, &watched).await?;
+            let cache_miss = watched
+                .watch
+                .observe(
+                    start.session_id,
+                    watched.scope,
+                    watched.shape,
+                    &response.usage,
+                    recorded,
+                )
+                .map(|miss| {
+                    metrics.cache_miss(start.provider, start.model, miss.cause.label());
+                    let text = miss.describe();
+                    tracing::info!(
+                        cause = miss.cause.label(),
+                        request_id = start.request_id,
+                        "prompt cache missed: {text}"
+                    );
+                    text
+                });
             Ok(Recorded {
                 response,
                 cost_nanousd,
                 usage_id,
+                cache_miss,
+                fingerprint,
             })
         }
         Err(err) => {
@@ -218,8 +284,22 @@ pub async fn one_shot(
         model: by.model,
         request_chars: Some(super::run::wire_bytes(by.system, messages.iter())),
     };
+    let watched = Watched {
+        watch: by.cache_watch,
+        scope: &Scope::top(),
+        shape: Shape::of(&request),
+    };
     let call = async { Ok::<_, CompactError>(by.provider.complete(&request).await?) };
-    let recorded = recorded(by.store, by.metrics, &start, by.prices, Batch::new(), call).await?;
+    let recorded = recorded(
+        by.store,
+        by.metrics,
+        &start,
+        by.prices,
+        Batch::new(),
+        watched,
+        call,
+    )
+    .await?;
     let text = recorded.response.content.clone().unwrap_or_default();
     Ok((text, recorded))
 }

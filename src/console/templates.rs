@@ -52,6 +52,7 @@ button { cursor:pointer; }
 .turn { background:#fff; border:1px solid var(--line); border-radius:6px; margin-bottom:1em; }
 .turn > .meta { background:#eef1f5; padding:.4em .7em; font-size:.9em; display:flex; flex-wrap:wrap; gap:.4em 1.2em; }
 .msg { padding:.4em .7em; border-top:1px solid var(--line); white-space:pre-wrap; word-break:break-word; }
+.cache-miss { color:var(--bad); }
 .msg .role { font-weight:600; color:var(--muted); margin-right:.5em; }
 .msg.hidden { opacity:.55; }
 .msg.replaced { border-left:4px solid #e0b341; }
@@ -159,6 +160,16 @@ pub fn nanousd(nanos: i64) -> String {
 /// A share as a percentage with one decimal.
 pub fn percent(share: f64) -> String {
     format!("{:.1}%", share * 100.0)
+}
+
+/// The share of `usage`'s input read from the prompt cache.
+fn cache_share(usage: &crate::domain::Usage) -> f64 {
+    if usage.input_tokens == 0 {
+        0.0
+    } else {
+        // Token counts are far below 2^52: the division is exact enough.
+        usage.cache_read_tokens as f64 / usage.input_tokens as f64
+    }
 }
 
 /// Unix milliseconds as `YYYY-MM-DD HH:MM:SS` (UTC).
@@ -472,6 +483,16 @@ pub fn conversation(view: &ConversationView<'_>) -> Markup {
                     @if let Some(finished) = turn.finished_at { span { "took " (duration(finished - turn.received_at)) } }
                     span { (turn.usage.calls) @if turn.usage.calls == 1 { " model call" } @else { " model calls" } }
                     span { "tokens in " (turn.usage.usage.input_tokens) " (cache " (turn.usage.usage.cache_read_tokens) ") · out " (turn.usage.usage.output_tokens) }
+                    @if turn.usage.usage.input_tokens > 0 {
+                        span title="the share of the turn's input read from the provider's prompt cache" data-k="cache-share" {
+                            "cache read " (percent(cache_share(&turn.usage.usage)))
+                        }
+                    }
+                    @if let Some(miss) = &turn.cache_miss {
+                        span.cache-miss title="a model call read less from the prompt cache than the previous call left there" data-k="cache-miss" {
+                            "cache miss: " (miss)
+                        }
+                    }
                     span { "cost " (turn.cost_nanousd.map_or_else(|| "–".to_owned(), nanousd)) }
                     span.muted title="on every log line of the turn; the request id is its first model call's" {
                         @if let Some(trace) = &turn.trace_id { "trace_id=" span data-k="trace-id" { (trace) } " · " }

@@ -21,6 +21,7 @@ use super::{notices, speaker, texts};
 use crate::agent::Agent;
 use crate::agent::asking::Asker;
 use crate::agent::cache::AgentCache;
+use crate::agent::cache_watch::CacheWatch;
 use crate::agent::context::{self, CompactError, ContextPolicy, Summariser};
 use crate::agent::live::LiveTurn;
 use crate::agent::prompt::offers_memory;
@@ -62,6 +63,9 @@ pub struct TurnExecutor {
     pub media: Arc<Media>,
     /// Where turns, model calls and tool calls are counted.
     pub metrics: Metrics,
+    /// The last model call of each conversation, which the prompt-cache
+    /// report compares the next with.
+    pub cache_watch: CacheWatch,
     /// What task runs are limited by.
     pub tasks: TaskSettings,
     /// Hands a background run's answer to the scheduler, which wakes its
@@ -496,6 +500,7 @@ impl TurnExecutor {
         let summariser = Summariser {
             store,
             metrics: &self.metrics,
+            cache_watch: &self.cache_watch,
             provider: turn.agent.provider.as_ref(),
             model: &turn.agent.model,
             system,
@@ -669,6 +674,7 @@ impl TurnExecutor {
         LoopEnv {
             store: store.clone(),
             metrics: self.metrics.clone(),
+            cache_watch: self.cache_watch.clone(),
             session_id: session.id.clone(),
             task_id: inbound.id,
             scope: Scope::top(),

@@ -110,6 +110,10 @@ pub struct ConsoleTurn {
     /// The `trace_id` on the turn's log lines (`None` for a command, or a
     /// turn that ended before its task started).
     pub trace_id: Option<String>,
+    /// Why its first model call that read less from the prompt cache than
+    /// it could did so, in words; `None` when every call read what it
+    /// could.
+    pub cache_miss: Option<String>,
 }
 
 /// A stored transcript entry, as the console shows it.
@@ -181,6 +185,7 @@ fn turn_from_row(row: &AnyRow) -> Result<ConsoleTurn, StoreError> {
         row.try_get("output")?,
         row.try_get("cache_read")?,
         row.try_get("cache_write")?,
+        row.try_get("cache_write_1h")?,
     );
     Ok(ConsoleTurn {
         id: row.try_get("id")?,
@@ -195,6 +200,7 @@ fn turn_from_row(row: &AnyRow) -> Result<ConsoleTurn, StoreError> {
         cost_nanousd: row.try_get("cost")?,
         request_id: row.try_get("request_id")?,
         trace_id: row.try_get("trace_id")?,
+        cache_miss: row.try_get("cache_miss")?,
     })
 }
 
@@ -256,22 +262,19 @@ impl ConsoleViews<'_> {
             UsageKey::Model => "u.model",
         };
         let sql = format!(
-            "SELECT {key_sql} AS k, u.model, COUNT(*), \
-             CAST(COALESCE(SUM(u.input_tokens), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(u.output_tokens), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(u.cache_read_tokens), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(u.cache_write_tokens), 0) AS BIGINT) \
+            "SELECT {key_sql} AS k, u.model, {} \
              FROM usage u JOIN sessions s ON s.id = u.session_id WHERE u.created_at >= $1 \
-             GROUP BY {key_sql}, u.model ORDER BY 1, 2"
+             GROUP BY {key_sql}, u.model ORDER BY 1, 2",
+            super::usage::usage_sums!()
         );
-        let rows = sqlx::query_as::<_, (String, String, i64, i64, i64, i64, i64)>(&sql)
+        let rows = sqlx::query_as::<_, (String, String, i64, i64, i64, i64, i64, i64)>(&sql)
             .bind(since_ms)
             .fetch_all(&mut *self.store.read_conn().await?)
             .await?;
         Ok(rows
             .into_iter()
-            .map(|(key, model, calls, input, output, read, write)| {
-                let sums: UsageSums = (calls, input, output, read, write);
+            .map(|(key, model, calls, input, output, read, write, hour)| {
+                let sums: UsageSums = (calls, input, output, read, write, hour);
                 UsageGroup {
                     key,
                     model,
@@ -389,7 +392,10 @@ impl ConsoleViews<'_> {
              CAST(COALESCE(SUM(u.output_tokens), 0) AS BIGINT) AS output, \
              CAST(COALESCE(SUM(u.cache_read_tokens), 0) AS BIGINT) AS cache_read, \
              CAST(COALESCE(SUM(u.cache_write_tokens), 0) AS BIGINT) AS cache_write, \
-             CAST(SUM(u.cost_nanousd) AS BIGINT) AS cost, MIN(u.request_id) AS request_id \
+             CAST(COALESCE(SUM(u.cache_write_1h_tokens), 0) AS BIGINT) AS cache_write_1h, \
+             CAST(SUM(u.cost_nanousd) AS BIGINT) AS cost, MIN(u.request_id) AS request_id, \
+             (SELECT m.cache_miss FROM usage m WHERE m.task_id = i.id \
+             AND m.cache_miss IS NOT NULL ORDER BY m.id LIMIT 1) AS cache_miss \
              FROM inbound i LEFT JOIN usage u ON u.task_id = i.id \
              WHERE i.session_id = $1 \
              GROUP BY i.id, i.sender_id, i.sender_name, i.text, i.status, i.outcome, \

@@ -429,24 +429,22 @@ impl Principals<'_> {
         principal: PrincipalId,
         since_ms: i64,
     ) -> Result<(UsageSummary, Option<i64>), StoreError> {
-        let (calls, input, output, read, write, cost) =
-            sqlx::query_as::<_, (i64, i64, i64, i64, i64, Option<i64>)>(
-                "SELECT COUNT(*), CAST(COALESCE(SUM(u.input_tokens), 0) AS BIGINT), \
-                 CAST(COALESCE(SUM(u.output_tokens), 0) AS BIGINT), \
-                 CAST(COALESCE(SUM(u.cache_read_tokens), 0) AS BIGINT), \
-                 CAST(COALESCE(SUM(u.cache_write_tokens), 0) AS BIGINT), \
-                 CAST(SUM(u.cost_nanousd) AS BIGINT) \
+        let (calls, input, output, read, write, hour, cost) =
+            sqlx::query_as::<_, (i64, i64, i64, i64, i64, i64, Option<i64>)>(concat!(
+                "SELECT ",
+                super::usage::usage_sums!(),
+                ", CAST(SUM(u.cost_nanousd) AS BIGINT) \
                  FROM usage u JOIN inbound i ON i.id = u.task_id \
                  JOIN identities d ON d.platform = i.platform AND d.account = i.account \
                  AND d.user_id = i.sender_id \
-                 WHERE d.principal_id = $1 AND u.created_at >= $2",
-            )
+                 WHERE d.principal_id = $1 AND u.created_at >= $2"
+            ))
             .bind(principal.get())
             .bind(since_ms)
             .fetch_one(&mut *self.store.read_conn().await?)
             .await?;
         Ok((
-            UsageSummary::from_sums((calls, input, output, read, write)),
+            UsageSummary::from_sums((calls, input, output, read, write, hour)),
             cost,
         ))
     }

@@ -5,6 +5,20 @@ use crate::domain::{InboundId, PrincipalId, Scope, SessionId, Usage, now_ms};
 use super::session_id::parse_stored;
 use super::{Arg, Batch, Store, StoreError, to_i64, to_u64};
 
+/// The call count and token sums of the usage rows `u` of a query, in
+/// [`UsageSums`]' order: one list for every query that adds usage up, so
+/// none forgets a kind of token (an hour's cache writes are priced apart).
+macro_rules! usage_sums {
+    () => {
+        "COUNT(u.id), CAST(COALESCE(SUM(u.input_tokens), 0) AS BIGINT), \
+         CAST(COALESCE(SUM(u.output_tokens), 0) AS BIGINT), \
+         CAST(COALESCE(SUM(u.cache_read_tokens), 0) AS BIGINT), \
+         CAST(COALESCE(SUM(u.cache_write_tokens), 0) AS BIGINT), \
+         CAST(COALESCE(SUM(u.cache_write_1h_tokens), 0) AS BIGINT)"
+    };
+}
+pub(crate) use usage_sums;
+
 /// The usage log: model calls as recorded, spend per principal, per task, and the usage report.
 #[derive(Clone, Copy)]
 pub struct UsageLog<'a> {
@@ -45,6 +59,11 @@ pub enum ModelCallEnd<'a> {
         /// Estimated cost in billionths of a dollar, when the model has a
         /// price.
         cost_nanousd: Option<i64>,
+        /// Why it read less from the prompt cache than it could, in words.
+        cache_miss: Option<&'a str>,
+        /// Its request's fingerprint, which the next call of its
+        /// conversation is compared with.
+        fingerprint: Option<&'a str>,
     },
     Failed {
         /// What went wrong, without secrets (provider errors are scrubbed).
@@ -99,11 +118,14 @@ impl Batch {
                 model,
                 usage,
                 cost_nanousd,
+                cache_miss,
+                fingerprint,
             } => self.push(
                 "UPDATE usage SET status = 'done', model = $1, input_tokens = $2, \
                  output_tokens = $3, cache_read_tokens = $4, cache_write_tokens = $5, \
                  cost_nanousd = $6, finished_at = $7, latency_ms = $7 - started_at, \
-                 cache_write_1h_tokens = $9 WHERE id = $8",
+                 cache_write_1h_tokens = $9, cache_miss = $10, prompt_fingerprint = $11 \
+                 WHERE id = $8",
                 vec![
                     (*model).into(),
                     Arg::from(to_i64(usage.input_tokens)),
@@ -114,6 +136,8 @@ impl Batch {
                     Arg::from(now),
                     Arg::from(id),
                     Arg::from(to_i64(usage.cache_write_1h_tokens)),
+                    (*cache_miss).into(),
+                    (*fingerprint).into(),
                 ],
             ),
             ModelCallEnd::Failed { error, billed } => self.push(
@@ -140,14 +164,27 @@ pub struct UsageSummary {
     pub usage: Usage,
 }
 
-/// A row of the usage report as the query returns it.
-type UsageReportRow = (Option<i64>, String, i64, String, i64, i64, i64, i64, i64);
+/// A row of the usage report as the query returns it: principal,
+/// session, day, model, then [`UsageSums`].
+type UsageReportRow = (
+    Option<i64>,
+    String,
+    i64,
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+);
 
-/// `COUNT(*)` and the four token `SUM`s, as a query returns them.
-pub(crate) type UsageSums = (i64, i64, i64, i64, i64);
+/// The call count and the token sums ([`usage_sums`]), as a query returns
+/// them.
+pub(crate) type UsageSums = (i64, i64, i64, i64, i64, i64);
 
 impl UsageSummary {
-    pub(crate) fn from_sums((calls, input, output, read, write): UsageSums) -> Self {
+    pub(crate) fn from_sums((calls, input, output, read, write, write_1h): UsageSums) -> Self {
         Self {
             calls: to_u64(calls),
             usage: Usage {
@@ -155,7 +192,7 @@ impl UsageSummary {
                 output_tokens: to_u64(output),
                 cache_read_tokens: to_u64(read),
                 cache_write_tokens: to_u64(write),
-                cache_write_1h_tokens: 0,
+                cache_write_1h_tokens: to_u64(write_1h),
             },
         }
     }
@@ -250,17 +287,39 @@ impl UsageLog<'_> {
     /// # Errors
     /// A database failure.
     pub async fn task_usage(self, task_id: InboundId) -> Result<UsageSummary, StoreError> {
-        let sums = sqlx::query_as::<_, UsageSums>(
-            "SELECT COUNT(*), CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(cache_read_tokens), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(cache_write_tokens), 0) AS BIGINT) FROM usage WHERE task_id = $1",
-        )
+        let sums = sqlx::query_as::<_, UsageSums>(concat!(
+            "SELECT ",
+            usage_sums!(),
+            " FROM usage u WHERE u.task_id = $1"
+        ))
         .bind(task_id)
         .fetch_one(&mut *self.store.read_conn().await?)
         .await?;
         Ok(UsageSummary::from_sums(sums))
     }
+    /// The last answered call of the conversation `scope` of `session`
+    /// that kept its request's fingerprint: the fingerprint, the input it
+    /// was billed, and when it started (Unix milliseconds).
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn last_fingerprint(
+        self,
+        session: &SessionId,
+        scope: &Scope,
+    ) -> Result<Option<(String, u64, i64)>, StoreError> {
+        let row = sqlx::query_as::<_, (String, i64, i64)>(
+            "SELECT prompt_fingerprint, input_tokens, started_at FROM usage \
+             WHERE session_id = $1 AND scope = $2 AND status = 'done' \
+             AND prompt_fingerprint IS NOT NULL ORDER BY id DESC LIMIT 1",
+        )
+        .bind(session.as_str())
+        .bind(scope.as_str())
+        .fetch_optional(&mut *self.store.read_conn().await?)
+        .await?;
+        Ok(row.map(|(text, input, at)| (text, to_u64(input), at)))
+    }
+
     /// Usage per principal, session, day and model, oldest day first.
     ///
     /// # Errors
@@ -275,29 +334,39 @@ impl UsageLog<'_> {
     /// # Errors
     /// A database failure.
     pub async fn report_page(self, limit: i64, offset: i64) -> Result<Vec<UsageRow>, StoreError> {
-        let rows = sqlx::query_as::<_, UsageReportRow>(
+        let rows = sqlx::query_as::<_, UsageReportRow>(concat!(
             "SELECT COALESCE(u.principal_id, s.principal_id), u.session_id, \
-             CAST(u.created_at / 86400000 AS BIGINT) AS day, u.model, COUNT(*), \
-             CAST(SUM(u.input_tokens) AS BIGINT), CAST(SUM(u.output_tokens) AS BIGINT), \
-             CAST(SUM(u.cache_read_tokens) AS BIGINT), CAST(SUM(u.cache_write_tokens) AS BIGINT) \
-             FROM usage u JOIN sessions s ON s.id = u.session_id \
+             CAST(u.created_at / 86400000 AS BIGINT) AS day, u.model, ",
+            usage_sums!(),
+            " FROM usage u JOIN sessions s ON s.id = u.session_id \
              GROUP BY COALESCE(u.principal_id, s.principal_id), u.session_id, \
              CAST(u.created_at / 86400000 AS BIGINT), u.model \
-             ORDER BY day, 1, u.session_id, u.model LIMIT $1 OFFSET $2",
-        )
+             ORDER BY day, 1, u.session_id, u.model LIMIT $1 OFFSET $2"
+        ))
         .bind(limit)
         .bind(offset)
         .fetch_all(&mut *self.store.conn().await?)
         .await?;
         rows.into_iter()
             .map(
-                |(principal_id, session_id, day, model, calls, input, output, read, write)| {
+                |(
+                    principal_id,
+                    session_id,
+                    day,
+                    model,
+                    calls,
+                    input,
+                    output,
+                    read,
+                    write,
+                    hour,
+                )| {
                     Ok(UsageRow {
                         principal_id: principal_id.map(PrincipalId::new),
                         session_id: parse_stored(&session_id)?,
                         day,
                         model,
-                        summary: UsageSummary::from_sums((calls, input, output, read, write)),
+                        summary: UsageSummary::from_sums((calls, input, output, read, write, hour)),
                     })
                 },
             )

@@ -250,6 +250,23 @@ async fn a_person_answering_ten_minutes_later_finds_the_conversation_cached_for_
         + 2.0 * bills[1].cache_write_1h_tokens as f64
         + 1.25 * (bills[1].cache_write_tokens - bills[1].cache_write_1h_tokens) as f64;
     assert_eq!(costs[1], (expected * 1000.0).round() as i64);
+    // The usage report prices the hour's writes as the calls were priced.
+    let rows = app.gateway.store.usage().report().await.expect("report");
+    let reported: f64 = rows
+        .iter()
+        .filter_map(|row| {
+            switchboard::usage::cost_of(
+                &app.gateway.settings.prices,
+                &row.model,
+                &row.summary.usage,
+            )
+        })
+        .sum();
+    let recorded: i64 = costs.iter().sum();
+    assert!(
+        (reported * 1e9 - recorded as f64).abs() < 10.0,
+        "reported ${reported}, recorded {recorded} nano-dollars"
+    );
     app.stop().await;
 }
 

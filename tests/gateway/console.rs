@@ -1160,3 +1160,96 @@ async fn an_operator_uses_the_console_in_a_real_browser() {
     assert_eq!(answer, "echo: hello again");
     app.stop().await;
 }
+
+/// The text of each `usage.cache_miss` of `app`'s database, oldest first.
+async fn cache_misses(app: &TestApp) -> Vec<Option<String>> {
+    sqlx::query_scalar("SELECT cache_miss FROM usage ORDER BY id")
+        .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
+        .await
+        .expect("misses")
+}
+
+/// The value of `switchboard_prompt_cache_misses_total` with `cause`.
+async fn misses_counted(app: &TestApp, cause: &str) -> Option<String> {
+    let text = app
+        .http
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("scraped")
+        .text()
+        .await
+        .expect("body");
+    text.lines()
+        .find(|line| {
+            line.starts_with("switchboard_prompt_cache_misses_total{")
+                && line.contains(&format!("cause=\"{cause}\""))
+        })
+        .and_then(|line| line.rsplit(' ').next())
+        .map(str::to_owned)
+}
+
+#[tokio::test]
+async fn a_broken_prompt_cache_is_shown_on_its_turn_with_why_and_counted() {
+    let billing = switchboard_test_support::model::Caching::new();
+    let llm = FakeLlm::builder(|body| Reply::Text(format!("echo: {}", last_user_text(body))))
+        .billing(billing.clone())
+        .start()
+        .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut settings = crate::helpers::test_settings(&llm, &dir).await;
+    enable_console(&mut settings);
+    settings.llm.provider = switchboard::llm::ProviderKind::Anthropic;
+    settings.llm.base_url =
+        switchboard::domain::BaseUrl::parse(&llm.anthropic_base()).expect("a test URL");
+    // Long enough (~1,700 tokens) to be cached.
+    settings.agent.persona = "You are a careful assistant. Answer precisely and briefly, cite \
+                              what you found, and say plainly when you do not know. "
+        .repeat(60);
+    let _database = crate::helpers::hold_database(&settings);
+    let first = TestApp::start(settings.clone(), tempfile::tempdir().expect("tempdir")).await;
+
+    let (session, _) = first.say(None, "turn 1").await;
+    first.say(Some(&session), "turn 2").await;
+    assert_eq!(
+        cache_misses(&first).await,
+        [None, None],
+        "turn 2 read turn 1"
+    );
+    // The provider forgets the conversation (its entries expire on its
+    // clock, not the gateway's): nothing changed, and nothing was read.
+    billing.advance(Duration::from_secs(600));
+    first.say(Some(&session), "turn 3").await;
+    let misses = cache_misses(&first).await;
+    let miss = misses[2].as_deref().expect("turn 3 missed");
+    assert!(
+        miss.starts_with("read 0 of ~") && miss.contains("the provider evicted the entry"),
+        "{miss}"
+    );
+    assert_eq!(
+        misses_counted(&first, "provider").await.as_deref(),
+        Some("1")
+    );
+    let admin = Admin::login(&first).await;
+    let page = admin
+        .page(&format!("/console/conversations/{session}"))
+        .await;
+    assert_eq!(figure(&page, "cache-miss"), format!("cache miss: {miss}"));
+    assert!(figure(&page, "cache-share").starts_with("cache read "));
+    first.stop().await;
+
+    // After a restart with one tool fewer, the conversation's next call is
+    // compared with its last recorded one: the tools changed.
+    let mut fewer = settings;
+    let removed = fewer.agent.tools.remove(0);
+    let second = TestApp::start(fewer, tempfile::tempdir().expect("tempdir")).await;
+    second.say(Some(&session), "turn 4").await;
+    let misses = cache_misses(&second).await;
+    let miss = misses[3].as_deref().expect("turn 4 missed");
+    assert!(
+        miss.ends_with("the tools changed"),
+        "{miss} ({removed} removed)"
+    );
+    assert_eq!(misses_counted(&second, "tools").await.as_deref(), Some("1"));
+    second.stop().await;
+}
