@@ -103,7 +103,8 @@ enum Scenario {
     TenMinuteGapsHour,
 }
 
-async fn run(scenario: Scenario, provider: ProviderKind) -> Ledger {
+/// What a scenario cost, and the misses the gateway's cache report found.
+async fn run(scenario: Scenario, provider: ProviderKind) -> (Ledger, Vec<String>) {
     let billing = Caching::new().tick(Duration::from_secs(2));
     let llm = FakeLlm::builder(model)
         .billing(billing.clone())
@@ -152,15 +153,23 @@ async fn run(scenario: Scenario, provider: ProviderKind) -> Ledger {
             }
         }
     }
+    let misses: Vec<String> = sqlx::query_scalar(
+        "SELECT cache_miss FROM usage WHERE cache_miss IS NOT NULL ORDER BY id",
+    )
+    .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
+    .await
+    .expect("misses");
     app.stop().await;
-    billing.ledger()
+    (billing.ledger(), misses)
 }
 
 #[tokio::test]
 #[ignore = "measures; run with --ignored --nocapture"]
 async fn cache_figures() {
-    println!("| use | provider | requests | read share | possible | input bill (× uncached) |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| use | provider | requests | read share | possible | input bill (× uncached) | misses reported |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     for scenario in [
         Scenario::TwentyTurns,
         Scenario::Compaction,
@@ -170,15 +179,19 @@ async fn cache_figures() {
         Scenario::TenMinuteGapsHour,
     ] {
         for provider in [ProviderKind::Anthropic, ProviderKind::Openai] {
-            let ledger = run(scenario, provider).await;
+            let (ledger, misses) = run(scenario, provider).await;
             println!(
-                "| {scenario:?} | {} | {} | {:.3} | {:.3} | {:.3} |",
+                "| {scenario:?} | {} | {} | {:.3} | {:.3} | {:.3} | {} |",
                 provider.as_str(),
                 ledger.requests,
                 ledger.read_share(),
                 ledger.possible_share(),
-                ledger.cost_ratio()
+                ledger.cost_ratio(),
+                misses.len()
             );
+            for miss in misses {
+                println!("  - {miss}");
+            }
         }
     }
 }
