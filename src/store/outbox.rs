@@ -279,7 +279,10 @@ impl Outbox<'_> {
     /// rows no instance has claimed or whose claim expired, and with
     /// `reclaim_own` also those this instance claimed before (a restart
     /// picking up its own unfinished deliveries). On PostgreSQL rows another
-    /// instance is claiming are skipped, not waited for.
+    /// instance is claiming are skipped, not waited for. A row claimed before
+    /// and never recorded as tried counts one attempt: its claimant may have
+    /// sent it and stopped before recording that (a crash, a lost claim), so
+    /// it goes out as a redelivery.
     ///
     /// # Errors
     /// A database failure.
@@ -300,7 +303,9 @@ impl Outbox<'_> {
             ""
         };
         let rows = sqlx::query(&format!(
-            "UPDATE outbox SET claimed_by = $1, claim_expires_at = {clock} + $2 \
+            "UPDATE outbox SET claimed_by = $1, claim_expires_at = {clock} + $2, \
+             attempts = CASE WHEN claimed_by IS NOT NULL AND attempts = 0 THEN 1 \
+             ELSE attempts END \
              WHERE id IN (SELECT id FROM outbox WHERE status = 'pending' \
              AND (claimed_by IS NULL OR claim_expires_at < {clock}{own}) \
              ORDER BY id LIMIT $3{skip_locked}) RETURNING {OUTBOX_COLUMNS}"
@@ -496,8 +501,14 @@ mod tests {
         plant_unclaimed_reply(&base).await;
         let taken = a.outbox().claim_pending(10, false).await.expect("claim");
 
+        assert_eq!(taken[0].attempts, 0, "a first claim is a first delivery");
+
         let restarted = a.outbox().claim_pending(10, true).await.expect("claim");
         assert_eq!(restarted.len(), 1, "its own claim, at once");
+        assert_eq!(
+            restarted[0].attempts, 1,
+            "the crashed process may have sent it: a redelivery"
+        );
 
         let mut release = Batch::new();
         release.release_outbox_claim(taken[0].id);

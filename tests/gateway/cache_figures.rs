@@ -153,12 +153,11 @@ async fn run(scenario: Scenario, provider: ProviderKind) -> (Ledger, Vec<String>
             }
         }
     }
-    let misses: Vec<String> = sqlx::query_scalar(
-        "SELECT cache_miss FROM usage WHERE cache_miss IS NOT NULL ORDER BY id",
-    )
-    .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
-    .await
-    .expect("misses");
+    let misses: Vec<String> =
+        sqlx::query_scalar("SELECT cache_miss FROM usage WHERE cache_miss IS NOT NULL ORDER BY id")
+            .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
+            .await
+            .expect("misses");
     app.stop().await;
     (billing.ledger(), misses)
 }
