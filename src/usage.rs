@@ -68,7 +68,7 @@ pub fn cost_of(prices: &BTreeMap<String, Price>, model: &str, usage: &Usage) -> 
 /// Renders the usage report as a text table.
 pub fn render(rows: &[UsageRow], prices: &BTreeMap<String, Price>) -> String {
     let mut out = String::from(
-        "day         principal session                               model                calls      input  cache-read cache-write     output      cost\n",
+        "day         principal session                               task   model                calls      input  cache-read cache-write     output      cost\n",
     );
     let mut total = 0.0;
     for row in rows {
@@ -78,10 +78,12 @@ pub fn render(rows: &[UsageRow], prices: &BTreeMap<String, Price>) -> String {
         let day = day_label(row.day);
         let _ = writeln!(
             out,
-            "{day:<11} {:<9} {:<37} {:<20} {:>5} {:>10} {:>11} {:>11} {:>10} {:>9}",
+            "{day:<11} {:<9} {:<37} {:<6} {:<20} {:>5} {:>10} {:>11} {:>11} {:>10} {:>9}",
             row.principal_id
                 .map_or_else(|| "-".to_owned(), |id| id.to_string()),
             row.session_id,
+            row.task_id
+                .map_or_else(|| "-".to_owned(), |id| id.to_string()),
             row.model,
             row.summary.calls,
             usage.input_tokens,
@@ -99,18 +101,19 @@ pub fn render(rows: &[UsageRow], prices: &BTreeMap<String, Price>) -> String {
 }
 
 /// Renders the usage report as CSV (RFC 4180), one row per principal,
-/// session, day and model, priced as [`render`] prices them; the cost is
+/// session, day, model and scheduled task (`task`, the last column, empty
+/// for messages people sent), priced as [`render`] prices them; the cost is
 /// empty for a model without a price.
 pub fn render_csv(rows: &[UsageRow], prices: &BTreeMap<String, Price>) -> String {
     let mut out = String::from(
-        "day,principal,session,model,calls,input_tokens,cache_read_tokens,cache_write_tokens,output_tokens,cost_usd\r\n",
+        "day,principal,session,model,calls,input_tokens,cache_read_tokens,cache_write_tokens,output_tokens,cost_usd,task\r\n",
     );
     for row in rows {
         let usage = row.summary.usage;
         let cost = cost_of(prices, &row.model, &usage);
         let _ = write!(
             out,
-            "{},{},{},{},{},{},{},{},{},{}\r\n",
+            "{},{},{},{},{},{},{},{},{},{},{}\r\n",
             day_label(row.day),
             row.principal_id
                 .map(|id| id.to_string())
@@ -123,6 +126,7 @@ pub fn render_csv(rows: &[UsageRow], prices: &BTreeMap<String, Price>) -> String
             usage.cache_write_tokens,
             usage.output_tokens,
             cost.map(|c| format!("{c:.6}")).unwrap_or_default(),
+            row.task_id.map(|id| id.to_string()).unwrap_or_default(),
         );
     }
     out
@@ -175,6 +179,7 @@ mod tests {
             session_id: crate::domain::SessionId::parse("s1").expect("valid id"),
             day: 20_000,
             model: "m".to_owned(),
+            task_id: Some(crate::domain::TaskId::new(3)),
             summary: UsageSummary {
                 calls: 2,
                 usage: Usage {
@@ -196,12 +201,13 @@ mod tests {
         let report = render(&rows, &prices);
         assert!(report.contains("2024-10-04"), "{report}");
         assert!(report.contains(" 7         s1 "), "{report}");
+        assert!(report.contains(" 3      m "), "the task: {report}");
         assert!(report.contains("$0.0000"));
         assert!(report.ends_with("total cost: $0.0000 (models without a price count as 0)"));
         let csv = render_csv(&rows, &prices);
         assert_eq!(
             csv.lines().nth(1),
-            Some("2024-10-04,7,s1,m,2,100,80,0,10,0.000020")
+            Some("2024-10-04,7,s1,m,2,100,80,0,10,0.000020,3")
         );
     }
 

@@ -3,7 +3,9 @@
 //! outbox; conversations found by platform, principal, title or text and
 //! read turn by turn, with the audit of each approval a turn asked for;
 //! people with their identities, today's spend and the
-//! pairing queue; usage by principal, session, model and day, also as CSV.
+//! pairing queue; scheduled and background tasks with their runs (their
+//! outcome, lateness, duration and cost); usage by principal, session,
+//! model and day, also as CSV.
 //!
 //! Off unless `console.enabled`. Server-rendered HTML ([`templates`], with
 //! `maud`) and SVG charts ([`charts`]), no script. Every page reads through
@@ -16,6 +18,7 @@
 pub mod auth;
 pub mod charts;
 mod pages;
+mod tasks;
 pub mod templates;
 
 use std::collections::BTreeMap;
@@ -85,6 +88,8 @@ pub fn router(state: Arc<ConsoleState>) -> Router {
         .route("/console/people", get(pages::people))
         .route("/console/people/unlink", post(pages::unlink))
         .route("/console/pairing", post(pages::decide_pairing))
+        .route("/console/tasks", get(tasks::tasks))
+        .route("/console/tasks/{id}", get(tasks::task))
         .route("/console/usage", get(pages::usage))
         .route("/console/usage.csv", get(pages::usage_csv))
         .route_layer(middleware::from_fn_with_state(

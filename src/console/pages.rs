@@ -65,18 +65,18 @@ impl IntoResponse for PageError {
     }
 }
 
-type PageResult = Result<Response, PageError>;
+pub(super) type PageResult = Result<Response, PageError>;
 
-fn render(title: &str, nav: Nav, admin: &Admin, body: Markup) -> Response {
+pub(super) fn render(title: &str, nav: Nav, admin: &Admin, body: Markup) -> Response {
     Html(templates::layout(title, Some(nav), Some(&admin.csrf), body).into_string()).into_response()
 }
 
 /// The page number of a `page` query value (1 when absent or 0).
-fn page_of(page: Option<u32>) -> u32 {
+pub(super) fn page_of(page: Option<u32>) -> u32 {
     page.unwrap_or(1).max(1)
 }
 
-fn offset_of(page: u32, rows: i64) -> i64 {
+pub(super) fn offset_of(page: u32, rows: i64) -> i64 {
     i64::from(page - 1).saturating_mul(rows)
 }
 

@@ -72,6 +72,7 @@ pub enum Nav {
     Overview,
     Conversations,
     People,
+    Tasks,
     Usage,
 }
 
@@ -98,6 +99,7 @@ pub fn layout(title: &str, nav: Option<Nav>, csrf: Option<&str>, body: Markup) -
                             (link(Nav::Overview, "/console", "Overview"))
                             (link(Nav::Conversations, "/console/conversations", "Conversations"))
                             (link(Nav::People, "/console/people", "People"))
+                            (link(Nav::Tasks, "/console/tasks", "Tasks"))
                             (link(Nav::Usage, "/console/usage", "Usage"))
                             form.inline method="post" action="/console/logout" {
                                 input type="hidden" name="csrf" value=(csrf);
@@ -364,7 +366,7 @@ impl SearchForm {
 }
 
 /// Previous/next links; `link` makes the href of a page.
-fn pager(page: u32, more: bool, link: impl Fn(u32) -> String) -> Markup {
+pub(super) fn pager(page: u32, more: bool, link: impl Fn(u32) -> String) -> Markup {
     html! {
         div.pager {
             @if page > 1 { a href=(link(page - 1)) { "← previous" } }

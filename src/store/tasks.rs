@@ -9,6 +9,7 @@
 //! one it had. Whoever comes second changes nothing, so each due run is one
 //! turn, whatever crashes and restarts come between.
 
+use sqlx::Row;
 use sqlx::any::AnyRow;
 use switchboard_contract::{AccountId, ChatId, PlatformName, ThreadId, UserId};
 
@@ -128,6 +129,15 @@ pub struct RunRow {
     pub claimed_at: i64,
     pub finished_at: Option<i64>,
     pub outcome: Option<Outcome>,
+}
+
+/// A run with what its turn's model calls cost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunUsage {
+    pub run: RunRow,
+    pub calls: i64,
+    /// Billionths of a dollar; `None` when no call had a price.
+    pub cost_nanousd: Option<i64>,
 }
 
 /// A run to claim: its task, when it is due and why it runs.
@@ -256,6 +266,19 @@ impl Tasks<'_> {
     /// # Errors
     /// A database failure or a corrupt row.
     pub async fn all(self, all: bool) -> Result<Vec<TaskRow>, StoreError> {
+        self.list(all, i64::MAX, 0).await
+    }
+
+    /// A page of [`Tasks::all`]: `limit` tasks after skipping `offset`.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn list(
+        self,
+        all: bool,
+        limit: i64,
+        offset: i64,
+    ) -> Result<Vec<TaskRow>, StoreError> {
         let filter = if all {
             String::new()
         } else {
@@ -266,8 +289,10 @@ impl Tasks<'_> {
             )
         };
         let rows = sqlx::query(&format!(
-            "SELECT {TASK_COLUMNS} FROM tasks{filter} ORDER BY id DESC"
+            "SELECT {TASK_COLUMNS} FROM tasks{filter} ORDER BY id DESC LIMIT $1 OFFSET $2"
         ))
+        .bind(limit)
+        .bind(offset)
         .fetch_all(&mut *self.store.read_conn().await?)
         .await?;
         rows.iter().map(super::read).collect()
@@ -520,6 +545,40 @@ impl Tasks<'_> {
         .fetch_all(&mut *self.store.read_conn().await?)
         .await?;
         rows.iter().map(super::read).collect()
+    }
+
+    /// A page of a task's runs, newest first, each with its turn's model
+    /// calls and their cost.
+    ///
+    /// # Errors
+    /// A database failure or a corrupt row.
+    pub async fn runs_with_usage(
+        self,
+        task: TaskId,
+        limit: i64,
+        offset: i64,
+    ) -> Result<Vec<RunUsage>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS}, \
+             (SELECT COUNT(*) FROM usage u WHERE u.task_id = task_runs.inbound_id) AS calls, \
+             (SELECT CAST(SUM(u.cost_nanousd) AS BIGINT) FROM usage u \
+             WHERE u.task_id = task_runs.inbound_id) AS cost \
+             FROM task_runs WHERE task_id = $1 ORDER BY id DESC LIMIT $2 OFFSET $3"
+        ))
+        .bind(task)
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(&mut *self.store.read_conn().await?)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(RunUsage {
+                    run: super::read(row)?,
+                    calls: row.try_get("calls")?,
+                    cost_nanousd: row.try_get("cost")?,
+                })
+            })
+            .collect()
     }
 
     /// Stores the nonce task `id`'s hook secret derives from.

@@ -1,6 +1,6 @@
 //! Token usage per model call, and the running totals on each session.
 
-use crate::domain::{InboundId, PrincipalId, Scope, SessionId, Usage, now_ms};
+use crate::domain::{InboundId, PrincipalId, Scope, SessionId, TaskId, Usage, now_ms};
 
 use super::session_id::parse_stored;
 use super::{Arg, Batch, Store, StoreError, to_i64, to_u64};
@@ -165,12 +165,13 @@ pub struct UsageSummary {
 }
 
 /// A row of the usage report as the query returns it: principal,
-/// session, day, model, then [`UsageSums`].
+/// session, day, model, scheduled task, then [`UsageSums`].
 type UsageReportRow = (
     Option<i64>,
     String,
     i64,
     String,
+    Option<i64>,
     i64,
     i64,
     i64,
@@ -207,6 +208,9 @@ pub struct UsageRow {
     /// Days since the Unix epoch (UTC).
     pub day: i64,
     pub model: String,
+    /// The scheduled task whose runs made the calls (`None`: messages
+    /// people sent).
+    pub task_id: Option<TaskId>,
     pub summary: UsageSummary,
 }
 
@@ -336,12 +340,14 @@ impl UsageLog<'_> {
     pub async fn report_page(self, limit: i64, offset: i64) -> Result<Vec<UsageRow>, StoreError> {
         let rows = sqlx::query_as::<_, UsageReportRow>(concat!(
             "SELECT COALESCE(u.principal_id, s.principal_id), u.session_id, \
-             CAST(u.created_at / 86400000 AS BIGINT) AS day, u.model, ",
+             CAST(u.created_at / 86400000 AS BIGINT) AS day, u.model, r.task_id, ",
             usage_sums!(),
             " FROM usage u JOIN sessions s ON s.id = u.session_id \
+             LEFT JOIN inbound i ON i.id = u.task_id \
+             LEFT JOIN task_runs r ON r.id = i.task_run_id \
              GROUP BY COALESCE(u.principal_id, s.principal_id), u.session_id, \
-             CAST(u.created_at / 86400000 AS BIGINT), u.model \
-             ORDER BY day, 1, u.session_id, u.model LIMIT $1 OFFSET $2"
+             CAST(u.created_at / 86400000 AS BIGINT), u.model, r.task_id \
+             ORDER BY day, 1, u.session_id, u.model, r.task_id LIMIT $1 OFFSET $2"
         ))
         .bind(limit)
         .bind(offset)
@@ -354,6 +360,7 @@ impl UsageLog<'_> {
                     session_id,
                     day,
                     model,
+                    task_id,
                     calls,
                     input,
                     output,
@@ -366,6 +373,7 @@ impl UsageLog<'_> {
                         session_id: parse_stored(&session_id)?,
                         day,
                         model,
+                        task_id: task_id.map(TaskId::new),
                         summary: UsageSummary::from_sums((calls, input, output, read, write, hour)),
                     })
                 },

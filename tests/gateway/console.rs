@@ -40,11 +40,12 @@ const STRANGER: TgUser = TgUser {
 };
 
 /// Every page a logged-in admin reads.
-const READ_ROUTES: [&str; 6] = [
+const READ_ROUTES: [&str; 7] = [
     "/console",
     "/console/conversations",
     "/console/conversations/some-session",
     "/console/people",
+    "/console/tasks",
     "/console/usage",
     "/console/usage.csv",
 ];
@@ -1252,4 +1253,67 @@ async fn a_broken_prompt_cache_is_shown_on_its_turn_with_why_and_counted() {
     );
     assert_eq!(misses_counted(&second, "tools").await.as_deref(), Some("1"));
     second.stop().await;
+}
+
+#[tokio::test]
+async fn the_tasks_pages_show_each_task_and_its_runs_with_their_cost() {
+    let llm = FakeLlm::start(|body| Reply::Text(format!("done: {}", last_user_text(body)))).await;
+    let app = TestApp::spawn_with(&llm, enable_console).await;
+    let (session, _) = app.say(None, "hello").await;
+    let made: Value = app
+        .http
+        .post(app.url("/v1/tasks"))
+        .json(
+            &serde_json::json!({"session_id": session, "prompt": "Check the backups", "in": "90s"}),
+        )
+        .send()
+        .await
+        .expect("sent")
+        .json()
+        .await
+        .expect("json");
+    let id = made["id"].as_i64().expect("a task id");
+    let admin = Admin::login(&app).await;
+    let live = admin.page("/console/tasks").await;
+    assert!(
+        live.contains(&format!("href=\"/console/tasks/{id}\"")),
+        "{live}"
+    );
+    assert_eq!(figure(&live, "task-status"), "active");
+    assert!(live.contains("Check the backups"));
+
+    app.gateway.clock.advance(Duration::from_secs(91));
+    eventually("the run done", || async {
+        scalar(&app, "SELECT COUNT(*) FROM task_runs WHERE status = 'done'").await == 1
+    })
+    .await;
+    let listed = admin.page("/console/tasks").await;
+    assert!(
+        listed.contains("No tasks."),
+        "a done task is not live: {listed}"
+    );
+    let every = admin.page("/console/tasks?all=1").await;
+    assert_eq!(figure(&every, "task-status"), "done");
+    let page = admin.page(&format!("/console/tasks/{id}")).await;
+    assert_eq!(figure(&page, "run-status"), "done");
+    assert_eq!(figure(&page, "run-calls"), "1");
+    assert!(figure(&page, "run-cost").starts_with('$'), "{page}");
+    assert_eq!(
+        admin.get("/console/tasks/999").await.status(),
+        StatusCode::NOT_FOUND
+    );
+
+    // `switchboard usage` attributes the run's call to the task.
+    let rows = app.gateway.store.usage().report().await.expect("report");
+    let of_task: Vec<_> = rows.iter().filter(|row| row.task_id.is_some()).collect();
+    assert_eq!(of_task.len(), 1, "{rows:?}");
+    assert_eq!(of_task[0].task_id.map(|task| task.get()), Some(id));
+    assert_eq!(of_task[0].summary.calls, 1);
+    let csv = switchboard::usage::render_csv(&rows, &app.gateway.settings.prices);
+    assert!(csv.lines().next().expect("header").ends_with(",task"));
+    assert!(
+        csv.lines().any(|line| line.ends_with(&format!(",{id}"))),
+        "{csv}"
+    );
+    app.stop().await;
 }
