@@ -1158,3 +1158,78 @@ async fn a_recurring_task_fires_once_per_due_time_while_instances_are_killed_and
     );
     cluster.stop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_frozen_holding_a_task_run_loses_it_and_writes_nothing_after_waking() {
+    let _serial = SERIAL.lock().await;
+    let llm = FakeLlm::start_with_delay(crate::tasks::planner, Duration::from_millis(1500)).await;
+    let extra = [("SWITCHBOARD__TASKS__MIN_INTERVAL_SECS", "1")];
+    let Some(mut cluster) = Cluster::start_with(&llm, &extra).await else {
+        return;
+    };
+    let session = open_session(&cluster.base(0)).await;
+    let made = reqwest::Client::new()
+        .post(format!("{}/v1/tasks", cluster.base(0)))
+        .json(&json!({"session_id": session, "prompt": "Frozen run", "in": "1s"}))
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(made.status(), 201);
+    let asked = |llm: &FakeLlm| {
+        llm.requests()
+            .iter()
+            .filter(|r| last_user_text(&r.json()).starts_with("[scheduled task 1]"))
+            .count()
+    };
+    let started = within(TAKEOVER_BOUND, || {
+        std::future::ready((asked(&llm) >= 1).then_some(()))
+    })
+    .await;
+    assert!(started.is_some(), "the run's model call");
+
+    // Frozen in the run's model call, past its lease: another instance
+    // takes the run's turn over and finishes it.
+    let frozen = cluster.holder(&session).await.expect("a lease holder");
+    cluster.node(frozen).pause();
+    let done = within(TAKEOVER_BOUND, || async {
+        let done: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM task_runs WHERE task_id = 1 AND status = 'done'",
+        )
+        .fetch_one(&cluster.db)
+        .await
+        .expect("count");
+        (done == 1).then_some(())
+    })
+    .await;
+    assert!(done.is_some(), "the run finished elsewhere");
+    let taker = cluster.holder(&session).await.expect("a lease holder");
+    assert_ne!(taker, frozen, "another instance finished the run");
+    let before = cluster.rows().await;
+    cluster.node(frozen).resume();
+
+    let logs = cluster.stop_all().await;
+    assert_eq!(
+        cluster.rows().await,
+        before,
+        "the woken instance wrote nothing"
+    );
+    assert!(
+        logs[&frozen].contains("lease passed to another instance"),
+        "node-{frozen} logged that it lost the lease:\n{}",
+        logs[&frozen]
+    );
+    let answers: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM messages WHERE role = 'assistant' \
+         AND content LIKE 'done: [scheduled task 1]%'",
+    )
+    .fetch_one(&cluster.db)
+    .await
+    .expect("answers");
+    assert_eq!(answers, 1, "the run's answer is stored once");
+    let runs: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM task_runs")
+        .fetch_one(&cluster.db)
+        .await
+        .expect("runs");
+    assert_eq!(runs, 1, "one run of a one-off task");
+    cluster.assert_settled().await;
+}
