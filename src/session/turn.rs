@@ -4,6 +4,7 @@
 
 use crate::domain::{
     ChatMessage, InboundId, InboundStatus, MediaRef, Outcome, PrincipalId, Scope, StopCause,
+    TurnOptions,
 };
 use crate::metrics::Metrics;
 use crate::tools::tasks::TaskSettings;
@@ -516,10 +517,9 @@ impl TurnExecutor {
         };
         if let Some(Some(compaction)) = &compacted {
             turn.stored = context::apply(std::mem::take(&mut turn.stored), Some(compaction));
-            if turn.policy.person_memory.is_some()
-                && let Some(session) = self.store.sessions().get(&turn.session.id).await?
-            {
-                // The compaction may have refreshed the remembered facts.
+            if let Some(session) = self.store.sessions().get(&turn.session.id).await? {
+                // The compaction may have refreshed the remembered facts or
+                // the client's instructions.
                 turn.session.system_prompt = session.system_prompt;
             }
         }
@@ -570,7 +570,7 @@ impl TurnExecutor {
         media: Vec<MediaRef>,
     ) -> Result<StartedTask, StoreError> {
         let Prepared {
-            session,
+            mut session,
             stored,
             agent,
             policy,
@@ -594,11 +594,20 @@ impl TurnExecutor {
         let interrupted = interrupted_round(&stored);
         let mut history: Vec<ChatMessage> = stored.into_iter().map(|entry| entry.message).collect();
         let mut first_writes = Batch::new();
+        let options = TurnOptions::read(inbound.options.as_deref());
         if !asked {
-            let user = ChatMessage::User {
-                content: speaker::content(inbound.speaker.as_deref(), &inbound.text),
-                media,
-            };
+            let note = super::instructions::apply(
+                store,
+                &mut session,
+                options.instructions.as_deref(),
+                &mut first_writes,
+            )
+            .await?;
+            let mut content = speaker::content(inbound.speaker.as_deref(), &inbound.text);
+            if let Some(note) = note {
+                content.insert_str(0, &note);
+            }
+            let user = ChatMessage::User { content, media };
             first_writes.append_message(&NewMessage::from_wire(
                 &session.id,
                 Some(inbound.id),
@@ -611,7 +620,9 @@ impl TurnExecutor {
             first_writes.record_trace_id(inbound.id, trace_id);
         }
         self.show_media(&agent.model, &mut history).await?;
-        let env = Arc::new(self.loop_env(store, inbound, control, &session, policy, spend));
+        let mut env = self.loop_env(store, inbound, control, &session, policy, spend);
+        env.call_options = Arc::new(options.call);
+        let env = Arc::new(env);
         // A resumed task (its message was stored by an earlier run) keeps
         // spending from what it had left.
         let spent = if asked {
@@ -677,6 +688,7 @@ impl TurnExecutor {
             system_prompt: session.system_prompt.clone(),
             idle: idle_since(session),
             max_tokens: self.max_tokens,
+            call_options: Arc::default(),
             tool_timeout: self.agent.tool_timeout,
             depth: 0,
             max_depth: self.agent.max_delegation_depth,
