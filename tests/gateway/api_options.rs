@@ -5,16 +5,24 @@
 //! do are a 400 with nothing stored; the settings are the turn's only; the
 //! client's system message (Responses: `instructions`) joins the session's
 //! prompt, a changed one is noted from that turn with earlier requests'
-//! bytes untouched, and `api.client_instructions = false` ignores it.
+//! bytes untouched, and `api.client_instructions = false` ignores it; and
+//! a turn resumed after a crash applies what was stored with its message.
+
+use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use switchboard::domain::BaseUrl;
+use switchboard::config::Settings;
+use switchboard::domain::{BaseUrl, CallOptions, TurnOptions};
+use switchboard::gateway::Gateway;
 use switchboard::llm::ProviderKind;
+use switchboard::session::service::SubmitOptions;
+use switchboard_contract::{AccountId, ChatKind, EventId, InboundMessage, PlatformName};
+use switchboard_test_support::{eventually, inbound};
 
 use crate::helpers::{
     FakeLlm, Reply, TestApp, assert_prefix_holds, last_is_tool_result, last_user_content,
-    last_user_text,
+    last_user_text, test_settings,
 };
 
 /// A JSON schema for the answers.
@@ -92,7 +100,7 @@ const SETTINGS_FIELDS: [&str; 7] = [
     "stop_sequences",
 ];
 
-fn on_anthropic(llm: &FakeLlm, settings: &mut switchboard::config::Settings) {
+fn on_anthropic(llm: &FakeLlm, settings: &mut Settings) {
     settings.llm.provider = ProviderKind::Anthropic;
     settings.llm.base_url = BaseUrl::parse(&llm.anthropic_base()).expect("a test URL");
 }
@@ -503,5 +511,127 @@ async fn with_client_instructions_off_a_system_message_is_accepted_and_ignored()
         assert!(!body.to_string().contains("Answer in"), "{body}");
         assert!(!system_text(&body).contains("# The client's instructions"));
     }
+    app.stop().await;
+}
+
+/// Runs a gateway on its own runtime until the model has received the
+/// turn's first call, then closes its database and drops the runtime: as
+/// far as the database can tell, the process died mid-call.
+fn crash_during_the_first_call(settings: Settings, llm: FakeLlm, turn: TurnOptions) {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let gateway = Gateway::build(settings).await.expect("gateway");
+            let message = InboundMessage {
+                platform: PlatformName::parse("api").expect("id"),
+                account: AccountId::parse("default").expect("id"),
+                event_id: EventId::parse("crash-options").expect("id"),
+                ..inbound::message("u1", "crash-chat", ChatKind::Direct, "remember this")
+            };
+            let options = SubmitOptions {
+                turn,
+                ..SubmitOptions::default()
+            };
+            gateway
+                .service
+                .submit(message, options)
+                .await
+                .expect("submitted");
+            eventually("the first model call", || {
+                std::future::ready(!llm.requests().is_empty())
+            })
+            .await;
+            gateway.store.close().await;
+        });
+        runtime.shutdown_background();
+    })
+    .join()
+    .expect("crashed cleanly");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_resumed_after_a_crash_applies_the_settings_stored_with_its_message() {
+    let llm = FakeLlm::start_with_delay(
+        |body| Reply::Text(format!("echo: {}", last_user_text(body))),
+        Duration::from_millis(500),
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut settings = test_settings(&llm, &dir).await;
+    // The crashed process's lease must expire before another takes over.
+    settings.runner.lease_ttl = Duration::from_secs(1);
+    let turn = TurnOptions {
+        call: CallOptions {
+            temperature: Some(0.7),
+            stop: vec!["END".to_owned()],
+            ..CallOptions::default()
+        },
+        instructions: Some("Answer in French.".to_owned()),
+    };
+    crash_during_the_first_call(settings.clone(), llm.clone(), turn);
+
+    let app = TestApp::start(settings, dir).await;
+    eventually("the resumed turn's call", || {
+        std::future::ready(llm.requests().len() >= 2)
+    })
+    .await;
+
+    let stored: Option<String> =
+        sqlx::query_scalar("SELECT options FROM inbound ORDER BY id LIMIT 1")
+            .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+            .await
+            .expect("the message");
+    assert!(stored.is_some_and(|stored| stored.contains("0.7")));
+    for request in llm.requests() {
+        let body = request.json();
+        assert_eq!(body["temperature"], 0.7, "{body}");
+        assert_eq!(body["stop"], json!(["END"]));
+        assert!(system_text(&body).ends_with("Answer in French."));
+    }
+    assert_prefix_holds(&llm.requests());
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_compaction_makes_the_prompts_section_the_instructions_in_effect() {
+    let llm = FakeLlm::echo().await;
+    let app = TestApp::spawn(&llm).await;
+    let session = completed(
+        &app,
+        None,
+        transcript(Some("Answer in French."), &[], "the goal"),
+    )
+    .await;
+    completed(
+        &app,
+        Some(&session),
+        transcript(Some("Answer in German."), &[], "changed"),
+    )
+    .await;
+    for turn in 1..8 {
+        completed(
+            &app,
+            Some(&session),
+            transcript(None, &[], &format!("turn {turn}")),
+        )
+        .await;
+    }
+    let before = system_text(&llm.requests().last().expect("a request").json());
+    assert!(
+        before.ends_with("Answer in French."),
+        "not rewritten yet: {before}"
+    );
+
+    completed(&app, Some(&session), transcript(None, &[], "/compact")).await;
+    assert_eq!(app.count("compactions").await, 1);
+    completed(&app, Some(&session), transcript(None, &[], "after")).await;
+
+    let after = system_text(&llm.requests().last().expect("a request").json());
+    assert!(after.ends_with("Answer in German."), "{after}");
+    assert!(!after.contains("French"), "{after}");
     app.stop().await;
 }
