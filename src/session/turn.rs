@@ -596,25 +596,10 @@ impl TurnExecutor {
         let mut first_writes = Batch::new();
         let options = TurnOptions::read(inbound.options.as_deref());
         if !asked {
-            let note = super::instructions::apply(
-                store,
-                &mut session,
-                options.instructions.as_deref(),
-                &mut first_writes,
-            )
-            .await?;
-            let mut content = speaker::content(inbound.speaker.as_deref(), &inbound.text);
-            if let Some(note) = note {
-                content.insert_str(0, &note);
-            }
-            let user = ChatMessage::User { content, media };
-            first_writes.append_message(&NewMessage::from_wire(
-                &session.id,
-                Some(inbound.id),
-                &Scope::top(),
-                user.clone(),
-            ))?;
-            history.push(user);
+            let instructions = options.instructions.as_deref();
+            let writes = &mut first_writes;
+            let user = stage_message(store, inbound, &mut session, instructions, media, writes);
+            history.push(user.await?);
         }
         if let Some(trace_id) = control.trace_id() {
             first_writes.record_trace_id(inbound.id, trace_id);
@@ -898,6 +883,33 @@ fn asked(stored: &[WireEntry], inbound_id: InboundId) -> bool {
     stored.iter().any(|entry| {
         entry.task_id == Some(inbound_id) && matches!(entry.message, ChatMessage::User { .. })
     })
+}
+
+/// The task's message, with the files `media`, as its transcript entry and
+/// as the model sees it: the speaker's label in a group chat, and a note
+/// of the client's `instructions` when they changed after the session's
+/// prompt was sent (before it was, `session`'s prompt takes them, and
+/// `writes` the update: see `session::instructions`).
+async fn stage_message(
+    store: &Store,
+    inbound: &InboundRow,
+    session: &mut SessionRow,
+    instructions: Option<&str>,
+    media: Vec<MediaRef>,
+    writes: &mut Batch,
+) -> Result<ChatMessage, StoreError> {
+    let mut content = speaker::content(inbound.speaker.as_deref(), &inbound.text);
+    if let Some(note) = super::instructions::apply(store, session, instructions, writes).await? {
+        content.insert_str(0, &note);
+    }
+    let user = ChatMessage::User { content, media };
+    writes.append_message(&NewMessage::from_wire(
+        &session.id,
+        Some(inbound.id),
+        &Scope::top(),
+        user.clone(),
+    ))?;
+    Ok(user)
 }
 
 /// A turn's session, loaded.
