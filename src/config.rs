@@ -157,6 +157,10 @@ pub struct ApiSettings {
     )]
     #[schemars(with = "u64")]
     pub reply_timeout: Duration,
+    /// Whether a client's system or developer message (Responses:
+    /// `instructions`) reaches its turns, framed as the client's after the
+    /// operator's system prompt; `false`: accepted and ignored.
+    pub client_instructions: bool,
 }
 
 impl Default for ApiSettings {
@@ -167,6 +171,7 @@ impl Default for ApiSettings {
             keys: std::collections::BTreeMap::new(),
             max_body_bytes: 1024 * 1024,
             reply_timeout: Duration::from_secs(600),
+            client_instructions: true,
         }
     }
 }

@@ -130,6 +130,8 @@ pub async fn run_server(
         store: gateway.store.clone(),
         keys,
         models,
+        provider: settings.llm.provider,
+        client_instructions: settings.api.client_instructions,
         reply_timeout: settings.api.reply_timeout,
         drain_deadline: gateway.drain_deadline.clone(),
         platforms: gateway.platform_status.clone(),

@@ -294,12 +294,11 @@ async fn summarise(
     let mut batch = Batch::new();
     recorded.finish(&mut batch);
     batch.record_compaction(by.session_id, &compaction);
-    if person_memory.is_some()
-        && let Some(prompt) = refreshed_prompt(by.store, by.session_id).await?
+    if let Some(prompt) = refreshed_prompt(by.store, by.session_id, person_memory.is_some()).await?
     {
         tracing::info!(
             session_id = by.session_id.as_str(),
-            "remembered facts refreshed in the system prompt"
+            "remembered facts or the client's instructions refreshed in the system prompt"
         );
         batch.push(
             "UPDATE sessions SET system_prompt = $1 WHERE id = $2",

@@ -9,6 +9,13 @@
 //! time-dependent goes in. The one exception is the person's facts: a
 //! compaction (which changes the history's prefix anyway) replaces that last
 //! section with the facts as they are then ([`refreshed_prompt`]).
+//!
+//! An HTTP API client's own instructions (its system or developer message,
+//! or `instructions`) join the prompt once, before its first model call,
+//! as the stable text's last section, framed as the client's and after
+//! the operator's ([`with_client_instructions`]); a change later is a note
+//! in the history instead ([`client_instructions_note`], see
+//! `session::instructions`).
 
 use std::path::Path;
 
@@ -95,33 +102,85 @@ pub fn split_system(prompt: &str) -> (&str, &str) {
     prompt.split_at(without_person_memory(prompt).len())
 }
 
+/// Where the section of the HTTP API client's instructions starts (issue
+/// 28, point 6): the last section of the stable text, after the
+/// operator's own and before a person's facts.
+pub const CLIENT_INSTRUCTIONS_HEADING: &str = "\n\n# The client's instructions\n";
+
+/// The line under [`CLIENT_INSTRUCTIONS_HEADING`], before the client's text.
+const CLIENT_INSTRUCTIONS_INTRO: &str = "The application that sends you this conversation \
+    through the API adds these instructions. Everything above comes from the operator and \
+    takes precedence; follow these where they do not conflict with it.\n\n";
+
+/// `prompt` with the client's `instructions` as the last section of its
+/// stable text (replacing a section of them it has), ahead of the person's
+/// facts. Only for a prompt no model call has sent yet: it changes the
+/// cached prefix.
+pub fn with_client_instructions(prompt: &str, instructions: &str) -> String {
+    let (stable, tail) = split_system(prompt);
+    let operator = match stable.rfind(CLIENT_INSTRUCTIONS_HEADING) {
+        Some(start)
+            if stable[start + CLIENT_INSTRUCTIONS_HEADING.len()..]
+                .starts_with(CLIENT_INSTRUCTIONS_INTRO) =>
+        {
+            &stable[..start]
+        }
+        _ => stable,
+    };
+    format!(
+        "{operator}{CLIENT_INSTRUCTIONS_HEADING}{CLIENT_INSTRUCTIONS_INTRO}{}{tail}",
+        instructions.trim()
+    )
+}
+
+/// The note that starts the user message of a turn whose request changed
+/// the client's instructions after the system prompt was sent: the prompt
+/// (the cached prefix) stays as it is, and the change is part of the
+/// history from that turn on.
+pub fn client_instructions_note(instructions: &str) -> String {
+    format!(
+        "[switchboard] The client's instructions changed with this message. From now on they \
+         replace the ones in the system prompt or in an earlier note (the operator's \
+         instructions still come first):\n{}\n[end of the client's instructions]\n\n",
+        instructions.trim()
+    )
+}
+
 /// Whether a session's stored toolset offers the `memory` tool: then its
 /// prompt carries its person's facts.
 pub fn offers_memory<S: AsRef<str>>(toolset: &[S]) -> bool {
     toolset.iter().any(|name| name.as_ref() == MEMORY)
 }
 
-/// The session's stored prompt with its section of facts replaced by its
-/// owner's facts as they are now; `None` when that changes nothing (or the
-/// session has no owner, or does not offer the `memory` tool).
+/// The session's stored prompt as a compaction (which changes the
+/// history's prefix anyway) leaves it: with `facts`, its section of facts
+/// replaced by its owner's facts as they are now (for a session with an
+/// owner that offers the `memory` tool); and its section of the client's
+/// instructions made those in effect (a change noted in the history may
+/// have just been summarised away). `None` when that changes nothing.
 ///
 /// # Errors
 /// A database failure.
 pub async fn refreshed_prompt(
     store: &Store,
     session_id: &SessionId,
+    facts: bool,
 ) -> Result<Option<String>, StoreError> {
     let Some(session) = store.sessions().get(session_id).await? else {
         return Ok(None);
     };
-    let Some(owner) = session
+    let mut prompt = session.system_prompt.clone();
+    if let Some(owner) = session
         .principal
-        .filter(|_| offers_memory(&session.toolset))
-    else {
-        return Ok(None);
-    };
-    let facts = store.memories().list(owner).await?;
-    let prompt = with_person_memory(without_person_memory(&session.system_prompt), &facts);
+        .filter(|_| facts && offers_memory(&session.toolset))
+    {
+        let facts = store.memories().list(owner).await?;
+        prompt = with_person_memory(without_person_memory(&prompt), &facts);
+    }
+    let (instructions, _) = store.sessions().client_instructions(session_id).await?;
+    if let Some(instructions) = instructions {
+        prompt = with_client_instructions(&prompt, &instructions);
+    }
     Ok((prompt != session.system_prompt).then_some(prompt))
 }
 
@@ -248,5 +307,31 @@ mod tests {
             ..AgentSettings::default()
         };
         assert!(!build_system_prompt(&settings, &[]).contains("# Memory"));
+    }
+
+    #[test]
+    fn client_instructions_come_after_the_operator_and_before_the_facts() {
+        let facts = [MemoryEntry {
+            id: 1,
+            text: "likes tea".to_owned(),
+            created_at: 0,
+        }];
+        let prompt = with_person_memory("You are P.", &facts);
+        let with = with_client_instructions(&prompt, "  Answer in French. ");
+        let (stable, tail) = split_system(&with);
+        assert!(stable.starts_with("You are P.\n\n# The client's instructions\n"));
+        assert!(
+            stable.ends_with("with it.\n\nAnswer in French."),
+            "{stable}"
+        );
+        assert_eq!(tail, split_system(&prompt).1, "the facts stay last");
+        let replaced = with_client_instructions(&with, "Answer in German.");
+        assert!(replaced.contains("Answer in German.") && !replaced.contains("French"));
+        assert_eq!(
+            replaced.matches(CLIENT_INSTRUCTIONS_HEADING).count(),
+            1,
+            "{replaced}"
+        );
+        assert!(client_instructions_note("Be terse.").contains("\nBe terse.\n[end of"));
     }
 }

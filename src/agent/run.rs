@@ -11,7 +11,9 @@
 //! it arrives, with tool calls as they start and end; the stored steps are
 //! the same either way.
 
-use crate::domain::{ChatMessage, InboundId, Outcome, PrincipalId, Scope, SessionId, ToolCall};
+use crate::domain::{
+    CallOptions, ChatMessage, InboundId, Outcome, PrincipalId, Scope, SessionId, ToolCall,
+};
 use crate::metrics::Metrics;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -66,6 +68,10 @@ pub struct LoopEnv {
     /// cache TTL policy reads (`llm.cache_ttl`).
     pub idle: Duration,
     pub max_tokens: u32,
+    /// What the client asked of the turn's model calls (`api::options`):
+    /// a structured-output format, sampling settings, a lower output cap,
+    /// stop sequences, a seed. Empty for a sub-agent.
+    pub call_options: Arc<CallOptions>,
     pub tool_timeout: Duration,
     /// 0 for the top agent.
     pub depth: u32,
@@ -434,7 +440,8 @@ async fn call_step(
         tool_choice,
         cache_tail: CacheTail::Write,
         idle: env.idle,
-        max_tokens: env.max_tokens,
+        max_tokens: env.call_options.max_tokens(env.max_tokens),
+        options: &env.call_options,
     };
     let started = Instant::now();
     let request_id = step::request_id();

@@ -272,6 +272,8 @@ pub async fn one_shot(
         cache_tail: CacheTail::Skip,
         idle: by.idle,
         max_tokens: question.max_tokens,
+        // A one-shot question is the gateway's own: no client settings.
+        options: &crate::domain::NO_CALL_OPTIONS,
     };
     let request_id = request_id();
     let start = ModelCallStart {

@@ -85,6 +85,9 @@ impl SubAgents for SubAgentRunner {
             system_prompt: sub_agent_prompt(child.toolset.specs()),
             depth,
             context: None,
+            // The client's settings are for the turn's answer, not the
+            // sub-agent's.
+            call_options: Arc::default(),
             // The sub-agent's text is not the turn's reply; its tool calls
             // show as the parent's `delegate` call.
             live: None,

@@ -21,7 +21,7 @@
 //! The event id a request is recorded under makes a client's retries one
 //! turn (`retries`).
 
-use crate::domain::{InboundId, LocalPlatform, SessionId};
+use crate::domain::{InboundId, LocalPlatform, SessionId, TurnOptions};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -53,9 +53,11 @@ use crate::agent::live::{LiveEvent, LiveSubscription};
 use crate::session::runner::TurnReply;
 use crate::session::service::{Admission, SubmitOptions};
 
-/// The part of an OpenAI request the gateway reads. Fields that would change
-/// the model call are refused when set (`options`); others are accepted
-/// and ignored (the server owns the history and the settings).
+/// The part of an OpenAI request the gateway reads. Fields that change the
+/// model call are passed on or refused (`options`); system and developer
+/// messages are the client's instructions (`transcript`,
+/// `session::instructions`); others are accepted and ignored (the server
+/// owns the history and the settings).
 #[derive(Debug, Deserialize)]
 pub struct ChatRequest {
     #[serde(default)]
@@ -67,7 +69,7 @@ pub struct ChatRequest {
     stream_options: Option<StreamOptions>,
     #[serde(default)]
     user: Option<String>,
-    /// Refused when set (`options`).
+    /// Passed on or refused (`options`).
     #[serde(flatten)]
     options: ModelOptions,
 }
@@ -150,7 +152,7 @@ pub(super) async fn admit(
     request: &ChatRequest,
     body: &[u8],
 ) -> Result<Turn, ApiError> {
-    request.options.check()?;
+    let call = request.options.check(state.provider)?;
     let transcript = Transcript::parse(&request.messages)?;
     let event = retries::request_event(state, caller, headers, body).await?;
     let (mut message, mut options) = prepare(
@@ -161,6 +163,14 @@ pub(super) async fn admit(
         &state.models,
         &event.event_id,
     )?;
+    options.turn = TurnOptions {
+        call,
+        // Ignored, as before, unless the operator lets clients instruct.
+        instructions: transcript
+            .instructions
+            .clone()
+            .filter(|_| state.client_instructions),
+    };
     retries::check_key(state, caller, message.sender.id.as_str(), headers, body).await?;
     // Images are fetched and checked before anything is stored.
     message.attachments = state.images.take(&transcript.images).await?;
@@ -262,6 +272,7 @@ fn prepare(
         own_chat,
         model,
         live: request.stream,
+        turn: TurnOptions::default(),
     };
     Ok((message, options))
 }

@@ -68,6 +68,12 @@ pub struct ApiState {
     pub keys: Vec<ApiKey>,
     /// Models listed by `GET /v1/models`; the first is the default.
     pub models: Vec<String>,
+    /// The provider the models are served by: what a request's call
+    /// settings are checked for (`options`).
+    pub provider: crate::llm::ProviderKind,
+    /// `api.client_instructions`: whether a client's system/developer
+    /// message (or `instructions`) reaches its turns.
+    pub client_instructions: bool,
     pub reply_timeout: std::time::Duration,
     /// Cancelled when a draining instance's grace period ends: callers
     /// still waiting for a reply then get 503, to retry elsewhere.

@@ -7,15 +7,16 @@
 //! is translated into the chat completion request it means and goes the
 //! same way (`completions::admit`): `input` (a string, or `message` items
 //! with text, `input_text`/`output_text` and `input_image` parts) is the
-//! transcript, `instructions` a system message (the operator's system
-//! prompt stays what the model sees, as for chat completions), and
-//! `previous_response_id` names the session of that turn, as `X-Session-Id`
-//! would, so the conversation is the one the other styles reach, with the
-//! same byte-stable model requests. Without it a request starts a new
-//! conversation or continues a resent transcript. Fields the gateway does
-//! not pass on are refused with 400 (`options`; also `function_call`
-//! items, a `text.format` other than text, `max_output_tokens`, `store:
-//! false`).
+//! transcript, `instructions` a system message (the client's instructions,
+//! after the operator's system prompt, as for chat completions:
+//! `session::instructions`), `text.format` the `response_format`,
+//! `max_output_tokens` the `max_completion_tokens`, `temperature` and
+//! `top_p` as they are (`options`), and `previous_response_id` names the
+//! session of that turn, as `X-Session-Id` would, so the conversation is
+//! the one the other styles reach, with the same byte-stable model
+//! requests. Without it a request starts a new conversation or continues a
+//! resent transcript. Fields the gateway does not pass on are refused with
+//! 400 (`options`; also `function_call` items and `store: false`).
 //!
 //! Streamed, the typed events are `response.created`,
 //! `response.output_item.added`, `response.content_part.added`,
@@ -95,7 +96,6 @@ async fn respond(
 ) -> Result<Response, ApiError> {
     let body = completions::body_bytes(body)?;
     let Json(request) = Json::<ResponsesRequest>::from_bytes(&body)?;
-    request.options.check()?;
     refuse_unsupported(&request)?;
     if let Some(previous) = &request.previous_response_id {
         let (_, session) = turn_of(state, caller, previous).await?;
@@ -192,32 +192,48 @@ pub async fn cancel(
     })
 }
 
-/// Refuses what a Responses request may set that the gateway does not do.
+/// Refuses what a Responses request may set that the gateway does not do:
+/// `store: false` (the other fields are checked as their chat completion
+/// forms are, `options`).
 fn refuse_unsupported(request: &ResponsesRequest) -> Result<(), ApiError> {
-    let text_format = request
-        .text
-        .as_ref()
+    if request.store == Some(false) {
+        return Err(ApiError::BadRequest(
+            "`store: false` is not supported by this gateway: it keeps every conversation; \
+             send the request without it"
+                .to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// `text.format` as the chat completion `response_format` it means:
+/// `text` (nothing), `json_object`, or `json_schema` with its `name`,
+/// `schema`, `strict` and `description` beside the type.
+fn response_format(text: Option<&Value>) -> Result<Option<Value>, ApiError> {
+    let Some(format) = text
         .and_then(|text| text.get("format"))
-        .is_some_and(|format| !format.is_null() && *format != json!({"type": "text"}));
-    let refused = if text_format {
-        Some("text.format")
-    } else if request
-        .max_output_tokens
-        .as_ref()
-        .is_some_and(|max| !max.is_null())
-    {
-        Some("max_output_tokens")
-    } else if request.store == Some(false) {
-        Some("store: false")
-    } else {
-        None
+        .filter(|format| !format.is_null())
+    else {
+        return Ok(None);
     };
-    match refused {
-        Some(field) => Err(ApiError::BadRequest(format!(
-            "`{field}` is not supported by this gateway: it keeps every conversation and the \
-             agent's own model settings; send the request without it"
-        ))),
-        None => Ok(()),
+    let bad = |what: &str| ApiError::BadRequest(format!("`text.format` {what}"));
+    match format.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(json!({"type": "json_object"}))),
+        Some("json_schema") => {
+            let mut schema = format.clone();
+            if let Some(fields) = schema.as_object_mut() {
+                fields.remove("type");
+            }
+            // Checked (with names that say `text.format`) before the chat
+            // completion form is.
+            super::options::json_schema(Some(&schema))
+                .map_err(|_| bad("of type `json_schema` needs a `name` (1 to 64 letters, digits, `_` or `-`) and a `schema` object; `strict` is true or false"))?;
+            Ok(Some(json!({"type": "json_schema", "json_schema": schema})))
+        }
+        _ => Err(bad(
+            "must be of type `text`, `json_object` or `json_schema`",
+        )),
     }
 }
 
@@ -240,7 +256,25 @@ fn chat_body(request: &ResponsesRequest) -> Result<Value, ApiError> {
             ));
         }
     }
-    let mut chat = json!({"messages": messages, "stream": request.stream});
+    let mut chat = serde_json::to_value(&request.options)
+        .map_err(|err| ApiError::Internal(err.to_string()))?;
+    chat["messages"] = json!(messages);
+    chat["stream"] = json!(request.stream);
+    if let Some(format) = response_format(request.text.as_ref())? {
+        chat["response_format"] = format;
+    }
+    if let Some(max) = request
+        .max_output_tokens
+        .as_ref()
+        .filter(|max| !max.is_null())
+    {
+        if max.as_u64().is_none_or(|max| max == 0) {
+            return Err(ApiError::BadRequest(
+                "`max_output_tokens` must be a positive integer".to_owned(),
+            ));
+        }
+        chat["max_completion_tokens"] = max.clone();
+    }
     if let Some(model) = &request.model {
         chat["model"] = json!(model);
     }

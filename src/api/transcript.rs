@@ -4,8 +4,10 @@
 //!
 //! **The matching rule.** The *visible transcript* of a request is its user
 //! messages and the assistant's final replies (assistant messages without
-//! tool calls), in order: system and developer messages are ignored (clients
-//! drop or change them; the session keeps its own system prompt), and so are
+//! tool calls), in order: system and developer messages are left out (clients
+//! drop or change them; they are the client's instructions, which the
+//! session applies from the turn they change, see `session::instructions`,
+//! so a resent transcript with a changed one still continues), and so are
 //! tool calls and tool results, which clients usually drop. When a request
 //! starts or continues a session without naming it, the SHA-256 of its
 //! visible transcript (up to and including its new user message) is stored
@@ -186,6 +188,12 @@ pub struct Transcript {
     pub history: Vec<ChatMessage>,
     pub text: String,
     pub images: Vec<ImagePart>,
+    /// The client's instructions: the text of its system and developer
+    /// messages, in order, a blank line between; `None` when it sent none
+    /// (or only blank ones). Not part of the visible transcript, so a
+    /// changed one continues the same session (`session::instructions`
+    /// applies it).
+    pub instructions: Option<String>,
 }
 
 /// What stands for an image of a user message in the visible transcript
@@ -219,6 +227,7 @@ impl Transcript {
         let bad =
             |index: usize, what: String| ApiError::BadRequest(format!("messages[{index}]: {what}"));
         let mut history = Vec::new();
+        let mut instructions: Vec<String> = Vec::new();
         // The latest user message's text and images.
         let mut last = (String::new(), Vec::new());
         // Calls of the latest assistant message still waiting for a result.
@@ -235,7 +244,10 @@ impl Transcript {
                 ));
             }
             match role {
-                "system" | "developer" => {}
+                "system" | "developer" => {
+                    let text = message.content.as_ref().map(Content::text).transpose()?;
+                    instructions.extend(text.filter(|text| !text.trim().is_empty()));
+                }
                 "user" => {
                     let (text, images) = message
                         .content
@@ -318,6 +330,7 @@ impl Transcript {
             history,
             text,
             images,
+            instructions: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
         })
     }
 
@@ -703,6 +716,7 @@ mod tests {
         .expect("valid");
 
         assert_eq!(transcript.text, "thanks");
+        assert_eq!(transcript.instructions.as_deref(), Some("be nice"));
         assert_eq!(transcript.history.len(), 4);
         assert_eq!(
             transcript.history[1],
@@ -740,8 +754,27 @@ mod tests {
         ]))
         .expect("valid");
 
+        let instructed = parse(json!([
+            {"role": "system", "content": "be brief"},
+            {"role": "developer", "content": [{"type": "text", "text": "in French"}]},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "how are you?"}
+        ]))
+        .expect("valid");
+
         assert_eq!(first.continued(), None);
         assert_eq!(next.continued(), Some((first.key(), "hello")));
+        assert_eq!(
+            instructed.continued(),
+            next.continued(),
+            "the client's instructions are not part of the visible transcript"
+        );
+        assert_eq!(
+            instructed.instructions.as_deref(),
+            Some("be brief\n\nin French")
+        );
+        assert_eq!(next.instructions, None);
         assert_ne!(edited.continued().map(|(key, _)| key), Some(first.key()));
         assert_ne!(next.key(), first.key());
     }

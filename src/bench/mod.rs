@@ -644,6 +644,7 @@ async fn turn(
                 own_chat: true,
                 model: None,
                 live: streamed,
+                turn: Default::default(),
             },
         )
         .await

@@ -29,7 +29,7 @@ pub mod stream;
 mod test_support;
 mod wire;
 
-use crate::domain::{ChatMessage, StopReason, ToolCall, ToolSpec, Usage};
+use crate::domain::{CallOptions, ChatMessage, StopReason, ToolCall, ToolSpec, Usage};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,6 +88,11 @@ pub struct ModelRequest<'a> {
     /// `llm.cache_ttl = "auto"` reads.
     pub idle: Duration,
     pub max_tokens: u32,
+    /// What the client asked of this call (structured output, sampling
+    /// settings, stop sequences, a seed): only a turn's own calls carry
+    /// any; every other call passes [`crate::domain::NO_CALL_OPTIONS`],
+    /// which sends nothing. Its `max_tokens` is already in `max_tokens`.
+    pub options: &'a CallOptions,
 }
 
 /// Whether the model may call the tools a request defines.

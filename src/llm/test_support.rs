@@ -137,6 +137,7 @@ pub fn request<'a, F: Fixture>(
         cache_tail: crate::llm::CacheTail::Write,
         idle: std::time::Duration::ZERO,
         max_tokens: F::MAX_TOKENS,
+        options: &crate::domain::NO_CALL_OPTIONS,
     }
 }
 

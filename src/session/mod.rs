@@ -20,6 +20,7 @@ mod arrivals;
 pub mod commands;
 pub mod drafts;
 pub mod elicit;
+mod instructions;
 pub mod key;
 pub mod link;
 pub mod notices;

@@ -10,7 +10,9 @@
 //! answers it as a [command](super::commands) or queues it for the
 //! session's runner.
 
-use crate::domain::{InboundId, InboundStatus, Outcome, PrincipalId, SessionId, StopCause};
+use crate::domain::{
+    InboundId, InboundStatus, Outcome, PrincipalId, SessionId, StopCause, TurnOptions,
+};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -78,6 +80,9 @@ pub struct SubmitOptions {
     /// Follow the turn live (see `agent::live`): subscribed before the turn
     /// is queued, so nothing of it is missed.
     pub live: bool,
+    /// What the message's turn is asked beyond its text (the HTTP API's
+    /// call settings and client instructions), stored with it.
+    pub turn: TurnOptions,
 }
 
 /// A submitted message and, when asked for, its reply to come and its live
@@ -316,6 +321,7 @@ impl SessionService {
             identity.principal,
         );
         record.media = media;
+        record.options = options.turn.stored();
         let Some(inbound_id) = self.store.inbound().record(&record).await? else {
             tracing::debug!(event_id = %message.event_id, "duplicate event dropped");
             self.runner
@@ -549,6 +555,7 @@ fn new_inbound(
         status,
         principal_id: Some(principal),
         media: Vec::new(),
+        options: None,
     }
 }
 

@@ -4,6 +4,7 @@
 
 use crate::domain::{
     ChatMessage, InboundId, InboundStatus, MediaRef, Outcome, PrincipalId, Scope, StopCause,
+    TurnOptions,
 };
 use crate::metrics::Metrics;
 use crate::tools::tasks::TaskSettings;
@@ -521,10 +522,9 @@ impl TurnExecutor {
         };
         if let Some(Some(compaction)) = &compacted {
             turn.stored = context::apply(std::mem::take(&mut turn.stored), Some(compaction));
-            if turn.policy.person_memory.is_some()
-                && let Some(session) = self.store.sessions().get(&turn.session.id).await?
-            {
-                // The compaction may have refreshed the remembered facts.
+            if let Some(session) = self.store.sessions().get(&turn.session.id).await? {
+                // The compaction may have refreshed the remembered facts or
+                // the client's instructions.
                 turn.session.system_prompt = session.system_prompt;
             }
         }
@@ -575,7 +575,7 @@ impl TurnExecutor {
         media: Vec<MediaRef>,
     ) -> Result<StartedTask, StoreError> {
         let Prepared {
-            session,
+            mut session,
             stored,
             agent,
             policy,
@@ -599,24 +599,20 @@ impl TurnExecutor {
         let interrupted = interrupted_round(&stored);
         let mut history: Vec<ChatMessage> = stored.into_iter().map(|entry| entry.message).collect();
         let mut first_writes = Batch::new();
+        let options = TurnOptions::read(inbound.options.as_deref());
         if !asked {
-            let user = ChatMessage::User {
-                content: speaker::content(inbound.speaker.as_deref(), &inbound.text),
-                media,
-            };
-            first_writes.append_message(&NewMessage::from_wire(
-                &session.id,
-                Some(inbound.id),
-                &Scope::top(),
-                user.clone(),
-            ))?;
-            history.push(user);
+            let instructions = options.instructions.as_deref();
+            let writes = &mut first_writes;
+            let user = stage_message(store, inbound, &mut session, instructions, media, writes);
+            history.push(user.await?);
         }
         if let Some(trace_id) = control.trace_id() {
             first_writes.record_trace_id(inbound.id, trace_id);
         }
         self.show_media(&agent.model, &mut history).await?;
-        let env = Arc::new(self.loop_env(store, inbound, control, &session, policy, spend));
+        let mut env = self.loop_env(store, inbound, control, &session, policy, spend);
+        env.call_options = Arc::new(options.call);
+        let env = Arc::new(env);
         // A resumed task (its message was stored by an earlier run) keeps
         // spending from what it had left.
         let spent = if asked {
@@ -683,6 +679,7 @@ impl TurnExecutor {
             system_prompt: session.system_prompt.clone(),
             idle: idle_since(session),
             max_tokens: self.max_tokens,
+            call_options: Arc::default(),
             tool_timeout: self.agent.tool_timeout,
             depth: 0,
             max_depth: self.agent.max_delegation_depth,
@@ -892,6 +889,33 @@ fn asked(stored: &[WireEntry], inbound_id: InboundId) -> bool {
     stored.iter().any(|entry| {
         entry.task_id == Some(inbound_id) && matches!(entry.message, ChatMessage::User { .. })
     })
+}
+
+/// The task's message, with the files `media`, as its transcript entry and
+/// as the model sees it: the speaker's label in a group chat, and a note
+/// of the client's `instructions` when they changed after the session's
+/// prompt was sent (before it was, `session`'s prompt takes them, and
+/// `writes` the update: see `session::instructions`).
+async fn stage_message(
+    store: &Store,
+    inbound: &InboundRow,
+    session: &mut SessionRow,
+    instructions: Option<&str>,
+    media: Vec<MediaRef>,
+    writes: &mut Batch,
+) -> Result<ChatMessage, StoreError> {
+    let mut content = speaker::content(inbound.speaker.as_deref(), &inbound.text);
+    if let Some(note) = super::instructions::apply(store, session, instructions, writes).await? {
+        content.insert_str(0, &note);
+    }
+    let user = ChatMessage::User { content, media };
+    writes.append_message(&NewMessage::from_wire(
+        &session.id,
+        Some(inbound.id),
+        &Scope::top(),
+        user.clone(),
+    ))?;
+    Ok(user)
 }
 
 /// A turn's session, loaded.

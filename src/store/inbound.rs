@@ -57,6 +57,10 @@ pub struct NewInbound {
     /// 0015).
     #[sqlx(try_from = "MediaJson")]
     pub media: Vec<MediaRef>,
+    /// What an HTTP API request asked of its turn beyond its text, as
+    /// [`crate::domain::TurnOptions`] JSON (migration 0063); `None` for
+    /// nothing asked.
+    pub options: Option<String>,
 }
 
 /// An inbound message as stored: what was recorded ([`NewInbound`], which
@@ -100,7 +104,7 @@ impl std::ops::DerefMut for InboundRow {
 
 const INBOUND_COLUMNS: &str = "id, platform, account, event_id, session_id, chat_id, thread_id, \
     message_id, sender_id, sender_name, speaker, text, status, outcome, received_at, \
-    principal_id, stop_cause, burst_of, draft_message_id, media, task_run_id, relay";
+    principal_id, stop_cause, burst_of, draft_message_id, media, task_run_id, relay, options";
 
 /// How a session's waiting messages are taken: those from one sender within
 /// `window_ms` of the first become one turn, and the first waits until it is
@@ -308,8 +312,8 @@ impl Inbound<'_> {
         let id = sqlx::query_scalar::<_, InboundId>(
             "INSERT INTO inbound (platform, account, event_id, session_id, chat_id, thread_id, \
              message_id, sender_id, sender_name, speaker, text, status, received_at, principal_id, \
-             media) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+             media, options) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
              ON CONFLICT (platform, account, event_id) DO NOTHING RETURNING id",
         )
         .bind(inbound.platform.as_str())
@@ -327,6 +331,7 @@ impl Inbound<'_> {
         .bind(now_ms())
         .bind(inbound.principal_id)
         .bind(media_json(&inbound.media)?)
+        .bind(inbound.options.as_deref())
         .fetch_optional(&mut *self.store.conn().await?)
         .await?;
         Ok(id)

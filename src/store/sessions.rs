@@ -260,4 +260,50 @@ impl Sessions<'_> {
             .await?;
         Ok(())
     }
+
+    /// The client's instructions in effect for the session (migration
+    /// 0063), and whether any model call of the session was made: its
+    /// system prompt has been sent.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn client_instructions(
+        self,
+        id: &SessionId,
+    ) -> Result<(Option<String>, bool), StoreError> {
+        let mut conn = self.store.read_conn().await?;
+        let instructions: Option<Option<String>> =
+            sqlx::query_scalar("SELECT client_instructions FROM sessions WHERE id = $1")
+                .bind(id.as_str())
+                .fetch_optional(&mut *conn)
+                .await?;
+        let called: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM usage WHERE session_id = $1 LIMIT 1")
+                .bind(id.as_str())
+                .fetch_optional(&mut *conn)
+                .await?;
+        Ok((instructions.flatten(), called.is_some()))
+    }
+}
+
+impl super::Batch {
+    /// Records the client's instructions now in effect for a session, and
+    /// when `prompt` is given, its system prompt holding them.
+    pub fn set_client_instructions(
+        &mut self,
+        id: &SessionId,
+        instructions: &str,
+        prompt: Option<&str>,
+    ) {
+        match prompt {
+            Some(prompt) => self.push(
+                "UPDATE sessions SET client_instructions = $1, system_prompt = $2 WHERE id = $3",
+                vec![instructions.into(), prompt.into(), id.into()],
+            ),
+            None => self.push(
+                "UPDATE sessions SET client_instructions = $1 WHERE id = $2",
+                vec![instructions.into(), id.into()],
+            ),
+        }
+    }
 }

@@ -243,6 +243,7 @@ pub async fn run_chat(service: &SessionService, options: ChatOptions) -> Result<
             own_chat: false,
             model: None,
             live: true,
+            turn: Default::default(),
         };
         let submission = match service.submit(message, options).await {
             Ok(submission) => submission,

@@ -82,14 +82,36 @@ results.tools_refused = await raised(async () => {
   });
   return completion.choices[0].message.content;
 });
-results.temperature_refused = await raised(async () => {
+results.penalty_refused = await raised(async () => {
   const completion = await client.chat.completions.create({
     model: MODEL,
-    messages: [user("refused: temperature")],
-    temperature: 0.2,
+    messages: [user("refused: penalty")],
+    presence_penalty: 0.5,
   });
   return completion.choices[0].message.content;
 });
+
+// Structured output, a sampling setting and the client's system message
+// reach the model.
+const structured = await client.chat.completions.create({
+  model: MODEL,
+  messages: [{ role: "system", content: "Answer as JSON." }, user("structured: pick")],
+  response_format: {
+    type: "json_schema",
+    json_schema: {
+      name: "pick",
+      strict: true,
+      schema: {
+        type: "object",
+        properties: { answer: { type: "string" } },
+        required: ["answer"],
+        additionalProperties: false,
+      },
+    },
+  },
+  temperature: 0.2,
+});
+results.structured = JSON.parse(structured.choices[0].message.content);
 
 // The client's default automatic retries, no Idempotency-Key.
 const retrying = new OpenAI({

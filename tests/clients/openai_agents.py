@@ -8,9 +8,10 @@ what the model received: a failed model call raises, plain and streamed; a
 streamed turn with text before a tool call, resent as the client
 accumulated it, continues the same session; a stream cut part-way and
 retried by the gateway shows its text once; request fields the gateway does
-not pass on (function tools, temperature) are refused with 400; and the
-client's own automatic retries (max_retries=2) after a 504 start no second
-turn.
+not pass on (function tools, penalties) are refused with 400; a
+`json_schema` response format, a temperature and a system message reach
+the model; and the client's own automatic retries (max_retries=2) after a
+504 start no second turn.
 """
 
 import json
@@ -20,6 +21,18 @@ import openai
 from openai import OpenAI
 
 MODEL = "fake-model"
+
+# The `json_schema` response format of the structured case.
+PICK = {
+    "name": "pick",
+    "strict": True,
+    "schema": {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    },
+}
 
 
 def user(text):
@@ -89,11 +102,21 @@ def main():
             model=MODEL, messages=[user("refused: tools")], tools=[tool]
         ).choices[0].message.content
     )
-    results["temperature_refused"] = raised(
+    results["penalty_refused"] = raised(
         lambda: client.chat.completions.create(
-            model=MODEL, messages=[user("refused: temperature")], temperature=0.2
+            model=MODEL, messages=[user("refused: penalty")], presence_penalty=0.5
         ).choices[0].message.content
     )
+
+    # Structured output, a sampling setting and the client's system message
+    # reach the model.
+    structured = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "system", "content": "Answer as JSON."}, user("structured: pick")],
+        response_format={"type": "json_schema", "json_schema": PICK},
+        temperature=0.2,
+    )
+    results["structured"] = json.loads(structured.choices[0].message.content)
 
     # The client's default automatic retries, no Idempotency-Key.
     retrying = OpenAI(base_url=sys.argv[1], api_key="sk-unused", max_retries=2, timeout=60)

@@ -124,7 +124,7 @@ async fn content_parts_are_read_as_text() {
         .http
         .post(app.url("/v1/chat/completions"))
         .json(&json!({"model": "fake-model", "messages": [
-            {"role": "system", "content": "client system prompts are ignored"},
+            {"role": "system", "content": "the client's instructions"},
             {"role": "user", "content": [{"type": "text", "text": "parts work"}]}
         ]}))
         .send()

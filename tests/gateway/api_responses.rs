@@ -3,7 +3,8 @@
 //! tool rounds included), a stream sends the typed events and ends as the
 //! plain answer does, a failure is an error (an `error` event on a
 //! stream), a response can be read back and deleted, and fields the gateway
-//! does not pass on are refused with nothing stored.
+//! does not pass on (or set to values that are not valid) are refused with
+//! nothing stored.
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -212,14 +213,15 @@ async fn a_deleted_response_cannot_be_read_or_continued() {
 }
 
 #[tokio::test]
-async fn fields_the_gateway_does_not_pass_on_are_refused_and_nothing_is_stored() {
+async fn fields_not_passed_on_or_not_valid_are_refused_and_nothing_is_stored() {
     let llm = FakeLlm::echo().await;
     let app = TestApp::spawn(&llm).await;
 
     let refused = [
         json!({"input": "a", "tools": [{"type": "function", "name": "f", "parameters": {}}]}),
-        json!({"input": "a", "text": {"format": {"type": "json_object"}}}),
-        json!({"input": "a", "temperature": 0.5}),
+        json!({"input": "a", "text": {"format": {"type": "xml"}}}),
+        json!({"input": "a", "temperature": 5}),
+        json!({"input": "a", "max_output_tokens": "many"}),
         json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}),
         json!({"input": "a", "store": false}),
         json!({"input": 7}),

@@ -8,6 +8,7 @@ mod agent_loop;
 mod api;
 mod api_errors;
 mod api_media;
+mod api_options;
 mod api_responses;
 mod api_sessions;
 mod approvals;

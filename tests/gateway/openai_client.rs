@@ -262,7 +262,8 @@ async fn the_node_client_raises_on_failures_and_its_streams_and_retries_stay_in_
 
 /// The model of `openai_agents`: by the user message's prefix, a 500
 /// (`fail:`), text then a tool round (`compute:`), a stream cut once part-way
-/// (`cut:`), an answer after three seconds (`slow:`), else an echo.
+/// (`cut:`), a JSON answer (`structured:`), an answer after three seconds
+/// (`slow:`), else an echo.
 async fn agents_model() -> FakeLlm {
     let cut = std::sync::atomic::AtomicBool::new(false);
     FakeLlm::start(move |body| {
@@ -283,6 +284,7 @@ async fn agents_model() -> FakeLlm {
                 Reply::CutStream("Hello wor".to_owned())
             }
             "cut" => Reply::Text("Hello world.".to_owned()),
+            "structured" => Reply::Text(r#"{"answer":"yes"}"#.to_owned()),
             "slow" => Canned {
                 delay: Duration::from_secs(3),
                 ..Canned::json(200, slow_completion(&text).to_string())
@@ -348,7 +350,28 @@ async fn as_agent_frameworks_use_it(client: Client) {
 
     assert_eq!(results["cut"]["text"], "Hello world.", "no text twice");
 
-    for refused in ["tools_refused", "temperature_refused"] {
+    assert_eq!(results["structured"]["answer"], "yes", "{results}");
+    let structured = llm
+        .requests()
+        .iter()
+        .map(|request| request.json())
+        .find(|body| last_user_text(body) == "structured: pick")
+        .expect("the structured request");
+    assert_eq!(
+        structured["response_format"]["json_schema"]["name"], "pick",
+        "{structured}"
+    );
+    assert_eq!(structured["response_format"]["json_schema"]["strict"], true);
+    assert_eq!(structured["temperature"], 0.2);
+    let system = structured["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        system.contains("\n\n# The client's instructions\n") && system.ends_with("Answer as JSON."),
+        "the client's system message reached the model: {system}"
+    );
+
+    for refused in ["tools_refused", "penalty_refused"] {
         let refused = &results[refused];
         assert_eq!(refused["raised"], true, "{refused}");
         assert_eq!(refused["status"], 400, "{refused}");
@@ -413,6 +436,13 @@ async fn speaks_the_responses_api(client: Client) {
     assert!(
         continued_request.to_string().contains("my name is Ada"),
         "previous_response_id continued the conversation"
+    );
+    let system = continued_request["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        system.contains("\n\n# The client's instructions\n") && system.ends_with("Be brief."),
+        "the first response's `instructions` joined the prompt: {system}"
     );
     let streamed = &results["streamed"];
     assert_eq!(

@@ -104,17 +104,29 @@ async fn a_resent_transcript_continues_its_session_storing_only_the_new_message(
 
     assert_eq!(second.status, StatusCode::OK, "{}", second.body);
     assert_eq!(second.session(), first.session());
-    assert_eq!(second.text(), "echo: and now?");
+    // The client's system message, new after the prompt was sent, is the
+    // note that starts the new message (see `api_options`).
+    let note = "[switchboard] The client's instructions changed";
+    assert!(second.text().starts_with(&format!("echo: {note}")));
+    assert!(second.text().ends_with("\n\nand now?"), "{}", second.text());
+    let stored = stored_user_texts(&app, &first.session()).await;
     assert_eq!(
-        stored_user_texts(&app, &first.session()).await,
-        ["hi", "and now?"]
+        stored.len(),
+        2,
+        "only the new message is stored: {stored:?}"
     );
+    assert_eq!(stored[0], "hi");
+    assert!(stored[1].starts_with(note) && stored[1].ends_with("and now?"));
     assert_eq!(app.count("sessions").await, 1);
     let request = llm.requests()[1].json();
     assert_eq!(
         request["messages"][0]["content"],
+        llm.requests()[0].json()["messages"][0]["content"],
+        "the session's system prompt is not rewritten"
+    );
+    assert_eq!(
+        request["messages"][0]["content"],
         app.session_row(&first.session()).await.system_prompt,
-        "the session's own system prompt, not the client's"
     );
     app.stop().await;
 }

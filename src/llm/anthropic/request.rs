@@ -9,13 +9,21 @@
 //! must not use tools keeps them and sends `tool_choice: none`. Field order
 //! is the serialisation order, and each turn's `messages` bytes extend the
 //! previous turn's (but for the moved breakpoints).
+//!
+//! A turn's client settings (`CallOptions`) go as `temperature`, `top_p`,
+//! `stop_sequences` and, for a response format, Anthropic's structured
+//! outputs: `output_config: {"format": {"type": "json_schema", "schema":
+//! …}}` (the generally available form, no beta header; it constrains the
+//! answer's text while tools stay usable before it). Anthropic has no
+//! seed: the HTTP API refuses one for an Anthropic gateway. A call without
+//! settings sends none of these fields.
 
 use std::borrow::Cow;
 
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::domain::{ChatMessage, MediaRef, Part, user_parts};
+use crate::domain::{ChatMessage, MediaRef, Part, ResponseFormat, user_parts};
 use crate::llm::settings::CacheTtl;
 use crate::llm::wire::to_json;
 use crate::llm::{CacheTail, LlmError, ModelRequest, ToolChoice};
@@ -32,8 +40,49 @@ struct MessagesRequest<'a> {
     tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<WireToolChoice>,
+    // The client's settings of a turn's call (`CallOptions`): each left
+    // out when unset, so a call without them is sent as before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop_sequences: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_config: Option<OutputConfig<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream: Option<bool>,
+}
+
+/// `output_config`: the answer's format, a JSON schema.
+#[derive(Serialize)]
+struct OutputConfig<'a> {
+    format: OutputFormat<'a>,
+}
+
+#[derive(Serialize)]
+struct OutputFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    schema: Cow<'a, Value>,
+}
+
+/// A response format as Anthropic's structured outputs take it: its schema
+/// (the name, description and `strict` have no place there: the format is
+/// always enforced). `json_object` becomes the schema of any object; the
+/// HTTP API refuses it for Anthropic before it gets here, as Anthropic's
+/// structured outputs want objects closed (`additionalProperties: false`).
+fn output_config(format: &ResponseFormat) -> OutputConfig<'_> {
+    let schema = match format {
+        ResponseFormat::JsonObject => Cow::Owned(serde_json::json!({"type": "object"})),
+        ResponseFormat::JsonSchema { schema, .. } => Cow::Borrowed(schema),
+    };
+    OutputConfig {
+        format: OutputFormat {
+            kind: "json_schema",
+            schema,
+        },
+    }
 }
 
 #[derive(Serialize)]
@@ -322,6 +371,10 @@ pub(super) fn body(
         messages: wire_messages(request.messages, request.cache_tail, hour),
         tools,
         tool_choice,
+        temperature: request.options.temperature,
+        top_p: request.options.top_p,
+        stop_sequences: &request.options.stop,
+        output_config: request.options.response_format.as_ref().map(output_config),
         stream: stream.then_some(true),
     };
     to_json(&body)

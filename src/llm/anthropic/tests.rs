@@ -477,3 +477,38 @@ fn malformed_streams_are_clear_errors() {
         })
     );
 }
+
+#[tokio::test]
+async fn a_clients_settings_are_sent_the_anthropic_way() {
+    let (server, provider) = start::<Anthropic>(vec![
+        Canned::json(200, Anthropic::ok_body()),
+        Canned::json(200, Anthropic::ok_body()),
+    ])
+    .await;
+    let messages = vec![user("hello")];
+    let options = crate::domain::CallOptions {
+        response_format: Some(crate::domain::ResponseFormat::JsonSchema {
+            name: "answer".to_owned(),
+            description: Some("the answer".to_owned()),
+            schema: json!({"type": "object", "additionalProperties": false}),
+            strict: Some(true),
+        }),
+        temperature: Some(0.5),
+        top_p: Some(0.9),
+        stop: vec!["END".to_owned()],
+        ..crate::domain::CallOptions::default()
+    };
+    let plain = request::<Anthropic>(&messages, &[]);
+    provider.complete(&plain).await.expect("success");
+    let with = crate::llm::ModelRequest {
+        options: &options,
+        ..plain
+    };
+    provider.complete(&with).await.expect("success");
+
+    let requests = server.requests();
+    let (plain, with) = (&requests[0].body, &requests[1].body);
+    let settings = r#","temperature":0.5,"top_p":0.9,"stop_sequences":["END"],"output_config":{"format":{"type":"json_schema","schema":{"additionalProperties":false,"type":"object"}}}"#;
+    assert!(!plain.contains("output_config") && !plain.contains("temperature"));
+    assert_eq!(with.replacen(settings, "", 1), *plain, "{with}");
+}

@@ -6,6 +6,11 @@
 //! that must not use tools keeps them (`tool_choice: "none"`), so the
 //! cached prefix holds.
 //!
+//! A turn's client settings (`CallOptions`) go as Chat Completions names
+//! them, after `max_tokens`: `temperature`, `top_p`, `stop`, `seed` and
+//! `response_format` (`json_object`, or `json_schema` with its name,
+//! schema and `strict`); a call without them sends none of these fields.
+//!
 //! `prompt_cache_key` names the prefix, not the conversation: a hash of the
 //! model, the tools and the stable system text, so every conversation
 //! built from the same settings is routed to the machines that already
@@ -21,7 +26,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::domain::{ChatMessage, MediaRef, Part, user_parts};
+use crate::domain::{ChatMessage, MediaRef, Part, ResponseFormat, user_parts};
 use crate::llm::wire::to_json;
 use crate::llm::{LlmError, ModelRequest, ToolChoice};
 
@@ -36,6 +41,18 @@ struct ChatRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<&'static str>,
     max_tokens: u32,
+    // The client's settings of a turn's call (`CallOptions`): each left
+    // out when unset, so a call without them is sent as before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<WireResponseFormat<'a>>,
     prompt_cache_key: String,
     // Last, so a streamed request's `messages` bytes are those of an
     // unstreamed one.
@@ -43,6 +60,43 @@ struct ChatRequest<'a> {
     stream: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
+}
+
+/// `response_format` as Chat Completions takes it.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireResponseFormat<'a> {
+    JsonObject,
+    JsonSchema { json_schema: WireJsonSchema<'a> },
+}
+
+#[derive(Serialize)]
+struct WireJsonSchema<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
+}
+
+fn wire_format(format: &ResponseFormat) -> WireResponseFormat<'_> {
+    match format {
+        ResponseFormat::JsonObject => WireResponseFormat::JsonObject,
+        ResponseFormat::JsonSchema {
+            name,
+            description,
+            schema,
+            strict,
+        } => WireResponseFormat::JsonSchema {
+            json_schema: WireJsonSchema {
+                name,
+                description: description.as_deref(),
+                schema,
+                strict: *strict,
+            },
+        },
+    }
 }
 
 #[derive(Serialize)]
@@ -223,6 +277,11 @@ pub(super) fn body(request: &ModelRequest<'_>, stream: bool) -> Result<Vec<u8>, 
         tool_choice: (request.tool_choice == ToolChoice::None && !request.tools.is_empty())
             .then_some("none"),
         max_tokens: request.max_tokens,
+        temperature: request.options.temperature,
+        top_p: request.options.top_p,
+        stop: &request.options.stop,
+        seed: request.options.seed,
+        response_format: request.options.response_format.as_ref().map(wire_format),
         prompt_cache_key: prefix_key(request)?,
         stream: stream.then_some(true),
         stream_options: stream.then_some(StreamOptions {

@@ -475,3 +475,50 @@ fn malformed_streams_are_clear_errors() {
         })
     );
 }
+
+/// The settings of a client's turn, as the HTTP API passes them on.
+fn client_settings() -> crate::domain::CallOptions {
+    crate::domain::CallOptions {
+        response_format: Some(crate::domain::ResponseFormat::JsonSchema {
+            name: "answer".to_owned(),
+            description: None,
+            schema: json!({"type": "object"}),
+            strict: Some(true),
+        }),
+        temperature: Some(0.5),
+        top_p: Some(0.9),
+        max_tokens: Some(10),
+        stop: vec!["END".to_owned()],
+        seed: Some(3),
+    }
+}
+
+#[tokio::test]
+async fn a_clients_settings_go_after_max_tokens_and_leave_the_messages_alone() {
+    let (server, provider) = start::<OpenAi>(vec![
+        Canned::json(200, OpenAi::ok_body()),
+        Canned::json(200, OpenAi::ok_body()),
+    ])
+    .await;
+    let messages = OpenAi::history();
+    let options = client_settings();
+    let plain = request::<OpenAi>(&messages, &[]);
+    provider.complete(&plain).await.expect("success");
+    let with = crate::llm::ModelRequest {
+        options: &options,
+        ..plain
+    };
+    provider.complete(&with).await.expect("success");
+
+    let requests = server.requests();
+    let (plain, with) = (&requests[0].body, &requests[1].body);
+    assert!(!plain.contains("temperature") && !plain.contains("response_format"));
+    let settings = r#","temperature":0.5,"top_p":0.9,"stop":["END"],"seed":3,"response_format":{"type":"json_schema","json_schema":{"name":"answer","schema":{"type":"object"},"strict":true}}"#;
+    let max_tokens = format!(r#""max_tokens":{}"#, OpenAi::MAX_TOKENS);
+    assert_eq!(
+        with.replacen(settings, "", 1),
+        *plain,
+        "the settings are the only difference"
+    );
+    assert!(with.contains(&format!("{max_tokens}{settings}")), "{with}");
+}
