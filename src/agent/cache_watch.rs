@@ -603,6 +603,7 @@ mod tests {
             cache_tail: CacheTail::Write,
             idle: Duration::ZERO,
             max_tokens: 100,
+            options: &crate::domain::NO_CALL_OPTIONS,
         }
     }
 
