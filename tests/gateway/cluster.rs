@@ -169,6 +169,23 @@ impl Cluster {
             .collect()
     }
 
+    /// Stops every node (the woken `frozen` one finishes whatever it was
+    /// doing) and checks that it wrote nothing after `before` and logged
+    /// that it lost the lease.
+    async fn stop_and_check_woken(&mut self, frozen: usize, before: &Rows) {
+        let logs = self.stop_all().await;
+        assert_eq!(
+            &self.rows().await,
+            before,
+            "the woken instance wrote nothing"
+        );
+        assert!(
+            logs[&frozen].contains("lease passed to another instance"),
+            "node-{frozen} logged that it lost the lease:\n{}",
+            logs[&frozen]
+        );
+    }
+
     /// What a turn writes: every message row (sub-agents' too), model
     /// call and tool call, with its status.
     async fn rows(&self) -> Rows {
@@ -680,18 +697,7 @@ async fn freeze_the_holder(moment: Moment) {
     let answer = caller.await.expect("task").expect("sent");
     assert_eq!(answer.ok(), "done: pause-job");
 
-    // Stopping every node lets the woken one finish whatever it was doing.
-    let logs = cluster.stop_all().await;
-    assert_eq!(
-        cluster.rows().await,
-        before,
-        "the woken instance wrote nothing"
-    );
-    assert!(
-        logs[&frozen].contains("lease passed to another instance"),
-        "node-{frozen} logged that it lost the lease:\n{}",
-        logs[&frozen]
-    );
+    cluster.stop_and_check_woken(frozen, &before).await;
     cluster.assert_settled().await;
     assert_delegated_once(&llm, &["pause-job"]);
     assert_tool_turn_rows(&cluster.roles_of_task(inbound_id).await);
@@ -1206,18 +1212,7 @@ async fn an_instance_frozen_holding_a_task_run_loses_it_and_writes_nothing_after
     assert_ne!(taker, frozen, "another instance finished the run");
     let before = cluster.rows().await;
     cluster.node(frozen).resume();
-
-    let logs = cluster.stop_all().await;
-    assert_eq!(
-        cluster.rows().await,
-        before,
-        "the woken instance wrote nothing"
-    );
-    assert!(
-        logs[&frozen].contains("lease passed to another instance"),
-        "node-{frozen} logged that it lost the lease:\n{}",
-        logs[&frozen]
-    );
+    cluster.stop_and_check_woken(frozen, &before).await;
     let answers: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM messages WHERE role = 'assistant' \
          AND content LIKE 'done: [scheduled task 1]%'",
