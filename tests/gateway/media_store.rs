@@ -185,7 +185,7 @@ async fn the_daily_budget_is_counted_in_the_database_and_holds_across_a_restart(
 
     // Another instance (a restart) reads the same count.
     let second = TestApp::start(settings, tempfile::tempdir().expect("tempdir")).await;
-    let reply = telegram.ask_with_photo(ADA, "photo-3", Some("look")).await;
+    let reply = ask_in_own_chat(&telegram, ADA, "photo-3").await;
     assert!(
         reply.contains(&limit),
         "still over after a restart: {reply}"
@@ -198,12 +198,37 @@ async fn the_daily_budget_is_counted_in_the_database_and_holds_across_a_restart(
         "the photo over the budget is not kept"
     );
     // Bob has a budget of his own.
-    telegram.ask_with_photo(BOB, "photo-3", Some("look")).await;
+    ask_in_own_chat(&telegram, BOB, "photo-3").await;
     assert_eq!(llm.requests().len(), 3);
+    // Each refusal was sent once: one per photo over the budget.
+    let refusals = telegram
+        .sent()
+        .iter()
+        .filter(|sent| sent.chat_id == ADA.id && sent.text.contains(&limit))
+        .count();
+    assert_eq!(refusals, 2, "sent: {:?}", telegram.sent());
     let mut counts = counted_today(&second).await;
     counts.sort_unstable();
     assert_eq!(counts, vec![third.len() as i64, (PNG.len() * 2 + 1) as i64]);
     second.stop().await;
+}
+
+/// Sends `user` the photo `file_id` and waits for the next message in
+/// their own chat, whatever else is sent meanwhile.
+async fn ask_in_own_chat(telegram: &FakeTelegram, user: TgUser, file_id: &str) -> String {
+    let in_chat = || {
+        telegram
+            .sent()
+            .into_iter()
+            .filter(|sent| sent.chat_id == user.id)
+            .collect::<Vec<_>>()
+    };
+    let before = in_chat().len();
+    telegram.dm_photo(user, file_id, (1, 1), Some("look"));
+    telegram
+        .wait_for("a reply in the sender's chat", || in_chat().len() > before)
+        .await;
+    in_chat().swap_remove(before).text
 }
 
 /// Where housekeeping is tested: the local folder or the fake bucket.

@@ -14,11 +14,12 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serenity::builder::CreateThread;
 use serenity::http::{LightMethod, Request, Route};
 use serenity::model::channel::{AutoArchiveDuration, GuildChannel, Message};
-use serenity::model::id::{ChannelId, UserId};
+use serenity::model::id::{ChannelId, MessageId, UserId};
 use switchboard_contract::backoff::{self, Wait};
 use switchboard_contract::{
     ChatId, ChatKind, InboundMessage, InboundSink, MediaFetcher, Submitted,
@@ -50,6 +51,22 @@ const CATCH_UP_PAGES: usize = 5;
 
 /// Rate-limit waits tolerated per channel when catching up.
 const CATCH_UP_RATE_LIMITS: usize = 3;
+
+/// How far back a catch-up looks: a message older than this is left
+/// unanswered, as an answer hours late would be read out of context.
+const CATCH_UP_MAX_AGE: Duration = Duration::from_secs(6 * 3600);
+
+/// Discord's epoch (2015-01-01), in milliseconds since the Unix epoch: a
+/// snowflake's top 42 bits are its time in milliseconds since then.
+const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
+
+/// The smallest message id of a message sent at `at` or later.
+fn first_id_at(at: SystemTime) -> MessageId {
+    let ms = at.duration_since(UNIX_EPOCH).map_or(0, |since| {
+        u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+    });
+    MessageId::new(ms.saturating_sub(DISCORD_EPOCH_MS).max(1) << 22)
+}
 
 /// What became of one received message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -293,7 +310,9 @@ impl InboundHandler {
 
     /// Fetches and handles the messages missed in every active channel
     /// since the last one seen there (`GET /channels/{id}/messages?after=`),
-    /// oldest first; the core drops any it already has by event id. Called
+    /// oldest first, at most [`CATCH_UP_PAGES`] pages of [`CATCH_UP_PAGE`]
+    /// and none older than [`CATCH_UP_MAX_AGE`]; the core drops any it
+    /// already has by event id. Called
     /// after the gateway started a new session (a RESUME would have replayed
     /// them). Rate limits are waited out unless `shutdown` comes first.
     pub async fn catch_up(&self, shutdown: &CancellationToken) {
@@ -326,7 +345,8 @@ impl InboundHandler {
         active: crate::active::Active,
         shutdown: &CancellationToken,
     ) -> Result<usize, RestError> {
-        let mut after = active.last_seen;
+        let oldest = first_id_at(SystemTime::now() - CATCH_UP_MAX_AGE);
+        let mut after = active.last_seen.max(oldest);
         let mut handled = 0;
         let mut pages = 0;
         let mut rate_limits = 0;
@@ -437,6 +457,17 @@ impl RecentChannels {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_id_of_a_moment_is_its_snowflake() {
+        // Discord's documented example: 175928847299117063 was created at
+        // 1462015105796 ms (2016-04-30 11:18:25.796 UTC).
+        let at = UNIX_EPOCH + Duration::from_millis(1_462_015_105_796);
+        let first = first_id_at(at).get();
+        assert!(first <= 175_928_847_299_117_063);
+        assert_eq!(first >> 22, 175_928_847_299_117_063 >> 22);
+        assert!(first_id_at(UNIX_EPOCH).get() > 0, "never the zero id");
+    }
 
     #[test]
     fn recent_channels_forget_the_oldest() {

@@ -25,7 +25,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::Router;
@@ -136,7 +136,9 @@ impl Drop for FakeDiscord {
 impl FakeDiscord {
     pub async fn start() -> Self {
         let shared = Shared::default();
-        shared.lock().next_id = 1_000_000_000_000_000_001;
+        // Ids are snowflakes of now, as the adapter reads a message's age
+        // from its id.
+        shared.lock().next_id = snowflake_ago(Duration::ZERO) + 1;
         let app = router(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -168,6 +170,29 @@ impl FakeDiscord {
         let mut inner = self.shared.lock();
         let id = inner.next_id;
         inner.next_id += 1;
+        Self::record_dm(&mut inner, id, channel, text)
+    }
+
+    /// Makes the messages from now on look sent `age` ago (their ids are
+    /// snowflakes of that moment), until [`FakeDiscord::user_sent_dm_ago`]
+    /// or a later rewind moves the clock of ids on.
+    pub fn rewind(&self, age: Duration) {
+        self.shared.lock().next_id = snowflake_ago(age);
+    }
+
+    /// The user [`USER_ID`] sent `text` in the DM `channel` `age` ago (the
+    /// message's id says when) while no client was connected: it is in the
+    /// channel's history only. Later messages get later ids.
+    pub fn user_sent_dm_ago(&self, channel: u64, text: &str, age: Duration) -> u64 {
+        let mut inner = self.shared.lock();
+        let id = snowflake_ago(age);
+        inner.next_id = inner.next_id.max(id + 1);
+        Self::record_dm(&mut inner, id, channel, text)
+    }
+
+    /// Keeps the user's DM `id` in `channel`'s history, and dispatches it
+    /// to a connected client.
+    fn record_dm(inner: &mut Inner, id: u64, channel: u64, text: &str) -> u64 {
         let message = user_message_json(id, channel, text);
         inner
             .history
@@ -936,4 +961,15 @@ fn answer(shared: &Shared, op: u64, commands: &mpsc::UnboundedSender<Command>) -
         }
         _ => None,
     }
+}
+
+/// The first snowflake of the moment `age` ago: milliseconds since
+/// Discord's epoch (2015-01-01) in the top 42 bits.
+fn snowflake_ago(age: Duration) -> u64 {
+    let at = std::time::SystemTime::now() - age;
+    let ms = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis();
+    (u64::try_from(ms).expect("ms fit") - 1_420_070_400_000) << 22
 }

@@ -120,6 +120,33 @@ async fn a_dm_sent_while_the_gateway_was_down_is_fetched_after_resume_is_refused
 }
 
 #[tokio::test]
+async fn a_catch_up_leaves_out_messages_older_than_six_hours() {
+    let app = Running::start().await;
+    // The channel's last message seen is seven hours old.
+    app.fake.rewind(Duration::from_secs(7 * 3600));
+    app.dm("long ago", "the old DM reaches the core").await;
+
+    app.fake.down();
+    app.fake.refuse_resume();
+    let hour = Duration::from_secs(3600);
+    app.fake
+        .user_sent_dm_ago(DM, "six and a half hours ago", hour * 13 / 2);
+    app.fake
+        .user_sent_dm_ago(DM, "a minute ago", Duration::from_secs(60));
+    app.fake.up();
+
+    eventually("the recent DM reaches the core", || async {
+        app.submitted("a minute ago")
+    })
+    .await;
+    assert!(
+        !app.submitted("six and a half hours ago"),
+        "a message past the catch-up window is left unanswered"
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn a_close_frame_without_a_status_code_leads_to_a_reconnect() {
     let app = Running::start().await;
     app.dm("first", "the first DM reaches the core").await;
