@@ -45,6 +45,8 @@ pub enum Gate {
     },
     /// It is not run; `reason` is its error result.
     Refuse(String),
+    /// A call of the API client's own tool: handed to the client.
+    Client,
 }
 
 /// What each call of a round needs, in call order: `ask_user` with valid
@@ -69,7 +71,13 @@ pub async fn gate(
 
 async fn gate_one(agent: &Agent, env: &LoopEnv, call: &ToolCall) -> Result<Gate, StoreError> {
     let Some(tool) = agent.toolset.get(&call.name) else {
-        return Ok(Gate::Run);
+        // Not the agent's: the client's, or unknown (which runs, and says
+        // so in its result).
+        return Ok(if env.client_tools.has(&call.name) {
+            Gate::Client
+        } else {
+            Gate::Run
+        });
     };
     let asks = env.asker.is_some();
     if call.name == ASK_USER {

@@ -10,6 +10,7 @@
 pub mod asking;
 pub mod cache;
 pub mod cache_watch;
+pub mod client_tools;
 pub mod context;
 pub mod extract;
 pub mod live;

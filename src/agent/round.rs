@@ -128,6 +128,9 @@ pub(super) struct Resumed {
     pub results: Vec<ChatMessage>,
     /// Approvals still (or newly) waiting: the turn parks again.
     pub waiting: Vec<i64>,
+    /// Whether calls of the client's own tools are still unanswered: the
+    /// turn hands them to the client again.
+    pub client_calls: bool,
 }
 
 /// Answers the unanswered calls of an interrupted (or parked) round from
@@ -168,6 +171,10 @@ pub(super) async fn resume_round(
                     content: result,
                     is_error: status == ToolCallStatus::Failed,
                 }
+            }
+            Some((Some(ToolCallStatus::Client), _)) => {
+                resumed.client_calls = true;
+                continue;
             }
             Some((Some(ToolCallStatus::Awaiting), _)) => {
                 match decided(agent, env, purse, &request_id, call).await? {
@@ -282,7 +289,7 @@ async fn ask_in_doubt(
 }
 
 /// The error result of a call that is not run, saying `reason`.
-pub(super) fn refused(call: &ToolCall, reason: &str) -> ChatMessage {
+pub fn refused(call: &ToolCall, reason: &str) -> ChatMessage {
     let content = canonical_json(&result_object(Err(ToolCallError::Tool(ToolError::Failed(
         reason.to_owned(),
     )))));

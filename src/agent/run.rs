@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::Agent;
 use super::asking::{Asker, Gate, gate, nonce};
 use super::cache_watch::{CacheWatch, Shape};
+use super::client_tools::ClientTools;
 use super::context::{self, CompactError, ContextPolicy, Summariser};
 use super::live::{LiveEvent, LiveTurn};
 use super::prompt::split_system;
@@ -72,6 +73,9 @@ pub struct LoopEnv {
     /// a structured-output format, sampling settings, a lower output cap,
     /// stop sequences, a seed. Empty for a sub-agent.
     pub call_options: Arc<CallOptions>,
+    /// The API client's own function tools: offered after the agent's,
+    /// handed to the client when called. None for a sub-agent.
+    pub client_tools: Arc<ClientTools>,
     pub tool_timeout: Duration,
     /// 0 for the top agent.
     pub depth: u32,
@@ -192,6 +196,10 @@ pub enum LoopError {
     /// decided (everything before them is stored).
     #[error("the task waits for a person's decision")]
     Parked(Vec<i64>),
+    /// The model called the API client's own tools: the turn ends handing
+    /// the calls to the client (everything before them is stored).
+    #[error("the task handed tool calls to the client")]
+    ClientCalls,
 }
 
 impl CutShort for LoopError {
@@ -317,6 +325,9 @@ async fn drive(
         if !resumed.waiting.is_empty() {
             return Err(LoopError::Parked(resumed.waiting));
         }
+        if resumed.client_calls {
+            return Err(LoopError::ClientCalls);
+        }
     }
     let mut iteration = 0u32;
     let mut repeats = RepeatTracker::default();
@@ -431,17 +442,25 @@ async fn call_step(
         CallKind::Final => ToolChoice::None,
     };
     let (system, system_tail) = split_system(&env.system_prompt);
+    // A tool call the client required is asked of the task's first call.
+    let later;
+    let options = if iteration > 1 && env.call_options.tool_choice.is_some() {
+        later = env.call_options.after_first_call();
+        &later
+    } else {
+        &*env.call_options
+    };
     let request = ModelRequest {
         model: &agent.model,
         system,
         system_tail,
         messages: history,
-        tools: agent.toolset.specs(),
+        tools: env.client_tools.offered(agent.toolset.specs()),
         tool_choice,
         cache_tail: CacheTail::Write,
         idle: env.idle,
-        max_tokens: env.call_options.max_tokens(env.max_tokens),
-        options: &env.call_options,
+        max_tokens: options.max_tokens(env.max_tokens),
+        options,
     };
     let started = Instant::now();
     let request_id = step::request_id();
@@ -564,6 +583,9 @@ async fn run_tools(
     let awaiting: Vec<usize> = (0..calls.len())
         .filter(|&index| matches!(gates[index], Gate::Ask { .. }))
         .collect();
+    let client: Vec<usize> = (0..calls.len())
+        .filter(|&index| gates[index] == Gate::Client)
+        .collect();
     let assistant = ChatMessage::Assistant {
         content: step.response.content,
         tool_calls: calls.clone(),
@@ -578,6 +600,7 @@ async fn run_tools(
         scope: &env.scope,
         calls: &calls,
         awaiting: &awaiting,
+        client: &client,
     });
     for &index in &awaiting {
         // Only a loop with someone to ask has calls that ask.
@@ -638,6 +661,13 @@ async fn run_tools(
     if !asked.is_empty() {
         tracing::info!(approvals = ?asked, "calls wait for a person; the turn parks");
         return Err(LoopError::Parked(asked));
+    }
+    if !client.is_empty() {
+        tracing::info!(
+            calls = client.len(),
+            "the model called the client's tools; handed to it"
+        );
+        return Err(LoopError::ClientCalls);
     }
     if let Some(stuck) = stuck {
         tracing::warn!(error = %stuck, "stopping a loop that makes no progress");

@@ -88,6 +88,7 @@ impl SubAgents for SubAgentRunner {
             // The client's settings are for the turn's answer, not the
             // sub-agent's.
             call_options: Arc::default(),
+            client_tools: Arc::default(),
             // The sub-agent's text is not the turn's reply; its tool calls
             // show as the parent's `delegate` call.
             live: None,

@@ -21,7 +21,7 @@
 //! The event id a request is recorded under makes a client's retries one
 //! turn (`retries`).
 
-use crate::domain::{InboundId, LocalPlatform, SessionId, TurnOptions};
+use crate::domain::{InboundId, LocalPlatform, SessionId, ToolCall, ToolSpec, TurnOptions};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -119,9 +119,10 @@ async fn answer(
             .stream_options
             .as_ref()
             .is_some_and(|options| options.include_usage);
-        streamed(state, completion, turn, include_usage)
+        let tools = request.options.has_tools();
+        streamed(state, completion, turn, include_usage, tools)
     } else {
-        answered(state, completion, turn)
+        answered(state, completion, turn, &request)
             .await
             .unwrap_or_else(IntoResponse::into_response)
     };
@@ -153,6 +154,8 @@ pub(super) async fn admit(
     body: &[u8],
 ) -> Result<Turn, ApiError> {
     let call = request.options.check(state.provider)?;
+    let client_tools = request.options.client_tools()?;
+    refuse_shadowing(state, &client_tools)?;
     let transcript = Transcript::parse(&request.messages)?;
     let event = retries::request_event(state, caller, headers, body).await?;
     let (mut message, mut options) = prepare(
@@ -170,6 +173,8 @@ pub(super) async fn admit(
             .instructions
             .clone()
             .filter(|_| state.client_instructions),
+        client_tools,
+        tool_results: transcript.results.clone(),
     };
     retries::check_key(state, caller, message.sender.id.as_str(), headers, body).await?;
     // Images are fetched and checked before anything is stored.
@@ -197,6 +202,55 @@ pub(super) async fn admit(
         )
         .await;
     Ok(turn)
+}
+
+/// Refuses client tools named like one of the gateway's own (the model
+/// could not tell them apart).
+fn refuse_shadowing(state: &ApiState, tools: &[ToolSpec]) -> Result<(), ApiError> {
+    if tools.is_empty() {
+        return Ok(());
+    }
+    let own = state.tools.offered();
+    match tools.iter().find(|tool| own.get(&tool.name).is_some()) {
+        Some(tool) => Err(ApiError::BadRequest(format!(
+            "`tools`: `{}` is the name of one of the gateway's own tools; name yours otherwise",
+            tool.name
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The calls of the client's own tools the turn of a request that
+/// `has_tools` handed to it (none when it answered, or the request had no
+/// tools).
+pub(super) async fn handed_calls(
+    state: &ApiState,
+    has_tools: bool,
+    session_id: &SessionId,
+) -> Result<Vec<ToolCall>, ApiError> {
+    if !has_tools {
+        return Ok(Vec::new());
+    }
+    state
+        .store
+        .transcript()
+        .client_calls(session_id)
+        .await
+        .map_err(|err| ApiError::Internal(err.to_string()))
+}
+
+/// `tool_calls` as a chat completion message carries them.
+pub(super) fn tool_calls_json(calls: &[ToolCall]) -> Value {
+    calls
+        .iter()
+        .map(|call| {
+            json!({
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            })
+        })
+        .collect()
 }
 
 /// A submitted message whose turn's reply is awaited.
@@ -381,6 +435,7 @@ async fn answered(
     state: &ApiState,
     completion: Completion,
     turn: Turn,
+    request: &ChatRequest,
 ) -> Result<Response, ApiError> {
     let inbound_id = turn.inbound_id;
     let session_id = turn.session_id.clone();
@@ -388,12 +443,23 @@ async fn answered(
         .await
         .map_err(|no_reply| no_reply.into_error(&session_id, inbound_id))?;
     let text = reply::visible(state, &reply).await?;
+    let handed = handed_calls(state, request.options.has_tools(), &session_id).await?;
     let usage = usage_of(state, inbound_id).await?;
     retries::answered(state, inbound_id).await;
     let approval = if reply.status == crate::domain::InboundStatus::Waiting {
         approvals::waiting_for(state, inbound_id).await?
     } else {
         None
+    };
+    let (message, finish) = if handed.is_empty() {
+        (json!({"role": "assistant", "content": text}), "stop")
+    } else {
+        let content = (!text.is_empty()).then_some(text);
+        let calls = tool_calls_json(&handed);
+        (
+            json!({"role": "assistant", "content": content, "tool_calls": calls}),
+            "tool_calls",
+        )
     };
     let mut body = json!({
         "id": completion.id,
@@ -402,8 +468,8 @@ async fn answered(
         "model": completion.model,
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "finish_reason": "stop",
+            "message": message,
+            "finish_reason": finish,
         }],
         "usage": usage,
     });
@@ -420,9 +486,11 @@ fn streamed(
     completion: Completion,
     turn: Turn,
     include_usage: bool,
+    client_tools: bool,
 ) -> Response {
     follow::sse(state, move |state, out| async move {
         let inbound_id = turn.inbound_id;
+        let session_id = turn.session_id.clone();
         out.send(completion.chunk(json!({"role": "assistant", "content": ""}), Value::Null));
         let seen = |seen: Seen<'_>| out.send(completion.seen_chunk(seen));
         let Some(rest) = follow::follow(&state, turn, &out, seen).await else {
@@ -443,7 +511,30 @@ fn streamed(
                 } else {
                     None
                 };
-                out.send(completion.finish_chunk(approval));
+                let handed = handed_calls(&state, client_tools, &session_id)
+                    .await
+                    .unwrap_or_else(|err| {
+                        tracing::warn!(error = %err, "the calls handed to the client not read");
+                        Vec::new()
+                    });
+                let finish = if handed.is_empty() {
+                    "stop"
+                } else {
+                    let calls: Vec<Value> = tool_calls_json(&handed)
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .enumerate()
+                        .map(|(index, call)| {
+                            let mut call = call.clone();
+                            call["index"] = json!(index);
+                            call
+                        })
+                        .collect();
+                    out.send(completion.chunk(json!({"tool_calls": calls}), Value::Null));
+                    "tool_calls"
+                };
+                out.send(completion.finish_chunk(approval, finish));
                 retries::answered(&state, inbound_id).await;
                 if include_usage {
                     match usage_of(&state, inbound_id).await {
@@ -524,10 +615,11 @@ impl Completion {
         Event::default().data(body.to_string())
     }
 
-    /// The finishing chunk: an empty delta, `finish_reason: "stop"`, and
-    /// for a turn that parked the `approval` it waits for.
-    fn finish_chunk(&self, approval: Option<Value>) -> Event {
-        let mut body = self.body(json!([{"index": 0, "delta": {}, "finish_reason": "stop"}]));
+    /// The finishing chunk: an empty delta, the `finish_reason` (`stop`,
+    /// or `tool_calls` for calls handed to the client), and for a turn
+    /// that parked the `approval` it waits for.
+    fn finish_chunk(&self, approval: Option<Value>, finish: &str) -> Event {
+        let mut body = self.body(json!([{"index": 0, "delta": {}, "finish_reason": finish}]));
         if let Some(approval) = approval {
             body["approval"] = approval;
         }

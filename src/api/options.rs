@@ -21,21 +21,26 @@
 //!   the lower): caps each model call of the turn, never above the
 //!   configured `llm.max_tokens` (the lower of the two is sent).
 //!
-//! **Refused**: the client's function tools (`tools`, `functions`,
-//! `tool_choice`, `function_call`, `parallel_tool_calls` with tools), `n`
-//! other than 1, `logprobs`, `presence_penalty`, `frequency_penalty`,
-//! `logit_bias`.
+//! - `tools` (function tools; see [`ModelOptions::client_tools`]): the
+//!   client's own tools, offered to the model after the gateway's
+//!   (`agent::client_tools`); `tool_choice` (`auto`, `none`: no tool in
+//!   any call of the turn, `required` or a named function: a tool call in
+//!   the turn's first model call) and `parallel_tool_calls: false` (at
+//!   most one call per response) are passed on to the provider.
+//!
+//! **Refused**: the legacy `functions` and `function_call`, `n` other than
+//! 1, `logprobs`, `presence_penalty`, `frequency_penalty`, `logit_bias`.
 //!
 //! A field left out, `null`, or set to the value that asks for nothing
-//! (`tools: []`, `tool_choice: "auto"` or `"none"` without tools,
-//! `response_format: {"type": "text"}`, `n: 1`, `logprobs: false`,
-//! `parallel_tool_calls` without tools, `stop: []`) is accepted.
+//! (`tools: []`, `tool_choice: "auto"`, `response_format: {"type":
+//! "text"}`, `n: 1`, `logprobs: false`, `parallel_tool_calls: true`,
+//! `stop: []`) is accepted.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::ApiError;
-use crate::domain::{CallOptions, ResponseFormat};
+use crate::domain::{AskedToolChoice, CallOptions, ResponseFormat, ToolSpec};
 use crate::llm::ProviderKind;
 
 /// The fields of a request that change the model call.
@@ -112,7 +117,14 @@ impl ModelOptions {
         .flatten()
         .min()
         .and_then(|max| u32::try_from(max).ok());
+        let tools = self.client_tools()?;
         Ok(CallOptions {
+            tool_choice: tool_choice(self.tool_choice.as_ref(), &tools)?,
+            parallel_tool_calls: match self.parallel_tool_calls.as_ref() {
+                None | Some(Value::Null | Value::Bool(true)) => None,
+                Some(Value::Bool(false)) => Some(false),
+                Some(_) => return Err(invalid("parallel_tool_calls", "must be true or false")),
+            },
             response_format: response_format(self.response_format.as_ref(), anthropic)?,
             temperature: number("temperature", self.temperature.as_ref(), temperature_max)?,
             top_p: number("top_p", self.top_p.as_ref(), 1.0)?,
@@ -122,29 +134,59 @@ impl ModelOptions {
         })
     }
 
+    /// The client's function tools (`tools`): each `{"type": "function",
+    /// "function": {"name", "description", "parameters", "strict"}}`, a
+    /// name of 1 to 64 letters, digits, `_` or `-` used once, parameters a
+    /// JSON Schema object (an empty object's when left out); at most
+    /// [`MAX_CLIENT_TOOLS`]. `strict` is accepted and not passed on.
+    ///
+    /// # Errors
+    /// A 400 saying what is wrong.
+    pub fn client_tools(&self) -> Result<Vec<ToolSpec>, ApiError> {
+        let field = "tools";
+        let Some(tools) = self.tools.as_ref().filter(|tools| !tools.is_null()) else {
+            return Ok(Vec::new());
+        };
+        let tools = tools
+            .as_array()
+            .ok_or_else(|| invalid(field, "must be a list of function tools"))?;
+        if tools.len() > MAX_CLIENT_TOOLS {
+            return Err(invalid(
+                field,
+                &format!("may hold at most {MAX_CLIENT_TOOLS} tools"),
+            ));
+        }
+        let mut specs: Vec<ToolSpec> = Vec::with_capacity(tools.len());
+        for (index, tool) in tools.iter().enumerate() {
+            let spec =
+                function_tool(tool).map_err(|what| invalid(&format!("tools[{index}]"), what))?;
+            if specs.iter().any(|earlier| earlier.name == spec.name) {
+                return Err(invalid(
+                    &format!("tools[{index}]"),
+                    &format!("repeats the name `{}`", spec.name),
+                ));
+            }
+            specs.push(spec);
+        }
+        Ok(specs)
+    }
+
+    /// Whether the request defines tools of its own (in either API's form).
+    pub fn has_tools(&self) -> bool {
+        self.tools
+            .as_ref()
+            .and_then(Value::as_array)
+            .is_some_and(|tools| !tools.is_empty())
+    }
+
     /// Refuses the fields the gateway does not pass on.
     fn refuse_unsupported(&self) -> Result<(), ApiError> {
-        let tools = self
-            .tools
-            .as_ref()
-            .is_some_and(|tools| !is_empty_list(tools));
         let set = [
-            ("tools", tools),
             (
                 "functions",
                 self.functions.as_ref().is_some_and(|f| !is_empty_list(f)),
             ),
-            (
-                "tool_choice",
-                self.tool_choice.as_ref().is_some_and(|choice| {
-                    tools || !(choice == "auto" || choice == "none" || choice.is_null())
-                }),
-            ),
             ("function_call", is_set(self.function_call.as_ref())),
-            (
-                "parallel_tool_calls",
-                tools && is_set(self.parallel_tool_calls.as_ref()),
-            ),
             ("n", self.n.as_ref().is_some_and(|n| !n.is_null() && n != 1)),
             (
                 "logprobs",
@@ -162,6 +204,93 @@ impl ModelOptions {
                  tools and model settings; send the request without it"
             ))),
             None => Ok(()),
+        }
+    }
+}
+
+/// Most function tools one request may define (OpenAI's limit).
+pub const MAX_CLIENT_TOOLS: usize = 128;
+
+/// One function tool of `tools`; `Err` says what is wrong with it.
+fn function_tool(tool: &Value) -> Result<ToolSpec, &'static str> {
+    if tool.get("type").and_then(Value::as_str) != Some("function") {
+        return Err(
+            "is not supported: only `function` tools are (the gateway runs its own \
+                    tools itself)",
+        );
+    }
+    let function = tool
+        .get("function")
+        .and_then(Value::as_object)
+        .ok_or("needs a `function` object")?;
+    let name = function
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|name| valid_name(name))
+        .ok_or("needs a function `name` of 1 to 64 letters, digits, `_` or `-`")?;
+    let description = match function.get("description") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text.clone(),
+        Some(_) => return Err("has a `description` that is not text"),
+    };
+    let parameters = match function.get("parameters") {
+        None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
+        Some(schema @ Value::Object(_)) => schema.clone(),
+        Some(_) => return Err("has `parameters` that are not a JSON Schema object"),
+    };
+    Ok(ToolSpec {
+        name: name.to_owned(),
+        description,
+        parameters,
+    })
+}
+
+/// 1 to 64 letters, digits, `_` or `-`: a name every provider takes.
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-'))
+}
+
+/// `tool_choice`: `auto` (nothing asked), `none`, `required`, or
+/// `{"type": "function", "function": {"name"}}` naming one of `tools`.
+fn tool_choice(
+    value: Option<&Value>,
+    tools: &[ToolSpec],
+) -> Result<Option<AskedToolChoice>, ApiError> {
+    let field = "tool_choice";
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(choice)) => match choice.as_str() {
+            "auto" => Ok(None),
+            "none" => Ok(Some(AskedToolChoice::None)),
+            "required" => Ok(Some(AskedToolChoice::Required)),
+            _ => Err(invalid(
+                field,
+                "must be `auto`, `none`, `required` or a function to call",
+            )),
+        },
+        Some(choice) => {
+            let name = (choice.get("type").and_then(Value::as_str) == Some("function"))
+                .then(|| choice.pointer("/function/name").and_then(Value::as_str))
+                .flatten()
+                .ok_or_else(|| {
+                    invalid(
+                        field,
+                        "must be `auto`, `none`, `required` or {\"type\": \"function\", \
+                         \"function\": {\"name\": …}}",
+                    )
+                })?;
+            if !tools.iter().any(|tool| tool.name == name) {
+                return Err(invalid(
+                    field,
+                    &format!("names `{name}`, which is not one of the request's `tools`"),
+                ));
+            }
+            Ok(Some(AskedToolChoice::Function {
+                name: name.to_owned(),
+            }))
         }
     }
 }
@@ -357,6 +486,7 @@ mod tests {
                 max_tokens: Some(40),
                 stop: vec!["END".to_owned()],
                 seed: Some(7),
+                ..CallOptions::default()
             }
         );
         assert_eq!(
@@ -420,12 +550,64 @@ mod tests {
     }
 
     #[test]
-    fn fields_that_stay_unsupported_are_refused_by_name() {
-        refused(
-            json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
-            "tools",
+    fn function_tools_and_the_tool_choice_are_read_and_checked() {
+        let weather = json!({"type": "function", "function": {
+            "name": "get_weather", "description": "The weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            "strict": true}});
+        let request = json!({"tools": [weather.clone(), {"type": "function",
+            "function": {"name": "now"}}], "tool_choice": "required",
+            "parallel_tool_calls": false});
+        let options: ModelOptions = serde_json::from_value(request.clone()).expect("options");
+        let tools = options.client_tools().expect("tools");
+        assert_eq!(tools.len(), 2);
+        assert_eq!(tools[0].name, "get_weather");
+        assert_eq!(tools[0].description, "The weather in a city");
+        assert_eq!(
+            tools[1].parameters,
+            json!({"type": "object", "properties": {}})
         );
-        refused(json!({"tool_choice": "required"}), "tool_choice");
+        let call = check(request).expect("checked");
+        assert_eq!(call.tool_choice, Some(AskedToolChoice::Required));
+        assert_eq!(call.parallel_tool_calls, Some(false));
+        let named = check(json!({"tools": [weather.clone()],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}))
+        .expect("named");
+        assert_eq!(
+            named.tool_choice,
+            Some(AskedToolChoice::Function {
+                name: "get_weather".to_owned()
+            })
+        );
+        assert_eq!(
+            check(json!({"tool_choice": "none"}))
+                .expect("none")
+                .tool_choice,
+            Some(AskedToolChoice::None)
+        );
+
+        refused(
+            json!({"tools": [weather.clone()],
+                   "tool_choice": {"type": "function", "function": {"name": "other"}}}),
+            "tool_choice",
+        );
+        refused(json!({"tool_choice": "sometimes"}), "tool_choice");
+        refused(
+            json!({"tools": [weather.clone()], "parallel_tool_calls": "no"}),
+            "parallel_tool_calls",
+        );
+        refused(json!({"tools": [{"type": "web_search"}]}), "tools[0]");
+        refused(
+            json!({"tools": [{"type": "function", "function": {"name": "bad name"}}]}),
+            "tools[0]",
+        );
+        refused(json!({"tools": [weather.clone(), weather]}), "tools[1]");
+        refused(json!({"tools": {"type": "function"}}), "tools");
+    }
+
+    #[test]
+    fn fields_that_stay_unsupported_are_refused_by_name() {
+        refused(json!({"functions": [{"name": "f"}]}), "functions");
         refused(json!({"function_call": "auto"}), "function_call");
         refused(json!({"n": 2}), "n");
         refused(json!({"logprobs": true}), "logprobs");

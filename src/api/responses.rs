@@ -49,7 +49,7 @@ use super::follow::{self, Outlet, Seen};
 use super::options::ModelOptions;
 use super::sessions::reachable;
 use super::{ApiError, ApiState, SESSION_HEADER, reply, retries};
-use crate::domain::{InboundId, InboundStatus, StopCause};
+use crate::domain::{InboundId, InboundStatus, StopCause, ToolCall};
 
 /// A Responses API request, as far as the gateway reads it.
 #[derive(Debug, Deserialize)]
@@ -247,7 +247,7 @@ fn chat_body(request: &ResponsesRequest) -> Result<Value, ApiError> {
         Value::String(text) => messages.push(json!({"role": "user", "content": text})),
         Value::Array(items) => {
             for (index, item) in items.iter().enumerate() {
-                messages.push(chat_message(index, item)?);
+                push_item(&mut messages, index, item)?;
             }
         }
         _ => {
@@ -258,6 +258,7 @@ fn chat_body(request: &ResponsesRequest) -> Result<Value, ApiError> {
     }
     let mut chat = serde_json::to_value(&request.options)
         .map_err(|err| ApiError::Internal(err.to_string()))?;
+    chat_tools(&mut chat);
     chat["messages"] = json!(messages);
     chat["stream"] = json!(request.stream);
     if let Some(format) = response_format(request.text.as_ref())? {
@@ -284,19 +285,94 @@ fn chat_body(request: &ResponsesRequest) -> Result<Value, ApiError> {
     Ok(chat)
 }
 
-/// One `input` item as a chat message.
+/// The Responses form of function tools and of a named `tool_choice`
+/// (`{"type": "function", "name", …}`) in the chat completion form; other
+/// tools are left for the chat completion's check to refuse.
+fn chat_tools(chat: &mut Value) {
+    if let Some(tools) = chat.get_mut("tools").and_then(Value::as_array_mut) {
+        for tool in tools {
+            if tool.get("type").and_then(Value::as_str) == Some("function")
+                && tool.get("function").is_none()
+            {
+                let mut function = tool.clone();
+                if let Some(fields) = function.as_object_mut() {
+                    fields.remove("type");
+                }
+                *tool = json!({"type": "function", "function": function});
+            }
+        }
+    }
+    if let Some(choice) = chat.get_mut("tool_choice")
+        && choice.get("type").and_then(Value::as_str) == Some("function")
+        && choice.get("function").is_none()
+    {
+        let name = choice.get("name").cloned().unwrap_or(Value::Null);
+        *choice = json!({"type": "function", "function": {"name": name}});
+    }
+}
+
+/// Adds one `input` item to the chat messages: a message, a
+/// `function_call` (a tool call of the assistant message before it, or of
+/// a new one) or a `function_call_output` (a tool result).
+fn push_item(messages: &mut Vec<Value>, index: usize, item: &Value) -> Result<(), ApiError> {
+    let bad = |what: &str| ApiError::BadRequest(format!("input[{index}]: {what}"));
+    let text = |field: &str| {
+        item.get(field)
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad(&format!("a `{}` item needs `{field}`", kind_of(item))))
+    };
+    match kind_of(item) {
+        "message" => messages.push(chat_message(index, item)?),
+        "function_call" => {
+            let call = json!({"id": text("call_id")?, "type": "function",
+                              "function": {"name": text("name")?,
+                                           "arguments": item.get("arguments").and_then(Value::as_str).unwrap_or("{}")}});
+            match messages.last_mut() {
+                Some(last) if last["role"] == "assistant" => {
+                    if !last["tool_calls"].is_array() {
+                        last["tool_calls"] = json!([]);
+                    }
+                    if let Some(calls) = last["tool_calls"].as_array_mut() {
+                        calls.push(call);
+                    }
+                }
+                _ => messages
+                    .push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+            }
+        }
+        "function_call_output" => {
+            let output = match item.get("output") {
+                Some(Value::String(output)) => output.clone(),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .filter_map(|part| part.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                _ => return Err(bad("a `function_call_output` item needs `output`")),
+            };
+            messages
+                .push(json!({"role": "tool", "tool_call_id": text("call_id")?, "content": output}));
+        }
+        kind => {
+            return Err(bad(&format!(
+                "items of type `{kind}` are not supported (only `message`, `function_call` and \
+                 `function_call_output`)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// An input item's type: `message` when it has none.
+fn kind_of(item: &Value) -> &str {
+    item.get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message")
+}
+
+/// One `input` message item as a chat message.
 fn chat_message(index: usize, item: &Value) -> Result<Value, ApiError> {
     let bad = |what: &str| ApiError::BadRequest(format!("input[{index}]: {what}"));
-    let kind = item
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("message");
-    if kind != "message" {
-        return Err(bad(&format!(
-            "items of type `{kind}` are not supported (client function tools are not: the \
-             gateway runs its own tools)"
-        )));
-    }
     let role = item
         .get("role")
         .and_then(Value::as_str)
@@ -366,6 +442,8 @@ struct Shape {
     created_at: u64,
     model: String,
     previous: Option<String>,
+    /// Whether the request defined tools of its own.
+    tools: bool,
 }
 
 impl Shape {
@@ -380,6 +458,7 @@ impl Shape {
             created_at: completions::unix_now(),
             model,
             previous: request.previous_response_id.clone(),
+            tools: request.options.has_tools(),
         }
     }
 
@@ -414,7 +493,10 @@ async fn answered(state: &ApiState, shape: &Shape, turn: Turn) -> Result<Respons
     let text = reply::visible(state, &reply).await?;
     let usage = usage(state, inbound_id).await?;
     retries::answered(state, inbound_id).await;
-    let output = json!([shape.message(&text, "completed")]);
+    let handed = completions::handed_calls(state, shape.tools, &session_id).await?;
+    let mut output = vec![shape.message(&text, "completed")];
+    output.extend(handed.iter().map(|call| function_call(call, "completed")));
+    let output = json!(output);
     let mut response = shape.response("completed", output, usage, Value::Null);
     if reply.status == InboundStatus::Waiting {
         with_approval(
@@ -423,6 +505,12 @@ async fn answered(state: &ApiState, shape: &Shape, turn: Turn) -> Result<Respons
         );
     }
     Ok(Json(response).into_response())
+}
+
+/// A call of the client's own tool as a `function_call` output item.
+fn function_call(call: &ToolCall, status: &str) -> Value {
+    json!({"type": "function_call", "id": format!("fc_{}", call.id), "call_id": call.id,
+           "name": call.name, "arguments": call.arguments, "status": status})
 }
 
 /// Adds the `approval` a parked turn waits for to its response object.
@@ -460,6 +548,7 @@ async fn stored(
         created_at: u64::try_from(record.received_at.div_euclid(1000)).unwrap_or_default(),
         model,
         previous: None,
+        tools: false,
     };
     let (status, output) = match record.status {
         InboundStatus::Pending | InboundStatus::Running => ("in_progress", json!([])),
@@ -509,6 +598,7 @@ async fn usage(state: &ApiState, turn: InboundId) -> Result<Value, ApiError> {
 fn streamed(state: &Arc<ApiState>, shape: Shape, turn: Turn) -> Response {
     follow::sse(state, move |state, out| async move {
         let inbound_id = turn.inbound_id;
+        let session_id = turn.session_id.clone();
         let mut events = Events {
             out: &out,
             shape: &shape,
@@ -544,7 +634,13 @@ fn streamed(state: &Arc<ApiState>, shape: Shape, turn: Turn) -> Response {
                     None
                 };
                 retries::answered(&state, inbound_id).await;
-                events.finish(&text, usage, approval);
+                let handed = completions::handed_calls(&state, shape.tools, &session_id)
+                    .await
+                    .unwrap_or_else(|err| {
+                        tracing::warn!(error = %err, "the calls handed to the client not read");
+                        Vec::new()
+                    });
+                events.finish(&text, usage, approval, &handed);
             }
             Err(err) => events.failed(&err),
         }
@@ -595,7 +691,7 @@ impl Events<'_> {
 
     /// The text, part, item and response done (a parked turn's response
     /// with the `approval` it waits for).
-    fn finish(&mut self, text: &str, usage: Value, approval: Option<Value>) {
+    fn finish(&mut self, text: &str, usage: Value, approval: Option<Value>, handed: &[ToolCall]) {
         let shape = self.shape;
         let id = &shape.message_id;
         self.send(
@@ -612,9 +708,39 @@ impl Events<'_> {
             "response.output_item.done",
             json!({"output_index": 0, "item": item.clone()}),
         );
-        let mut response = shape.response("completed", json!([item]), usage, Value::Null);
+        let mut output = vec![item];
+        for (index, call) in handed.iter().enumerate() {
+            output.push(self.function_call(index + 1, call));
+        }
+        let mut response = shape.response("completed", json!(output), usage, Value::Null);
         with_approval(&mut response, approval);
         self.send("response.completed", json!({"response": response}));
+    }
+
+    /// A call handed to the client, as the output item at `index`: added,
+    /// its arguments (in one delta), done. Returns the item.
+    fn function_call(&mut self, index: usize, call: &ToolCall) -> Value {
+        let mut added = function_call(call, "in_progress");
+        added["arguments"] = json!("");
+        self.send(
+            "response.output_item.added",
+            json!({"output_index": index, "item": added}),
+        );
+        let item_id = format!("fc_{}", call.id);
+        self.send(
+            "response.function_call_arguments.delta",
+            json!({"item_id": item_id, "output_index": index, "delta": call.arguments}),
+        );
+        self.send(
+            "response.function_call_arguments.done",
+            json!({"item_id": item_id, "output_index": index, "arguments": call.arguments}),
+        );
+        let item = function_call(call, "completed");
+        self.send(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item.clone()}),
+        );
+        item
     }
 
     /// `response.failed`, then the `error` event clients raise on.

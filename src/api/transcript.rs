@@ -51,7 +51,9 @@
 //! carries. Ids are global: one taken by another caller is a 404, so clients
 //! should pick unguessable ones.
 
-use crate::domain::{ChatMessage, InboundId, Scope, SessionId, ToolCall, canonical_json};
+use crate::domain::{
+    ChatMessage, ClientResult, InboundId, Scope, SessionId, ToolCall, canonical_json,
+};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use switchboard_contract::{ChatId, InboundMessage};
@@ -194,6 +196,11 @@ pub struct Transcript {
     /// changed one continues the same session (`session::instructions`
     /// applies it).
     pub instructions: Option<String>,
+    /// The results of the client's own tools it sends instead of a new
+    /// user message, answering the calls of the assistant message before
+    /// them (the last entry of `history`): the request continues that turn
+    /// (`text` is empty then).
+    pub results: Vec<ClientResult>,
 }
 
 /// What stands for an image of a user message in the visible transcript
@@ -290,7 +297,27 @@ impl Transcript {
                 }
                 "tool" => {
                     let id = message.tool_call_id.as_deref().unwrap_or_default();
-                    let Some(position) = open.iter().position(|open_id| open_id == id) else {
+                    let leading = history
+                        .iter()
+                        .all(|message| matches!(message, ChatMessage::Tool { .. }));
+                    let position = open.iter().position(|open_id| open_id == id);
+                    if position.is_none() && leading && !id.is_empty() {
+                        // Results alone, for the calls the session named by
+                        // the request handed out (checked there).
+                        let content = message
+                            .content
+                            .as_ref()
+                            .map(Content::text)
+                            .transpose()?
+                            .unwrap_or_default();
+                        history.push(ChatMessage::Tool {
+                            tool_call_id: id.to_owned(),
+                            content,
+                            is_error: false,
+                        });
+                        continue;
+                    }
+                    let Some(position) = position else {
                         return Err(bad(
                             index,
                             format!(
@@ -314,10 +341,55 @@ impl Transcript {
                 other => return Err(bad(index, format!("unknown role `{other}`"))),
             }
         }
-        let last_user =
-            || ApiError::BadRequest("`messages` must end with a non-empty user message".to_owned());
+        let last_user = || {
+            ApiError::BadRequest(
+                "`messages` must end with a non-empty user message, or with the results of \
+                 the tool calls of the assistant message before them"
+                    .to_owned(),
+            )
+        };
         if !open.is_empty() {
             return Err(last_user());
+        }
+        if let Some(first) = history.first()
+            && matches!(first, ChatMessage::Tool { .. })
+            && history
+                .iter()
+                .any(|message| !matches!(message, ChatMessage::Tool { .. }))
+        {
+            return Err(ApiError::BadRequest(
+                "`messages`: tool results that answer no assistant message before them must be \
+                 the whole request (the results for the calls the named session handed out)"
+                    .to_owned(),
+            ));
+        }
+        if let Some(ChatMessage::Tool { .. }) = history.last() {
+            let split = history
+                .iter()
+                .rposition(|message| !matches!(message, ChatMessage::Tool { .. }))
+                .map_or(0, |index| index + 1);
+            let results = history
+                .split_off(split)
+                .into_iter()
+                .filter_map(|message| match message {
+                    ChatMessage::Tool {
+                        tool_call_id,
+                        content,
+                        ..
+                    } => Some(ClientResult {
+                        call_id: tool_call_id,
+                        content,
+                    }),
+                    _ => None,
+                })
+                .collect();
+            return Ok(Self {
+                history,
+                text: String::new(),
+                images: Vec::new(),
+                instructions: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
+                results,
+            });
         }
         let Some(ChatMessage::User { .. }) = history.pop() else {
             return Err(last_user());
@@ -331,7 +403,25 @@ impl Transcript {
             text,
             images,
             instructions: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
+            results: Vec::new(),
         })
+    }
+
+    /// Whether the request brings tool results instead of a new message.
+    pub fn continues_calls(&self) -> bool {
+        !self.results.is_empty()
+    }
+
+    /// The conversation a new session made from this request starts with:
+    /// the history, and the tool results it brings.
+    pub fn seed(&self) -> Vec<ChatMessage> {
+        let mut seed = self.history.clone();
+        seed.extend(self.results.iter().map(|result| ChatMessage::Tool {
+            tool_call_id: result.call_id.clone(),
+            content: result.content.clone(),
+            is_error: false,
+        }));
+        seed
     }
 
     /// The visible transcript: user messages and final replies, in order.
@@ -356,7 +446,11 @@ impl Transcript {
     pub fn key(&self) -> String {
         let mut visible = self.visible();
         let text = self.keyed_text();
-        visible.push(("user", text.as_str()));
+        // Tool results continue the turn of the user message before them,
+        // whose key is the one they go by.
+        if !self.continues_calls() {
+            visible.push(("user", text.as_str()));
+        }
         digest(&visible)
     }
 
@@ -371,6 +465,14 @@ impl Transcript {
     /// turn (it does not end with a reply and a new message).
     fn continued(&self) -> Option<(String, &str)> {
         let visible = self.visible();
+        if self.continues_calls() {
+            // The turn that handed the calls to the client went by this
+            // transcript's key, and showed the text beside the calls.
+            let Some(ChatMessage::Assistant { content, .. }) = self.history.last() else {
+                return None;
+            };
+            return Some((digest(&visible), content.as_deref().unwrap_or_default()));
+        }
         let ((role, reply), before) = visible.split_last()?;
         if *role != "assistant" || before.last().is_none_or(|(role, _)| *role != "user") {
             return None;
@@ -481,6 +583,14 @@ pub async fn resolve(
     }
     let key = transcript.key();
     if transcript.history.is_empty() {
+        if transcript.continues_calls() {
+            return Err(ApiError::BadRequest(
+                "tool results alone need their conversation: name its session (`X-Session-Id`, \
+                 or `previous_response_id`), or resend the transcript with the assistant \
+                 message that made the calls"
+                    .to_owned(),
+            ));
+        }
         return Ok(Route::ByTranscript { key });
     }
     let session = match continued_session(state, caller, transcript, message).await? {
@@ -494,7 +604,7 @@ pub async fn resolve(
             go_to(message, options, &session)?;
             state
                 .service
-                .start_seeded_session(message, session.clone(), &transcript.history)
+                .start_seeded_session(message, session.clone(), &transcript.seed())
                 .await
                 .map_err(internal)?;
             session
@@ -527,7 +637,7 @@ async fn named_session(
         let id = chosen_id(named)?;
         let created = state
             .service
-            .start_seeded_session(message, id, &transcript.history)
+            .start_seeded_session(message, id, &transcript.seed())
             .await
             .map_err(internal)?;
         if created {
@@ -536,7 +646,37 @@ async fn named_session(
     }
     // Another key's session, or one without an owner (a group chat), is
     // answered like a missing one.
-    reachable(state, caller.scope(), named).await.map(drop)
+    let session = reachable(state, caller.scope(), named).await?;
+    if transcript.continues_calls() && !answers_handed_calls(state, &session, transcript).await? {
+        return Err(ApiError::BadRequest(
+            "the request's tool results do not answer the tool calls the session handed to \
+             the client (each call needs one result, with its `tool_call_id`)"
+                .to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether the request's tool results answer exactly the calls `session`
+/// handed to the client and has no result for.
+async fn answers_handed_calls(
+    state: &ApiState,
+    session: &SessionId,
+    transcript: &Transcript,
+) -> Result<bool, ApiError> {
+    let handed = state
+        .store
+        .transcript()
+        .client_calls(session)
+        .await
+        .map_err(internal)?;
+    Ok(handed.len() == transcript.results.len()
+        && handed.iter().all(|call| {
+            transcript
+                .results
+                .iter()
+                .any(|result| result.call_id == call.id)
+        }))
 }
 
 /// A client-chosen session id: 1 to 128 letters, digits, `.`, `_`, `:` or
@@ -616,6 +756,11 @@ async fn continued_session(
             && !tools_agree(state, &candidate.session_id, &transcript.history)
                 .await
                 .map_err(internal)?
+        {
+            continue;
+        }
+        if transcript.continues_calls()
+            && !answers_handed_calls(state, &candidate.session_id, transcript).await?
         {
             continue;
         }

@@ -12,6 +12,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::ToolSpec;
+
 /// The model-call settings a client asked for, checked where they entered
 /// (`api::options`). Each provider's wire format sends them its own way.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -35,6 +37,26 @@ pub struct CallOptions {
     /// OpenAI-style providers only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<i64>,
+    /// What the client's `tool_choice` asks beyond letting the model
+    /// choose: no tool at all (every call of the turn), or a tool call
+    /// (the turn's first call only, see [`CallOptions::after_first_call`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<AskedToolChoice>,
+    /// `Some(false)`: at most one tool call per response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+}
+
+/// A client's `tool_choice` other than `auto`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AskedToolChoice {
+    /// No tool: the model answers in text.
+    None,
+    /// Some tool, whichever the model picks.
+    Required,
+    /// This tool.
+    Function { name: String },
 }
 
 /// The settings of a call that sets none: what every call but a turn's
@@ -47,12 +69,30 @@ pub static NO_CALL_OPTIONS: CallOptions = CallOptions {
     max_tokens: None,
     stop: Vec::new(),
     seed: None,
+    tool_choice: None,
+    parallel_tool_calls: None,
 };
 
 impl CallOptions {
     /// Whether nothing is set.
     pub fn is_empty(&self) -> bool {
         self == &NO_CALL_OPTIONS
+    }
+
+    /// The settings of the turn's later calls: a tool call the client
+    /// required is asked of the first call only (as a request to OpenAI
+    /// asks it of one response), so the model can answer once it has the
+    /// result.
+    #[must_use]
+    pub fn after_first_call(&self) -> Self {
+        let mut later = self.clone();
+        if matches!(
+            later.tool_choice,
+            Some(AskedToolChoice::Required | AskedToolChoice::Function { .. })
+        ) {
+            later.tool_choice = None;
+        }
+        later
     }
 
     /// The output cap of a call: the client's, never above `configured`.
@@ -79,21 +119,36 @@ pub enum ResponseFormat {
     },
 }
 
-/// What an inbound message's turn applies: its call settings, and the
+/// What an inbound message's turn applies: its call settings, the
 /// client's instructions as the request carried them (`None`: it carried
-/// none, and those in effect stay).
+/// none, and those in effect stay), the client's own function tools, and
+/// the results of those the previous turn handed to the client.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TurnOptions {
     #[serde(default, skip_serializing_if = "CallOptions::is_empty")]
     pub call: CallOptions,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_tools: Vec<ToolSpec>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_results: Vec<ClientResult>,
+}
+
+/// The result a client sent for a call of one of its tools.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientResult {
+    pub call_id: String,
+    pub content: String,
 }
 
 impl TurnOptions {
     /// Whether the turn is asked nothing beyond its text.
     pub fn is_empty(&self) -> bool {
-        self.call.is_empty() && self.instructions.is_none()
+        self.call.is_empty()
+            && self.instructions.is_none()
+            && self.client_tools.is_empty()
+            && self.tool_results.is_empty()
     }
 
     /// The stored form: JSON, or `None` for nothing asked.
@@ -138,6 +193,7 @@ mod tests {
                 ..CallOptions::default()
             },
             instructions: Some("be brief".to_owned()),
+            ..TurnOptions::default()
         };
         let stored = options.stored();
         assert_eq!(TurnOptions::read(stored.as_deref()), options);

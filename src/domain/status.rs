@@ -73,6 +73,9 @@ pub enum ToolCallStatus {
     Failed,
     /// Not run: it waits for a person's decision (see `approvals`).
     Awaiting,
+    /// Not run here: a call of the API client's own tool, handed to the
+    /// client, whose next request brings its result.
+    Client,
 }
 
 /// Where a pairing request stands.
@@ -198,6 +201,9 @@ pub enum Outcome {
     MediaRefused,
     /// The turn waits for a person's decision (an approval or an answer).
     AwaitingPerson,
+    /// The model called the API client's own tools: the turn ended handing
+    /// the calls to the client, whose next request brings the results.
+    ClientTools,
     /// A message nobody sent: a question or notice the gateway posted.
     Notice,
 }

@@ -92,6 +92,10 @@ pub const NO_PAIRING_REQUEST: &str = "No pairing request awaits a decision with 
 /// Shown when the model returns nothing at all.
 pub const EMPTY_REPLY: &str = "(The model returned an empty reply.)";
 
+/// The result of a call of the API client's own tool that the client's
+/// next request did not answer (it sent a new message instead).
+pub const NO_CLIENT_RESULT: &str = "the client sent no result for this call; it may not have run";
+
 /// The reply to a turn whose writes the database refused. The message
 /// itself was recorded before the turn began; whether the exchange reached
 /// the conversation is not known here, so the text promises neither.
@@ -160,6 +164,7 @@ pub fn turn_reply(outcome: &TurnOutcome) -> Cow<'_, str> {
             "Sorry, this task used up its step budget before an answer was ready.".into()
         }
         TurnOutcome::MediaRefused { reply } => reply.as_str().into(),
+        TurnOutcome::ClientTools { text } => text.as_str().into(),
     }
 }
 

@@ -3,8 +3,8 @@
 //! one transaction with its reply in the outbox.
 
 use crate::domain::{
-    ChatMessage, InboundId, InboundStatus, MediaRef, Outcome, PrincipalId, Scope, StopCause,
-    TurnOptions,
+    ChatMessage, ClientResult, InboundId, InboundStatus, MediaRef, Outcome, PrincipalId, Scope,
+    SessionId, StopCause, ToolCall, TurnOptions,
 };
 use crate::metrics::Metrics;
 use crate::tools::tasks::TaskSettings;
@@ -23,6 +23,7 @@ use crate::agent::Agent;
 use crate::agent::asking::Asker;
 use crate::agent::cache::AgentCache;
 use crate::agent::cache_watch::CacheWatch;
+use crate::agent::client_tools::ClientTools;
 use crate::agent::context::{self, CompactError, ContextPolicy, Summariser};
 use crate::agent::live::LiveTurn;
 use crate::agent::prompt::offers_memory;
@@ -37,7 +38,7 @@ use crate::llm::ModelFailure;
 use crate::media::Media;
 use crate::store::{
     Batch, DirectChat, Fence, InboundRow, NewMessage, OutboxRow, SessionRow, SessionView, Store,
-    StoreError, TurnEnd, WireEntry,
+    StoreError, TurnEnd, WireEntry, round_request_id,
 };
 use crate::tools::ToolRegistry;
 use crate::tools::memory::MEMORY;
@@ -191,13 +192,16 @@ pub enum TurnOutcome {
     /// started (a voice note the transcription server failed on, or with
     /// no speech in it); `reply` says which and why. No model call.
     MediaRefused { reply: String },
+    /// The model called the API client's own tools; `text` is what it
+    /// wrote with the calls. The client's next request brings the results.
+    ClientTools { text: String },
 }
 
 impl TurnOutcome {
     /// The status the turn's message is left in.
     pub fn status(&self) -> InboundStatus {
         match self {
-            Self::Answered { .. } => InboundStatus::Done,
+            Self::Answered { .. } | Self::ClientTools { .. } => InboundStatus::Done,
             Self::Compacted
             | Self::NothingToCompact
             | Self::CompactionFailed
@@ -230,6 +234,7 @@ impl TurnOutcome {
             Self::NoProgress { .. } => Outcome::NoProgress,
             Self::BudgetExhausted => Outcome::BudgetExhausted,
             Self::MediaRefused { .. } => Outcome::MediaRefused,
+            Self::ClientTools { .. } => Outcome::ClientTools,
         }
     }
 
@@ -273,6 +278,9 @@ impl TurnOutcome {
                     "a parked turn is not an outcome".to_owned(),
                 ));
             }
+            LoopError::ClientCalls => Self::ClientTools {
+                text: String::new(),
+            },
         })
     }
 }
@@ -596,15 +604,30 @@ impl TurnExecutor {
                 );
             }
         }
-        let interrupted = interrupted_round(&stored);
+        let mut interrupted = interrupted_round(&stored);
         let mut history: Vec<ChatMessage> = stored.into_iter().map(|entry| entry.message).collect();
         let mut first_writes = Batch::new();
-        let options = TurnOptions::read(inbound.options.as_deref());
+        let mut options = TurnOptions::read(inbound.options.as_deref());
         if !asked {
-            let instructions = options.instructions.as_deref();
-            let writes = &mut first_writes;
-            let user = stage_message(store, inbound, &mut session, instructions, media, writes);
-            history.push(user.await?);
+            let results = std::mem::take(&mut options.tool_results);
+            let answered =
+                answer_handed_calls(store, &session.id, inbound, &mut interrupted, &results);
+            let answered = answered.await?;
+            for (message, entry) in answered {
+                first_writes.extend(entry);
+                history.push(message);
+            }
+            // A request that brings tool results and no message continues
+            // the conversation from those results.
+            let continues = inbound.text.is_empty()
+                && media.is_empty()
+                && matches!(history.last(), Some(ChatMessage::Tool { .. }));
+            if !continues {
+                let instructions = options.instructions.as_deref();
+                let writes = &mut first_writes;
+                let user = stage_message(store, inbound, &mut session, instructions, media, writes);
+                history.push(user.await?);
+            }
         }
         if let Some(trace_id) = control.trace_id() {
             first_writes.record_trace_id(inbound.id, trace_id);
@@ -612,6 +635,12 @@ impl TurnExecutor {
         self.show_media(&agent.model, &mut history).await?;
         let mut env = self.loop_env(store, inbound, control, &session, policy, spend);
         env.call_options = Arc::new(options.call);
+        if !options.client_tools.is_empty() {
+            env.client_tools = Arc::new(ClientTools::new(
+                agent.toolset.specs(),
+                options.client_tools,
+            ));
+        }
         let env = Arc::new(env);
         // A resumed task (its message was stored by an earlier run) keeps
         // spending from what it had left.
@@ -680,6 +709,7 @@ impl TurnExecutor {
             idle: idle_since(session),
             max_tokens: self.max_tokens,
             call_options: Arc::default(),
+            client_tools: Arc::default(),
             tool_timeout: self.agent.tool_timeout,
             depth: 0,
             max_depth: self.agent.max_delegation_depth,
@@ -886,9 +916,9 @@ impl TurnExecutor {
 /// Whether the user message of task `inbound_id` is stored in `stored`
 /// (the task is resumed, not new).
 fn asked(stored: &[WireEntry], inbound_id: InboundId) -> bool {
-    stored.iter().any(|entry| {
-        entry.task_id == Some(inbound_id) && matches!(entry.message, ChatMessage::User { .. })
-    })
+    // Its message (a user entry, or the results a client sent) is stored
+    // with its first model call, before any other entry of the task.
+    stored.iter().any(|entry| entry.task_id == Some(inbound_id))
 }
 
 /// The task's message, with the files `media`, as its transcript entry and
@@ -986,6 +1016,65 @@ async fn run_within_limits(
             run.await
         }
     }
+}
+
+/// The results a new task starts with, when the conversation's last round
+/// has calls an earlier turn handed to the API client (and only those
+/// unanswered): the client's result for each call it answered (from
+/// `results`), an error result for one it did not; each with the write
+/// that stores it and marks its checkpoint. The round is then no longer
+/// `interrupted`.
+async fn answer_handed_calls(
+    store: &Store,
+    session_id: &SessionId,
+    inbound: &InboundRow,
+    interrupted: &mut Option<InterruptedRound>,
+    results: &[ClientResult],
+) -> Result<Vec<(ChatMessage, Batch)>, StoreError> {
+    let Some(round) = interrupted.as_ref() else {
+        return Ok(Vec::new());
+    };
+    let handed = store.transcript().client_calls(session_id).await?;
+    let unanswered: Vec<(usize, &ToolCall)> = round
+        .calls
+        .iter()
+        .enumerate()
+        .filter(|(_, call)| !round.answered.contains(&call.id))
+        .collect();
+    if !unanswered
+        .iter()
+        .all(|(_, call)| handed.iter().any(|handed| handed.id == call.id))
+    {
+        return Ok(Vec::new());
+    }
+    let mut answered = Vec::with_capacity(unanswered.len());
+    for (index, call) in unanswered {
+        let message = match results.iter().find(|result| result.call_id == call.id) {
+            Some(result) => ChatMessage::Tool {
+                tool_call_id: call.id.clone(),
+                content: result.content.clone(),
+                is_error: false,
+            },
+            None => crate::agent::round::refused(call, texts::NO_CLIENT_RESULT),
+        };
+        let mut entry = Batch::new();
+        if let ChatMessage::Tool {
+            content, is_error, ..
+        } = &message
+        {
+            let request_id = round_request_id(round.assistant_id, index);
+            entry.finish_tool_call(&request_id, content, *is_error);
+        }
+        entry.append_message(&NewMessage::from_wire(
+            session_id,
+            Some(inbound.id),
+            &Scope::top(),
+            message.clone(),
+        ))?;
+        answered.push((message, entry));
+    }
+    *interrupted = None;
+    Ok(answered)
 }
 
 /// The last tool round, if a crash cut it short: the history ends with an

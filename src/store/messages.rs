@@ -210,6 +210,9 @@ pub struct RoundStart<'a> {
     /// Indices of the calls that wait for a person's decision instead of
     /// running (checkpointed `awaiting`).
     pub awaiting: &'a [usize],
+    /// Indices of the calls of the API client's own tools, handed to the
+    /// client (checkpointed `client`).
+    pub client: &'a [usize],
 }
 
 /// A tool call about to run.
@@ -296,6 +299,8 @@ impl Batch {
         for (index, call) in round.calls.iter().enumerate() {
             let status = if round.awaiting.contains(&index) {
                 ToolCallStatus::Awaiting
+            } else if round.client.contains(&index) {
+                ToolCallStatus::Client
             } else {
                 ToolCallStatus::Running
             };
@@ -492,4 +497,43 @@ impl Transcript<'_> {
         .fetch_optional(&mut *self.store.conn().await?)
         .await?)
     }
+
+    /// The calls of the API client's own tools that the session's
+    /// conversation handed to the client and has no result for yet, in
+    /// call order.
+    ///
+    /// # Errors
+    /// A database failure.
+    pub async fn client_calls(self, session_id: &SessionId) -> Result<Vec<ToolCall>, StoreError> {
+        let rows = sqlx::query_as::<_, (String, String, String, String)>(
+            "SELECT request_id, call_id, name, arguments FROM tool_calls \
+             WHERE session_id = $1 AND scope = '' AND status = $2",
+        )
+        .bind(session_id.as_str())
+        .bind(ToolCallStatus::Client.as_str())
+        .fetch_all(&mut *self.store.conn().await?)
+        .await?;
+        let mut calls: Vec<((i64, i64), ToolCall)> = rows
+            .into_iter()
+            .map(|(request_id, id, name, arguments)| {
+                (
+                    round_position(&request_id),
+                    ToolCall {
+                        id,
+                        name,
+                        arguments,
+                    },
+                )
+            })
+            .collect();
+        calls.sort_by_key(|(position, _)| *position);
+        Ok(calls.into_iter().map(|(_, call)| call).collect())
+    }
+}
+
+/// Where a round request id (`<entry id>-<index>`) stands: its entry, then
+/// its index.
+fn round_position(request_id: &str) -> (i64, i64) {
+    let (entry, index) = request_id.rsplit_once('-').unwrap_or((request_id, ""));
+    (entry.parse().unwrap_or(0), index.parse().unwrap_or(0))
 }

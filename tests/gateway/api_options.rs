@@ -271,10 +271,8 @@ async fn bad_values_are_a_400_naming_the_field_with_nothing_stored() {
         ("logprobs", json!({"logprobs": true})),
         ("presence_penalty", json!({"presence_penalty": 1})),
         ("logit_bias", json!({"logit_bias": {"50256": -100}})),
-        (
-            "tools",
-            json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
-        ),
+        ("tools[0]", json!({"tools": [{"type": "web_search"}]})),
+        ("functions", json!({"functions": [{"name": "f"}]})),
     ];
     for (field, mut body) in chat {
         body["messages"] = user.clone();
@@ -571,6 +569,7 @@ async fn a_turn_resumed_after_a_crash_applies_the_settings_stored_with_its_messa
             ..CallOptions::default()
         },
         instructions: Some("Answer in French.".to_owned()),
+        ..TurnOptions::default()
     };
     crash_during_the_first_call(settings.clone(), llm.clone(), turn);
 

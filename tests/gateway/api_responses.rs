@@ -218,7 +218,8 @@ async fn fields_not_passed_on_or_not_valid_are_refused_and_nothing_is_stored() {
     let app = TestApp::spawn(&llm).await;
 
     let refused = [
-        json!({"input": "a", "tools": [{"type": "function", "name": "f", "parameters": {}}]}),
+        json!({"input": "a", "tools": [{"type": "web_search"}]}),
+        json!({"input": "a", "tools": [{"type": "function", "name": "bad name"}]}),
         json!({"input": "a", "text": {"format": {"type": "xml"}}}),
         json!({"input": "a", "temperature": 5}),
         json!({"input": "a", "max_output_tokens": "many"}),

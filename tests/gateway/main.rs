@@ -20,6 +20,7 @@ mod budget_warnings;
 mod burst;
 mod cache;
 mod cache_figures;
+mod client_tools;
 mod cluster;
 mod compaction;
 mod config_check;

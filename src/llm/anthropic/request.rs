@@ -23,7 +23,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::domain::{ChatMessage, MediaRef, Part, ResponseFormat, user_parts};
+use crate::domain::{AskedToolChoice, ChatMessage, MediaRef, Part, ResponseFormat, user_parts};
 use crate::llm::settings::CacheTtl;
 use crate::llm::wire::to_json;
 use crate::llm::{CacheTail, LlmError, ModelRequest, ToolChoice};
@@ -39,7 +39,7 @@ struct MessagesRequest<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tool_choice: Option<WireToolChoice>,
+    tool_choice: Option<WireToolChoice<'a>>,
     // The client's settings of a turn's call (`CallOptions`): each left
     // out when unset, so a call without them is sent as before.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -86,9 +86,40 @@ fn output_config(format: &ResponseFormat) -> OutputConfig<'_> {
 }
 
 #[derive(Serialize)]
-struct WireToolChoice {
+struct WireToolChoice<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    disable_parallel_tool_use: Option<bool>,
+}
+
+/// The `tool_choice` of a request with tools: `none` for a call that may
+/// not use them, else what the client asked (`any` for a required call,
+/// `tool` for a named one, and at most one call per response when it said
+/// so); nothing when nothing is asked.
+fn tool_choice<'a>(request: &ModelRequest<'a>) -> Option<WireToolChoice<'a>> {
+    let options = request.options;
+    let one_call = (options.parallel_tool_calls == Some(false)).then_some(true);
+    let (kind, name) = match (&request.tool_choice, &options.tool_choice) {
+        (ToolChoice::None, _) | (_, Some(AskedToolChoice::None)) => {
+            return Some(WireToolChoice {
+                kind: "none",
+                name: None,
+                disable_parallel_tool_use: None,
+            });
+        }
+        (_, Some(AskedToolChoice::Required)) => ("any", None),
+        (_, Some(AskedToolChoice::Function { name })) => ("tool", Some(name.as_str())),
+        (_, None) if one_call.is_some() => ("auto", None),
+        (_, None) => return None,
+    };
+    Some(WireToolChoice {
+        kind,
+        name,
+        disable_parallel_tool_use: one_call,
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -362,8 +393,11 @@ pub(super) fn body(
     if let Some(last) = tools.last_mut() {
         last.cache_control = breakpoint(hour);
     }
-    let tool_choice = (request.tool_choice == ToolChoice::None && !tools.is_empty())
-        .then_some(WireToolChoice { kind: "none" });
+    let tool_choice = if tools.is_empty() {
+        None
+    } else {
+        tool_choice(request)
+    };
     let body = MessagesRequest {
         model: request.model,
         max_tokens: request.max_tokens,
@@ -378,4 +412,56 @@ pub(super) fn body(
         stream: stream.then_some(true),
     };
     to_json(&body)
+}
+
+#[cfg(test)]
+mod tool_choice_tests {
+    use serde_json::{Value, json};
+
+    use super::body;
+    use crate::domain::{AskedToolChoice, CallOptions, ChatMessage, ToolSpec};
+    use crate::llm::settings::CacheTtl;
+    use crate::llm::test_support::request;
+
+    fn sent(options: &CallOptions) -> Value {
+        let messages = [ChatMessage::user("hi")];
+        let tools = [ToolSpec {
+            name: "get_weather".to_owned(),
+            description: String::new(),
+            parameters: json!({"type": "object"}),
+        }];
+        let mut call = request::<super::super::Anthropic>(&messages, &tools);
+        call.options = options;
+        let bytes = body(&call, CacheTtl::default(), false).expect("body");
+        serde_json::from_slice(&bytes).expect("JSON")
+    }
+
+    #[test]
+    fn the_clients_tool_choice_is_sent_in_anthropics_form() {
+        let asked = |choice, parallel| CallOptions {
+            tool_choice: choice,
+            parallel_tool_calls: parallel,
+            ..CallOptions::default()
+        };
+        assert!(sent(&CallOptions::default()).get("tool_choice").is_none());
+        assert_eq!(
+            sent(&asked(Some(AskedToolChoice::Required), None))["tool_choice"],
+            json!({"type": "any"})
+        );
+        let named = AskedToolChoice::Function {
+            name: "get_weather".to_owned(),
+        };
+        assert_eq!(
+            sent(&asked(Some(named), Some(false)))["tool_choice"],
+            json!({"type": "tool", "name": "get_weather", "disable_parallel_tool_use": true})
+        );
+        assert_eq!(
+            sent(&asked(None, Some(false)))["tool_choice"],
+            json!({"type": "auto", "disable_parallel_tool_use": true})
+        );
+        assert_eq!(
+            sent(&asked(Some(AskedToolChoice::None), Some(false)))["tool_choice"],
+            json!({"type": "none"})
+        );
+    }
 }

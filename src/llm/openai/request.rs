@@ -26,7 +26,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::domain::{ChatMessage, MediaRef, Part, ResponseFormat, user_parts};
+use crate::domain::{AskedToolChoice, ChatMessage, MediaRef, Part, ResponseFormat, user_parts};
 use crate::llm::wire::to_json;
 use crate::llm::{LlmError, ModelRequest, ToolChoice};
 
@@ -39,7 +39,9 @@ struct ChatRequest<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tool_choice: Option<&'static str>,
+    tool_choice: Option<WireToolChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
     max_tokens: u32,
     // The client's settings of a turn's call (`CallOptions`): each left
     // out when unset, so a call without them is sent as before.
@@ -60,6 +62,39 @@ struct ChatRequest<'a> {
     stream: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
+}
+
+/// `tool_choice`: a mode (`none`, `required`), or the function to call.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireToolChoice<'a> {
+    Mode(&'static str),
+    Function {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        function: WireChosen<'a>,
+    },
+}
+
+#[derive(Serialize)]
+struct WireChosen<'a> {
+    name: &'a str,
+}
+
+/// The `tool_choice` of a request with tools: `none` for a call that may
+/// not use them, else what the client asked; nothing when nothing is.
+fn tool_choice<'a>(request: &ModelRequest<'a>) -> Option<WireToolChoice<'a>> {
+    match (&request.tool_choice, &request.options.tool_choice) {
+        (ToolChoice::None, _) | (_, Some(AskedToolChoice::None)) => {
+            Some(WireToolChoice::Mode("none"))
+        }
+        (_, Some(AskedToolChoice::Required)) => Some(WireToolChoice::Mode("required")),
+        (_, Some(AskedToolChoice::Function { name })) => Some(WireToolChoice::Function {
+            kind: "function",
+            function: WireChosen { name },
+        }),
+        (_, None) => None,
+    }
 }
 
 /// `response_format` as Chat Completions takes it.
@@ -274,8 +309,15 @@ pub(super) fn body(request: &ModelRequest<'_>, stream: bool) -> Result<Vec<u8>, 
                 },
             })
             .collect(),
-        tool_choice: (request.tool_choice == ToolChoice::None && !request.tools.is_empty())
-            .then_some("none"),
+        tool_choice: if request.tools.is_empty() {
+            None
+        } else {
+            tool_choice(request)
+        },
+        parallel_tool_calls: request
+            .options
+            .parallel_tool_calls
+            .filter(|_| !request.tools.is_empty()),
         max_tokens: request.max_tokens,
         temperature: request.options.temperature,
         top_p: request.options.top_p,
@@ -311,4 +353,53 @@ fn prefix_key(request: &ModelRequest<'_>) -> Result<String, LlmError> {
     }
     let digest = hasher.finalize();
     Ok(format!("sb-{}", hex::encode(&digest[..8])))
+}
+
+#[cfg(test)]
+mod tool_choice_tests {
+    use serde_json::{Value, json};
+
+    use super::body;
+    use crate::domain::{AskedToolChoice, CallOptions, ChatMessage, ToolSpec};
+    use crate::llm::test_support::request;
+
+    fn sent(options: &CallOptions, tools: &[ToolSpec]) -> Value {
+        let messages = [ChatMessage::user("hi")];
+        let mut call = request::<super::super::OpenAi>(&messages, tools);
+        call.options = options;
+        serde_json::from_slice(&body(&call, false).expect("body")).expect("JSON")
+    }
+
+    #[test]
+    fn the_clients_tool_choice_is_sent_in_openais_form_only_with_tools() {
+        let tools = [ToolSpec {
+            name: "get_weather".to_owned(),
+            description: String::new(),
+            parameters: json!({"type": "object"}),
+        }];
+        let asked = |choice, parallel| CallOptions {
+            tool_choice: choice,
+            parallel_tool_calls: parallel,
+            ..CallOptions::default()
+        };
+        let plain = sent(&CallOptions::default(), &tools);
+        assert!(plain.get("tool_choice").is_none() && plain.get("parallel_tool_calls").is_none());
+        let required = sent(&asked(Some(AskedToolChoice::Required), Some(false)), &tools);
+        assert_eq!(required["tool_choice"], "required");
+        assert_eq!(required["parallel_tool_calls"], false);
+        let named = AskedToolChoice::Function {
+            name: "get_weather".to_owned(),
+        };
+        assert_eq!(
+            sent(&asked(Some(named), None), &tools)["tool_choice"],
+            json!({"type": "function", "function": {"name": "get_weather"}})
+        );
+        assert_eq!(
+            sent(&asked(Some(AskedToolChoice::None), None), &tools)["tool_choice"],
+            "none"
+        );
+        let without_tools = sent(&asked(Some(AskedToolChoice::Required), Some(false)), &[]);
+        assert!(without_tools.get("tool_choice").is_none());
+        assert!(without_tools.get("parallel_tool_calls").is_none());
+    }
 }

@@ -490,6 +490,7 @@ fn client_settings() -> crate::domain::CallOptions {
         max_tokens: Some(10),
         stop: vec!["END".to_owned()],
         seed: Some(3),
+        ..crate::domain::CallOptions::default()
     }
 }
 
