@@ -72,16 +72,34 @@ results.resent = {
 
 results.cut = { text: (await streamed([user("cut: hello")]))[1] };
 
+// The client's own function tool: the model calls it (beside the gateway's
+// calculator), the client runs it and sends the result back.
+const weather = {
+  type: "function",
+  function: {
+    name: "get_weather",
+    description: "The weather in a city",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] },
+  },
+};
+const asked = [user("weather: in Paris?")];
+const first = await client.chat.completions.create({ model: MODEL, messages: asked, tools: [weather] });
+const choice = first.choices[0];
+const calls = choice.message.tool_calls ?? [];
+asked.push(choice.message);
+for (const call of calls) {
+  asked.push({ role: "tool", tool_call_id: call.id, content: "sunny" });
+}
+const answer = await client.chat.completions.create({ model: MODEL, messages: asked, tools: [weather] });
+results.client_tools = {
+  finish: choice.finish_reason,
+  content: choice.message.content,
+  calls: calls.map((call) => [call.id, call.function.name, call.function.arguments]),
+  answer: answer.choices[0].message.content,
+  answer_finish: answer.choices[0].finish_reason,
+};
+
 // Fields the gateway does not pass on are refused, not dropped.
-const tool = { type: "function", function: { name: "lookup", parameters: { type: "object" } } };
-results.tools_refused = await raised(async () => {
-  const completion = await client.chat.completions.create({
-    model: MODEL,
-    messages: [user("refused: tools")],
-    tools: [tool],
-  });
-  return completion.choices[0].message.content;
-});
 results.penalty_refused = await raised(async () => {
   const completion = await client.chat.completions.create({
     model: MODEL,

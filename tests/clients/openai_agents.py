@@ -7,8 +7,10 @@ Run by tests/gateway/openai_client.rs, which asserts on the output and on
 what the model received: a failed model call raises, plain and streamed; a
 streamed turn with text before a tool call, resent as the client
 accumulated it, continues the same session; a stream cut part-way and
-retried by the gateway shows its text once; request fields the gateway does
-not pass on (function tools, penalties) are refused with 400; a
+retried by the gateway shows its text once; a function tool of the
+client's own round-trips (finish_reason tool_calls, the result sent back,
+the answer); request fields the gateway does not pass on (penalties) are
+refused with 400; a
 `json_schema` response format, a temperature and a system message reach
 the model; and the client's own automatic retries (max_retries=2) after a
 504 start no second turn.
@@ -95,13 +97,37 @@ def main():
 
     results["cut"] = {"text": streamed(client, [user("cut: hello")])[1]}
 
+    # The client's own function tool: the model calls it (beside the
+    # gateway's calculator), the client runs it and sends the result back.
+    weather = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+    history = [user("weather: in Paris?")]
+    first = client.chat.completions.create(model=MODEL, messages=history, tools=[weather])
+    choice = first.choices[0]
+    calls = choice.message.tool_calls or []
+    history.append(choice.message.model_dump(exclude_none=True))
+    for call in calls:
+        history.append({"role": "tool", "tool_call_id": call.id, "content": "sunny"})
+    second = client.chat.completions.create(model=MODEL, messages=history, tools=[weather])
+    results["client_tools"] = {
+        "finish": choice.finish_reason,
+        "content": choice.message.content,
+        "calls": [[call.id, call.function.name, call.function.arguments] for call in calls],
+        "answer": second.choices[0].message.content,
+        "answer_finish": second.choices[0].finish_reason,
+    }
+
     # Fields the gateway does not pass on are refused, not dropped.
-    tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
-    results["tools_refused"] = raised(
-        lambda: client.chat.completions.create(
-            model=MODEL, messages=[user("refused: tools")], tools=[tool]
-        ).choices[0].message.content
-    )
     results["penalty_refused"] = raised(
         lambda: client.chat.completions.create(
             model=MODEL, messages=[user("refused: penalty")], presence_penalty=0.5

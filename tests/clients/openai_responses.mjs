@@ -83,9 +83,22 @@ results.plain_failure = await raised(
   async () => (await client.responses.create({ model: MODEL, input: "fail: plain" })).output_text,
 );
 results.streamed_failure = await raised(async () => (await streamText({ input: "fail: streamed" }))[1]);
-const tool = { type: "function", name: "lookup", parameters: { type: "object" } };
-results.tools_refused = await raised(
-  async () => (await client.responses.create({ model: MODEL, input: "refused: tools", tools: [tool] })).id,
-);
+const tool = {
+  type: "function",
+  name: "get_weather",
+  parameters: { type: "object", properties: { city: { type: "string" } } },
+};
+const asked = await client.responses.create({ model: MODEL, input: "weather: in Paris?", tools: [tool] });
+const calls = asked.output.filter((item) => item.type === "function_call");
+const answered = await client.responses.create({
+  model: MODEL,
+  previous_response_id: asked.id,
+  tools: [tool],
+  input: calls.map((call) => ({ type: "function_call_output", call_id: call.call_id, output: "sunny" })),
+});
+results.client_tools = {
+  calls: calls.map((call) => [call.call_id, call.name, call.arguments]),
+  answer: answered.output_text,
+};
 
 console.log(JSON.stringify(results));

@@ -8,7 +8,8 @@ Run by tests/gateway/openai_client.rs, which asserts on the output and on
 what the model received: a plain response, one continued with
 previous_response_id, a streamed one (its event types and text), reading one
 back and deleting it, a failed model call raising (plain and streamed), and
-client function tools refused with 400.
+a function tool of the client's own: its call handed out, its output sent
+back with previous_response_id, the answer.
 """
 
 import json
@@ -73,10 +74,24 @@ def main():
         lambda: client.responses.create(model=MODEL, input="fail: plain").output_text
     )
     results["streamed_failure"] = raised(lambda: stream_text(client, input="fail: streamed")[1])
-    tool = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
-    results["tools_refused"] = raised(
-        lambda: client.responses.create(model=MODEL, input="refused: tools", tools=[tool]).id
+    tool = {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+    first = client.responses.create(model=MODEL, input="weather: in Paris?", tools=[tool])
+    calls = [item for item in first.output if item.type == "function_call"]
+    outputs = [
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}
+        for call in calls
+    ]
+    second = client.responses.create(
+        model=MODEL, input=outputs, previous_response_id=first.id, tools=[tool]
     )
+    results["client_tools"] = {
+        "calls": [[call.call_id, call.name, call.arguments] for call in calls],
+        "answer": second.output_text,
+    }
     print(json.dumps(results))
 
 

@@ -263,7 +263,8 @@ async fn the_node_client_raises_on_failures_and_its_streams_and_retries_stay_in_
 /// The model of `openai_agents`: by the user message's prefix, a 500
 /// (`fail:`), text then a tool round (`compute:`), a stream cut once part-way
 /// (`cut:`), a JSON answer (`structured:`), an answer after three seconds
-/// (`slow:`), else an echo.
+/// (`slow:`), the gateway's calculator and the client's `get_weather` in
+/// one response, then the weather (`weather:`), else an echo.
 async fn agents_model() -> FakeLlm {
     let cut = std::sync::atomic::AtomicBool::new(false);
     FakeLlm::start(move |body| {
@@ -284,6 +285,33 @@ async fn agents_model() -> FakeLlm {
                 Reply::CutStream("Hello wor".to_owned())
             }
             "cut" => Reply::Text("Hello world.".to_owned()),
+            "weather"
+                if body["messages"]
+                    .as_array()
+                    .and_then(|m| m.last())
+                    .is_some_and(|last| last["tool_call_id"] == "w-1") =>
+            {
+                let last = &body["messages"][body["messages"].as_array().map_or(0, Vec::len) - 1];
+                Reply::Text(format!(
+                    "In Paris: {}",
+                    last["content"].as_str().unwrap_or_default()
+                ))
+            }
+            "weather" => Reply::TextAndTools(
+                "Let me look.".to_owned(),
+                vec![
+                    (
+                        "calc-w".to_owned(),
+                        "calculator".to_owned(),
+                        r#"{"expression":"20+1"}"#.to_owned(),
+                    ),
+                    (
+                        "w-1".to_owned(),
+                        "get_weather".to_owned(),
+                        r#"{"city":"Paris"}"#.to_owned(),
+                    ),
+                ],
+            ),
             "structured" => Reply::Text(r#"{"answer":"yes"}"#.to_owned()),
             "slow" => Canned {
                 delay: Duration::from_secs(3),
@@ -371,11 +399,20 @@ async fn as_agent_frameworks_use_it(client: Client) {
         "the client's system message reached the model: {system}"
     );
 
-    for refused in ["tools_refused", "penalty_refused"] {
-        let refused = &results[refused];
-        assert_eq!(refused["raised"], true, "{refused}");
-        assert_eq!(refused["status"], 400, "{refused}");
-    }
+    let client_tools = &results["client_tools"];
+    assert_eq!(client_tools["finish"], "tool_calls", "{client_tools}");
+    assert_eq!(client_tools["content"], "Let me look.");
+    assert_eq!(
+        client_tools["calls"],
+        serde_json::json!([["w-1", "get_weather", r#"{"city":"Paris"}"#]]),
+        "only the client's call is handed out"
+    );
+    assert_eq!(client_tools["answer"], "In Paris: sunny");
+    assert_eq!(client_tools["answer_finish"], "stop");
+    assert_client_tool_round(&llm);
+    let refused = &results["penalty_refused"];
+    assert_eq!(refused["raised"], true, "{refused}");
+    assert_eq!(refused["status"], 400, "{refused}");
     assert!(
         llm.requests()
             .iter()
@@ -468,8 +505,52 @@ async fn speaks_the_responses_api(client: Client) {
     let streamed_failure = &results["streamed_failure"];
     assert_eq!(streamed_failure["raised"], true, "{streamed_failure}");
     assert_eq!(streamed_failure["code"], "model_failed");
-    assert_eq!(results["tools_refused"]["status"], 400);
+    let client_tools = &results["client_tools"];
+    assert_eq!(
+        client_tools["calls"],
+        serde_json::json!([["w-1", "get_weather", r#"{"city":"Paris"}"#]]),
+        "{client_tools}"
+    );
+    assert_eq!(client_tools["answer"], "In Paris: sunny");
+    assert_client_tool_round(&llm);
     app.stop().await;
+}
+
+/// The model saw the client's tool round as one conversation: two calls
+/// for the `weather:` question, the second with the gateway's calculator
+/// result and the client's result, in call order, after the first's
+/// messages unchanged.
+fn assert_client_tool_round(llm: &FakeLlm) {
+    let requests: Vec<_> = llm
+        .requests()
+        .into_iter()
+        .filter(|request| last_user_text(&request.json()) == "weather: in Paris?")
+        .collect();
+    assert_eq!(
+        requests.len(),
+        2,
+        "one call hands the tool out, one answers"
+    );
+    let answer = requests[1].json();
+    let results: Vec<(String, String)> = answer["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|message| message["role"] == "tool")
+        .map(|message| {
+            (
+                message["tool_call_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                message["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{answer}");
+    assert_eq!(results[0].0, "calc-w", "the gateway's tool also ran");
+    assert_eq!(results[1], ("w-1".to_owned(), "sunny".to_owned()));
+    crate::helpers::assert_prefix_holds(&requests);
 }
 
 /// Whether the client's `openai` package can be loaded.
