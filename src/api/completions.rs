@@ -20,6 +20,12 @@
 //! instance sends no live text; its reply comes whole when the turn ends.
 //! The event id a request is recorded under makes a client's retries one
 //! turn (`retries`).
+//!
+//! A request's own function `tools` are offered beside the gateway's
+//! (`agent::client_tools`): a turn whose model called one answers
+//! `finish_reason: "tool_calls"` with those calls (streamed: a
+//! `delta.tool_calls` chunk before the finishing one), and the request
+//! that brings their results continues the turn (`transcript`).
 
 use crate::domain::{InboundId, LocalPlatform, SessionId, ToolCall, ToolSpec, TurnOptions};
 use std::sync::Arc;

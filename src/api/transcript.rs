@@ -39,6 +39,15 @@
 //! moves the chat to another session (`/new`, `/resume`) forks too: a
 //! stateless client starts a new conversation by sending one.
 //!
+//! **Tool results.** A request may end, instead of with a user message, with
+//! the results of the calls the previous turn handed to the client (its own
+//! tools, see `agent::client_tools`): the `tool` messages after the
+//! assistant message that made the calls. It goes by the key of the user
+//! message before them (the turn it continues was stored under it), and
+//! continues the session whose latest turn showed that assistant message's
+//! text and handed out exactly those calls; with the session named, the
+//! results may come alone. Results that answer anything else are a 400.
+//!
 //! **Two identical requests** (a double submit, a client's automatic retry)
 //! are one turn: both are recorded under the same event id (`retries`), so
 //! the second is a duplicate of the first while it runs, and gets its reply
