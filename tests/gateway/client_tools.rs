@@ -6,12 +6,20 @@
 //! named) with the call ids kept and the prompt prefix byte-stable; results
 //! that answer nothing are a 400 storing nothing; a new message instead of
 //! the results gives the calls an error result; `tool_choice` and
-//! `parallel_tool_calls` reach the provider in its own form.
+//! `parallel_tool_calls` reach the provider in its own form; and a
+//! continuation cut short by a crash resumes with the client's result once.
+
+use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use switchboard::domain::{ClientResult, ToolSpec, TurnOptions};
+use switchboard::gateway::Gateway;
+use switchboard::session::service::SubmitOptions;
+use switchboard_contract::{AccountId, ChatKind, EventId, InboundMessage, PlatformName};
+use switchboard_test_support::{eventually, inbound};
 
-use crate::helpers::{FakeLlm, Reply, TestApp, assert_prefix_holds, last_user_text};
+use crate::helpers::{FakeLlm, Reply, TestApp, assert_prefix_holds, last_user_text, test_settings};
 
 /// The client's weather tool.
 fn weather_tool() -> Value {
@@ -473,5 +481,109 @@ async fn the_responses_api_hands_function_calls_out_and_takes_their_outputs() {
         .expect("completed");
     assert_eq!(completed["response"]["output"][1]["type"], "function_call");
     assert_eq!(completed["response"]["output"][1]["call_id"], "call_w3");
+    app.stop().await;
+}
+
+/// The message `text` from `u1` in the API chat `crash-chat`, under the
+/// event id `event`.
+fn api_message(event: &str, text: &str) -> InboundMessage {
+    InboundMessage {
+        platform: PlatformName::parse("api").expect("id"),
+        account: AccountId::parse("default").expect("id"),
+        event_id: EventId::parse(event).expect("id"),
+        ..inbound::message("u1", "crash-chat", ChatKind::Direct, text)
+    }
+}
+
+/// The client's weather tool as a turn stores it.
+fn weather_spec() -> ToolSpec {
+    let tool = weather_tool();
+    ToolSpec {
+        name: "get_weather".to_owned(),
+        description: tool["function"]["description"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        parameters: tool["function"]["parameters"].clone(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continuation_cut_short_by_a_crash_resumes_with_the_clients_result_once() {
+    let llm = FakeLlm::start_with_delay(weather_agent, Duration::from_millis(300)).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut settings = test_settings(&llm, &dir).await;
+    // The crashed process's lease must expire before another takes over.
+    settings.runner.lease_ttl = Duration::from_secs(1);
+    let (crashed_settings, crashed_llm) = (settings.clone(), llm.clone());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let gateway = Gateway::build(crashed_settings).await.expect("gateway");
+            let tools = TurnOptions {
+                client_tools: vec![weather_spec()],
+                ..TurnOptions::default()
+            };
+            let asked = SubmitOptions {
+                wait: true,
+                turn: tools.clone(),
+                ..SubmitOptions::default()
+            };
+            let submitted = gateway
+                .service
+                .submit(api_message("ask", "what is the weather?"), asked)
+                .await
+                .expect("submitted");
+            submitted
+                .reply
+                .expect("a receiver")
+                .await
+                .expect("handed out");
+            let results = SubmitOptions {
+                turn: TurnOptions {
+                    tool_results: vec![ClientResult {
+                        call_id: "call_w1".to_owned(),
+                        content: "foggy".to_owned(),
+                    }],
+                    ..tools
+                },
+                ..SubmitOptions::default()
+            };
+            gateway
+                .service
+                .submit(api_message("results", ""), results)
+                .await
+                .expect("submitted");
+            eventually("the continuation's model call", || {
+                std::future::ready(crashed_llm.requests().len() >= 2)
+            })
+            .await;
+            gateway.store.close().await;
+        });
+        runtime.shutdown_background();
+    })
+    .join()
+    .expect("crashed cleanly");
+
+    let app = TestApp::start(settings, dir).await;
+    eventually("the resumed continuation's call", || {
+        std::future::ready(llm.requests().len() >= 3)
+    })
+    .await;
+    let requests = llm.requests();
+    let resumed = requests[2].json();
+    let foggy = resumed["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|message| message["content"] == "foggy")
+        .count();
+    assert_eq!(foggy, 1, "the client's result once: {resumed}");
+    assert_eq!(requests[1].raw_messages(), requests[2].raw_messages());
+    assert_prefix_holds(&requests);
     app.stop().await;
 }
