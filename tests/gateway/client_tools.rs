@@ -587,3 +587,42 @@ async fn a_continuation_cut_short_by_a_crash_resumes_with_the_clients_result_onc
     assert_prefix_holds(&requests);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn ten_client_tool_rounds_on_a_resent_transcript_stay_one_byte_stable_conversation() {
+    let llm = FakeLlm::start(weather_agent).await;
+    let app = TestApp::spawn(&llm).await;
+    let mut messages: Vec<Value> = Vec::new();
+    let mut sessions = Vec::new();
+    for round in 1..=10 {
+        messages.push(json!({"role": "user", "content": format!("the weather, take {round}?")}));
+        let (status, session, asked) = post(
+            &app,
+            None,
+            &json!({"tools": [weather_tool()], "messages": messages}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{asked}");
+        let message = asked["choices"][0]["message"].clone();
+        let call = message["tool_calls"][0]["id"].clone();
+        assert_eq!(call, json!(format!("call_w{round}")), "{asked}");
+        messages.push(message);
+        messages
+            .push(json!({"role": "tool", "tool_call_id": call, "content": format!("{round} °C")}));
+        let (status, continued, answer) = post(
+            &app,
+            None,
+            &json!({"tools": [weather_tool()], "messages": messages}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        messages.push(answer["choices"][0]["message"].clone());
+        sessions.extend([session, continued]);
+    }
+    sessions.dedup();
+    assert_eq!(sessions.len(), 1, "one conversation: {sessions:?}");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 20);
+    assert_prefix_holds(&requests);
+    app.stop().await;
+}
