@@ -309,32 +309,23 @@ impl Transcript {
                     let leading = history
                         .iter()
                         .all(|message| matches!(message, ChatMessage::Tool { .. }));
-                    let position = open.iter().position(|open_id| open_id == id);
-                    if position.is_none() && leading && !id.is_empty() {
+                    match open.iter().position(|open_id| open_id == id) {
+                        Some(position) => {
+                            open.remove(position);
+                        }
                         // Results alone, for the calls the session named by
                         // the request handed out (checked there).
-                        let content = message
-                            .content
-                            .as_ref()
-                            .map(Content::text)
-                            .transpose()?
-                            .unwrap_or_default();
-                        history.push(ChatMessage::Tool {
-                            tool_call_id: id.to_owned(),
-                            content,
-                            is_error: false,
-                        });
-                        continue;
+                        None if leading && !id.is_empty() => {}
+                        None => {
+                            return Err(bad(
+                                index,
+                                format!(
+                                    "a tool result for `{id}`, which no assistant message before \
+                                     it called"
+                                ),
+                            ));
+                        }
                     }
-                    let Some(position) = position else {
-                        return Err(bad(
-                            index,
-                            format!(
-                                "a tool result for `{id}`, which no assistant message before it called"
-                            ),
-                        ));
-                    };
-                    open.remove(position);
                     let content = message
                         .content
                         .as_ref()
