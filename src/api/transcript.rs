@@ -305,11 +305,7 @@ impl Transcript {
                         .map(Content::text)
                         .transpose()?
                         .unwrap_or_default();
-                    history.push(ChatMessage::Tool {
-                        tool_call_id: id.to_owned(),
-                        content,
-                        is_error: false,
-                    });
+                    history.push(ChatMessage::tool_result(id, content, false));
                 }
                 other => return Err(bad(index, format!("unknown role `{other}`"))),
             }

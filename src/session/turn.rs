@@ -633,11 +633,11 @@ impl TurnExecutor {
         })
     }
 
-    /// Sets how the files of `history`'s user messages are shown to
-    /// `model`: images to a vision model, notes to another.
+    /// Sets how the files of `history`'s user messages and tool results
+    /// are shown to `model`: images to a vision model, notes to another.
     async fn show_media(&self, model: &str, history: &mut [ChatMessage]) -> Result<(), StoreError> {
         for message in history {
-            if let ChatMessage::User { media, .. } = message
+            if let ChatMessage::User { media, .. } | ChatMessage::Tool { media, .. } = message
                 && !media.is_empty()
             {
                 self.media
@@ -707,6 +707,7 @@ impl TurnExecutor {
             }),
             asker: Some(asker),
             policy: Arc::clone(self.registry.policy()),
+            media: Arc::clone(&self.media),
         }
     }
 
