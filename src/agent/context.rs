@@ -478,10 +478,7 @@ mod tests {
                     }],
                 },
             ),
-            entry(
-                5,
-                ChatMessage::tool_result("c", "r", false),
-            ),
+            entry(5, ChatMessage::tool_result("c", "r", false)),
             assistant(6, "d"),
             user(7, "e"),
             assistant(8, "f"),

@@ -500,8 +500,9 @@ async fn execute(
     let timeout = env.tool_timeout;
     // Spawned so a panicking tool is caught as a JoinError instead of
     // unwinding through the loop.
-    let mut task =
-        tokio::spawn(async move { tokio::time::timeout(timeout, tool.call_with_files(&ctx, args)).await });
+    let mut task = tokio::spawn(async move {
+        tokio::time::timeout(timeout, tool.call_with_files(&ctx, args)).await
+    });
     let joined = tokio::select! {
         joined = &mut task => joined,
         () = env.cancel.cancelled() => {

@@ -84,12 +84,12 @@ impl NewMessage {
             } => {
                 files = media;
                 (
-                Role::Tool,
-                Some(content),
-                Vec::new(),
-                Some(tool_call_id),
-                is_error,
-            )
+                    Role::Tool,
+                    Some(content),
+                    Vec::new(),
+                    Some(tool_call_id),
+                    is_error,
+                )
             }
         };
         Self {
@@ -495,20 +495,6 @@ impl Transcript<'_> {
         batch.finish_tool_call(request_id, result, failed);
         self.store.write(batch).await?;
         Ok(())
-    }
-
-    /// A tool call checkpoint's status and result, if recorded.
-    ///
-    /// # Errors
-    /// A database failure.
-    pub async fn tool_call_checkpoint(
-        self,
-        request_id: &str,
-    ) -> Result<Option<(String, Option<String>)>, StoreError> {
-        Ok(self
-            .tool_call_outcome(request_id)
-            .await?
-            .map(|outcome| (outcome.status, outcome.result)))
     }
 
     /// A tool call checkpoint's status, result and the files the result

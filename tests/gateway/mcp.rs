@@ -889,7 +889,10 @@ async fn an_mcp_image_reaches_a_vision_model_as_an_image_stored_once() {
         "the base64 is only in the image part, never in the result text"
     );
     let messages = requests[1].json()["messages"].clone();
-    let last = messages.as_array().and_then(|m| m.last()).expect("a message");
+    let last = messages
+        .as_array()
+        .and_then(|m| m.last())
+        .expect("a message");
     assert_eq!(
         *last,
         json!({"role": "user", "content": [
@@ -914,7 +917,10 @@ async fn an_mcp_image_reaches_a_vision_model_as_an_image_stored_once() {
             .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
             .await
             .expect("rows");
-    let name = stored[0].file_name().and_then(|n| n.to_str()).expect("name");
+    let name = stored[0]
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("name");
     for files in &media {
         let files: Value = serde_json::from_str(files.as_deref().expect("media")).expect("json");
         assert_eq!(files[0]["hash"], name);
@@ -942,7 +948,10 @@ async fn an_mcp_image_is_a_note_to_a_model_without_vision() {
     let raw = requests[1].raw_messages();
     assert!(!raw.contains(&image_base64()[..40]), "no base64: {raw}");
     let messages = requests[1].json()["messages"].clone();
-    let last = messages.as_array().and_then(|m| m.last()).expect("a message");
+    let last = messages
+        .as_array()
+        .and_then(|m| m.last())
+        .expect("a message");
     assert_eq!(last["role"], "tool", "no image message");
     let text = last["content"].as_str().expect("text");
     let (json_text, note) = text.split_once('\n').expect("the result, then the note");
@@ -951,7 +960,11 @@ async fn an_mcp_image_is_a_note_to_a_model_without_vision() {
         json!({"files": [image_note()], "result": "a 4×3 gradient", "success": true})
     );
     assert_eq!(note, "[image: 4×3, not shown: this model has no vision]");
-    assert!(text.len() < 200, "a short result: {} characters", text.len());
+    assert!(
+        text.len() < 200,
+        "a short result: {} characters",
+        text.len()
+    );
     app.stop().await;
 }
 
@@ -974,7 +987,10 @@ async fn an_mcp_image_goes_inside_the_tool_result_for_an_anthropic_vision_model(
     assert_eq!(reply, "seen");
     let requests = llm.requests();
     let messages = requests[1].json()["messages"].clone();
-    let last = messages.as_array().and_then(|m| m.last()).expect("a message");
+    let last = messages
+        .as_array()
+        .and_then(|m| m.last())
+        .expect("a message");
     let block = &last["content"][0];
     assert_eq!(block["type"], "tool_result");
     let content = block["content"].as_array().expect("blocks");

@@ -320,7 +320,11 @@ async fn a_finished_result_reused_after_a_crash_keeps_its_image() {
             Reply::Text("resumed with the image".to_owned())
         } else {
             Reply::Tools(vec![
-                ("c_img".to_owned(), "fake__image".to_owned(), "{}".to_owned()),
+                (
+                    "c_img".to_owned(),
+                    "fake__image".to_owned(),
+                    "{}".to_owned(),
+                ),
                 (
                     "c_slow".to_owned(),
                     "fake__slow".to_owned(),

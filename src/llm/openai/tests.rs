@@ -554,7 +554,8 @@ fn round_with(media: Vec<crate::domain::MediaRef>) -> Vec<ChatMessage> {
         },
         ChatMessage::Tool {
             tool_call_id: "call_1".to_owned(),
-            content: r#"{"files":["[file 1: image/png, 1×1, 12 bytes]"],"success":true}"#.to_owned(),
+            content: r#"{"files":["[file 1: image/png, 1×1, 12 bytes]"],"success":true}"#
+                .to_owned(),
             is_error: false,
             media,
         },
@@ -593,7 +594,11 @@ fn a_tool_results_images_follow_the_round_in_a_user_message() {
 #[test]
 fn a_tool_results_files_not_shown_are_notes_and_no_files_read_as_before() {
     let messages = messages_of(&round_with(vec![tool_image(false)]));
-    assert_eq!(messages.as_array().map(Vec::len), Some(5), "no image message");
+    assert_eq!(
+        messages.as_array().map(Vec::len),
+        Some(5),
+        "no image message"
+    );
     assert_eq!(
         messages[3]["content"],
         "{\"files\":[\"[file 1: image/png, 1×1, 12 bytes]\"],\"success\":true}\n\

@@ -18,15 +18,15 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::ClientHandler;
 use rmcp::ErrorData;
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ContentBlock, ClientConfig, ElicitRequestParams,
-    ElicitResult, ElicitationAction, ElicitationCapability, FormElicitationCapability,
-    ProgressNotificationParam,
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
+    FormElicitationCapability, ProgressNotificationParam,
 };
 use rmcp::service::{
     NotificationContext, Peer, RequestContext, RoleClient, RunningService, serve_client,
@@ -700,7 +700,10 @@ mod tests {
             ]})
         );
         let text = output.value.to_string();
-        assert!(!text.contains(&data) && !text.contains("UklGRg=="), "{text}");
+        assert!(
+            !text.contains(&data) && !text.contains("UklGRg=="),
+            "{text}"
+        );
         // Data that is not base64 is no file, and not sent either.
         let broken = CallToolResult::success(vec![ContentBlock::image("%%%", "image/png")]);
         let output = result_value(broken).expect("a result");
