@@ -203,7 +203,7 @@ pub fn user_parts<'a>(content: &'a str, media: &'a [MediaRef]) -> Vec<Part<'a>> 
         .iter()
         .any(|file| matches!(file.shown, Shown::Image(_)))
     {
-        return vec![text_with_notes(content, media)];
+        return vec![Part::Text(text_with_notes(content, media))];
     }
     let mut parts = Vec::with_capacity(media.len() + 1);
     if !content.is_empty() {
@@ -225,13 +225,13 @@ pub fn user_parts<'a>(content: &'a str, media: &'a [MediaRef]) -> Vec<Part<'a>> 
 /// one per line: `content` itself when every file is shown (or there is
 /// none).
 #[must_use]
-pub fn text_with_notes<'a>(content: &'a str, media: &'a [MediaRef]) -> Part<'a> {
+pub fn text_with_notes<'a>(content: &'a str, media: &'a [MediaRef]) -> Cow<'a, str> {
     let mut notes = media
         .iter()
         .filter(|file| !matches!(file.shown, Shown::Image(_)))
         .peekable();
     if notes.peek().is_none() {
-        return Part::Text(Cow::Borrowed(content));
+        return Cow::Borrowed(content);
     }
     let mut text = content.to_owned();
     for file in notes {
@@ -240,7 +240,7 @@ pub fn text_with_notes<'a>(content: &'a str, media: &'a [MediaRef]) -> Part<'a> 
         }
         text.push_str(&file.note());
     }
-    Part::Text(Cow::Owned(text))
+    Cow::Owned(text)
 }
 
 /// The images of `media` that are shown, in order, as image parts.

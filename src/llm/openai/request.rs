@@ -245,10 +245,7 @@ fn wire_message(message: &ChatMessage) -> WireMessage<'_> {
             tool_call_id,
             // A file not shown as an image is a note after the text; images
             // follow the round's results ([`round_images`]).
-            content: match text_with_notes(content, media) {
-                Part::Text(text) => text,
-                Part::Image { .. } => Cow::Borrowed(content.as_str()),
-            },
+            content: text_with_notes(content, media),
         },
     }
 }
