@@ -333,7 +333,12 @@ async fn take_files(
         Ok(output) => return (Ok(output.value), Vec::new()),
         Err(err) => return (Err(err), Vec::new()),
     };
-    let taken = env.media.take_tool_files(&output.files).await;
+    let files = output
+        .files
+        .into_iter()
+        .map(|file| (file.bytes, file.declared_type))
+        .collect();
+    let taken = env.media.take_tool_files(files).await;
     let mut fields = match output.value {
         Value::Object(fields) => fields,
         other => Map::from_iter([("result".to_owned(), other)]),

@@ -14,7 +14,6 @@ use crate::domain::{MediaRef, Shown};
 
 use super::blobs::hash_of;
 use super::{Media, Refusal, sniff_image};
-use crate::tools::ToolFile;
 
 /// What became of a tool's files: those kept, and a note for each file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -26,24 +25,23 @@ pub struct TakenFiles {
 }
 
 impl Media {
-    /// Takes in the files a tool returned. Never fails: a file that cannot
-    /// be kept (the blob store failing included) is left out with a note
-    /// saying so.
-    pub async fn take_tool_files(&self, files: &[ToolFile]) -> TakenFiles {
+    /// Takes in the files a tool returned, each its bytes and the media
+    /// type the tool declared. Never fails: a file that cannot be kept (the
+    /// blob store failing included) is left out with a note saying so.
+    pub async fn take_tool_files(&self, files: Vec<(Vec<u8>, String)>) -> TakenFiles {
         let mut taken = TakenFiles::default();
-        for (index, file) in files.iter().enumerate() {
+        for (index, (bytes, declared)) in files.into_iter().enumerate() {
             let number = index + 1;
-            match self.take_tool_file(number, &file.bytes).await {
+            match self.take_tool_file(number, &bytes).await {
                 Ok(media) => {
                     taken.notes.push(media.listing(number));
                     taken.media.push(media);
                 }
                 Err(why) => {
-                    tracing::info!(number, declared = %file.declared_type, why, "a tool's file was not kept");
-                    taken.notes.push(format!(
-                        "[file {number}: {}, not kept: {why}]",
-                        file.declared_type
-                    ));
+                    tracing::info!(number, %declared, why, "a tool's file was not kept");
+                    taken
+                        .notes
+                        .push(format!("[file {number}: {declared}, not kept: {why}]"));
                 }
             }
         }
@@ -108,22 +106,15 @@ mod tests {
     use super::*;
     use crate::media::settings::MediaSettings;
 
-    fn file(bytes: &[u8], declared: &str) -> ToolFile {
-        ToolFile {
-            bytes: bytes.to_vec(),
-            declared_type: declared.to_owned(),
-        }
-    }
-
     #[tokio::test]
     async fn images_are_stored_once_and_other_files_get_a_note() {
         let blobs = MemoryBlobs::default();
         let media = Media::new(Arc::new(blobs.clone()), &MediaSettings::default()).expect("media");
         let taken = media
-            .take_tool_files(&[
-                file(TINY_PNG, "image/png"),
-                file(b"RIFF....WAVE", "audio/wav"),
-                file(TINY_PNG, "image/x-whatever"),
+            .take_tool_files(vec![
+                (TINY_PNG.to_vec(), "image/png".to_owned()),
+                (b"RIFF....WAVE".to_vec(), "audio/wav".to_owned()),
+                (TINY_PNG.to_vec(), "image/x-whatever".to_owned()),
             ])
             .await;
         assert_eq!(taken.media.len(), 2);
@@ -152,7 +143,9 @@ mod tests {
         };
         let media = Media::new(Arc::new(blobs.clone()), &settings).expect("media");
         let png = switchboard_test_support::media::gradient_png(400, 200, false);
-        let taken = media.take_tool_files(&[file(&png, "image/png")]).await;
+        let taken = media
+            .take_tool_files(vec![(png, "image/png".to_owned())])
+            .await;
         let derived = taken.media[0].derived.clone().expect("scaled down");
         assert_eq!((derived.width, derived.height), (Some(100), Some(50)));
         assert_eq!(blobs.len(), 2, "the original and the scaled-down version");
