@@ -504,12 +504,7 @@ fn message_part(message: &ChatMessage) -> (u64, u64) {
         ChatMessage::User { content, media } => {
             0u8.hash(h);
             content.hash(h);
-            for file in media {
-                file.hash.hash(h);
-                file.derived.as_ref().map(|derived| &derived.hash).hash(h);
-                file.transcript.hash(h);
-                std::mem::discriminant(&file.shown).hash(h);
-            }
+            files_part(media, h);
             len(content)
         }
         ChatMessage::Assistant {
@@ -533,14 +528,27 @@ fn message_part(message: &ChatMessage) -> (u64, u64) {
             tool_call_id,
             content,
             is_error,
+            media,
         } => {
             2u8.hash(h);
             tool_call_id.hash(h);
             content.hash(h);
             is_error.hash(h);
+            // Nothing for a result without files: its hash reads as before.
+            files_part(media, h);
             len(tool_call_id) + len(content)
         }
     })
+}
+
+/// Hashes what of a message's files reaches a request.
+fn files_part(media: &[crate::domain::MediaRef], h: &mut impl Hasher) {
+    for file in media {
+        file.hash.hash(h);
+        file.derived.as_ref().map(|derived| &derived.hash).hash(h);
+        file.transcript.hash(h);
+        std::mem::discriminant(&file.shown).hash(h);
+    }
 }
 
 /// Hashes a JSON value without serialising it; returns about the

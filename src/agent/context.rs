@@ -478,14 +478,7 @@ mod tests {
                     }],
                 },
             ),
-            entry(
-                5,
-                ChatMessage::Tool {
-                    tool_call_id: "c".to_owned(),
-                    content: "r".to_owned(),
-                    is_error: false,
-                },
-            ),
+            entry(5, ChatMessage::tool_result("c", "r", false)),
             assistant(6, "d"),
             user(7, "e"),
             assistant(8, "f"),
@@ -561,11 +554,7 @@ mod tests {
             WireEntry {
                 id: id + 1,
                 task_id: Some(InboundId::new(task)),
-                message: ChatMessage::Tool {
-                    tool_call_id: format!("c{id}"),
-                    content: "r".to_owned(),
-                    is_error: false,
-                },
+                message: ChatMessage::tool_result(format!("c{id}"), "r", false),
             },
         ]
     }

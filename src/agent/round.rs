@@ -12,10 +12,17 @@
 //! A cacheable tool's call ([`crate::tools::cache`]) is first looked up in
 //! the shared cache: a hit is the stored result text, byte for byte what the
 //! live call gave, and its checkpoint is marked `cache_hit`; a live success
-//! is stored for the next same call.
+//! is stored for the next same call (not one with files: the cache keeps
+//! text).
+//!
+//! Files a tool returns ([`crate::tools::ToolOutput`], an MCP server's
+//! images) are taken into the media pipeline before the result is written:
+//! the result text notes each under `files`, its entry refers to the blobs
+//! (`MediaRef`s), and its checkpoint keeps them too, so a result reused
+//! after a restart still carries them.
 
 use crate::domain::{
-    ApprovalKind, ApprovalStatus, ChatMessage, ToolCall, ToolCallStatus, canonical_json,
+    ApprovalKind, ApprovalStatus, ChatMessage, MediaRef, ToolCall, ToolCallStatus, canonical_json,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,10 +38,10 @@ use super::live::LiveEvent;
 use super::run::{InterruptedRound, LoopEnv};
 use super::subagent::SubAgentRunner;
 use super::wallet::Purse;
-use crate::store::{Batch, StoreError, ToolCheckpoint, round_request_id};
+use crate::store::{Batch, StoreError, ToolCheckpoint, round_request_id, tool_media_json};
 use crate::tools::approval::InDoubt;
 use crate::tools::cache::{Caller, cache_key, ttl_ms};
-use crate::tools::{ToolContext, ToolError};
+use crate::tools::{ToolContext, ToolError, ToolOutput};
 
 /// Why a tool call gave no result; the message is what the model sees.
 #[derive(Debug, thiserror::Error)]
@@ -157,26 +164,27 @@ pub(super) async fn resume_round(
         let checkpoint = env
             .store
             .transcript()
-            .tool_call_checkpoint(&request_id)
+            .tool_call_outcome(&request_id)
             .await?
-            .map(|(status, result)| (status.parse::<ToolCallStatus>().ok(), result));
+            .map(|outcome| {
+                let status = outcome.status.parse::<ToolCallStatus>().ok();
+                (status, outcome.result, outcome.media)
+            });
         let result = match checkpoint {
             Some((
                 Some(status @ (ToolCallStatus::Done | ToolCallStatus::Failed)),
                 Some(result),
+                media,
             )) => {
                 tracing::info!(call_id = %call.id, "recovery: reusing a finished tool result");
-                ChatMessage::Tool {
-                    tool_call_id: call.id.clone(),
-                    content: result,
-                    is_error: status == ToolCallStatus::Failed,
-                }
+                let failed = status == ToolCallStatus::Failed;
+                with_files(agent, env, call, result, failed, media).await
             }
-            Some((Some(ToolCallStatus::Client), _)) => {
+            Some((Some(ToolCallStatus::Client), _, _)) => {
                 resumed.client_calls = true;
                 continue;
             }
-            Some((Some(ToolCallStatus::Awaiting), _)) => {
+            Some((Some(ToolCallStatus::Awaiting), _, _)) => {
                 match decided(agent, env, purse, &request_id, call).await? {
                     Ok(result) => result,
                     Err(waiting) => {
@@ -206,11 +214,7 @@ pub(super) async fn resume_round(
                         .transcript()
                         .finish_tool_call(&request_id, &content, true)
                         .await?;
-                    ChatMessage::Tool {
-                        tool_call_id: call.id.clone(),
-                        content,
-                        is_error: true,
-                    }
+                    ChatMessage::tool_result(&call.id, content, true)
                 }
             }
             None => run_call(agent, env, purse, request_id, call).await?,
@@ -297,11 +301,58 @@ pub fn refused(call: &ToolCall, reason: &str) -> ChatMessage {
 }
 
 fn tool_result(call: &ToolCall, content: String, is_error: bool) -> ChatMessage {
+    ChatMessage::tool_result(&call.id, content, is_error)
+}
+
+/// The result of `call` with the files `media`, each set to show to the
+/// agent's model as the next turn's replay of it will (an image to a
+/// vision model, a note to another).
+async fn with_files(
+    agent: &Agent,
+    env: &LoopEnv,
+    call: &ToolCall,
+    content: String,
+    is_error: bool,
+    mut media: Vec<MediaRef>,
+) -> ChatMessage {
+    if !media.is_empty()
+        && let Err(err) = env.media.show(&agent.model, &mut media).await
+    {
+        tracing::warn!(error = %err, "a tool result's files could not be loaded");
+    }
     ChatMessage::Tool {
         tool_call_id: call.id.clone(),
         content,
         is_error,
+        media,
     }
+}
+
+/// A tool's outcome with its files taken into the media pipeline: the
+/// object then notes each file under `files` (in place of its bytes), and
+/// the files kept come beside it.
+async fn take_files(
+    env: &LoopEnv,
+    outcome: Result<ToolOutput, ToolCallError>,
+) -> (Result<Value, ToolCallError>, Vec<MediaRef>) {
+    let output = match outcome {
+        Ok(output) if !output.files.is_empty() => output,
+        Ok(output) => return (Ok(output.value), Vec::new()),
+        Err(err) => return (Err(err), Vec::new()),
+    };
+    let files = output
+        .files
+        .into_iter()
+        .map(|file| (file.bytes, file.declared_type))
+        .collect();
+    let taken = env.media.take_tool_files(files).await;
+    let mut fields = match output.value {
+        Value::Object(fields) => fields,
+        other => Map::from_iter([("result".to_owned(), other)]),
+    };
+    let notes = taken.notes.into_iter().map(Value::String).collect();
+    fields.insert("files".to_owned(), Value::Array(notes));
+    (Ok(Value::Object(fields)), taken.media)
 }
 
 /// The `running` checkpoint of a call.
@@ -356,10 +407,10 @@ async fn run_started_call(
         None => None,
     };
     let cache_hit = hit.is_some();
-    let (content, failed) = match hit {
+    let (content, failed, media) = match hit {
         Some(content) => {
             env.metrics.tool_call(&call.name, true, "ok");
-            (content, false)
+            (content, false, Vec::new())
         }
         None => {
             let outcome = execute(agent, env, purse, &request_id, call).await;
@@ -367,8 +418,10 @@ async fn run_started_call(
             let kind = outcome.as_ref().err().map_or("ok", ToolCallError::kind);
             let known = agent.toolset.get(&call.name).is_some();
             env.metrics.tool_call(&call.name, known, kind);
+            let (outcome, media) = take_files(env, outcome).await;
             let content = canonical_json(&result_object(outcome));
-            if let (Some((key, ttl)), false) = (&cache, failed)
+            // A result with files is not cached: the cache keeps text.
+            if let (Some((key, ttl)), false, true) = (&cache, failed, media.is_empty())
                 && let Err(err) = env
                     .store
                     .tool_cache()
@@ -377,7 +430,7 @@ async fn run_started_call(
             {
                 tracing::warn!(error = %err, "storing a tool result in the cache failed");
             }
-            (content, failed)
+            (content, failed, media)
         }
     };
     let content = agent.toolset.bounded_result(&call.name, content);
@@ -391,8 +444,12 @@ async fn run_started_call(
         name: call.name.clone(),
         is_error: failed,
     });
+    let files = tool_media_json(&media).unwrap_or_else(|err| {
+        tracing::warn!(error = %err, "a tool result's files could not be checkpointed");
+        None
+    });
     let mut finish = Batch::new();
-    finish.finish_tool_call(&request_id, &content, failed);
+    finish.finish_tool_call_with_files(&request_id, &content, failed, files);
     if cache_hit {
         finish.mark_cache_hit(&request_id);
     }
@@ -402,11 +459,7 @@ async fn run_started_call(
         duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         "tool call"
     );
-    let result = ChatMessage::Tool {
-        tool_call_id: call.id.clone(),
-        content,
-        is_error: failed,
-    };
+    let result = with_files(agent, env, call, content, failed, media).await;
     (result, finish)
 }
 
@@ -432,7 +485,7 @@ async fn execute(
     purse: &Arc<Purse>,
     request_id: &str,
     call: &ToolCall,
-) -> Result<Value, ToolCallError> {
+) -> Result<ToolOutput, ToolCallError> {
     let Some(tool) = agent.toolset.get(&call.name).cloned() else {
         return Err(ToolCallError::UnknownTool {
             name: call.name.clone(),
@@ -459,8 +512,9 @@ async fn execute(
     let timeout = env.tool_timeout;
     // Spawned so a panicking tool is caught as a JoinError instead of
     // unwinding through the loop.
-    let mut task =
-        tokio::spawn(async move { tokio::time::timeout(timeout, tool.call(&ctx, args)).await });
+    let mut task = tokio::spawn(async move {
+        tokio::time::timeout(timeout, tool.call_with_files(&ctx, args)).await
+    });
     let joined = tokio::select! {
         joined = &mut task => joined,
         () = env.cancel.cancelled() => {

@@ -100,6 +100,8 @@ pub struct LoopEnv {
     pub person: Option<Arc<dyn crate::tools::AskPerson>>,
     /// Which tools ask first.
     pub policy: Arc<ApprovalPolicy>,
+    /// Where the files tools return are kept, and how they are shown.
+    pub media: Arc<crate::media::Media>,
 }
 
 impl LoopEnv {

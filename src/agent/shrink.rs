@@ -91,11 +91,7 @@ mod tests {
     use super::*;
 
     fn tool(chars: usize) -> ChatMessage {
-        ChatMessage::Tool {
-            tool_call_id: "c".to_owned(),
-            content: "x".repeat(chars),
-            is_error: false,
-        }
+        ChatMessage::tool_result("c", "x".repeat(chars), false)
     }
 
     fn chars(message: &ChatMessage) -> usize {

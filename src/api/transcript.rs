@@ -332,11 +332,7 @@ impl Transcript {
                         .map(Content::text)
                         .transpose()?
                         .unwrap_or_default();
-                    history.push(ChatMessage::Tool {
-                        tool_call_id: id.to_owned(),
-                        content,
-                        is_error: false,
-                    });
+                    history.push(ChatMessage::tool_result(id, content, false));
                 }
                 other => return Err(bad(index, format!("unknown role `{other}`"))),
             }
@@ -416,11 +412,11 @@ impl Transcript {
     /// the history, and the tool results it brings.
     pub fn seed(&self) -> Vec<ChatMessage> {
         let mut seed = self.history.clone();
-        seed.extend(self.results.iter().map(|result| ChatMessage::Tool {
-            tool_call_id: result.call_id.clone(),
-            content: result.content.clone(),
-            is_error: false,
-        }));
+        seed.extend(
+            self.results
+                .iter()
+                .map(|result| ChatMessage::tool_result(&result.call_id, &result.content, false)),
+        );
         seed
     }
 

@@ -47,6 +47,11 @@ pub enum ChatMessage {
         tool_call_id: String,
         content: String,
         is_error: bool,
+        /// Files the tool returned (an MCP server's images), by blob hash;
+        /// shown like a user message's files. The `content` holds a short
+        /// note per file in their place.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        media: Vec<MediaRef>,
     },
 }
 
@@ -55,6 +60,20 @@ impl ChatMessage {
     pub fn user(content: impl Into<String>) -> Self {
         Self::User {
             content: content.into(),
+            media: Vec::new(),
+        }
+    }
+
+    /// A tool's result without files.
+    pub fn tool_result(
+        tool_call_id: impl Into<String>,
+        content: impl Into<String>,
+        is_error: bool,
+    ) -> Self {
+        Self::Tool {
+            tool_call_id: tool_call_id.into(),
+            content: content.into(),
+            is_error,
             media: Vec::new(),
         }
     }

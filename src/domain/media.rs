@@ -10,7 +10,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 
-/// A file attached to a user message, by its blob.
+/// A file attached to a user message (or returned by a tool), by its blob.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MediaRef {
     /// The SHA-256 of the bytes, lowercase hex: the blob's name.
@@ -136,6 +136,19 @@ impl MediaRef {
         }
     }
 
+    /// The one-line note a tool's result text carries for it, the file
+    /// numbered `number`: `[file 1: image/png, 640×480, 10240 bytes]`.
+    #[must_use]
+    pub fn listing(&self, number: usize) -> String {
+        match (self.width, self.height) {
+            (Some(width), Some(height)) => format!(
+                "[file {number}: {}, {width}×{height}, {} bytes]",
+                self.media_type, self.size
+            ),
+            _ => format!("[file {number}: {}, {} bytes]", self.media_type, self.size),
+        }
+    }
+
     /// The text that stands in for the file when it is not shown, e.g.
     /// `[image: photo.jpg, 1280×960, not shown: this model has no vision]`
     /// (a photo without a file name: `[image: 1280×960, …]`).
@@ -176,8 +189,8 @@ pub enum Part<'a> {
     },
 }
 
-/// The parts of a user message with text `content` and files `media`, for a
-/// provider to encode: the text alone when no image is shown (the notes of
+/// The parts of a user message (or a tool result) with text `content` and
+/// files `media`, for a provider to encode: the text alone when no image is shown (the notes of
 /// files not shown and the text of documents appended, one per line), else the text (when not empty)
 /// followed by each file in order, as an image or its note. The same
 /// message always gives the same parts.
@@ -190,14 +203,7 @@ pub fn user_parts<'a>(content: &'a str, media: &'a [MediaRef]) -> Vec<Part<'a>> 
         .iter()
         .any(|file| matches!(file.shown, Shown::Image(_)))
     {
-        let mut text = content.to_owned();
-        for file in media {
-            if !text.is_empty() {
-                text.push('\n');
-            }
-            text.push_str(&file.note());
-        }
-        return vec![Part::Text(Cow::Owned(text))];
+        return vec![Part::Text(text_with_notes(content, media))];
     }
     let mut parts = Vec::with_capacity(media.len() + 1);
     if !content.is_empty() {
@@ -213,4 +219,41 @@ pub fn user_parts<'a>(content: &'a str, media: &'a [MediaRef]) -> Vec<Part<'a>> 
         });
     }
     parts
+}
+
+/// `content` followed by the note of each of `media` not shown as an image,
+/// one per line: `content` itself when every file is shown (or there is
+/// none).
+#[must_use]
+pub fn text_with_notes<'a>(content: &'a str, media: &'a [MediaRef]) -> Cow<'a, str> {
+    let mut notes = media
+        .iter()
+        .filter(|file| !matches!(file.shown, Shown::Image(_)))
+        .peekable();
+    if notes.peek().is_none() {
+        return Cow::Borrowed(content);
+    }
+    let mut text = content.to_owned();
+    for file in notes {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&file.note());
+    }
+    Cow::Owned(text)
+}
+
+/// The images of `media` that are shown, in order, as image parts.
+#[must_use]
+pub fn shown_images(media: &[MediaRef]) -> Vec<Part<'_>> {
+    media
+        .iter()
+        .filter_map(|file| match &file.shown {
+            Shown::Image(bytes) => Some(Part::Image {
+                media_type: file.shown_media_type(),
+                base64: BASE64.encode(bytes),
+            }),
+            _ => None,
+        })
+        .collect()
 }

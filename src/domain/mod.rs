@@ -24,7 +24,7 @@ pub use canonical::canonical_json;
 pub use clock::{Clock, DAY_MS, day_label, millis, now_ms, start_of_today_ms};
 pub use conversation::{ChatMessage, StopReason, StoredTool, ToolCall, ToolSpec, Usage};
 pub use ids::{InboundId, InvalidSessionId, PrincipalId, Scope, SessionId, TaskId};
-pub use media::{Derived, MediaRef, Part, Shown, user_parts};
+pub use media::{Derived, MediaRef, Part, Shown, shown_images, text_with_notes, user_parts};
 pub use options::{
     AskedToolChoice, CallOptions, ClientResult, NO_CALL_OPTIONS, ResponseFormat, TurnOptions,
 };

@@ -21,6 +21,9 @@
 //! (the reply says voice notes are not enabled), and one the transcription
 //! server fails on or hears no speech in (its turn ends with that reply
 //! before any model call).
+//!
+//! Images a tool returns (an MCP server's) take the same way in
+//! ([`tool_files`]) and are shown the same way, inside the tool's result.
 
 pub mod blobs;
 pub mod budget;
@@ -30,6 +33,7 @@ pub mod pdf;
 pub mod resize;
 pub mod s3;
 pub mod settings;
+pub mod tool_files;
 pub mod voice;
 
 use crate::domain::{MediaRef, Shown};
@@ -167,6 +171,15 @@ pub struct Media {
     max_image_bytes: u64,
     /// Set when `[media.transcription]` is.
     transcriber: Option<Transcriber>,
+}
+
+impl std::fmt::Debug for Media {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Media")
+            .field("max_file_bytes", &self.max_file_bytes)
+            .field("vision_models", &self.vision_models)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Media {

@@ -662,11 +662,11 @@ impl TurnExecutor {
         })
     }
 
-    /// Sets how the files of `history`'s user messages are shown to
-    /// `model`: images to a vision model, notes to another.
+    /// Sets how the files of `history`'s user messages and tool results
+    /// are shown to `model`: images to a vision model, notes to another.
     async fn show_media(&self, model: &str, history: &mut [ChatMessage]) -> Result<(), StoreError> {
         for message in history {
-            if let ChatMessage::User { media, .. } = message
+            if let ChatMessage::User { media, .. } | ChatMessage::Tool { media, .. } = message
                 && !media.is_empty()
             {
                 self.media
@@ -737,6 +737,7 @@ impl TurnExecutor {
             }),
             asker: Some(asker),
             policy: Arc::clone(self.registry.policy()),
+            media: Arc::clone(&self.media),
         }
     }
 
@@ -1050,11 +1051,7 @@ async fn answer_handed_calls(
     let mut answered = Vec::with_capacity(unanswered.len());
     for (index, call) in unanswered {
         let message = match results.iter().find(|result| result.call_id == call.id) {
-            Some(result) => ChatMessage::Tool {
-                tool_call_id: call.id.clone(),
-                content: result.content.clone(),
-                is_error: false,
-            },
+            Some(result) => ChatMessage::tool_result(&call.id, &result.content, false),
             None => crate::agent::round::refused(call, texts::NO_CLIENT_RESULT),
         };
         let mut entry = Batch::new();

@@ -86,8 +86,8 @@ impl MediaRecords<'_> {
     }
 
     /// Every blob hash a stored message refers to: the files of inbound
-    /// messages (`inbound.media`) and of transcript entries
-    /// (`messages.media`).
+    /// messages (`inbound.media`), of transcript entries (`messages.media`)
+    /// and of tool results checkpointed (`tool_calls.media`).
     ///
     /// # Errors
     /// A database failure, or a file list that does not parse (then nothing
@@ -95,7 +95,8 @@ impl MediaRecords<'_> {
     pub async fn referenced_blob_hashes(self) -> Result<HashSet<String>, StoreError> {
         let lists = sqlx::query_scalar::<_, String>(
             "SELECT media FROM inbound WHERE media IS NOT NULL \
-             UNION ALL SELECT media FROM messages WHERE media IS NOT NULL",
+             UNION ALL SELECT media FROM messages WHERE media IS NOT NULL \
+             UNION ALL SELECT media FROM tool_calls WHERE media IS NOT NULL",
         )
         .fetch_all(&mut *self.store.read_conn().await?)
         .await?;

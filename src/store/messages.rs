@@ -53,7 +53,7 @@ pub struct NewMessage {
     pub tool_calls: Vec<ToolCall>,
     pub tool_call_id: Option<String>,
     pub is_error: bool,
-    /// A user entry's files, by blob hash.
+    /// A user entry's files, or a tool result's, by blob hash.
     pub media: Vec<MediaRef>,
     pub meta: MessageMeta,
 }
@@ -80,13 +80,17 @@ impl NewMessage {
                 tool_call_id,
                 content,
                 is_error,
-            } => (
-                Role::Tool,
-                Some(content),
-                Vec::new(),
-                Some(tool_call_id),
-                is_error,
-            ),
+                media,
+            } => {
+                files = media;
+                (
+                    Role::Tool,
+                    Some(content),
+                    Vec::new(),
+                    Some(tool_call_id),
+                    is_error,
+                )
+            }
         };
         Self {
             session_id: session_id.clone(),
@@ -159,6 +163,7 @@ pub(super) fn parse_wire_view(raw: &str) -> Result<Vec<WireEntry>, StoreError> {
                         tool_call_id: tool_call_id.unwrap_or_default(),
                         content: content.unwrap_or_default(),
                         is_error: is_error != 0,
+                        media: parse_media(media)?,
                     },
                 };
                 Ok(WireEntry {
@@ -278,13 +283,28 @@ impl Batch {
     /// Records a tool call's result (status `done`, or `failed` when the
     /// result is an error).
     pub fn finish_tool_call(&mut self, request_id: &str, result: &str, failed: bool) {
+        self.finish_tool_call_with_files(request_id, result, failed, None);
+    }
+
+    /// Records a tool call's result with the files it returned (`media`,
+    /// their [`MediaRef`]s as JSON, see [`tool_media_json`]), so that a
+    /// result reused after a restart still carries them.
+    pub fn finish_tool_call_with_files(
+        &mut self,
+        request_id: &str,
+        result: &str,
+        failed: bool,
+        media: Option<String>,
+    ) {
         self.push(
-            "UPDATE tool_calls SET status = $1, result = $2, finished_at = $3 WHERE request_id = $4",
+            "UPDATE tool_calls SET status = $1, result = $2, finished_at = $3, media = $5 \
+             WHERE request_id = $4",
             vec![
                 if failed { "failed" } else { "done" }.into(),
                 result.into(),
                 Arg::from(now_ms()),
                 request_id.into(),
+                media.as_deref().into(),
             ],
         );
     }
@@ -482,20 +502,29 @@ impl Transcript<'_> {
         Ok(())
     }
 
-    /// A tool call checkpoint's status and result, if recorded.
+    /// A tool call checkpoint's status, result and the files the result
+    /// carries, if recorded.
     ///
     /// # Errors
-    /// A database failure.
-    pub async fn tool_call_checkpoint(
+    /// A database failure, or files that do not parse.
+    pub async fn tool_call_outcome(
         self,
         request_id: &str,
-    ) -> Result<Option<(String, Option<String>)>, StoreError> {
-        Ok(sqlx::query_as::<_, (String, Option<String>)>(
-            "SELECT status, result FROM tool_calls WHERE request_id = $1",
+    ) -> Result<Option<ToolCallOutcome>, StoreError> {
+        let row = sqlx::query_as::<_, (String, Option<String>, Option<String>)>(
+            "SELECT status, result, media FROM tool_calls WHERE request_id = $1",
         )
         .bind(request_id)
         .fetch_optional(&mut *self.store.conn().await?)
-        .await?)
+        .await?;
+        row.map(|(status, result, media)| {
+            Ok(ToolCallOutcome {
+                status,
+                result,
+                media: parse_media(media)?,
+            })
+        })
+        .transpose()
     }
 
     /// The calls of the API client's own tools that the session's
@@ -536,4 +565,23 @@ impl Transcript<'_> {
 fn round_position(request_id: &str) -> (i64, i64) {
     let (entry, index) = request_id.rsplit_once('-').unwrap_or((request_id, ""));
     (entry.parse().unwrap_or(0), index.parse().unwrap_or(0))
+}
+
+/// A checkpointed tool call as recovery reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCallOutcome {
+    /// `running`, `done`, `failed`, `awaiting`, …
+    pub status: String,
+    /// The result text, once finished.
+    pub result: Option<String>,
+    /// The files the result carries.
+    pub media: Vec<MediaRef>,
+}
+
+/// The files of a tool result as a checkpoint keeps them (`NULL` for none).
+///
+/// # Errors
+/// A file that cannot be serialised (never).
+pub fn tool_media_json(media: &[MediaRef]) -> Result<Option<String>, StoreError> {
+    media_json(media)
 }

@@ -144,7 +144,9 @@ pub use leases::{Fence, Renewal};
 pub use literal::LiteralError;
 pub use memories::{MemoryEntry, Remembered};
 pub use messages::{MessageMeta, NewMessage, StoredMessage};
-pub use messages::{RoundStart, ToolCheckpoint, WireEntry, round_request_id};
+pub use messages::{
+    RoundStart, ToolCallOutcome, ToolCheckpoint, WireEntry, round_request_id, tool_media_json,
+};
 pub use outbox::{OutboxRow, StoredReply, TurnEnd};
 pub use pairing::{Applicant, PairingRequest};
 pub use principals::{DirectChat, Identity, Redemption, SessionSummary};

@@ -9,7 +9,9 @@
 //!
 //! Every result the model sees is a JSON object with a `success` field; the
 //! agent loop adds `"success": true` to a tool's output and turns errors into
-//! `{"success": false, "error": "…"}`.
+//! `{"success": false, "error": "…"}`. A tool may return files beside the
+//! object ([`output`]: an MCP server's images), which go through the media
+//! pipeline and are shown to the model like a user's files.
 //!
 //! Besides the built-ins, the registry offers the tools of the configured
 //! MCP servers ([`mcp`]), named `SERVER__tool`. A session stores what it was
@@ -28,6 +30,7 @@ pub mod delegate;
 pub mod http_get;
 pub mod mcp;
 pub mod memory;
+pub mod output;
 pub mod settings;
 pub mod tasks;
 
@@ -42,6 +45,8 @@ use schemars::generate::SchemaSettings;
 use schemars::transform::RecursiveTransform;
 use schemars::{JsonSchema, Schema};
 use serde_json::Value;
+
+pub use output::{ToolFile, ToolOutput};
 
 /// What a tool call knows about its surroundings.
 #[derive(Clone)]
@@ -208,6 +213,20 @@ pub trait Tool: Send + Sync {
     /// # Errors
     /// Shown to the model as `{"success": false, "error": "…"}`.
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError>;
+
+    /// Runs the tool, with the files its result carries ([`output`]): what
+    /// the agent loop calls. The default is [`Tool::call`]'s object alone;
+    /// a tool that returns files (an MCP tool) overrides it.
+    ///
+    /// # Errors
+    /// As [`Tool::call`].
+    async fn call_with_files(
+        &self,
+        ctx: &ToolContext,
+        args: Value,
+    ) -> Result<ToolOutput, ToolError> {
+        self.call(ctx, args).await.map(ToolOutput::from)
+    }
 
     fn spec(&self) -> ToolSpec {
         ToolSpec {

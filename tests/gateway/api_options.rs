@@ -515,8 +515,15 @@ async fn with_client_instructions_off_a_system_message_is_accepted_and_ignored()
 /// Runs a gateway on its own runtime until the model has received the
 /// turn's first call, then closes its database and drops the runtime: as
 /// far as the database can tell, the process died mid-call.
-fn crash_during_the_first_call(settings: Settings, llm: FakeLlm, turn: TurnOptions) {
-    std::thread::spawn(move || {
+fn crash_during_the_first_call(mut settings: Settings, llm: FakeLlm, turn: TurnOptions) {
+    // The crashed process's lease must expire before another takes over (a
+    // TTL this short only there: a loaded machine could miss renewing it).
+    settings.runner.lease_ttl = Duration::from_secs(1);
+    // The crashed instance runs on a thread of its own; waiting for it
+    // hands this runtime's queued work (the fake model's server among it)
+    // to another worker first, or a task left in this worker's slot would
+    // wait for the join, and the join for it.
+    let crashed = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -546,9 +553,8 @@ fn crash_during_the_first_call(settings: Settings, llm: FakeLlm, turn: TurnOptio
             gateway.store.close().await;
         });
         runtime.shutdown_background();
-    })
-    .join()
-    .expect("crashed cleanly");
+    });
+    tokio::task::block_in_place(|| crashed.join()).expect("crashed cleanly");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -559,9 +565,7 @@ async fn a_turn_resumed_after_a_crash_applies_the_settings_stored_with_its_messa
     )
     .await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut settings = test_settings(&llm, &dir).await;
-    // The crashed process's lease must expire before another takes over.
-    settings.runner.lease_ttl = Duration::from_secs(1);
+    let settings = test_settings(&llm, &dir).await;
     let turn = TurnOptions {
         call: CallOptions {
             temperature: Some(0.7),

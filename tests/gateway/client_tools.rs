@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use switchboard::config::Settings;
 use switchboard::domain::{ClientResult, ToolSpec, TurnOptions};
 use switchboard::gateway::Gateway;
 use switchboard::session::service::SubmitOptions;
@@ -512,62 +513,45 @@ fn weather_spec() -> ToolSpec {
 async fn a_continuation_cut_short_by_a_crash_resumes_with_the_clients_result_once() {
     let llm = FakeLlm::start_with_delay(weather_agent, Duration::from_millis(300)).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut settings = test_settings(&llm, &dir).await;
-    // The crashed process's lease must expire before another takes over.
-    settings.runner.lease_ttl = Duration::from_secs(1);
-    let (crashed_settings, crashed_llm) = (settings.clone(), llm.clone());
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        runtime.block_on(async {
-            let gateway = Gateway::build(crashed_settings).await.expect("gateway");
-            let tools = TurnOptions {
-                client_tools: vec![weather_spec()],
-                ..TurnOptions::default()
-            };
-            let asked = SubmitOptions {
-                wait: true,
-                turn: tools.clone(),
-                ..SubmitOptions::default()
-            };
-            let submitted = gateway
-                .service
-                .submit(api_message("ask", "what is the weather?"), asked)
-                .await
-                .expect("submitted");
-            submitted
-                .reply
-                .expect("a receiver")
-                .await
-                .expect("handed out");
-            let results = SubmitOptions {
-                turn: TurnOptions {
-                    tool_results: vec![ClientResult {
-                        call_id: "call_w1".to_owned(),
-                        content: "foggy".to_owned(),
-                    }],
-                    ..tools
-                },
-                ..SubmitOptions::default()
-            };
-            gateway
-                .service
-                .submit(api_message("results", ""), results)
-                .await
-                .expect("submitted");
-            eventually("the continuation's model call", || {
-                std::future::ready(crashed_llm.requests().len() >= 2)
-            })
-            .await;
-            gateway.store.close().await;
-        });
-        runtime.shutdown_background();
-    })
-    .join()
-    .expect("crashed cleanly");
+    let settings = test_settings(&llm, &dir).await;
+    let tools = TurnOptions {
+        client_tools: vec![weather_spec()],
+        ..TurnOptions::default()
+    };
+    {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let app = TestApp::start(settings.clone(), dir).await;
+        let asked = SubmitOptions {
+            wait: true,
+            turn: tools.clone(),
+            ..SubmitOptions::default()
+        };
+        let submitted = app
+            .gateway
+            .service
+            .submit(api_message("ask", "what is the weather?"), asked)
+            .await
+            .expect("submitted");
+        let reply = submitted.reply.expect("a receiver");
+        tokio::time::timeout(Duration::from_secs(20), reply)
+            .await
+            .expect("the calls handed out in time")
+            .expect("a reply");
+        app.stop().await;
+    }
+    let results = TurnOptions {
+        tool_results: vec![ClientResult {
+            call_id: "call_w1".to_owned(),
+            content: "foggy".to_owned(),
+        }],
+        ..tools
+    };
+    // The crashed process's lease must expire before another takes over
+    // (a TTL this short only there: a loaded machine could miss renewing
+    // it while the turns that finish run).
+    let mut crashing = settings.clone();
+    crashing.runner.lease_ttl = Duration::from_secs(1);
+    crash_during_the_first_call(crashing, llm.clone(), results);
 
     let app = TestApp::start(settings, dir).await;
     eventually("the resumed continuation's call", || {
@@ -586,6 +570,43 @@ async fn a_continuation_cut_short_by_a_crash_resumes_with_the_clients_result_onc
     assert_eq!(requests[1].raw_messages(), requests[2].raw_messages());
     assert_prefix_holds(&requests);
     app.stop().await;
+}
+
+/// Runs a gateway on its own runtime until the model has received the
+/// continuation's first call (the results `turn` brings, with no message),
+/// then closes its database and drops the runtime: as far as the database
+/// can tell, the process died mid-call.
+fn crash_during_the_first_call(settings: Settings, llm: FakeLlm, turn: TurnOptions) {
+    let before = llm.requests().len();
+    // The crashed instance runs on a thread of its own; waiting for it
+    // hands this runtime's queued work (the fake model's server among it)
+    // to another worker first.
+    let crashed = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let gateway = Gateway::build(settings).await.expect("gateway");
+            let options = SubmitOptions {
+                turn,
+                ..SubmitOptions::default()
+            };
+            gateway
+                .service
+                .submit(api_message("results", ""), options)
+                .await
+                .expect("submitted");
+            eventually("the continuation's model call", || {
+                std::future::ready(llm.requests().len() > before)
+            })
+            .await;
+            gateway.store.close().await;
+        });
+        runtime.shutdown_background();
+    });
+    tokio::task::block_in_place(|| crashed.join()).expect("crashed cleanly");
 }
 
 #[tokio::test]

@@ -3,7 +3,9 @@
 //! called through the agent loop, a crash mid-call answered with an error
 //! while the server comes back, a byte-stable prefix with MCP tools offered,
 //! `/stop` cancelling a running call, allow/deny lists, a tool list change
-//! seen by new sessions only, and cached tool results.
+//! seen by new sessions only, cached tool results, and an image in a tool's
+//! result stored once and shown as an image (OpenAI and Anthropic formats)
+//! or as a note, never as base64 text.
 
 use std::path::{Path, PathBuf};
 
@@ -142,6 +144,7 @@ async fn stdio_tools_are_offered_sorted_with_their_schemas_and_called_by_the_age
             "fake__fail",
             "fake__freeze",
             "fake__header",
+            "fake__image",
             "fake__slow",
         ]
     );
@@ -592,7 +595,7 @@ async fn switchboard_tools_lists_every_tool_with_its_source() {
         "fake__crash - (not offered: mcp.deny)",
         "a tool left out is listed with why"
     );
-    assert!(stdout.contains("fake: up; 9 tools listed"), "{stdout}");
+    assert!(stdout.contains("fake: up; 10 tools listed"), "{stdout}");
 }
 
 /// Starts `switchboard serve` in `dir` with `config/switchboard.toml` there
@@ -816,5 +819,191 @@ async fn an_mcp_servers_question_during_a_call_is_put_to_the_person() {
             == "stopped"
     })
     .await;
+    app.stop().await;
+}
+
+/// A model that calls `fake__image` for the user message `call fake__image
+/// {}` and answers `seen` once it has the result.
+fn picture(body: &Value) -> Reply {
+    if last_user_text(body) == "call fake__image {}" && !last_is_tool_result(body) {
+        Reply::Tools(vec![(
+            "c1".to_owned(),
+            "fake__image".to_owned(),
+            "{}".to_owned(),
+        )])
+    } else {
+        Reply::Text("seen".to_owned())
+    }
+}
+
+/// The message of `request` that is the result of the call `id`
+/// (Chat Completions).
+fn tool_message(request: &Recorded, id: &str) -> Value {
+    request.json()["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .find(|message| message["role"] == "tool" && message["tool_call_id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("the result of {id}"))
+}
+
+/// The base64 of the `image` tool's PNG.
+fn image_base64() -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(switchboard_test_support::mcp::image_png())
+}
+
+/// What the result text says of the `image` tool's file.
+fn image_note() -> String {
+    let size = switchboard_test_support::mcp::image_png().len();
+    format!("[file 1: image/png, 4×3, {size} bytes]")
+}
+
+#[tokio::test]
+async fn an_mcp_image_reaches_a_vision_model_as_an_image_stored_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("calls.log");
+    let llm = FakeLlm::start(picture).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        with_server(s, stdio_server(&log, None));
+        s.media.vision_models = vec!["fake-model".to_owned()];
+    })
+    .await;
+
+    let (session, first) = app.say(None, "call fake__image {}").await;
+    let (_, second) = app.say(Some(&session), "call fake__image {}").await;
+
+    assert_eq!((first.as_str(), second.as_str()), ("seen", "seen"));
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 4, "two turns of a tool round each");
+    let result = tool_message(&requests[1], "c1");
+    let text = result["content"].as_str().expect("the result's text");
+    assert_eq!(
+        result_of(text),
+        json!({"files": [image_note()], "result": "a 4×3 gradient", "success": true})
+    );
+    let data_url = format!("data:image/png;base64,{}", image_base64());
+    assert!(
+        !text.contains(&image_base64()[..40]),
+        "the base64 is only in the image part, never in the result text"
+    );
+    let messages = requests[1].json()["messages"].clone();
+    let last = messages
+        .as_array()
+        .and_then(|m| m.last())
+        .expect("a message");
+    assert_eq!(
+        *last,
+        json!({"role": "user", "content": [
+            {"type": "text", "text": "Images returned by tool call c1:"},
+            {"type": "image_url", "image_url": {"url": data_url}},
+        ]}),
+        "the image follows the round's results"
+    );
+    // The next turn replays the first byte for byte, image included.
+    crate::helpers::assert_prefix_holds(&requests);
+    // Two calls, the same image: one blob.
+    assert_eq!(calls_of(&log, "image"), 2);
+    let stored = crate::helpers::files_under(&dir_of(&app));
+    assert_eq!(stored.len(), 1, "one blob: {stored:?}");
+    assert_eq!(
+        std::fs::read(&stored[0]).expect("blob"),
+        switchboard_test_support::mcp::image_png()
+    );
+    // The tool entries refer to it by hash.
+    let media: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT media FROM messages WHERE role = 'tool' ORDER BY id")
+            .fetch_all(&mut *app.gateway.store.conn().await.expect("conn"))
+            .await
+            .expect("rows");
+    let name = stored[0]
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("name");
+    for files in &media {
+        let files: Value = serde_json::from_str(files.as_deref().expect("media")).expect("json");
+        assert_eq!(files[0]["hash"], name);
+    }
+    assert_eq!(media.len(), 2);
+    app.stop().await;
+}
+
+/// The blob folder of `app`.
+fn dir_of(app: &TestApp) -> PathBuf {
+    app.gateway.settings.media.folder.clone()
+}
+
+#[tokio::test]
+async fn an_mcp_image_is_a_note_to_a_model_without_vision() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("calls.log");
+    let llm = FakeLlm::start(picture).await;
+    let app = TestApp::spawn_with(&llm, |s| with_server(s, stdio_server(&log, None))).await;
+
+    let (_, reply) = app.say(None, "call fake__image {}").await;
+
+    assert_eq!(reply, "seen");
+    let requests = llm.requests();
+    let raw = requests[1].raw_messages();
+    assert!(!raw.contains(&image_base64()[..40]), "no base64: {raw}");
+    let messages = requests[1].json()["messages"].clone();
+    let last = messages
+        .as_array()
+        .and_then(|m| m.last())
+        .expect("a message");
+    assert_eq!(last["role"], "tool", "no image message");
+    let text = last["content"].as_str().expect("text");
+    let (json_text, note) = text.split_once('\n').expect("the result, then the note");
+    assert_eq!(
+        result_of(json_text),
+        json!({"files": [image_note()], "result": "a 4×3 gradient", "success": true})
+    );
+    assert_eq!(note, "[image: 4×3, not shown: this model has no vision]");
+    assert!(
+        text.len() < 200,
+        "a short result: {} characters",
+        text.len()
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn an_mcp_image_goes_inside_the_tool_result_for_an_anthropic_vision_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("calls.log");
+    let llm = FakeLlm::start(picture).await;
+    let app = TestApp::spawn_with(&llm, |s| {
+        with_server(s, stdio_server(&log, None));
+        s.llm.provider = switchboard::llm::ProviderKind::Anthropic;
+        s.llm.base_url =
+            switchboard::domain::BaseUrl::parse(&llm.anthropic_base()).expect("a test URL");
+        s.media.vision_models = vec!["fake-model".to_owned()];
+    })
+    .await;
+
+    let (_, reply) = app.say(None, "call fake__image {}").await;
+
+    assert_eq!(reply, "seen");
+    let requests = llm.requests();
+    let messages = requests[1].json()["messages"].clone();
+    let last = messages
+        .as_array()
+        .and_then(|m| m.last())
+        .expect("a message");
+    let block = &last["content"][0];
+    assert_eq!(block["type"], "tool_result");
+    let content = block["content"].as_array().expect("blocks");
+    assert_eq!(content.len(), 2, "{content:?}");
+    assert_eq!(content[0]["type"], "text");
+    assert_eq!(
+        result_of(content[0]["text"].as_str().expect("text")),
+        json!({"files": [image_note()], "result": "a 4×3 gradient", "success": true})
+    );
+    assert_eq!(
+        content[1],
+        json!({"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                           "data": image_base64()}})
+    );
     app.stop().await;
 }

@@ -1,5 +1,6 @@
 //! Every tool call is a checkpoint: a task cut short by a crash resumes from
-//! its last step, re-running a `running` call only if its tool is idempotent.
+//! its last step, re-running a `running` call only if its tool is idempotent,
+//! and reusing a finished one's result with its files (an MCP image).
 
 use std::time::Duration;
 
@@ -24,17 +25,41 @@ fn message(text: &str) -> InboundMessage {
 }
 
 async fn running_checkpoints(store: &Store) -> i64 {
-    sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM tool_calls WHERE status = 'running'")
-        .fetch_one(&mut *store.conn().await.expect("conn"))
-        .await
-        .unwrap_or(0)
+    checkpoints(store, "status = 'running'").await
+}
+
+/// How many checkpoints match `condition`.
+async fn checkpoints(store: &Store, condition: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>(&format!(
+        "SELECT COUNT(*) FROM tool_calls WHERE {condition}"
+    ))
+    .fetch_one(&mut *store.conn().await.expect("conn"))
+    .await
+    .unwrap_or(0)
 }
 
 /// Runs the gateway on its own runtime until a tool call is checkpointed as
 /// running, then closes its database and drops the runtime with everything
 /// on it: as far as the database can tell, the process died mid-call.
 fn crash_while_a_tool_runs(settings: Settings, ready: impl Fn() -> bool + Send + 'static) {
-    std::thread::spawn(move || {
+    crash_when(settings, "status = 'running'", ready);
+}
+
+/// As [`crash_while_a_tool_runs`], once a call is running and a checkpoint
+/// matches `also` (an SQL condition on `tool_calls`).
+fn crash_when(
+    mut settings: Settings,
+    also: &'static str,
+    ready: impl Fn() -> bool + Send + 'static,
+) {
+    // The crashed process's lease must expire before another takes over (a
+    // TTL this short only there: a loaded machine could miss renewing it).
+    settings.runner.lease_ttl = std::time::Duration::from_secs(1);
+    // The crashed instance runs on a thread of its own; waiting for it
+    // hands this runtime's queued work (the fake model's server among it)
+    // to another worker first, or a task left in this worker's slot would
+    // wait for the join, and the join for it.
+    let crashed = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -42,13 +67,18 @@ fn crash_while_a_tool_runs(settings: Settings, ready: impl Fn() -> bool + Send +
             .expect("runtime");
         runtime.block_on(async {
             let gateway = Gateway::build(settings).await.expect("gateway");
+            if let Some(mcp) = gateway.tools.mcp() {
+                mcp.wait_started(Duration::from_secs(10)).await;
+            }
             gateway
                 .service
                 .submit(message("do the thing"), SubmitOptions::default())
                 .await
                 .expect("submitted");
             eventually("the tool to start", || async {
-                running_checkpoints(&gateway.store).await > 0 && ready()
+                running_checkpoints(&gateway.store).await > 0
+                    && checkpoints(&gateway.store, also).await > 0
+                    && ready()
             })
             .await;
             // Nothing reaches the database after this point, as if the
@@ -57,9 +87,8 @@ fn crash_while_a_tool_runs(settings: Settings, ready: impl Fn() -> bool + Send +
             gateway.store.close().await;
         });
         runtime.shutdown_background();
-    })
-    .join()
-    .expect("crashed cleanly");
+    });
+    tokio::task::block_in_place(|| crashed.join()).expect("crashed cleanly");
 }
 
 async fn wait_until_answered(app: &TestApp) -> String {
@@ -201,8 +230,6 @@ async fn an_idempotent_call_caught_running_is_rerun_with_the_same_request_id() {
 async fn settings_for(llm: &FakeLlm, dir: &tempfile::TempDir) -> Settings {
     let mut settings = test_settings(llm, dir).await;
     settings.agent.tools = vec!["calculator".to_owned(), "delegate".to_owned()];
-    // The crashed process's lease must expire before another takes over.
-    settings.runner.lease_ttl = std::time::Duration::from_secs(1);
     settings
 }
 
@@ -285,5 +312,77 @@ async fn a_call_in_doubt_after_a_crash_is_put_to_the_person_not_rerun() {
         "{result}"
     );
     assert_eq!(sub_agent_calls(&llm), before, "skipped, never re-run");
+    app.stop().await;
+}
+
+/// A round of an MCP image and a slow call, cut by a crash while the slow
+/// one runs: after the restart the image's finished result is reused from
+/// its checkpoint, and still shows the image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_result_reused_after_a_crash_keeps_its_image() {
+    let llm = FakeLlm::start(|body| {
+        let answered = body["messages"]
+            .as_array()
+            .is_some_and(|messages| messages.iter().any(|m| m["role"] == "tool"));
+        if answered {
+            Reply::Text("resumed with the image".to_owned())
+        } else {
+            Reply::Tools(vec![
+                (
+                    "c_img".to_owned(),
+                    "fake__image".to_owned(),
+                    "{}".to_owned(),
+                ),
+                (
+                    "c_slow".to_owned(),
+                    "fake__slow".to_owned(),
+                    r#"{"secs": 600}"#.to_owned(),
+                ),
+            ])
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("calls.log");
+    let mut settings = settings_for(&llm, &dir).await;
+    crate::mcp::with_server(&mut settings, crate::mcp::stdio_server(&log, None));
+    settings.media.vision_models = vec!["fake-model".to_owned()];
+    settings.tools.approval.in_doubt = switchboard::tools::approval::InDoubt::Skip;
+    crash_when(
+        settings.clone(),
+        "status = 'done' AND media IS NOT NULL",
+        || true,
+    );
+
+    let app = TestApp::start(settings, dir).await;
+    let reply = wait_until_answered(&app).await;
+
+    assert_eq!(reply, "resumed with the image");
+    let image = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| *line == "call image")
+        .count();
+    assert_eq!(image, 1, "the image call is not run again");
+    let last = llm.requests().last().expect("request").json();
+    let messages = last["messages"].as_array().expect("messages");
+    let images = messages.last().expect("a message");
+    use base64::Engine as _;
+    let data = base64::engine::general_purpose::STANDARD
+        .encode(switchboard_test_support::mcp::image_png());
+    assert_eq!(
+        *images,
+        serde_json::json!({"role": "user", "content": [
+            {"type": "text", "text": "Images returned by tool call c_img:"},
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}")}},
+        ]})
+    );
+    let media: Option<String> = sqlx::query_scalar(
+        "SELECT media FROM messages WHERE role = 'tool' AND tool_call_id = 'c_img'",
+    )
+    .fetch_one(&mut *app.gateway.store.conn().await.expect("conn"))
+    .await
+    .expect("the image's entry");
+    assert!(media.is_some_and(|m| m.contains("image/png")));
     app.stop().await;
 }

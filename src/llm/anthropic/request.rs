@@ -1,7 +1,8 @@
 //! The Messages request body: the system prompt as a cached block (its
 //! changing tail, if any, in a block after the breakpoint), roles strictly
 //! alternating (consecutive items of one role merged, tool results inside
-//! user messages ahead of any text), images as inline base64 blocks, and
+//! user messages ahead of any text), images as inline base64 blocks (a
+//! tool result's images inside its `tool_result`, after its text), and
 //! prompt-cache breakpoints on the stable system text, the last tool, the
 //! last block (unless the request's end is asked once:
 //! [`CacheTail::Skip`]) and the last block of the user message before it.
@@ -173,7 +174,7 @@ enum Block<'a> {
     },
     ToolResult {
         tool_use_id: &'a str,
-        content: &'a str,
+        content: ToolResultContent<'a>,
         #[serde(skip_serializing_if = "is_false")]
         is_error: bool,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -190,6 +191,29 @@ impl Block<'_> {
             | Self::ToolResult { cache_control, .. } => *cache_control = breakpoint(hour),
         }
     }
+}
+
+/// A tool result's content: its text (a result without files, or whose
+/// files are all notes: the bytes of a result without files are as they
+/// always were), or text and image blocks when it shows images.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ToolResultContent<'a> {
+    Text(Cow<'a, str>),
+    Blocks(Vec<Block<'a>>),
+}
+
+/// The content of a tool result with text `content` and files `media`:
+/// the text with the notes of the files when none is shown as an image,
+/// else the blocks [`user_blocks`] gives.
+fn tool_result_content<'a>(content: &'a str, media: &'a [MediaRef]) -> ToolResultContent<'a> {
+    let mut blocks = user_blocks(content, media);
+    if let [Block::Text { .. }] = blocks.as_slice()
+        && let Some(Block::Text { text, .. }) = blocks.pop()
+    {
+        return ToolResultContent::Text(text);
+    }
+    ToolResultContent::Blocks(blocks)
 }
 
 /// An image block's bytes, inline.
@@ -276,11 +300,12 @@ fn blocks_of(message: &ChatMessage) -> (Role, Vec<Block<'_>>) {
             tool_call_id,
             content,
             is_error,
+            media,
         } => (
             Role::User,
             vec![Block::ToolResult {
                 tool_use_id: tool_call_id,
-                content,
+                content: tool_result_content(content, media),
                 is_error: *is_error,
                 cache_control: None,
             }],

@@ -249,11 +249,7 @@ fn user(text: &str) -> ChatMessage {
 }
 
 fn result(id: &str, content: &str, is_error: bool) -> ChatMessage {
-    ChatMessage::Tool {
-        tool_call_id: id.to_owned(),
-        content: content.to_owned(),
-        is_error,
-    }
+    ChatMessage::tool_result(id, content, is_error)
 }
 
 fn count_breakpoints(body: &str) -> usize {
@@ -511,4 +507,66 @@ async fn a_clients_settings_are_sent_the_anthropic_way() {
     let settings = r#","temperature":0.5,"top_p":0.9,"stop_sequences":["END"],"output_config":{"format":{"type":"json_schema","schema":{"additionalProperties":false,"type":"object"}}}"#;
     assert!(!plain.contains("output_config") && !plain.contains("temperature"));
     assert_eq!(with.replacen(settings, "", 1), *plain, "{with}");
+}
+
+#[test]
+fn a_tool_results_images_go_inside_its_tool_result() {
+    let bytes: &[u8] = b"\x89PNG\r\n\x1a\nfake";
+    let image = |shown: bool| crate::domain::MediaRef {
+        hash: "ab".repeat(32),
+        media_type: "image/png".to_owned(),
+        name: None,
+        size: bytes.len() as u64,
+        width: Some(1),
+        height: Some(1),
+        derived: None,
+        transcript: None,
+        shown: if shown {
+            crate::domain::Shown::Image(std::sync::Arc::from(bytes))
+        } else {
+            crate::domain::Shown::NoVision
+        },
+    };
+    let history = |media| {
+        vec![
+            user("look"),
+            ChatMessage::Assistant {
+                content: None,
+                tool_calls: vec![call("t1", "snap", "{}")],
+            },
+            ChatMessage::Tool {
+                tool_call_id: "t1".to_owned(),
+                content: r#"{"success":true}"#.to_owned(),
+                is_error: false,
+                media,
+            },
+        ]
+    };
+    let content_of = |messages: &[ChatMessage]| {
+        let body = super::request::body(
+            &request::<Anthropic>(messages, &[]),
+            crate::llm::settings::CacheTtl::FiveMinutes,
+            false,
+        )
+        .expect("body");
+        let body: Value = serde_json::from_slice(&body).expect("json");
+        body["messages"][2]["content"][0]["content"].clone()
+    };
+    assert_eq!(
+        content_of(&history(vec![image(true)])),
+        json!([
+            {"type": "text", "text": r#"{"success":true}"#},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": "iVBORw0KGgpmYWtl"}},
+        ])
+    );
+    assert_eq!(
+        content_of(&history(vec![image(false)])),
+        json!("{\"success\":true}\n[image: 1×1, not shown: this model has no vision]")
+    );
+    assert_eq!(
+        content_of(&history(Vec::new())),
+        json!(r#"{"success":true}"#),
+        "a result without files is its text, as ever"
+    );
 }

@@ -2,7 +2,9 @@
 //! right after the model so that nothing that varies precedes them, and
 //! each turn's `messages` bytes extend the previous turn's (the provider's
 //! prompt cache keeps hitting); a streamed request adds its stream fields
-//! last. Images go as `image_url` content parts with `data:` URLs. A call
+//! last. Images go as `image_url` content parts with `data:` URLs; a tool
+//! result's images (a `tool` message takes none) go in one user message
+//! after the round's results, each result's under a line naming its call. A call
 //! that must not use tools keeps them (`tool_choice: "none"`), so the
 //! cached prefix holds.
 //!
@@ -26,7 +28,10 @@ use std::borrow::Cow;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::domain::{AskedToolChoice, ChatMessage, MediaRef, Part, ResponseFormat, user_parts};
+use crate::domain::{
+    AskedToolChoice, ChatMessage, MediaRef, Part, ResponseFormat, shown_images, text_with_notes,
+    user_parts,
+};
 use crate::llm::wire::to_json;
 use crate::llm::{LlmError, ModelRequest, ToolChoice};
 
@@ -160,7 +165,7 @@ enum WireMessage<'a> {
     Tool {
         role: &'static str,
         tool_call_id: &'a str,
-        content: &'a str,
+        content: Cow<'a, str>,
     },
 }
 
@@ -189,17 +194,19 @@ fn user_message<'a>(content: &'a str, media: &'a [MediaRef]) -> WireMessage<'a> 
     }
     WireMessage::Parts {
         role: "user",
-        content: parts
-            .into_iter()
-            .map(|part| match part {
-                Part::Text(text) => WirePart::Text { text },
-                Part::Image { media_type, base64 } => WirePart::ImageUrl {
-                    image_url: WireImageUrl {
-                        url: format!("data:{media_type};base64,{base64}"),
-                    },
-                },
-            })
-            .collect(),
+        content: parts.into_iter().map(wire_part).collect(),
+    }
+}
+
+/// A part as Chat Completions takes it: images as `data:` URLs.
+fn wire_part(part: Part<'_>) -> WirePart<'_> {
+    match part {
+        Part::Text(text) => WirePart::Text { text },
+        Part::Image { media_type, base64 } => WirePart::ImageUrl {
+            image_url: WireImageUrl {
+                url: format!("data:{media_type};base64,{base64}"),
+            },
+        },
     }
 }
 
@@ -268,12 +275,63 @@ fn wire_message(message: &ChatMessage) -> WireMessage<'_> {
             content,
             // The wire format has no error flag; the content says what failed.
             is_error: _,
+            media,
         } => WireMessage::Tool {
             role: "tool",
             tool_call_id,
-            content,
+            // A file not shown as an image is a note after the text; images
+            // follow the round's results ([`round_images`]).
+            content: text_with_notes(content, media),
         },
     }
+}
+
+/// The wire messages of `messages`: each in turn, and after each run of
+/// tool results (a round's), the user message of their images, if any.
+fn wire_messages(messages: &[ChatMessage]) -> Vec<WireMessage<'_>> {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut round_start = 0;
+    for (index, message) in messages.iter().enumerate() {
+        if !matches!(message, ChatMessage::Tool { .. }) {
+            round_start = index + 1;
+        }
+        out.push(wire_message(message));
+        let round_ends = !matches!(messages.get(index + 1), Some(ChatMessage::Tool { .. }));
+        if round_ends && let Some(images) = round_images(&messages[round_start..=index]) {
+            out.push(images);
+        }
+    }
+    out
+}
+
+/// The images tool results show, as one user message (Chat Completions
+/// takes no images in a `tool` message): for each result with shown
+/// images, `Images returned by tool call ID:` and its images. `None` when
+/// no result of `round` shows one.
+fn round_images<'a>(round: &'a [ChatMessage]) -> Option<WireMessage<'a>> {
+    let mut parts = Vec::new();
+    for message in round {
+        let ChatMessage::Tool {
+            tool_call_id,
+            media,
+            ..
+        } = message
+        else {
+            continue;
+        };
+        let images = shown_images(media);
+        if images.is_empty() {
+            continue;
+        }
+        parts.push(WirePart::Text {
+            text: Cow::Owned(format!("Images returned by tool call {tool_call_id}:")),
+        });
+        parts.extend(images.into_iter().map(wire_part));
+    }
+    (!parts.is_empty()).then_some(WireMessage::Parts {
+        role: "user",
+        content: parts,
+    })
 }
 
 /// Serialises the request body once, so every retry sends the same bytes;
@@ -293,7 +351,7 @@ pub(super) fn body(request: &ModelRequest<'_>, stream: bool) -> Result<Vec<u8>, 
             content: system,
         });
     }
-    messages.extend(request.messages.iter().map(wire_message));
+    messages.extend(wire_messages(request.messages));
     let body = ChatRequest {
         model: request.model,
         messages,

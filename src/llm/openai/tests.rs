@@ -45,11 +45,7 @@ impl Fixture for OpenAi {
                     arguments: r#"{"expr":"2+2"}"#.to_owned(),
                 }],
             },
-            ChatMessage::Tool {
-                tool_call_id: "call_1".to_owned(),
-                content: "4".to_owned(),
-                is_error: false,
-            },
+            ChatMessage::tool_result("call_1", "4", false),
             ChatMessage::Assistant {
                 content: Some("It is 4.".to_owned()),
                 tool_calls: vec![],
@@ -522,4 +518,103 @@ async fn a_clients_settings_go_after_max_tokens_and_leave_the_messages_alone() {
         "the settings are the only difference"
     );
     assert!(with.contains(&format!("{max_tokens}{settings}")), "{with}");
+}
+
+/// A 1×1 PNG's file, shown as an image (`shown`) or not.
+fn tool_image(shown: bool) -> crate::domain::MediaRef {
+    let bytes: &[u8] = b"\x89PNG\r\n\x1a\nfake";
+    crate::domain::MediaRef {
+        hash: "ab".repeat(32),
+        media_type: "image/png".to_owned(),
+        name: None,
+        size: bytes.len() as u64,
+        width: Some(1),
+        height: Some(1),
+        derived: None,
+        transcript: None,
+        shown: if shown {
+            crate::domain::Shown::Image(std::sync::Arc::from(bytes))
+        } else {
+            crate::domain::Shown::NoVision
+        },
+    }
+}
+
+/// A round of two calls whose first result carries `media`.
+fn round_with(media: Vec<crate::domain::MediaRef>) -> Vec<ChatMessage> {
+    let call = |id: &str| ToolCall {
+        id: id.to_owned(),
+        name: "snap".to_owned(),
+        arguments: "{}".to_owned(),
+    };
+    vec![
+        ChatMessage::user("look"),
+        ChatMessage::Assistant {
+            content: None,
+            tool_calls: vec![call("call_1"), call("call_2")],
+        },
+        ChatMessage::Tool {
+            tool_call_id: "call_1".to_owned(),
+            content: r#"{"files":["[file 1: image/png, 1×1, 12 bytes]"],"success":true}"#
+                .to_owned(),
+            is_error: false,
+            media,
+        },
+        ChatMessage::tool_result("call_2", r#"{"success":true}"#, false),
+    ]
+}
+
+fn messages_of(messages: &[ChatMessage]) -> Value {
+    let body = super::request::body(&request::<OpenAi>(messages, &[]), false).expect("body");
+    serde_json::from_slice::<Value>(&body).expect("json")["messages"].clone()
+}
+
+#[test]
+fn a_tool_results_images_follow_the_round_in_a_user_message() {
+    let messages = messages_of(&round_with(vec![tool_image(true)]));
+    let messages = messages.as_array().expect("messages");
+    // system, user, assistant, two tool results, then the images.
+    assert_eq!(messages.len(), 6, "{messages:?}");
+    assert_eq!(messages[3]["role"], "tool");
+    assert_eq!(
+        messages[3]["content"],
+        r#"{"files":["[file 1: image/png, 1×1, 12 bytes]"],"success":true}"#,
+        "the text alone: no base64 in a tool message"
+    );
+    assert_eq!(messages[4]["tool_call_id"], "call_2");
+    let data = "iVBORw0KGgpmYWtl";
+    assert_eq!(
+        messages[5],
+        json!({"role": "user", "content": [
+            {"type": "text", "text": "Images returned by tool call call_1:"},
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}")}},
+        ]})
+    );
+}
+
+#[test]
+fn a_tool_results_files_not_shown_are_notes_and_no_files_read_as_before() {
+    let messages = messages_of(&round_with(vec![tool_image(false)]));
+    assert_eq!(
+        messages.as_array().map(Vec::len),
+        Some(5),
+        "no image message"
+    );
+    assert_eq!(
+        messages[3]["content"],
+        "{\"files\":[\"[file 1: image/png, 1×1, 12 bytes]\"],\"success\":true}\n\
+         [image: 1×1, not shown: this model has no vision]"
+    );
+    // A result without files: the same bytes as ever.
+    let plain = round_with(Vec::new());
+    let body = super::request::body(&request::<OpenAi>(&plain, &[]), false).expect("body");
+    let text = String::from_utf8(body).expect("utf-8");
+    assert!(
+        text.contains(
+            r#"{"role":"tool","tool_call_id":"call_1","content":"{\"files\":[\"[file 1: image/png, 1×1, 12 bytes]\"],\"success\":true}"}"#
+        ),
+        "{text}"
+    );
+    let again = super::request::body(&request::<OpenAi>(&plain, &[]), false).expect("body");
+    assert_eq!(text.as_bytes(), again, "the same history, the same bytes");
 }

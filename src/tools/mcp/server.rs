@@ -18,13 +18,15 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::ClientHandler;
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
-    ElicitResult, ElicitationAction, ElicitationCapability, FormElicitationCapability,
-    ProgressNotificationParam,
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
+    FormElicitationCapability, ProgressNotificationParam,
 };
 use rmcp::service::{
     NotificationContext, Peer, RequestContext, RoleClient, RunningService, serve_client,
@@ -40,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use super::elicit::Form;
 use super::settings::{McpServerSettings, McpSettings, SEPARATOR};
 use super::tool::McpTool;
-use crate::tools::{AskPerson, Asked, ToolContext, ToolError};
+use crate::tools::{AskPerson, Asked, ToolContext, ToolError, ToolFile, ToolOutput};
 
 /// How a server is doing, as `switchboard tools` and the tests see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,7 +167,7 @@ impl Link {
         ctx: &ToolContext,
         tool: &str,
         args: Value,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<ToolOutput, ToolError> {
         let _registered = self.register(ctx);
         let peer = self.peer.lock().map(|peer| peer.clone()).unwrap_or(None);
         let Some(peer) = peer else {
@@ -217,8 +219,14 @@ impl Link {
 
 /// What the model sees of a tool's result: its structured content when it
 /// is an object, else its text as `result` (when every content block is
-/// text), else its content blocks as JSON as `content`. `isError` makes it an error result with the text as the message.
-fn result_value(result: CallToolResult) -> Result<Value, ToolError> {
+/// text or an image), else its content blocks as JSON as `content`.
+/// Images are never sent as base64 text: each becomes a file returned
+/// beside the object ([`ToolOutput::files`], shown to the model like a
+/// user's photo), a block of `content` naming it (`{"type": "image",
+/// "file": N}`); other binary payloads (audio, blob resources) are left out
+/// of `content` with a note of their size. `isError` makes it an error
+/// result with the text as the message.
+fn result_value(result: CallToolResult) -> Result<ToolOutput, ToolError> {
     let texts: Vec<&str> = result
         .content
         .iter()
@@ -232,12 +240,59 @@ fn result_value(result: CallToolResult) -> Result<Value, ToolError> {
             text
         }));
     }
-    match result.structured_content {
-        Some(Value::Object(fields)) => Ok(Value::Object(fields)),
-        _ if texts.len() == result.content.len() => Ok(serde_json::json!({ "result": text })),
-        _ => Ok(serde_json::json!({
-            "content": serde_json::to_value(&result.content).unwrap_or(Value::Null)
-        })),
+    let mut files = Vec::new();
+    let blocks: Vec<Value> = result
+        .content
+        .iter()
+        .map(|block| block_value(block, &mut files))
+        .collect();
+    let value = match result.structured_content {
+        Some(Value::Object(fields)) => Value::Object(fields),
+        _ if texts.len() + files.len() == result.content.len() => {
+            serde_json::json!({ "result": text })
+        }
+        _ => serde_json::json!({ "content": blocks }),
+    };
+    Ok(ToolOutput { value, files })
+}
+
+/// A content block as `content` shows it: an image whose data decodes
+/// becomes the next of `files` and a block naming it; base64 payloads of
+/// other blocks are replaced by a note of their length.
+fn block_value(block: &ContentBlock, files: &mut Vec<ToolFile>) -> Value {
+    if let Some(image) = block.as_image()
+        && let Ok(bytes) = BASE64.decode(image.data.as_bytes())
+    {
+        files.push(ToolFile {
+            bytes,
+            declared_type: image.mime_type.clone(),
+        });
+        return serde_json::json!({"type": "image", "file": files.len()});
+    }
+    let mut value = serde_json::to_value(block).unwrap_or(Value::Null);
+    strip_base64(&mut value);
+    value
+}
+
+/// Replaces each `data` or `blob` string (base64, in MCP's image, audio and
+/// resource contents) under `value` by a note of its length.
+fn strip_base64(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            for (key, field) in fields.iter_mut() {
+                match field {
+                    Value::String(text) if key == "data" || key == "blob" => {
+                        *field = Value::String(format!(
+                            "[{} characters of base64 left out]",
+                            text.len()
+                        ));
+                    }
+                    other => strip_base64(other),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_base64),
+        _ => {}
     }
 }
 
@@ -594,7 +649,6 @@ impl ClientHandler for Listener {
 
 #[cfg(test)]
 mod tests {
-    use rmcp::model::ContentBlock;
     use serde_json::json;
 
     use super::*;
@@ -602,7 +656,7 @@ mod tests {
     #[test]
     fn results_keep_the_success_and_error_shape() {
         let text = CallToolResult::success(vec![ContentBlock::text("hi")]);
-        assert_eq!(result_value(text), Ok(json!({"result": "hi"})));
+        assert_eq!(result_value(text), Ok(json!({"result": "hi"}).into()));
         let failed = CallToolResult::error(vec![ContentBlock::text("no such file")]);
         assert_eq!(
             result_value(failed),
@@ -610,7 +664,54 @@ mod tests {
         );
         let mut structured = CallToolResult::success(vec![ContentBlock::text("{}")]);
         structured.structured_content = Some(json!({"sum": 3}));
-        assert_eq!(result_value(structured), Ok(json!({"sum": 3})));
+        assert_eq!(result_value(structured), Ok(json!({"sum": 3}).into()));
+    }
+
+    #[test]
+    fn images_become_files_and_no_base64_reaches_the_text() {
+        let png = b"\x89PNG\r\n\x1a\nrest".to_vec();
+        let data = BASE64.encode(&png);
+        let mixed = CallToolResult::success(vec![
+            ContentBlock::text("a dot"),
+            ContentBlock::image(data.clone(), "image/png"),
+        ]);
+        let output = result_value(mixed).expect("a result");
+        assert_eq!(output.value, json!({"result": "a dot"}));
+        assert_eq!(
+            output.files,
+            [ToolFile {
+                bytes: png.clone(),
+                declared_type: "image/png".to_owned()
+            }]
+        );
+        // Audio is no file here: `content` keeps it, its base64 left out.
+        let audio = CallToolResult::success(vec![
+            ContentBlock::image(data.clone(), "image/png"),
+            ContentBlock::audio("UklGRg==", "audio/wav"),
+        ]);
+        let output = result_value(audio).expect("a result");
+        assert_eq!(output.files.len(), 1);
+        assert_eq!(
+            output.value,
+            json!({"content": [
+                {"type": "image", "file": 1},
+                {"type": "audio", "mimeType": "audio/wav",
+                 "data": "[8 characters of base64 left out]"},
+            ]})
+        );
+        let text = output.value.to_string();
+        assert!(
+            !text.contains(&data) && !text.contains("UklGRg=="),
+            "{text}"
+        );
+        // Data that is not base64 is no file, and not sent either.
+        let broken = CallToolResult::success(vec![ContentBlock::image("%%%", "image/png")]);
+        let output = result_value(broken).expect("a result");
+        assert!(output.files.is_empty());
+        assert_eq!(
+            output.value["content"][0]["data"],
+            "[3 characters of base64 left out]"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::server::Link;
 use super::settings::McpServerSettings;
 use crate::domain::ToolSpec;
-use crate::tools::{CachePolicy, Tool, ToolContext, ToolError, ToolSource};
+use crate::tools::{CachePolicy, Tool, ToolContext, ToolError, ToolOutput, ToolSource};
 
 /// One tool of one MCP server.
 pub struct McpTool {
@@ -104,7 +104,17 @@ impl Tool for McpTool {
         self.max_result_chars
     }
 
+    /// The result object alone: its files are left out (the agent loop
+    /// calls [`Tool::call_with_files`]).
     async fn call(&self, ctx: &ToolContext, args: Value) -> Result<Value, ToolError> {
+        Ok(self.link.call(ctx, &self.remote, args).await?.value)
+    }
+
+    async fn call_with_files(
+        &self,
+        ctx: &ToolContext,
+        args: Value,
+    ) -> Result<ToolOutput, ToolError> {
         self.link.call(ctx, &self.remote, args).await
     }
 }

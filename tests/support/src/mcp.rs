@@ -11,7 +11,8 @@
 //! request header, over HTTP), `choose {question}` (asks the user to pick
 //! a size, an elicitation, and answers with the action and content that
 //! came back), `env
-//! {name}` (the value of an environment variable, `""` when unset). Every
+//! {name}` (the value of an environment variable, `""` when unset), `image
+//! {}` (the text `a 4×3 gradient` and an image block of [`image_png`]). Every
 //! call appends a line to the `log` file (`call NAME`, and `cancelled slow`
 //! when a `slow` call is cancelled), so a test can count calls. Each line of
 //! the `extra` file, if it exists, adds an echo-like tool of that name (a
@@ -111,6 +112,7 @@ impl FakeMcp {
                 "Read an environment variable.",
                 json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
             ),
+            tool("image", "Draw a small picture.", json!({"type": "object"})),
         ];
         if let Some(extra) = self
             .extra
@@ -235,6 +237,15 @@ impl ServerHandler for FakeMcp {
                 let name = args.get("name").and_then(Value::as_str).unwrap_or_default();
                 Ok(text(&std::env::var(name).unwrap_or_default()))
             }
+            "image" => {
+                use base64::Engine as _;
+                let data = base64::engine::general_purpose::STANDARD.encode(image_png());
+                Ok(CallToolResult::success(vec![
+                    ContentBlock::text("a 4×3 gradient".to_owned()),
+                    ContentBlock::image(data, "image/png"),
+                ])
+                .into())
+            }
             _ => {
                 let said = args.get("text").and_then(Value::as_str).unwrap_or_default();
                 // `repeat` (not in the schema): the text that many times, a
@@ -248,6 +259,12 @@ impl ServerHandler for FakeMcp {
             }
         }
     }
+}
+
+/// The PNG the `image` tool returns: a 4×3 gradient, the same bytes every
+/// time.
+pub fn image_png() -> Vec<u8> {
+    crate::media::gradient_png(4, 3, false)
 }
 
 /// Serves `server` over streamable HTTP on 127.0.0.1 until `stop`; returns
