@@ -514,6 +514,8 @@ async fn a_continuation_cut_short_by_a_crash_resumes_with_the_clients_result_onc
     let llm = FakeLlm::start_with_delay(weather_agent, Duration::from_millis(300)).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let settings = test_settings(&llm, &dir).await;
+    // One database (PostgreSQL too) for the three instances in turn.
+    let _database = crate::helpers::hold_database(&settings);
     let tools = TurnOptions {
         client_tools: vec![weather_spec()],
         ..TurnOptions::default()
