@@ -245,18 +245,19 @@ pub(super) async fn handed_calls(
         .map_err(|err| ApiError::Internal(err.to_string()))
 }
 
-/// `tool_calls` as a chat completion message carries them.
+/// `tool_calls` as a chat completion message carries them (and the
+/// conversation endpoints show them).
 pub(super) fn tool_calls_json(calls: &[ToolCall]) -> Value {
-    calls
-        .iter()
-        .map(|call| {
-            json!({
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            })
-        })
-        .collect()
+    calls.iter().map(tool_call_json).collect()
+}
+
+/// One tool call as a chat completion carries it.
+fn tool_call_json(call: &ToolCall) -> Value {
+    json!({
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    })
 }
 
 /// A submitted message whose turn's reply is awaited.
@@ -526,13 +527,12 @@ fn streamed(
                 let finish = if handed.is_empty() {
                     "stop"
                 } else {
-                    let calls: Vec<Value> = tool_calls_json(&handed)
-                        .as_array()
-                        .into_iter()
-                        .flatten()
+                    // A stream's tool call deltas carry their index.
+                    let calls: Vec<Value> = handed
+                        .iter()
                         .enumerate()
                         .map(|(index, call)| {
-                            let mut call = call.clone();
+                            let mut call = tool_call_json(call);
                             call["index"] = json!(index);
                             call
                         })

@@ -344,17 +344,7 @@ fn message_json(entry: &TurnMessage) -> Value {
         "created_at": seconds(stored.created_at),
     });
     if !message.tool_calls.is_empty() {
-        body["tool_calls"] = message
-            .tool_calls
-            .iter()
-            .map(|call| {
-                json!({
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                })
-            })
-            .collect();
+        body["tool_calls"] = super::completions::tool_calls_json(&message.tool_calls);
     }
     if message.role == Role::Tool {
         body["tool_call_id"] = json!(message.tool_call_id);

@@ -275,14 +275,8 @@ impl Media {
                 }
             };
             let (media_type, width, height) = if let Some(image) = sniff_image(&bytes) {
-                match imagesize::blob_size(&bytes) {
-                    Ok(size) => (
-                        image,
-                        u32::try_from(size.width).ok(),
-                        u32::try_from(size.height).ok(),
-                    ),
-                    Err(_) => (image, None, None),
-                }
+                let (width, height) = image_size(&bytes);
+                (image, width, height)
             } else if let Some(audio) = voice::sniff_audio(&bytes)
                 .filter(|_| is_audio(attachment) || attachment.kind == AttachmentKind::Document)
             {
@@ -314,17 +308,7 @@ impl Media {
                 tracing::info!(taken, "attachments over the message or daily limit");
                 return Ok(Err(refusal));
             }
-            let mut media = MediaRef {
-                hash: hash_of(&bytes),
-                media_type: media_type.to_owned(),
-                name: attachment.name.clone(),
-                size: bytes.len() as u64,
-                width,
-                height,
-                derived: None,
-                transcript: None,
-                shown: Shown::NoVision,
-            };
+            let mut media = new_ref(&bytes, media_type, attachment.name.clone(), (width, height));
             // What models are shown is worked out first, so that a file
             // refused for its content is not kept. Audio is transcribed when
             // its turn starts (`Media::transcribe`), not here: a slow
@@ -365,6 +349,38 @@ impl Media {
             };
         }
         Ok(())
+    }
+}
+
+/// An image's width and height, when its header says them.
+fn image_size(bytes: &[u8]) -> (Option<u32>, Option<u32>) {
+    match imagesize::blob_size(bytes) {
+        Ok(size) => (
+            u32::try_from(size.width).ok(),
+            u32::try_from(size.height).ok(),
+        ),
+        Err(_) => (None, None),
+    }
+}
+
+/// The reference of a file about to be stored: its hash, type, name, size
+/// and (an image's) dimensions; how it is shown is set later (`show`).
+fn new_ref(
+    bytes: &[u8],
+    media_type: &str,
+    name: Option<String>,
+    (width, height): (Option<u32>, Option<u32>),
+) -> MediaRef {
+    MediaRef {
+        hash: hash_of(bytes),
+        media_type: media_type.to_owned(),
+        name,
+        size: bytes.len() as u64,
+        width,
+        height,
+        derived: None,
+        transcript: None,
+        shown: Shown::NoVision,
     }
 }
 

@@ -10,10 +10,9 @@
 //! returned them, which the result text carries in place of the bytes:
 //! `[file 1: image/png, 640×480, 10240 bytes]`, or `[file 2: not kept: …]`.
 
-use crate::domain::{MediaRef, Shown};
+use crate::domain::MediaRef;
 
-use super::blobs::hash_of;
-use super::{Media, Refusal, sniff_image};
+use super::{Media, Refusal, image_size, new_ref, sniff_image};
 
 /// What became of a tool's files: those kept, and a note for each file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,24 +55,7 @@ impl Media {
         if bytes.len() as u64 > self.max_file_bytes {
             return Err("it is larger than media.max_file_bytes");
         }
-        let (width, height) = match imagesize::blob_size(bytes) {
-            Ok(size) => (
-                u32::try_from(size.width).ok(),
-                u32::try_from(size.height).ok(),
-            ),
-            Err(_) => (None, None),
-        };
-        let mut media = MediaRef {
-            hash: hash_of(bytes),
-            media_type: media_type.to_owned(),
-            name: None,
-            size: bytes.len() as u64,
-            width,
-            height,
-            derived: None,
-            transcript: None,
-            shown: Shown::NoVision,
-        };
+        let mut media = new_ref(bytes, media_type, None, image_size(bytes));
         let name = format!("file {number} of the tool's result");
         match self.prepare(&name, &mut media, bytes).await {
             Ok(Ok(())) => {}
@@ -102,7 +84,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::super::TINY_PNG;
-    use super::super::blobs::{BlobStore as _, MemoryBlobs};
+    use super::super::blobs::{BlobStore as _, MemoryBlobs, hash_of};
     use super::*;
     use crate::media::settings::MediaSettings;
 
